@@ -1,0 +1,11 @@
+"""clgrid: gridding and degridding of radio visibilities with W-projection on OpenCL."""
+
+from . import reference
+from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, KernelBuildError
+from .devices import devices
+from .gridder import Gridder
+from .kernels import KernelStack
+
+__version__ = "0.1.0"
+__all__ = ["Gridder", "KernelStack", "devices", "reference", "ClgridError", "DeviceCapabilityError",
+           "DroppedVisibilitiesError", "KernelBuildError", "__version__"]

@@ -1,0 +1,77 @@
+"""OpenCL C templates (Jinja2) rendered per device, built once and cached.
+
+Templates live in ``cl_kernels/``.  Before rendering, the loader puts a ``#line``
+directive at the top of each template and after every line holding a Jinja
+statement, so a compiler error names the template file and line that produced the
+code, loops and includes notwithstanding.  A failed build raises `KernelBuildError`
+with the build log and the path of the rendered source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+import jinja2
+import pyopencl as cl
+
+from .errors import KernelBuildError
+
+__all__ = ["kernel_dir", "render", "build_program"]
+
+_programs: dict = {}
+
+
+def kernel_dir() -> Path:
+    """Where the templates are: in a source checkout, or inside the installed package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "cl_kernels", here / "cl_kernels"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("cl_kernels/ not found beside or inside the clgrid package")
+
+
+class _LineMarkingLoader(jinja2.FileSystemLoader):
+    """Adds ``#line`` directives so compiler messages point into the templates."""
+
+    def get_source(self, environment, template):
+        source, filename, uptodate = super().get_source(environment, template)
+        lines = [f'#line 1 "{template}"']
+        for number, line in enumerate(source.split("\n"), start=1):
+            lines.append(line)
+            if "{%" in line or "#}" in line:  # statements and comments change the line count
+                lines.append(f'#line {number + 1} "{template}"')
+        return "\n".join(lines), filename, uptodate
+
+
+_environment = None
+
+
+def _env() -> jinja2.Environment:
+    global _environment
+    if _environment is None:
+        _environment = jinja2.Environment(loader=_LineMarkingLoader(str(kernel_dir())),
+                                          undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return _environment
+
+
+def render(template: str, **params) -> str:
+    """Render ``cl_kernels/<template>`` with the given template variables."""
+    return _env().get_template(template).render(**params)
+
+
+def build_program(context: cl.Context, source: str, options: tuple = ()) -> cl.Program:
+    """Build ``source`` for the context's devices, once per (context, source, options)."""
+    key = (context.int_ptr, hashlib.sha256(source.encode()).hexdigest(), tuple(options))
+    program = _programs.get(key)
+    if program is None:
+        try:
+            program = cl.Program(context, source).build(options=list(options))
+        except cl.RuntimeError as exc:
+            path = Path(tempfile.gettempdir()) / f"clgrid-failed-{key[1][:12]}.cl"
+            path.write_text(source)
+            raise KernelBuildError(f"OpenCL build failed (options {list(options)}); rendered source "
+                                   f"saved to {path}\n{exc}") from None
+        _programs[key] = program
+    return program

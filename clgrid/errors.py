@@ -1,0 +1,17 @@
+"""Exceptions raised by clgrid, so callers can tell bad input from device trouble."""
+
+
+class ClgridError(Exception):
+    """Base class of every error clgrid raises on purpose."""
+
+
+class DeviceCapabilityError(ClgridError, ValueError):
+    """The chosen OpenCL device cannot do what was asked (fp64, memory, images)."""
+
+
+class KernelBuildError(ClgridError, RuntimeError):
+    """An OpenCL program failed to build; the message carries the log and the source path."""
+
+
+class DroppedVisibilitiesError(ClgridError, ValueError):
+    """Visibilities fell off the grid or beyond the kernel stack and `on_dropped="raise"`."""

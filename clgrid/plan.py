@@ -1,0 +1,267 @@
+"""Planning: validate inputs and turn them into integer grid work, once, in float64.
+
+Every gridder and degridder, on every device, reads the same `Plan`: grid cell,
+oversample offsets, w-plane and conjugation per visibility, computed here with the
+exact float64 arithmetic of the reference (seed 003 Listing 1).  A device therefore
+never lands a visibility on a neighbouring oversample sample through float32
+rounding.  Visibilities that are flagged, fall off the grid or lie beyond the kernel
+stack are left out here and counted, never silently.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import DroppedVisibilitiesError
+from .kernels import KernelStack, offset_range
+
+__all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Plan", "flatten_samples",
+           "grid_indices", "plan_visibilities", "check_grid_geometry"]
+
+SPEED_OF_LIGHT = 299_792_458.0  # m/s
+ON_DROPPED = ("warn", "raise", "ignore")
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's round(): nearest integer, halves away from zero (numpy rounds halves to even)."""
+    x = np.asarray(x, np.float64)
+    whole = np.trunc(x)
+    frac = x - whole  # exact in binary floating point
+    return whole + np.sign(x) * (np.abs(frac) >= 0.5)
+
+
+def check_grid_geometry(grid_size, cell_size):
+    """Grid size: even, positive integer; cell size: positive finite radians."""
+    if isinstance(grid_size, bool) or not isinstance(grid_size, (int, np.integer)):
+        raise TypeError(f"grid_size must be an integer, got {type(grid_size).__name__}")
+    if grid_size <= 0 or grid_size % 2:
+        raise ValueError(f"grid_size must be a positive even number, got {grid_size}")
+    if not (isinstance(cell_size, (float, int, np.floating, np.integer)) and np.isfinite(cell_size)
+            and cell_size > 0):
+        raise ValueError(f"cell_size must be a positive finite number of radians, got {cell_size!r}")
+
+
+@dataclass
+class Samples:
+    """Inputs flattened to one row per (row, channel) sample, in float64.
+
+    ``uvw`` in wavelengths (nsample, 3); ``vis`` (nsample, npol) complex128 already
+    multiplied by the weights; ``weights`` (nsample, npol) with flagged entries zero;
+    ``usable`` marks samples with at least one unflagged polarisation.
+    """
+
+    uvw: np.ndarray
+    vis: np.ndarray
+    weights: np.ndarray
+    usable: np.ndarray
+    leading_shape: tuple
+    nchan: int | None
+
+    @property
+    def npol(self) -> int:
+        return self.vis.shape[1]
+
+
+def _as_real_array(name, a):
+    a = np.asarray(a)
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+    return a.astype(np.float64, copy=False)
+
+
+def _broadcast(name, a, shape):
+    try:
+        return np.broadcast_to(a, shape)
+    except ValueError:
+        raise ValueError(f"{name} of shape {np.shape(a)} does not broadcast to the "
+                         f"visibility shape {shape}") from None
+
+
+def flatten_samples(uvw, vis, weights=None, flags=None, freqs=None) -> Samples:
+    """Validate gridding inputs and flatten them to `Samples`.
+
+    ``uvw`` (..., 3): wavelengths when ``freqs`` is None, metres otherwise.
+    ``vis`` (..., npol) or with ``freqs`` (..., nchan, npol), npol in 1, 2, 4.
+    ``weights``/``flags`` broadcast to the visibility shape.  NaN or inf is an error
+    in unflagged data and allowed where flagged (real data often carries it there).
+    """
+    uvw = _as_real_array("uvw", uvw)
+    if uvw.ndim < 2 or uvw.shape[-1] != 3:
+        raise ValueError(f"uvw must have shape (..., 3), got {uvw.shape}")
+    vis = np.asarray(vis)
+    if not np.iscomplexobj(vis):
+        raise TypeError(f"vis must be complex (complex64 or complex128), got dtype {vis.dtype}")
+    lead = uvw.shape[:-1]
+    if freqs is None:
+        nchan = None
+        if vis.ndim != uvw.ndim or vis.shape[:-1] != lead:
+            raise ValueError(f"vis must have shape {lead + ('npol',)} to match uvw {uvw.shape}, "
+                             f"got {vis.shape} (pass freqs= for a channel axis)")
+    else:
+        freqs = _as_real_array("freqs", freqs)
+        if freqs.ndim != 1 or freqs.size == 0:
+            raise ValueError(f"freqs must be a non-empty 1-D array in Hz, got shape {freqs.shape}")
+        if not np.all(np.isfinite(freqs)) or np.any(freqs <= 0):
+            raise ValueError("freqs must be finite and positive (Hz)")
+        nchan = freqs.size
+        if vis.ndim != uvw.ndim + 1 or vis.shape[:-1] != lead + (nchan,):
+            raise ValueError(f"with {nchan} freqs, vis must have shape {lead + (nchan, 'npol')}, "
+                             f"got {vis.shape}")
+    npol = vis.shape[-1]
+    if npol not in (1, 2, 4):
+        raise ValueError(f"vis must have 1, 2 or 4 polarisations on its last axis, got {npol}")
+
+    if flags is None:
+        flags = np.zeros(vis.shape, bool)
+    else:
+        flags = np.asarray(flags)
+        if flags.dtype != bool:
+            raise TypeError(f"flags must be a boolean array, got dtype {flags.dtype}")
+        flags = _broadcast("flags", flags, vis.shape)
+    if weights is None:
+        weights = np.ones(vis.shape)
+    else:
+        weights = _broadcast("weights", _as_real_array("weights", weights), vis.shape)
+    nsample = int(np.prod(vis.shape[:-1]))
+    flags = flags.reshape(nsample, npol)
+    weights = np.where(flags, 0.0, weights.reshape(nsample, npol))
+    if np.any(np.isnan(weights)) or np.any(weights < 0) or not np.all(np.isfinite(weights)):
+        raise ValueError("weights must be finite and >= 0 where not flagged")
+    vis = vis.reshape(nsample, npol).astype(np.complex128, copy=False)
+    usable = ~flags.all(axis=1)
+
+    if freqs is None:
+        uvw_l = uvw.reshape(nsample, 3)
+    else:
+        uvw_l = (uvw.reshape(-1, 1, 3) * (freqs / SPEED_OF_LIGHT)[None, :, None]).reshape(nsample, 3)
+    if not np.all(np.isfinite(uvw_l[usable])):
+        raise ValueError("uvw contains NaN or inf in unflagged data")
+    if not np.all(np.isfinite(vis[~flags])):
+        raise ValueError("vis contains NaN or inf in unflagged data")
+    weighted = np.where(flags, 0.0, vis * weights)
+    return Samples(uvw_l, weighted, weights, usable, lead, nchan)
+
+
+def grid_indices(uvw, grid_size, cell_size, kernels: KernelStack):
+    """Seed 003 Listing 1 index arithmetic, in float64, for uvw in wavelengths.
+
+    Returns int64 arrays ``grid_u, grid_v, off_u, off_v, plane`` and bool ``conj``.
+    """
+    du = 1.0 / (grid_size * cell_size)
+    pos_u = uvw[:, 0] / du
+    pos_v = uvw[:, 1] / du
+    near_u = round_half_away(pos_u)
+    near_v = round_half_away(pos_v)
+    os = kernels.oversample
+    off_u = round_half_away((near_u - pos_u) * os)
+    off_v = round_half_away((near_v - pos_v) * os)
+    plane = round_half_away(np.sqrt(np.abs(uvw[:, 2] * kernels.w_scale)))
+    conj = uvw[:, 2] > 0
+    half = grid_size // 2
+    as_int = lambda a: np.clip(a, -2**62, 2**62).astype(np.int64)  # noqa: E731 (far-off points stay far off)
+    return (as_int(near_u) + half, as_int(near_v) + half, as_int(off_u), as_int(off_v),
+            as_int(plane), conj)
+
+
+@dataclass
+class Plan:
+    """The work one gridding or degridding call does, in the caller's sample order.
+
+    Arrays are for the kept samples only; ``sample`` maps them back to the
+    flattened inputs.  ``norm`` is sum(weight * sum Re kernel) per polarisation,
+    the normalisation of seed 003 Listing 1.
+    """
+
+    grid_size: int
+    npol: int
+    sample: np.ndarray
+    grid_u: np.ndarray
+    grid_v: np.ndarray
+    off_u: np.ndarray
+    off_v: np.ndarray
+    plane: np.ndarray
+    conj: np.ndarray
+    support: np.ndarray
+    num_samples: int
+    num_flagged: int
+    num_off_grid: int
+    num_beyond_stack: int
+    norm: np.ndarray = field(repr=False)
+
+    @property
+    def num_kept(self) -> int:
+        return int(self.sample.size)
+
+    @property
+    def num_dropped(self) -> int:
+        return self.num_off_grid + self.num_beyond_stack
+
+    @property
+    def grid_point_additions(self) -> int:
+        """Kernel points touched, counted once per visibility (all polarisations together)."""
+        return int(((2 * self.support.astype(np.int64) + 1) ** 2).sum())
+
+    def packed(self) -> np.ndarray:
+        """Device form, one int4 per visibility (decoded by ``plan.cl``).
+
+        x = grid_u, y = grid_v, z = off_u in the low 16 bits and off_v in the high
+        16 (both signed), w = plane with bit 31 set when the kernel is conjugated.
+        """
+        out = np.empty((self.num_kept, 4), np.uint32)
+        out[:, 0] = self.grid_u
+        out[:, 1] = self.grid_v
+        out[:, 2] = (self.off_u.astype(np.int64) & 0xFFFF) | ((self.off_v.astype(np.int64) & 0xFFFF) << 16)
+        out[:, 3] = self.plane.astype(np.int64) | (self.conj.astype(np.int64) << 31)
+        return out.view(np.int32)
+
+    def report(self) -> dict:
+        """Counts for the caller: what was gridded and what was left out and why."""
+        return {"samples": self.num_samples, "gridded": self.num_kept, "flagged": self.num_flagged,
+                "off_grid": self.num_off_grid, "beyond_kernel_stack": self.num_beyond_stack,
+                "grid_point_additions": self.grid_point_additions, "norm": self.norm.copy()}
+
+
+def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernels: KernelStack,
+                      on_dropped: str = "warn") -> Plan:
+    """Index every usable sample, drop and count the ones that cannot be gridded.
+
+    A sample is *off the grid* when any cell of its kernel footprint is outside
+    ``[0, grid_size)`` and *beyond the kernel stack* when its w-plane index exceeds
+    the last plane.  ``on_dropped`` says what happens then: "warn" (default),
+    "raise" (`DroppedVisibilitiesError`) or "ignore"; the counts are kept either way.
+    """
+    if on_dropped not in ON_DROPPED:
+        raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
+    check_grid_geometry(grid_size, cell_size)
+    if kernels.max_support * 2 + 1 > grid_size:
+        raise ValueError(f"kernels of support {kernels.max_support} do not fit a {grid_size}^2 grid")
+    usable = np.flatnonzero(samples.usable)
+    gu, gv, ou, ov, plane, conj = grid_indices(samples.uvw[usable], grid_size, cell_size, kernels)
+    in_stack = plane < kernels.num_planes
+    support = np.where(in_stack, kernels.supports[np.minimum(plane, kernels.num_planes - 1)], 0)
+    on_grid = ((gu - support >= 0) & (gu + support < grid_size)
+               & (gv - support >= 0) & (gv + support < grid_size))
+    keep = in_stack & on_grid
+    num_beyond = int((~in_stack).sum())
+    num_off = int((in_stack & ~on_grid).sum())
+    r = offset_range(kernels.oversample)
+    sample = usable[keep]
+    plane_k = plane[keep].astype(np.int32)
+    ou_k, ov_k = ou[keep].astype(np.int32), ov[keep].astype(np.int32)
+    sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
+    norm = (samples.weights[sample] * sums[:, None]).sum(axis=0)
+    plan = Plan(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),
+                ou_k, ov_k, plane_k, conj[keep], support[keep].astype(np.int32),
+                num_samples=samples.uvw.shape[0], num_flagged=int((~samples.usable).sum()),
+                num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm)
+    if plan.num_dropped and on_dropped != "ignore":
+        msg = (f"{plan.num_dropped} of {plan.num_samples} visibilities not gridded: "
+               f"{num_off} off the {grid_size}^2 grid, {num_beyond} beyond the last w-plane "
+               f"(|w| > {kernels.plane_w(kernels.num_planes - 1):.4g} wavelengths)")
+        if on_dropped == "raise":
+            raise DroppedVisibilitiesError(msg)
+        warnings.warn(msg, stacklevel=3)
+    return plan

@@ -1,0 +1,83 @@
+"""What every strategy shares: precision, device facts, the kernel stack on the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from ..codegen import build_program, render
+from ..devices import device_facts
+from ..errors import DeviceCapabilityError
+from ..kernels import KernelStack
+from ..tuning import resolve_tuning
+
+PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
+
+
+def check_precision(precision: str, facts) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    if precision == "double" and not (facts.fp64 and facts.int64_atomics):
+        raise DeviceCapabilityError(
+            f"precision='double' needs cl_khr_fp64 and cl_khr_int64_base_atomics; "
+            f"{facts.name} ({facts.platform}) lacks them")
+
+
+@dataclass
+class DevicePlan:
+    """A plan's per-visibility arrays on the device."""
+
+    packed: cl.Buffer
+    vis: cl.Buffer
+    num_vis: int
+
+
+@dataclass
+class DeviceKernelStack:
+    """`KernelStack.compact()` uploaded in one precision."""
+
+    values: cl.Buffer
+    starts: cl.Buffer
+    sides: cl.Buffer
+    supports: cl.Buffer
+
+    @classmethod
+    def upload(cls, context, kernels: KernelStack, complex_dtype) -> "DeviceKernelStack":
+        values, starts, sides = kernels.compact()
+        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        return cls(cl.Buffer(context, ro, hostbuf=values.astype(complex_dtype)),
+                   cl.Buffer(context, ro, hostbuf=starts),
+                   cl.Buffer(context, ro, hostbuf=sides),
+                   cl.Buffer(context, ro, hostbuf=kernels.supports.astype(np.int32)))
+
+
+class Strategy:
+    """Base of all strategies: resolves tuning and renders/builds the template once."""
+
+    name = ""
+    template = ""
+
+    def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None):
+        self.queue = queue
+        self.facts = device_facts(queue.device)
+        check_precision(precision, self.facts)
+        self.precision = precision
+        self.real_dtype, self.complex_dtype = PRECISIONS[precision]
+        self.grid_size = grid_size
+        self.kernels = kernels
+        self.tuning = resolve_tuning(self.name, tuning, queue.device)
+        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
+        self._programs = {}
+
+    def template_params(self, npol: int) -> dict:
+        return dict(double=self.precision == "double", atomic="cas", npol=npol,
+                    oversample=self.kernels.oversample, grid_size=self.grid_size, **self.tuning)
+
+    def program(self, npol: int) -> cl.Program:
+        """The strategy's program for ``npol`` polarisations (built once)."""
+        if npol not in self._programs:
+            source = render(self.template, **self.template_params(npol))
+            self._programs[npol] = build_program(self.queue.context, source)
+        return self._programs[npol]
