@@ -2,7 +2,7 @@
 
 from . import reference
 from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, KernelBuildError
-from .devices import devices
+from .runtime import devices
 from .gridder import Gridder
 from .kernels import KernelStack
 

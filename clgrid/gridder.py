@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pyopencl as cl
 
-from .devices import get_queue
+from .runtime import get_queue
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
 from .plan import ON_DROPPED, check_grid_geometry, flatten_samples, plan_visibilities

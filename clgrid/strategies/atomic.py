@@ -19,7 +19,7 @@ class AtomicGridding(Strategy):
         groups = max(1, min(plan.num_vis, t["groups_per_cu"] * self.facts.compute_units))
         local = (t["wg_u"], t["wg_v"])
         k = self.device_kernels
-        return self.program(npol).grid_atomic(
+        return self.kernel("grid_atomic", npol)(
             self.queue, (groups * local[0], local[1]), local,
             plan.packed, plan.vis, k.values, k.starts, k.sides, k.supports, grid_buffer,
             np.int32(plan.num_vis), wait_for=wait_for)

@@ -8,7 +8,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..codegen import build_program, render
-from ..devices import device_facts
+from ..runtime import device_facts
 from ..errors import DeviceCapabilityError
 from ..kernels import KernelStack
 from ..tuning import resolve_tuning
@@ -69,15 +69,16 @@ class Strategy:
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, queue.device)
         self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
-        self._programs = {}
+        self._kernels = {}
 
     def template_params(self, npol: int) -> dict:
         return dict(double=self.precision == "double", atomic="cas", npol=npol,
                     oversample=self.kernels.oversample, grid_size=self.grid_size, **self.tuning)
 
-    def program(self, npol: int) -> cl.Program:
-        """The strategy's program for ``npol`` polarisations (built once)."""
-        if npol not in self._programs:
+    def kernel(self, name: str, npol: int) -> cl.Kernel:
+        """OpenCL kernel ``name`` of the strategy's program for ``npol`` polarisations."""
+        key = (name, npol)
+        if key not in self._kernels:
             source = render(self.template, **self.template_params(npol))
-            self._programs[npol] = build_program(self.queue.context, source)
-        return self._programs[npol]
+            self._kernels[key] = cl.Kernel(build_program(self.queue.context, source), name)
+        return self._kernels[key]

@@ -1,0 +1,45 @@
+"""From a grid to a dirty image: the FFT convention and the grid correction.
+
+The image is ``I(l, m) = sum_{u,v} G[v, u] exp(+2 pi i (u l + v m))`` on an N x N
+pixel grid with ``l = (column - N // 2) * cell_size`` and ``m = (row - N // 2) *
+cell_size``, divided by the normalisation ``norm`` and by the grid correction (the
+image of the w = 0 kernel) so that a point source of flux S reads S at its pixel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import KernelStack
+
+__all__ = ["grid_to_image", "grid_correction", "dirty_image"]
+
+
+def grid_to_image(grid: np.ndarray) -> np.ndarray:
+    """``sum G exp(+2 pi i (u l + v m))`` with both grid and image centred at N // 2."""
+    n = grid.shape[-1]
+    shifted = np.fft.ifftshift(grid, axes=(-2, -1))
+    return np.fft.fftshift(np.fft.ifft2(shifted, axes=(-2, -1)), axes=(-2, -1)) * (n * n)
+
+
+def grid_correction(kernels: KernelStack, grid_size: int) -> np.ndarray:
+    """Image of the plane-0 kernel sampled on whole cells: what gridding multiplies a sky by."""
+    s = int(kernels.supports[0])
+    os = kernels.oversample
+    full = kernels.full_plane(0)
+    centre = full.shape[0] // 2
+    taps = centre + np.arange(-s, s + 1) * os
+    g = np.zeros((grid_size, grid_size), np.complex128)
+    c = grid_size // 2
+    g[c - s:c + s + 1, c - s:c + s + 1] = full[np.ix_(taps, taps)]
+    return grid_to_image(g).real
+
+
+def dirty_image(grid: np.ndarray, kernels: KernelStack, norm) -> np.ndarray:
+    """Real part of the normalised, grid-corrected image of each polarisation's grid."""
+    grid = np.asarray(grid)
+    if grid.ndim == 2:
+        grid = grid[None]
+    norm = np.broadcast_to(np.asarray(norm, np.float64), (grid.shape[0],))
+    image = grid_to_image(grid.astype(np.complex128)).real
+    return image / norm[:, None, None] / grid_correction(kernels, grid.shape[-1])

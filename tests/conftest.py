@@ -1,0 +1,39 @@
+"""Shared test fixtures: a PoCL queue, fresh random inputs, the error measure of the seeds."""
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+import clgrid
+
+
+def relative_error(result, reference):
+    """||result - reference||_F / ||reference||_F, the accuracy measure of the seeds."""
+    reference = np.asarray(reference)
+    assert np.linalg.norm(reference) > 0, "reference is all zeros: the test would prove nothing"
+    return float(np.linalg.norm(np.asarray(result) - reference) / np.linalg.norm(reference))
+
+
+@pytest.fixture
+def rng(request):
+    """A generator with a fresh seed each run; the seed is printed if the test fails."""
+    seed = int(os.environ.get("CLGRID_TEST_SEED", secrets.randbits(32)))
+    print(f"random seed {seed} (set CLGRID_TEST_SEED={seed} to repeat)")
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def queue():
+    """The PoCL CPU device the test suite runs on (CI has no GPU)."""
+    return clgrid.runtime.get_queue("pocl")
+
+
+def random_visibilities(rng, n, grid_size, cell_size, w_max, npol=1, fill=0.8):
+    """Uniform uvw filling ``fill`` of the grid's half-width, Gaussian complex visibilities."""
+    du = 1.0 / (grid_size * cell_size)
+    uv_max = fill * (grid_size // 2) * du
+    uvw = np.column_stack([rng.uniform(-uv_max, uv_max, (n, 2)), rng.uniform(-w_max, w_max, n)])
+    vis = rng.normal(size=(n, npol)) + 1j * rng.normal(size=(n, npol))
+    return uvw, vis
