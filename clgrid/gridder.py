@@ -9,6 +9,7 @@ gridded and dropped, ``norm``, timings) is kept in ``last_report``.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pyopencl as cl
@@ -16,11 +17,19 @@ import pyopencl as cl
 from .runtime import get_queue
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
-from .plan import ON_DROPPED, check_grid_geometry, flatten_samples, plan_visibilities
+from .plan import ON_DROPPED, Plan, check_grid_geometry, flatten_samples, plan_visibilities
 from .strategies import GRIDDING_METHODS
 from .strategies.base import DevicePlan
 
-__all__ = ["Gridder"]
+__all__ = ["Gridder", "PreparedVisibilities"]
+
+
+@dataclass
+class PreparedVisibilities:
+    """Planned visibilities already on the device: grid them with `Gridder.execute`."""
+
+    plan: Plan
+    device_plan: DevicePlan | None
 
 
 class Gridder:
@@ -87,6 +96,31 @@ class Gridder:
                                                  self._grid_bytes(npol))
         return self._grid_buffers[npol]
 
+    def prepare(self, uvw, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
+        """Validate, plan and upload visibilities, ready for `execute` (any number of times)."""
+        samples = flatten_samples(uvw, vis, weights, flags, freqs)
+        self._check_grid_fits(samples.npol)
+        plan = plan_visibilities(samples, self.grid_size, self.cell_size, self.kernels, self.on_dropped)
+        device_plan = None
+        if plan.num_kept:
+            ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+            device_plan = DevicePlan(
+                cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
+                cl.Buffer(self.queue.context, ro,
+                          hostbuf=np.ascontiguousarray(samples.vis[plan.sample], self.strategy.complex_dtype)),
+                plan.num_kept)
+        return PreparedVisibilities(plan, device_plan)
+
+    def execute(self, prepared: PreparedVisibilities) -> list:
+        """Enqueue zeroing and gridding into the device grid; returns the OpenCL events."""
+        npol = prepared.plan.npol
+        grid_buffer = self.grid_buffer(npol)
+        zero = cl.enqueue_fill_buffer(self.queue, grid_buffer, np.zeros(1, self.strategy.real_dtype),
+                                      0, self._grid_bytes(npol))
+        if prepared.device_plan is None:
+            return [zero]
+        return [zero, self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[zero])]
+
     def grid(self, uvw, vis, weights=None, flags=None, freqs=None, return_report: bool = False):
         """Grid visibilities; returns the ``(npol, N, N)`` complex grid, indexed ``[pol, v, u]``.
 
@@ -97,32 +131,22 @@ class Gridder:
         kept in ``last_report``.
         """
         t0 = time.perf_counter()
-        samples = flatten_samples(uvw, vis, weights, flags, freqs)
-        self._check_grid_fits(samples.npol)
-        plan = plan_visibilities(samples, self.grid_size, self.cell_size, self.kernels, self.on_dropped)
+        prepared = self.prepare(uvw, vis, weights, flags, freqs)
         t_plan = time.perf_counter()
-
-        npol = samples.npol
-        grid_buffer = self.grid_buffer(npol)
-        zero = cl.enqueue_fill_buffer(self.queue, grid_buffer, np.zeros(1, self.strategy.real_dtype),
-                                      0, self._grid_bytes(npol))
-        events = [zero]
-        if plan.num_kept:
-            ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-            device_plan = DevicePlan(
-                cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
-                cl.Buffer(self.queue.context, ro,
-                          hostbuf=np.ascontiguousarray(samples.vis[plan.sample], self.strategy.complex_dtype)),
-                plan.num_kept)
-            events.append(self.strategy.grid(device_plan, npol, grid_buffer, wait_for=[zero]))
+        events = self.execute(prepared)
+        npol = prepared.plan.npol
         out = np.empty((npol, self.grid_size, self.grid_size), self.strategy.complex_dtype)
-        cl.enqueue_copy(self.queue, out, grid_buffer, wait_for=events[-1:]).wait()
+        cl.enqueue_copy(self.queue, out, self.grid_buffer(npol), wait_for=events[-1:]).wait()
         t_end = time.perf_counter()
 
-        report = plan.report()
+        report = prepared.plan.report()
         report.update(method=self.method, precision=self.precision, device=self.device.name.strip(),
-                      plan_seconds=t_plan - t0,
-                      kernel_seconds=sum((e.profile.end - e.profile.start) * 1e-9 for e in events[1:]),
+                      plan_seconds=t_plan - t0, kernel_seconds=kernel_seconds(events[1:]),
                       total_seconds=t_end - t0)
         self.last_report = report
         return (out, report) if return_report else out
+
+
+def kernel_seconds(events) -> float:
+    """Device time of finished events, from OpenCL profiling."""
+    return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)

@@ -201,8 +201,8 @@ class Plan:
 
     @property
     def grid_point_additions(self) -> int:
-        """Kernel points touched, counted once per visibility (all polarisations together)."""
-        return int(((2 * self.support.astype(np.int64) + 1) ** 2).sum())
+        """Complex multiply-adds into grid points, per polarisation (seed 004's GGPAPS count)."""
+        return int(((2 * self.support.astype(np.int64) + 1) ** 2).sum()) * self.npol
 
     def packed(self) -> np.ndarray:
         """Device form, one int4 per visibility (decoded by ``plan.cl``).

@@ -1,0 +1,97 @@
+"""The ``clgrid`` command line: ``clgrid devices`` and ``clgrid bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tqdm import tqdm
+
+from . import bench
+from .runtime import device_facts, devices, select_device
+from .strategies import GRIDDING_METHODS
+
+
+def cmd_devices(args) -> int:
+    found = devices()
+    if not found:
+        print("no OpenCL devices found (pip install 'clgrid[pocl]' brings a CPU device)")
+        return 1
+    for i, d in enumerate(found):
+        f = device_facts(d)
+        atomics = [e for e in f.extensions if "atomic" in e]
+        print(f"[{i}] {f.name}  ({f.platform}; {f.type}; driver {f.driver})\n"
+              f"    compute units {f.compute_units}, global memory {f.global_memory / 2**30:.1f} GiB "
+              f"(max buffer {f.max_allocation / 2**30:.1f} GiB), local memory {f.local_memory // 1024} KiB, "
+              f"max work-group {f.max_work_group_size}\n"
+              f"    fp64 {'yes' if f.fp64 else 'no'}, images {'yes' if f.images else 'no'}, "
+              f"atomics: {' '.join(atomics) or 'none'}")
+    return 0
+
+
+def _sizes(quick: bool, args):
+    if quick:
+        return [(args.num_vis or 20000, args.grid_size or 512, s) for s in (args.support or [3, 7])]
+    return [(args.num_vis or 1_000_000, args.grid_size or 2048, s) for s in (args.support or [3, 7, 15, 31])]
+
+
+def cmd_bench(args) -> int:
+    device_specs = args.device or [None]
+    try:
+        chosen = [select_device(spec) for spec in device_specs]
+    except Exception as exc:
+        print(f"clgrid bench: {exc}", file=sys.stderr)
+        return 2
+    runs = [(d, m, p, size) for d in chosen for m in args.method for p in args.precision
+            for size in _sizes(args.quick, args)]
+    results = []
+    workloads = {}
+    for device, method, precision, (num_vis, grid_size, support) in tqdm(runs, desc="bench",
+                                                                          disable=not sys.stderr.isatty()):
+        key = (num_vis, grid_size, support)
+        if key not in workloads:
+            workloads[key] = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
+                                                 oversample=args.oversample)
+        results.append(bench.run_benchmark(workloads[key], device=device, method=method,
+                                           precision=precision, repeats=args.repeats))
+    print(bench.HEADER)
+    for r in results:
+        print(r.row())
+    if args.json:
+        bench.write_json(args.json, results, bench.environment())
+        print(f"wrote {args.json}")
+    return 1 if any(r.failed for r in results) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="clgrid", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("devices", help="list OpenCL platforms and devices").set_defaults(func=cmd_devices)
+    b = sub.add_parser("bench", help="time gridding strategies against the float64 reference")
+    b.add_argument("--quick", action="store_true", help="small sizes: under a minute on a 2-core CPU")
+    b.add_argument("--device", action="append", help="device name to match (repeatable; default: the default device)")
+    b.add_argument("--method", action="append", choices=list(GRIDDING_METHODS), default=None)
+    b.add_argument("--precision", action="append", choices=["single", "double"], default=None)
+    b.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
+    b.add_argument("--num-vis", type=int, help="visibilities per run")
+    b.add_argument("--grid-size", type=int, help="grid side N")
+    b.add_argument("--support", type=int, action="append", help="kernel half-width (repeatable)")
+    b.add_argument("--npol", type=int, choices=[1, 2, 4], default=1)
+    b.add_argument("--oversample", type=int, default=8)
+    b.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up")
+    b.add_argument("--json", help="write every number and the environment to this file")
+    b.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "method", None) is None and args.command == "bench":
+        args.method = list(GRIDDING_METHODS)
+    if getattr(args, "precision", None) is None and args.command == "bench":
+        args.precision = ["single"]
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
