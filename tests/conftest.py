@@ -26,8 +26,8 @@ def rng(request):
 
 @pytest.fixture(scope="session")
 def queue():
-    """The PoCL CPU device the test suite runs on (CI has no GPU)."""
-    return clgrid.runtime.get_queue("pocl")
+    """The device under test: PoCL on the CPU (CI has no GPU), or $CLGRID_TEST_DEVICE."""
+    return clgrid.runtime.get_queue(os.environ.get("CLGRID_TEST_DEVICE", "pocl"))
 
 
 def random_visibilities(rng, n, grid_size, cell_size, w_max, npol=1, fill=0.8):
