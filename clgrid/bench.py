@@ -13,7 +13,6 @@ import json
 import platform
 import subprocess
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import numpy as np
 
 from . import __version__, datasets, reference
 from .gridder import Gridder, kernel_seconds
-from .kernels import KernelStack
+from .kernels import KernelStack, quarter_size
 from .runtime import device_facts, devices, get_queue
 
 __all__ = ["Workload", "make_workload", "run_benchmark", "BenchResult", "environment", "DATASETS"]
@@ -48,15 +47,18 @@ class Workload:
 
 
 def fixed_support_stack(support: int, oversample: int, num_planes: int, w_max: float) -> KernelStack:
-    """Every plane with the same support, as in seed 004's fixed-size measurements."""
-    with warnings.catch_warnings():  # truncation at `support` is the point here
-        warnings.simplefilter("ignore")
-        base = KernelStack.w_projection(grid_size=4 * support + 8, cell_size=1.0 / (4 * support + 8),
-                                        w_max=0.0, num_planes=1, oversample=oversample, taper="es",
-                                        aa_support=support, threshold=1e-12, max_support=support)
+    """Every plane with the same support, as in seed 004's fixed-size measurements.
+
+    Each plane is a separable exponential-of-semicircle kernel filling exactly the
+    support, with a w-dependent quadratic phase so planes differ.
+    """
+    q = quarter_size(support, oversample)
+    x = np.arange(q) / (oversample * (support + 1))
+    es = np.exp(14.0 * (np.sqrt(1.0 - np.minimum(x, 1.0) ** 2) - 1.0))   # 1e-6 at the edge: no denormals
+    r2 = x[:, None] ** 2 + x[None, :] ** 2
+    planes = [np.outer(es, es) * np.exp(-1j * np.pi * p / num_planes * r2) for p in range(num_planes)]
     w_scale = (num_planes - 1) ** 2 / w_max if num_planes > 1 else 0.0
-    return KernelStack.from_arrays([base.planes[0]] * num_planes, [support] * num_planes,
-                                   oversample, w_scale, taper="es")
+    return KernelStack.from_arrays(planes, [support] * num_planes, oversample, w_scale, taper="es")
 
 
 def make_workload(dataset: str, num_vis: int, grid_size: int, support: int, npol: int = 1,

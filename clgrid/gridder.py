@@ -101,14 +101,7 @@ class Gridder:
         samples = flatten_samples(uvw, vis, weights, flags, freqs)
         self._check_grid_fits(samples.npol)
         plan = plan_visibilities(samples, self.grid_size, self.cell_size, self.kernels, self.on_dropped)
-        device_plan = None
-        if plan.num_kept:
-            ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-            device_plan = DevicePlan(
-                cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
-                cl.Buffer(self.queue.context, ro,
-                          hostbuf=np.ascontiguousarray(samples.vis[plan.sample], self.strategy.complex_dtype)),
-                plan.num_kept)
+        device_plan = self.strategy.upload(plan, samples) if plan.num_kept else None
         return PreparedVisibilities(plan, device_plan)
 
     def execute(self, prepared: PreparedVisibilities) -> list:

@@ -59,7 +59,7 @@ def test_point_source_peaks_at_its_pixel_with_its_flux(rng):
 
     def image(num_planes):
         k = clgrid.KernelStack.w_projection(grid_size=n, cell_size=cell, w_max=1000,
-                                            num_planes=num_planes, oversample=8, max_support=32)
+                                            num_planes=num_planes, oversample=8, max_support=40)
         g, report = clgrid.reference.grid(uvw, vis, n, cell, k, return_report=True)
         return dirty_image(g, k, report["norm"])[0]
 

@@ -71,6 +71,13 @@ class Strategy:
         self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
         self._kernels = {}
 
+    def upload(self, plan, samples) -> DevicePlan:
+        """Put a plan's visibilities on the device (strategies may add arrays of their own)."""
+        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        vis = np.ascontiguousarray(samples.vis[plan.sample], self.complex_dtype)
+        return DevicePlan(cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
+                          cl.Buffer(self.queue.context, ro, hostbuf=vis), plan.num_kept)
+
     def template_params(self, npol: int) -> dict:
         return dict(double=self.precision == "double", atomic="cas", npol=npol,
                     oversample=self.kernels.oversample, grid_size=self.grid_size, **self.tuning)

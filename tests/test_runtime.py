@@ -1,0 +1,97 @@
+"""Device selection, program building and the template line mapping."""
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+import clgrid
+from clgrid import codegen, runtime
+from clgrid.strategies.base import check_precision
+
+from conftest import random_visibilities, relative_error
+
+
+def test_devices_lists_pocl_and_names_select_it():
+    found = clgrid.devices()
+    assert any("portable computing language" in d.platform.name.lower() for d in found)
+    assert runtime.select_device("pocl").platform.name == "Portable Computing Language"
+    assert runtime.select_device("cpu").type & cl.device_type.CPU
+
+
+def test_unknown_device_lists_the_devices_there():
+    with pytest.raises(clgrid.DeviceCapabilityError, match="no OpenCL device matches 'quantum'.*Portable"):
+        runtime.select_device("quantum")
+    with pytest.raises(TypeError, match="device must be"):
+        runtime.select_device(3)
+
+
+def test_environment_variable_sets_the_default(monkeypatch):
+    monkeypatch.setenv("CLGRID_DEVICE", "no such device")
+    with pytest.raises(clgrid.DeviceCapabilityError, match="no such device"):
+        runtime.select_device()
+    monkeypatch.setenv("CLGRID_DEVICE", "pocl")
+    assert "Portable" in runtime.select_device().platform.name
+
+
+def test_context_and_queue_are_accepted(queue):
+    assert runtime.get_queue(queue) is queue
+    assert runtime.select_device(queue.context) == queue.device
+    assert runtime.get_queue(queue.device) is runtime.get_queue(queue.device)  # one queue per device
+
+
+def test_fp64_refused_by_name_on_a_device_without_it(queue):
+    facts = runtime.device_facts(queue.device)
+    no_fp64 = type(facts)(**{**facts.__dict__, "fp64": False})
+    with pytest.raises(clgrid.DeviceCapabilityError, match="cl_khr_fp64"):
+        check_precision("double", no_fp64)
+    check_precision("single", no_fp64)
+
+
+def test_rendered_source_maps_lines_back_to_templates():
+    source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=2, oversample=4,
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8)
+    templates = {name: (codegen.kernel_dir() / name).read_text().split("\n")
+                 for name in ("grid_atomic.cl", "common.cl", "plan.cl")}
+    current, line = None, None
+    checked = 0
+    for text in source.split("\n"):
+        if text.startswith("#line "):
+            number, name = text.split()[1:3]
+            current, line = name.strip('"'), int(number)
+            continue
+        if current and "{" not in templates[current][line - 1] and text.strip():
+            assert text == templates[current][line - 1], (current, line)
+            checked += 1
+        line += 1
+    assert checked > 50
+
+
+def test_build_error_names_template_line_and_saves_source(queue):
+    source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=1, oversample=4,
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8)
+    broken = source.replace("const int s = support[p.plane];", "const int s = support[p.plane]")
+    with pytest.raises(clgrid.KernelBuildError, match=r"grid_atomic\.cl:\d+") as info:
+        codegen.build_program(queue.context, broken)
+    assert "rendered source saved to" in str(info.value)
+
+
+def test_tracks_from_a_real_layout_match_the_reference(queue, rng):
+    """MeerKAT Earth-rotation tracks at 1.4 GHz, 4 channels, 2 polarisations, both precisions."""
+    from clgrid import datasets
+
+    layout = datasets.load_layout("meerkat")
+    sub = rng.choice(layout.num_baselines, 120, replace=False)
+    uvw = datasets.simulate_uvw(layout, declination=-0.6, hour_angles=np.linspace(-0.4, 0.4, 10),
+                                baseline_subset=sub)
+    freqs = np.array([1.30e9, 1.35e9, 1.40e9, 1.45e9])
+    to_lambda = freqs.max() / 299792458.0
+    n, w_max = 512, np.abs(uvw[..., 2]).max() * to_lambda
+    cell = 0.8 * (n // 2 - 20) / (np.abs(uvw[..., :2]).max() * to_lambda) / n   # tracks fill the grid
+    stack = clgrid.KernelStack.w_projection(grid_size=n, cell_size=cell, w_max=w_max, num_planes=16,
+                                            oversample=8, max_support=16)
+    vis = rng.normal(size=uvw.shape[:2] + (4, 2)) + 1j * rng.normal(size=uvw.shape[:2] + (4, 2))
+    ref, report = clgrid.reference.grid(uvw, vis, n, cell, stack, freqs=freqs, return_report=True)
+    assert report["gridded"] == report["samples"]
+    for precision, tol in (("single", 1e-5), ("double", 1e-12)):
+        gridder = clgrid.Gridder(n, cell, stack, device=queue, precision=precision)
+        assert relative_error(gridder.grid(uvw, vis, freqs=freqs), ref) <= tol
