@@ -1,8 +1,11 @@
 {# Shared helpers: precision, complex arithmetic, float atomic add.
-    Template variables: double (bool), atomic ("cas"). #}
+    Template variables: double (bool), atomic ("cas", "xchg", "ext", "ptx"). #}
 {% if double %}
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+{% if atomic == "ext" %}
+#pragma OPENCL EXTENSION cl_ext_float_atomics : enable
+{% endif %}
 typedef double real_t;
 typedef double2 complex_t;
 {% else %}
@@ -22,35 +25,78 @@ inline complex_t cmul_conj(complex_t a, complex_t b)
     return (complex_t)(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y);
 }
 
-/* Float atomic add by compare-and-swap on the bit pattern: OpenCL 1.2 has no
-   float atomics, so this is the portable path (DESIGN.md, "Float atomics"). */
-{% if double %}
-inline void atomic_add_real(volatile __global real_t *address, real_t value)
+{% macro cas_add(name, space) %}
+/* Add by compare-and-swap on the bit pattern, in {{ space }} memory. */
+inline void {{ name }}(volatile {{ space }} real_t *address, real_t value)
 {
-    volatile __global ulong *bits = (volatile __global ulong *)address;
+{% if double %}
+    volatile {{ space }} ulong *bits = (volatile {{ space }} ulong *)address;
     ulong expected = as_ulong(*address);
     for (;;) {
-        ulong desired = as_ulong(as_double(expected) + value);
-        ulong seen = atom_cmpxchg(bits, expected, desired);
-        if (seen == expected)
-            break;
-        expected = seen;
-    }
-}
+        const ulong seen = atom_cmpxchg(bits, expected, as_ulong(as_double(expected) + value));
 {% else %}
-inline void atomic_add_real(volatile __global real_t *address, real_t value)
-{
-    volatile __global uint *bits = (volatile __global uint *)address;
+    volatile {{ space }} uint *bits = (volatile {{ space }} uint *)address;
     uint expected = as_uint(*address);
     for (;;) {
-        uint desired = as_uint(as_float(expected) + value);
-        uint seen = atomic_cmpxchg(bits, expected, desired);
+        const uint seen = atomic_cmpxchg(bits, expected, as_uint(as_float(expected) + value));
+{% endif %}
         if (seen == expected)
             break;
         expected = seen;
     }
 }
+{% endmacro %}
+
+/* Float atomic add to global memory. The path is a tuning choice (clgrid/atomics.py):
+   OpenCL 1.2 has no float atomics, so "cas" (compare-and-swap on the bit pattern) is
+   the portable path; the others are faster where the device has them. */
+{% if atomic == "ptx" %}
+/* NVIDIA: the hardware reduction instruction, through inline PTX. */
+inline void atomic_add_real(volatile __global real_t *address, real_t value)
+{
+{% if double %}
+    asm volatile("red.global.add.f64 [%0], %1;" :: "l"(address), "d"(value) : "memory");
+{% else %}
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(address), "f"(value) : "memory");
 {% endif %}
+}
+{% elif atomic == "ext" %}
+/* OpenCL 3.0 cl_ext_float_atomics. */
+inline void atomic_add_real(volatile __global real_t *address, real_t value)
+{
+{% if double %}
+    atomic_fetch_add_explicit((volatile __global atomic_double *)address, value,
+                              memory_order_relaxed, memory_scope_device);
+{% else %}
+    atomic_fetch_add_explicit((volatile __global atomic_float *)address, value,
+                              memory_order_relaxed, memory_scope_device);
+{% endif %}
+}
+{% elif atomic == "xchg" %}
+/* Take the cell's value (leaving 0), add ours, put the sum back; whatever another
+   work-item deposited in between comes back and goes round again. */
+inline void atomic_add_real(volatile __global real_t *address, real_t value)
+{
+{% if double %}
+    volatile __global ulong *bits = (volatile __global ulong *)address;
+    while (value != 0.0) {
+        const double taken = as_double(atom_xchg(bits, as_ulong(0.0)));
+        value = as_double(atom_xchg(bits, as_ulong(taken + value)));
+    }
+{% else %}
+    while (value != 0.0f) {
+        const float taken = atomic_xchg(address, 0.0f);
+        value = atomic_xchg(address, taken + value);
+    }
+{% endif %}
+}
+{% else %}
+{{ cas_add("atomic_add_real", "__global") }}
+{% endif %}
+
+/* For strategies that accumulate in local memory and flush once (seed 003
+   Listing 6's SHMSZ part). */
+{{ cas_add("local_atomic_add_real", "__local") }}
 
 inline void atomic_add_complex(__global real_t *grid, size_t cell, complex_t value)
 {

@@ -1,6 +1,6 @@
 """clgrid: gridding and degridding of radio visibilities with W-projection on OpenCL."""
 
-from . import reference
+from . import reference, tuning
 from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, KernelBuildError
 from .runtime import devices
 from .gridder import Gridder

@@ -1,14 +1,16 @@
-"""The ``clgrid`` command line: ``clgrid devices`` and ``clgrid bench``."""
+"""The ``clgrid`` command line: ``clgrid devices``, ``clgrid bench`` and ``clgrid tune``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 
 from . import bench
-from .runtime import device_facts, devices, select_device
+from .runtime import device_facts, devices, get_queue, select_device
+from .tuning import format_entry, matching_entries
 from .strategies import GRIDDING_METHODS
 
 
@@ -25,7 +27,8 @@ def cmd_devices(args) -> int:
               f"(max buffer {f.max_allocation / 2**30:.1f} GiB), local memory {f.local_memory // 1024} KiB, "
               f"max work-group {f.max_work_group_size}\n"
               f"    fp64 {'yes' if f.fp64 else 'no'}, images {'yes' if f.images else 'no'}, "
-              f"atomics: {' '.join(atomics) or 'none'}")
+              f"atomics: {' '.join(atomics) or 'none'}\n"
+              f"    tuning entries: {', '.join(f'{e.source} {e.label}' for e in matching_entries(f))}")
     return 0
 
 
@@ -63,6 +66,37 @@ def cmd_bench(args) -> int:
     return 1 if any(r.failed for r in results) else 0
 
 
+def cmd_tune(args) -> int:
+    from . import tuner
+
+    try:
+        queue = get_queue(args.device)
+    except Exception as exc:
+        print(f"clgrid tune: {exc}", file=sys.stderr)
+        return 2
+    facts = device_facts(queue.device)
+    num_vis, grid_size, support = _sizes(args.quick, args)[0]
+    workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
+                                   oversample=args.oversample)
+    result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
+                        precision=args.precision)
+    ranked = sorted((t for t in result.timings if t[1] is not None), key=lambda t: t[1])
+    print(f"{len(result.timings)} candidates, {len(result.skipped)} skipped; fastest {min(10, len(ranked))}:")
+    for params, seconds, _ in ranked[:10]:
+        print(f"  {' '.join(f'{k}={v}' for k, v in params.items()):60s} {seconds * 1e3:9.3f} ms")
+    for params, why in result.skipped:
+        print(f"  skipped {params}: {why}")
+    print(f"best on {result.device}: {result.best} ({result.best_seconds * 1e3:.3f} ms, "
+          f"error {result.error:.1e} against the reference)")
+    if args.write_table:
+        print(format_entry(tuner.device_match(facts), args.method,
+                           {k: v for k, v in result.best.items() if k != "build_options"},
+                           f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
+    if not args.no_save:
+        print(f"saved to {tuner.save_user_entry(result, facts, args.output and Path(args.output))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clgrid", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up")
     b.add_argument("--json", help="write every number and the environment to this file")
     b.set_defaults(func=cmd_bench)
+
+    t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
+    t.add_argument("--method", choices=list(GRIDDING_METHODS), default="atomic")
+    t.add_argument("--device", help="device name to match (default: the default device)")
+    t.add_argument("--quick", action="store_true", help="small data: a minute on a 2-core CPU")
+    t.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
+    t.add_argument("--num-vis", type=int)
+    t.add_argument("--grid-size", type=int)
+    t.add_argument("--support", type=int, action="append")
+    t.add_argument("--npol", type=int, choices=[1, 2, 4], default=1)
+    t.add_argument("--oversample", type=int, default=8)
+    t.add_argument("--precision", choices=["single", "double"], default="single")
+    t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--write-table", action="store_true", help="print an entry ready for platforms/")
+    t.add_argument("--output", help="user tuning file to write (default: $CLGRID_TUNING or the user config)")
+    t.add_argument("--no-save", action="store_true", help="measure and print only")
+    t.set_defaults(func=cmd_tune)
     return parser
 
 

@@ -2,7 +2,7 @@
 
 Templates live in ``cl_kernels/``.  Before rendering, the loader puts a ``#line``
 directive at the top of each template and after every line holding a Jinja
-statement, so a compiler error names the template file and line that produced the
+statement, comment end or macro call, so a compiler error names the template file and line that produced the
 code, loops and includes notwithstanding.  A failed build raises `KernelBuildError`
 with the build log and the path of the rendered source.
 """
@@ -10,6 +10,7 @@ with the build log and the path of the rendered source.
 from __future__ import annotations
 
 import hashlib
+import re
 import tempfile
 from pathlib import Path
 
@@ -32,6 +33,10 @@ def kernel_dir() -> Path:
     raise FileNotFoundError("cl_kernels/ not found beside or inside the clgrid package")
 
 
+# Statements, comment ends and macro calls are what make output lines drift from template lines.
+_CHANGES_LINE_COUNT = re.compile(r"\{%|#\}|\{\{\s*\w+\(")
+
+
 class _LineMarkingLoader(jinja2.FileSystemLoader):
     """Adds ``#line`` directives so compiler messages point into the templates."""
 
@@ -40,7 +45,7 @@ class _LineMarkingLoader(jinja2.FileSystemLoader):
         lines = [f'#line 1 "{template}"']
         for number, line in enumerate(source.split("\n"), start=1):
             lines.append(line)
-            if "{%" in line or "#}" in line:  # statements and comments change the line count
+            if _CHANGES_LINE_COUNT.search(line):
                 lines.append(f'#line {number + 1} "{template}"')
         return "\n".join(lines), filename, uptodate
 

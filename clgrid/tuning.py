@@ -1,44 +1,225 @@
-"""Tuning parameters for each strategy: table defaults, then the caller's overrides.
+"""The device-tuning table: per-vendor defaults, most specific match wins, field by field.
 
-The table is data in ``platforms/`` (TOML).  A caller overrides any parameter with
-``tuning={...}``; an unknown name or a value of the wrong type is an error that
-names it.
+The table is data: one TOML file per device family in ``platforms/``.  A file may
+have a ``[match]`` table (keys ``platform``, ``vendor``, ``type``: case-insensitive
+substrings; ``name``: a regular expression searched in the device name), parameter
+sections named after strategies (``[atomic]``, ...) plus ``[common]``, and a list of
+more specific ``[[devices]]`` entries, each with its own match keys and sections.
+``generic.toml`` has no ``[match]``: it names every parameter with its default, and
+in ``[tune.<strategy>]`` the values ``clgrid tune`` tries.
+
+For a device, every entry that matches is applied in order of specificity (the
+number of match keys; a device entry counts its family's keys too), so a field
+comes from the most specific entry that sets it (as in CLBlast's database).  On top
+come the user's file (``$CLGRID_TUNING``, else the file ``clgrid tune`` writes) and
+last the per-call ``tuning={...}``.  Unknown sections or keys and values of the
+wrong type are errors that name the file, the entry and the key.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["platform_dir", "load_table", "resolve_tuning"]
+from .errors import ClgridError
+
+__all__ = ["TuningTableError", "TableEntry", "platform_dir", "user_tuning_path", "load_entries",
+           "matching_entries", "resolve_tuning", "tune_space", "schema", "format_entry"]
+
+MATCH_KEYS = ("platform", "vendor", "type", "name")
+
+
+class TuningTableError(ClgridError, ValueError):
+    """A tuning file or override names an unknown parameter or gives a value of the wrong type."""
 
 
 def platform_dir() -> Path:
     """The tuning table: in a source checkout, or inside the installed package."""
     here = Path(__file__).resolve().parent
     for candidate in (here.parent / "platforms", here / "platforms"):
-        if candidate.is_dir():
+        if (candidate / "generic.toml").is_file():
             return candidate
-    raise FileNotFoundError("platforms/ not found beside or inside the clgrid package")
+    raise FileNotFoundError("platforms/generic.toml not found beside or inside the clgrid package")
+
+
+def user_tuning_path() -> Path:
+    """``$CLGRID_TUNING``, else clgrid's file in the user's configuration folder."""
+    if os.environ.get("CLGRID_TUNING"):
+        return Path(os.environ["CLGRID_TUNING"])
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("clgrid")) / "tuning.toml"
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One set of parameters and the devices it is for."""
+
+    source: str          # file it came from
+    label: str           # "family" or "devices[i]" within the file
+    match: tuple         # (key, wanted) pairs, all must hold: a family's and the entry's own
+    params: dict         # section -> {key: value}
+
+    @property
+    def specificity(self) -> int:
+        return len(self.match)
+
+    def matches(self, facts) -> bool:
+        for key, want in self.match:
+            if key == "name":
+                if not re.search(want, facts.name, re.IGNORECASE):
+                    return False
+            else:
+                have = {"platform": facts.platform, "vendor": facts.vendor, "type": facts.type}[key]
+                if want.lower() not in have.lower():
+                    return False
+        return True
 
 
 @lru_cache(maxsize=None)
-def load_table(name: str = "generic") -> dict:
-    path = platform_dir() / f"{name}.toml"
-    with open(path, "rb") as f:
+def _generic() -> dict:
+    with open(platform_dir() / "generic.toml", "rb") as f:
         return tomllib.load(f)
 
 
-def resolve_tuning(strategy: str, overrides: dict | None = None, device=None) -> dict:
-    """Parameters for ``strategy``: table defaults with ``overrides`` applied on top."""
-    defaults = dict(load_table()[strategy])
-    for key, value in (overrides or {}).items():
-        if key not in defaults:
-            raise ValueError(f"unknown tuning parameter {key!r} for {strategy!r}; "
-                             f"known: {sorted(defaults)}")
-        if type(value) is not type(defaults[key]):
-            raise TypeError(f"tuning parameter {key!r} must be {type(defaults[key]).__name__}, "
-                            f"got {type(value).__name__}")
-        defaults[key] = value
-    return defaults
+def schema() -> dict:
+    """Every known parameter with its default: section -> {key: value} from generic.toml."""
+    return {k: v for k, v in _generic().items() if k not in ("tune", "match", "devices")}
+
+
+def tune_space(strategy: str) -> dict:
+    """The candidate values ``clgrid tune`` tries for ``strategy``."""
+    return dict(_generic().get("tune", {}).get(strategy, {}))
+
+
+def _same_type(value, default) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return type(value) is type(default)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, list):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return type(value) is type(default)
+
+
+def check_params(params: dict, where: str) -> None:
+    """Raise `TuningTableError` naming ``where`` for unknown sections/keys or wrong types."""
+    known = schema()
+    for section, values in params.items():
+        if section not in known:
+            raise TuningTableError(f"{where}: unknown section [{section}]; known: {sorted(known)}")
+        if not isinstance(values, dict):
+            raise TuningTableError(f"{where}: [{section}] must be a table")
+        for key, value in values.items():
+            if key not in known[section]:
+                raise TuningTableError(f"{where}: unknown parameter {key!r} in [{section}]; "
+                                       f"known: {sorted(known[section])}")
+            default = known[section][key]
+            if not _same_type(value, default):
+                raise TuningTableError(f"{where}: [{section}] {key} must be {type(default).__name__}, "
+                                       f"got {type(value).__name__} {value!r}")
+
+
+def _check_match(match, where):
+    if not isinstance(match, dict):
+        raise TuningTableError(f"{where}: match must be a table")
+    for key, value in match.items():
+        if key not in MATCH_KEYS:
+            raise TuningTableError(f"{where}: unknown match key {key!r}; known: {list(MATCH_KEYS)}")
+        if not isinstance(value, str):
+            raise TuningTableError(f"{where}: match key {key!r} must be a string")
+        if key == "name":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise TuningTableError(f"{where}: bad name pattern {value!r}: {exc}") from None
+
+
+def parse_file(path: Path) -> list[TableEntry]:
+    """The entries of one tuning file, validated."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise TuningTableError(f"{path}: not valid TOML: {exc}") from None
+    source = path.name if path.parent == platform_dir() else str(path)
+    top_match = data.pop("match", {})
+    devices = data.pop("devices", [])
+    if path == platform_dir() / "generic.toml":
+        data.pop("tune", None)
+    _check_match(top_match, f"{source} [match]")
+    check_params(data, f"{source} (family entry)")
+    entries = [TableEntry(source, "family", tuple(top_match.items()), data)]
+    if not isinstance(devices, list):
+        raise TuningTableError(f"{source}: devices must be an array of tables ([[devices]])")
+    for i, entry in enumerate(devices):
+        label = f"devices[{i}]"
+        match = {k: entry.pop(k) for k in MATCH_KEYS if k in entry}
+        _check_match(match, f"{source} {label}")
+        check_params(entry, f"{source} {label}")
+        entries.append(TableEntry(source, label, tuple(top_match.items()) + tuple(match.items()), entry))
+    return entries
+
+
+@lru_cache(maxsize=None)
+def load_entries() -> tuple:
+    """Every entry of the shipped table (generic first)."""
+    paths = sorted(platform_dir().glob("*.toml"), key=lambda p: (p.name != "generic.toml", p.name))
+    return tuple(e for p in paths for e in parse_file(p))
+
+
+def _user_entries() -> list[TableEntry]:
+    path = user_tuning_path()
+    return parse_file(path) if path.is_file() else []
+
+
+def matching_entries(facts, include_user: bool = True) -> list[TableEntry]:
+    """Entries that apply to a device, least specific first (table, then user file)."""
+    table = sorted((e for e in load_entries() if e.matches(facts)), key=lambda e: e.specificity)
+    user = sorted((e for e in _user_entries() if e.matches(facts)), key=lambda e: e.specificity) \
+        if include_user else []
+    return table + user
+
+
+def resolve_tuning(strategy: str, overrides: dict | None = None, facts=None) -> dict:
+    """Parameters of ``strategy`` (plus ``[common]``) for the device described by ``facts``."""
+    known = schema()
+    if strategy not in known:
+        raise TuningTableError(f"no tuning section for strategy {strategy!r}")
+    params = {**known.get("common", {}), **known[strategy]}
+    for entry in (matching_entries(facts) if facts is not None else []):
+        params.update(entry.params.get("common", {}))
+        params.update(entry.params.get(strategy, {}))
+    if overrides:
+        for key in overrides:
+            if key not in params:
+                raise TuningTableError(f"unknown tuning parameter {key!r} for {strategy!r}; "
+                                       f"known: {sorted(params)}")
+        section_of = {k: ("common" if k in known.get("common", {}) else strategy) for k in overrides}
+        for key, value in overrides.items():
+            check_params({section_of[key]: {key: value}}, "tuning=")
+        params.update(overrides)
+    return params
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def format_entry(match: dict, strategy: str, params: dict, comment: str = "") -> str:
+    """A ``[[devices]]`` entry in the table's format, ready for a platforms/ file."""
+    lines = [f"# {line}" for line in comment.splitlines()] + ["[[devices]]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in match.items()]
+    lines.append(f"[devices.{strategy}]")
+    lines += [f"{k} = {_toml_value(v)}" for k, v in params.items()]
+    return "\n".join(lines) + "\n"

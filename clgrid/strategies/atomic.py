@@ -17,7 +17,7 @@ class AtomicGridding(Strategy):
         """Enqueue the gridding of ``plan`` into ``grid_buffer``; returns the event."""
         t = self.tuning
         groups = max(1, min(plan.num_vis, t["groups_per_cu"] * self.facts.compute_units))
-        local = (t["wg_u"], t["wg_v"])
+        local = self.local_size()
         k = self.device_kernels
         return self.kernel("grid_atomic", npol)(
             self.queue, (groups * local[0], local[1]), local,

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pyopencl as cl
 
+from ..atomics import ATOMIC_PATHS, atomic_unavailable, build_options_for
 from ..codegen import build_program, render
+from ..errors import DeviceCapabilityError, KernelBuildError
 from ..runtime import device_facts
-from ..errors import DeviceCapabilityError
 from ..kernels import KernelStack
-from ..tuning import resolve_tuning
+from ..tuning import TuningTableError, resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
 
@@ -67,9 +69,22 @@ class Strategy:
         self.real_dtype, self.complex_dtype = PRECISIONS[precision]
         self.grid_size = grid_size
         self.kernels = kernels
-        self.tuning = resolve_tuning(self.name, tuning, queue.device)
+        self.tuning = resolve_tuning(self.name, tuning, self.facts)
+        self._check_work_group()
+        self._choose_atomic_path()
         self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
         self._kernels = {}
+
+    def local_size(self) -> tuple:
+        """The work-group shape the strategy launches with (from its tuning)."""
+        return (self.tuning["wg_u"], self.tuning["wg_v"])
+
+    def _check_work_group(self) -> None:
+        size = int(np.prod(self.local_size()))
+        if size > self.facts.max_work_group_size:
+            raise DeviceCapabilityError(
+                f"{self.name}: work-group {self.local_size()} has {size} work-items; "
+                f"{self.facts.name} allows at most {self.facts.max_work_group_size}")
 
     def upload(self, plan, samples) -> DevicePlan:
         """Put a plan's visibilities on the device (strategies may add arrays of their own)."""
@@ -79,13 +94,43 @@ class Strategy:
                           cl.Buffer(self.queue.context, ro, hostbuf=vis), plan.num_kept)
 
     def template_params(self, npol: int) -> dict:
-        return dict(double=self.precision == "double", atomic="cas", npol=npol,
-                    oversample=self.kernels.oversample, grid_size=self.grid_size, **self.tuning)
+        params = {k: v for k, v in self.tuning.items() if k != "build_options"}
+        return dict(params, double=self.precision == "double", npol=npol,
+                    oversample=self.kernels.oversample, grid_size=self.grid_size)
+
+    def _choose_atomic_path(self) -> None:
+        """Replace an atomic path the device lacks by compare-and-swap, saying so."""
+        path = self.tuning.get("atomic")
+        why = path and atomic_unavailable(path, self.facts, self.precision == "double")
+        if why:
+            if path not in ATOMIC_PATHS:
+                raise TuningTableError(why)
+            warnings.warn(f"atomic path {path!r} unavailable on {self.facts.name}: {why}; using 'cas'",
+                          stacklevel=4)
+            self.tuning["atomic"] = "cas"
+
+    def _build(self, npol: int) -> cl.Program:
+        params = self.template_params(npol)
+        options = tuple(self.tuning["build_options"]) + build_options_for(params.get("atomic", ""))
+        return build_program(self.queue.context, render(self.template, **params), options)
 
     def kernel(self, name: str, npol: int) -> cl.Kernel:
-        """OpenCL kernel ``name`` of the strategy's program for ``npol`` polarisations."""
+        """OpenCL kernel ``name`` of the strategy's program for ``npol`` polarisations.
+
+        A build that fails with a faster atomic path is retried with "cas" (the
+        device advertised what its compiler then refused), with a warning.
+        """
         key = (name, npol)
         if key not in self._kernels:
-            source = render(self.template, **self.template_params(npol))
-            self._kernels[key] = cl.Kernel(build_program(self.queue.context, source), name)
+            try:
+                program = self._build(npol)
+            except KernelBuildError as exc:
+                if self.tuning.get("atomic", "cas") == "cas":
+                    raise
+                warnings.warn(f"atomic path {self.tuning['atomic']!r} failed to build on "
+                              f"{self.facts.name}; using 'cas'\n{str(exc)[:500]}", stacklevel=3)
+                self.tuning["atomic"] = "cas"
+                self._kernels.clear()
+                program = self._build(npol)
+            self._kernels[key] = cl.Kernel(program, name)
         return self._kernels[key]

@@ -1,0 +1,156 @@
+"""The tuning table: precedence, validation, atomic paths (exact under contention), the tuner."""
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import clgrid
+from clgrid import atomics, bench, runtime, tuner, tuning
+from clgrid.tuning import TuningTableError
+
+from conftest import random_visibilities, relative_error
+
+
+def fake_facts(queue, **changes):
+    facts = runtime.device_facts(queue.device)
+    return type(facts)(**{**facts.__dict__, **changes})
+
+
+H100 = dict(platform="NVIDIA CUDA", vendor="NVIDIA Corporation", type="ALL | GPU",
+            name="NVIDIA H100 80GB HBM3")
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    """A private copy of the table (generic.toml) plus a test family, and no user file."""
+    shutil.copy(tuning.platform_dir() / "generic.toml", tmp_path / "generic.toml")
+    monkeypatch.setattr(tuning, "platform_dir", lambda: tmp_path)
+    monkeypatch.setenv("CLGRID_TUNING", str(tmp_path / "user" / "tuning.toml"))
+    for cached in (tuning._generic, tuning.load_entries):
+        cached.cache_clear()
+    yield tmp_path
+    for cached in (tuning._generic, tuning.load_entries):
+        cached.cache_clear()
+
+
+def test_precedence_generic_family_device_user_call(table, queue):
+    (table / "fam.toml").write_text(
+        '[match]\nplatform = "NVIDIA"\n[atomic]\nwg_u = 16\nwg_v = 2\n'
+        '[[devices]]\nname = "H100"\n[devices.atomic]\nwg_v = 8\ngroups_per_cu = 5\n')
+    h100 = fake_facts(queue, **H100)
+    other = fake_facts(queue, **{**H100, "name": "NVIDIA A100"})
+    generic = tuning.resolve_tuning("atomic", None, fake_facts(queue))
+    assert (generic["wg_u"], generic["wg_v"], generic["groups_per_cu"]) == (32, 4, 64)
+    fam = tuning.resolve_tuning("atomic", None, other)
+    assert (fam["wg_u"], fam["wg_v"], fam["groups_per_cu"]) == (16, 2, 64)      # family over generic
+    dev = tuning.resolve_tuning("atomic", None, h100)
+    assert (dev["wg_u"], dev["wg_v"], dev["groups_per_cu"]) == (16, 8, 5)       # device entry, field by field
+    user = table / "user" / "tuning.toml"
+    user.parent.mkdir()
+    user.write_text('[[devices]]\nname = "H100"\n[devices.atomic]\ngroups_per_cu = 7\n')
+    assert tuning.resolve_tuning("atomic", None, h100)["groups_per_cu"] == 7   # user file over table
+    assert tuning.resolve_tuning("atomic", None, other)["groups_per_cu"] == 64
+    call = tuning.resolve_tuning("atomic", {"groups_per_cu": 9}, h100)
+    assert (call["wg_v"], call["groups_per_cu"]) == (8, 9)                     # per call over all
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[atomic]\nwg_q = 3\n', ["bad.toml", "family", "wg_q"]),
+    ('[atomic]\nwg_u = "wide"\n', ["bad.toml", "wg_u must be int"]),
+    ('[gridding]\nx = 1\n', ["bad.toml", "unknown section [gridding]"]),
+    ('[[devices]]\nname = "X"\n[devices.atomic]\natomic = 3\n', ["bad.toml", "devices[0]", "atomic must be str"]),
+    ('[match]\ncolour = "red"\n', ["bad.toml", "colour"]),
+    ('[atomic\n', ["bad.toml", "not valid TOML"]),
+])
+def test_bad_table_files_name_file_entry_and_key(table, text, words):
+    (table / "bad.toml").write_text(text)
+    with pytest.raises(TuningTableError) as info:
+        tuning.load_entries()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_every_shipped_file_parses_with_known_parameters():
+    entries = tuning.load_entries()
+    sources = {e.source for e in entries}
+    assert {"generic.toml", "nvidia.toml", "amd.toml", "intel_cpu.toml", "pocl.toml", "intel_fpga.toml"} <= sources
+    known = tuning.schema()
+    for e in entries:
+        for section, values in e.params.items():
+            assert set(values) <= set(known[section]), (e.source, e.label)
+
+
+def test_pocl_and_nvidia_pick_their_families(queue):
+    pocl = [e.source for e in tuning.matching_entries(runtime.device_facts(queue.device), include_user=False)]
+    assert pocl == ["generic.toml", "pocl.toml"]
+    nv = [e.source for e in tuning.matching_entries(fake_facts(queue, **H100), include_user=False)]
+    assert nv[:2] == ["generic.toml", "nvidia.toml"]
+    assert tuning.resolve_tuning("atomic", None, fake_facts(queue, **H100))["atomic"] == "ptx"
+
+
+@pytest.mark.parametrize("double", [False, True])
+@pytest.mark.parametrize("local", [False, True])
+@pytest.mark.parametrize("path", atomics.ATOMIC_PATHS)
+def test_every_atomic_path_sums_exactly_under_contention(queue, path, local, double):
+    rate, error, used = atomics.contention_benchmark(queue, path, num_adds=1 << 17, num_addresses=16,
+                                                     local=local, double=double, repeats=1)
+    assert error == 0.0 and rate > 0
+    facts = runtime.device_facts(queue.device)
+    assert used == (path if atomics.atomic_unavailable(path, facts, double) is None else "cas")
+
+
+@pytest.mark.parametrize("path", atomics.ATOMIC_PATHS)
+def test_atomic_gridder_with_each_path_matches_reference(queue, rng, path):
+    n, cell = 64, 4e-3
+    stack = clgrid.KernelStack.w_projection(grid_size=n, cell_size=cell, w_max=60, num_planes=4,
+                                            oversample=4, max_support=8)
+    uvw, vis = random_visibilities(rng, 800, n, cell, 60, npol=2, fill=0.3)   # crowded: contention
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gridder = clgrid.Gridder(n, cell, stack, device=queue, tuning={"atomic": path})
+    fell_back = atomics.atomic_unavailable(path, gridder.strategy.facts, False) is not None
+    assert gridder.strategy.tuning["atomic"] == ("cas" if fell_back else path)
+    assert any("unavailable" in str(w.message) for w in caught) == fell_back
+    ref = clgrid.reference.grid(uvw, vis, n, cell, stack)
+    assert relative_error(gridder.grid(uvw, vis), ref) <= 1e-5
+
+
+def test_unknown_atomic_path_and_oversized_work_group_are_refused(queue):
+    stack = clgrid.KernelStack.w_projection(grid_size=64, cell_size=4e-3, w_max=0, num_planes=1,
+                                            oversample=4, max_support=4)
+    with pytest.raises(TuningTableError, match="unknown atomic path 'magic'"):
+        clgrid.Gridder(64, 4e-3, stack, device=queue, tuning={"atomic": "magic"})
+    big = runtime.device_facts(queue.device).max_work_group_size
+    with pytest.raises(clgrid.DeviceCapabilityError, match="work-group"):
+        clgrid.Gridder(64, 4e-3, stack, device=queue, tuning={"wg_u": big, "wg_v": 2})
+
+
+def test_tuner_end_to_end_on_a_tiny_space(queue, tmp_path, monkeypatch):
+    monkeypatch.setenv("CLGRID_TUNING", str(tmp_path / "tuning.toml"))
+    work = bench.make_workload("uniform", 3000, 128, 3, oversample=4, num_planes=4)
+    space = {"wg_u": [8, 16], "wg_v": [1, 2], "groups_per_cu": [4], "atomic": ["cas", "ptx"]}
+    result = tuner.tune(work, device=queue, space=space, repeats=1, progress=False)
+    assert len(result.timings) == 4                      # "ptx" pruned on PoCL
+    assert result.error <= 1e-5 and result.best_seconds > 0
+    path = tuner.save_user_entry(result, runtime.device_facts(queue.device))
+    assert path == str(tmp_path / "tuning.toml")
+    picked = tuning.resolve_tuning("atomic", None, runtime.device_facts(queue.device))
+    assert {k: picked[k] for k in space} == {k: result.best[k] for k in space}
+    # a failing candidate is skipped, not fatal
+    big = runtime.device_facts(queue.device).max_work_group_size
+    result = tuner.tune(work, device=queue, space={**space, "wg_u": [8, big * 2], "atomic": ["cas"]},
+                        repeats=1, progress=False)
+    assert all(p["wg_u"] == 8 for p, t, _ in result.timings)
+
+
+def test_cli_devices_and_tune_run(queue, tmp_path, capsys):
+    from clgrid import cli
+
+    assert cli.main(["devices"]) == 0
+    assert "tuning entries: generic.toml family, pocl.toml family" in capsys.readouterr().out
+    assert cli.main(["tune", "--device", "pocl", "--quick", "--num-vis", "2000", "--grid-size", "128",
+                     "--support", "2", "--repeats", "1", "--no-save", "--write-table"]) == 0
+    out = capsys.readouterr().out
+    assert "[devices.atomic]" in out and "best on" in out
