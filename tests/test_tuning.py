@@ -41,7 +41,8 @@ def test_precedence_generic_family_device_user_call(table, queue):
         '[[devices]]\nname = "H100"\n[devices.atomic]\nwg_v = 8\ngroups_per_cu = 5\n')
     h100 = fake_facts(queue, **H100)
     other = fake_facts(queue, **{**H100, "name": "NVIDIA A100"})
-    generic = tuning.resolve_tuning("atomic", None, fake_facts(queue))
+    neutral = fake_facts(queue, platform="Other", vendor="Other", type="GPU", name="Other")
+    generic = tuning.resolve_tuning("atomic", None, neutral)
     assert (generic["wg_u"], generic["wg_v"], generic["groups_per_cu"]) == (32, 4, 64)
     fam = tuning.resolve_tuning("atomic", None, other)
     assert (fam["wg_u"], fam["wg_v"], fam["groups_per_cu"]) == (16, 2, 64)      # family over generic
