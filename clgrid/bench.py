@@ -169,6 +169,6 @@ def environment() -> dict:
                         for d in devices()]}
 
 
-def write_json(path, results, env) -> None:
-    Path(path).write_text(json.dumps({"environment": env, "results": [asdict(r) for r in results]},
-                                     indent=1, default=float))
+def write_json(path, results, env, comparison=()) -> None:
+    Path(path).write_text(json.dumps({"environment": env, "results": [asdict(r) for r in results],
+                                      "cpu_libraries": list(comparison)}, indent=1, default=float))

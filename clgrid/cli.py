@@ -60,8 +60,21 @@ def cmd_bench(args) -> int:
     print(bench.HEADER)
     for r in results:
         print(r.row())
+    comparison = []
+    if args.compare_cpu:
+        from .compare import compare_cpu_libraries
+
+        num_vis, grid_size, _ = _sizes(args.quick, args)[0]
+        comparison = compare_cpu_libraries(num_vis * 10, grid_size * 2, device=chosen[0],
+                                           repeats=args.repeats)
+        print(f"\nSame {num_vis * 10:,d} uniform 2-D visibilities, {grid_size * 2}^2 grid, on this machine "
+              f"(error: image vs exact DFT, small case; ratio: clgrid kernel time / library time):")
+        for row in comparison:
+            print(f"  {row['library']:8s} {row['timed']:42s} {row['seconds'] * 1e3:9.2f} ms "
+                  f"{row['vis_per_s'] / 1e6:8.2f} Mvis/s  error {row['error']:.1e}  "
+                  f"ratio {row['clgrid_kernel_time_ratio']:.2f}")
     if args.json:
-        bench.write_json(args.json, results, bench.environment())
+        bench.write_json(args.json, results, bench.environment(), comparison)
         print(f"wrote {args.json}")
     return 1 if any(r.failed for r in results) else 0
 
@@ -114,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--oversample", type=int, default=8)
     b.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up")
     b.add_argument("--json", help="write every number and the environment to this file")
+    b.add_argument("--compare-cpu", action="store_true",
+                   help="also time FINUFFT and ducc0 (when installed) on the same visibilities")
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
