@@ -76,6 +76,10 @@ def cmd_bench(args) -> int:
     if args.json:
         bench.write_json(args.json, results, bench.environment(), comparison)
         print(f"wrote {args.json}")
+        if args.plots:
+            from .plots import plot_file
+
+            print("plots:", ", ".join(plot_file(args.json, args.plots)))
     return 1 if any(r.failed for r in results) else 0
 
 
@@ -127,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--oversample", type=int, default=8)
     b.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up")
     b.add_argument("--json", help="write every number and the environment to this file")
+    b.add_argument("--plots", metavar="DIR", help="with --json: write PNG plots there (needs matplotlib)")
     b.add_argument("--compare-cpu", action="store_true",
                    help="also time FINUFFT and ducc0 (when installed) on the same visibilities")
     b.set_defaults(func=cmd_bench)
