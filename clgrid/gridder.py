@@ -47,13 +47,16 @@ class Gridder:
     tuning : overrides of the tuning table's parameters for this strategy.
     on_dropped : "warn", "raise" or "ignore" for visibilities off the grid or beyond
         the kernel stack (they are counted in ``last_report`` in every case).
+    binary : a precompiled program (from ``clgrid emit`` and an offline compiler such
+        as ``aoc``, or `Strategy.save_binary`) to load instead of building the source;
+        its ``.json`` description must sit beside it and match this call.
     """
 
     methods = tuple(GRIDDING_METHODS)
 
     def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str = "atomic",
                  device=None, precision: str = "single", tuning: dict | None = None,
-                 on_dropped: str = "warn"):
+                 on_dropped: str = "warn", binary=None):
         check_grid_geometry(grid_size, cell_size)
         if not isinstance(kernels, KernelStack):
             raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")
@@ -67,7 +70,8 @@ class Gridder:
         self.method = method
         self.on_dropped = on_dropped
         self.queue = get_queue(device)
-        self.strategy = GRIDDING_METHODS[method](self.queue, self.grid_size, kernels, precision, tuning)
+        self.strategy = GRIDDING_METHODS[method](self.queue, self.grid_size, kernels, precision, tuning,
+                                                 binary)
         self.precision = precision
         self._check_grid_fits(1)
         self._grid_buffers: dict = {}
