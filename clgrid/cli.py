@@ -90,7 +90,7 @@ def cmd_tune(args) -> int:
           f"error {result.error:.1e} against the reference)")
     if args.write_table:
         print(format_entry(tuner.device_match(facts), args.method,
-                           {k: v for k, v in result.best.items() if k != "build_options"},
+                           tuner.strategy_values(result),
                            f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
     if not args.no_save:
         print(f"saved to {tuner.save_user_entry(result, facts, args.output and Path(args.output))}")
