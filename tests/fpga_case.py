@@ -1,12 +1,13 @@
 """A small FPGA gridding + degridding case, and the float64 degridding it must match.
 
 The tests run it on PoCL directly and, as a script, under Oclgrind
-(``oclgrind python3 tests/fpga_case.py OUT.npz SEED``): the child writes inputs and
+(``oclgrind python3 tests/fpga_case.py OUT.npz --seed SEED``): the child writes inputs and
 results to OUT.npz and the test compares them with the references.
 ``direct_degrid`` is a plain float64 loop over footprints; `reference.degrid`, being
 written on another branch, will replace it.
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -41,21 +42,20 @@ def random_inputs(rng, num_vis, npol, stack):
     return uvw, vis, grid
 
 
-def direct_degrid(uvw, grid, stack):
+def direct_degrid(uvw, grid, stack, cell=CELL):
     """vis = sum over each footprint of grid * conj(c), c = K (conj(K) for w > 0), in float64."""
-    npol = grid.shape[0]
+    npol, n = grid.shape[:2]
     samples = flatten_samples(uvw, np.zeros(uvw.shape[:-1] + (npol,), complex))
-    plan = plan_visibilities(samples, N, CELL, stack, on_dropped="raise")
+    plan = plan_visibilities(samples, n, cell, stack, on_dropped="raise")
     out = np.zeros((plan.num_kept, npol), np.complex128)
     os = stack.oversample
     for i in range(plan.num_kept):
-        s = int(plan.support[i])
-        quarter = stack.planes[int(plan.plane[i])]
-        for j in range(-s, s + 1):
-            for k in range(-s, s + 1):
-                c = quarter[abs(int(plan.off_v[i]) + j * os), abs(int(plan.off_u[i]) + k * os)]
-                c = np.conj(c) if plan.conj[i] else c
-                out[i] += grid[:, plan.grid_v[i] + j, plan.grid_u[i] + k] * np.conj(c)
+        s, u, v = int(plan.support[i]), int(plan.grid_u[i]), int(plan.grid_v[i])
+        taps = np.arange(-s, s + 1) * os
+        rows, cols = np.abs(plan.off_v[i] + taps), np.abs(plan.off_u[i] + taps)
+        c = stack.planes[int(plan.plane[i])][np.ix_(rows, cols)]
+        c = np.conj(c) if plan.conj[i] else c
+        out[i] = (grid[:, v - s:v + s + 1, u - s:u + s + 1] * np.conj(c)).sum(axis=(1, 2))
     return out
 
 
@@ -74,11 +74,18 @@ def grid_on_host_zeros(gridder, uvw, vis):
 
 
 if __name__ == "__main__":
-    rng = np.random.default_rng(int(sys.argv[2]))
+    args = argparse.ArgumentParser(description="grid and degrid a random case on Oclgrind, save to OUT")
+    args.add_argument("out")
+    args.add_argument("--seed", type=int, default=0)
+    args.add_argument("--num-vis", type=int, default=40)
+    args.add_argument("--npol", type=int, default=2)
+    args.add_argument("--tile", type=int, default=GRID_TUNING["tile"])
+    args = args.parse_args()
     stack = small_stack()
-    uvw, vis, grid = random_inputs(rng, 40, 2, stack)
-    gridder = clgrid.Gridder(N, CELL, stack, method="fpga", device="oclgrind", tuning=GRID_TUNING,
-                             on_dropped="raise")
-    degridder = FpgaDegridder(N, CELL, stack, device="oclgrind", tuning=DEGRID_TUNING, on_dropped="raise")
-    np.savez(sys.argv[1], uvw=uvw, vis=vis, grid=grid, gridded=grid_on_host_zeros(gridder, uvw, vis),
+    uvw, vis, grid = random_inputs(np.random.default_rng(args.seed), args.num_vis, args.npol, stack)
+    gridder = clgrid.Gridder(N, CELL, stack, method="fpga", device="oclgrind",
+                             tuning={**GRID_TUNING, "tile": args.tile}, on_dropped="raise")
+    degridder = FpgaDegridder(N, CELL, stack, device="oclgrind", tuning={**DEGRID_TUNING, "tile": args.tile},
+                              on_dropped="raise")
+    np.savez(args.out, uvw=uvw, vis=vis, grid=grid, gridded=grid_on_host_zeros(gridder, uvw, vis),
              degridded=degridder.degrid(grid, uvw))

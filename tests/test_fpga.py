@@ -89,7 +89,8 @@ def test_fpga_degridder_is_the_adjoint_of_the_gridder(queue, rng, stack):
 def test_oclgrind_finds_no_memory_errors_races_or_uninitialised_reads(rng, stack, tmp_path):
     seed = int(rng.integers(1 << 31))
     case_script = Path(__file__).with_name("fpga_case.py")
-    run = run_under_oclgrind([sys.executable, case_script, tmp_path / "case.npz", seed], timeout=300)
+    run = run_under_oclgrind([sys.executable, case_script, tmp_path / "case.npz", "--seed", seed],
+                             timeout=300)
     assert run.returncode == 0, run.output[-3000:]
     assert run.diagnostics == []
     case = np.load(tmp_path / "case.npz")
