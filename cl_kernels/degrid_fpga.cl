@@ -10,28 +10,17 @@
     SHIFT_DEPTH steps earlier, and the entries are summed at the end (Intel FPGA SDK
     for OpenCL Best Practices Guide, "Relaxing Loop-Carried Dependency by Inferring
     Shift Registers").  Kernel columns go UNROLL_U per pipeline step.
-    Template variables: double, npol, oversample, grid_size, max_support, tile,
-    unroll_u, shift_depth. #}
-{% include "complex.cl" %}
-#define NPOL {{ npol }}
-#define OVERSAMPLE {{ oversample }}
-#define GRID_SIZE {{ grid_size }}
-#define UNROLL_U {{ unroll_u }}
-#define SHIFT_DEPTH {{ shift_depth }}
-{% include "plan.cl" %}
+    Template variables: those of fpga.cl, and shift_depth. #}
 {% include "fpga.cl" %}
+{% from "fpga.cl" import tile_walk_arguments with context %}
+#define SHIFT_DEPTH {{ shift_depth }}
 
-__kernel SINGLE_WORK_ITEM __attribute__((reqd_work_group_size(1, 1, 1)))
-void degrid_fpga(__global const int4 *restrict plan,          /* [num_vis], tile by tile */
-                 __global const int2 *restrict tile_corner,   /* [num_tiles] first cell (u, v) */
-                 __global const int *restrict tile_first,     /* [num_tiles + 1] into plan */
-                 __global const complex_t *restrict kernels,  /* compacted quarters */
-                 __global const int *restrict kernel_start,   /* [plane] */
-                 __global const int *restrict kernel_side,    /* [plane] */
-                 __global const int *restrict support,        /* [plane] */
-                 __global const complex_t *restrict grid,     /* [NPOL][GRID_SIZE][GRID_SIZE] */
-                 __global complex_t *restrict vis,            /* [num_vis][NPOL] out */
-                 const int num_tiles)
+__kernel SINGLE_WORK_ITEM
+void degrid_fpga(
+{{ tile_walk_arguments() }}
+    __global const complex_t *restrict grid,       /* [NPOL][GRID_SIZE][GRID_SIZE] */
+    __global complex_t *restrict vis,              /* [num_vis][NPOL] out */
+    const int num_tiles)
 {
     __local complex_t patch[NPOL][PADDED * PADDED];
     const complex_t zero = (complex_t)(0, 0);

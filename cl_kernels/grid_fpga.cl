@@ -11,28 +11,17 @@
     i % BANKS, two visibilities that share a copy are BANKS apart (ivdep safelen),
     and within one visibility every footprint cell is distinct (ivdep).  The copies
     are summed at write-out.  Kernel columns go UNROLL_U per pipeline step.
-    Template variables: double, npol, oversample, grid_size, max_support, tile,
-    unroll_u, banks. #}
-{% include "complex.cl" %}
-#define NPOL {{ npol }}
-#define OVERSAMPLE {{ oversample }}
-#define GRID_SIZE {{ grid_size }}
-#define UNROLL_U {{ unroll_u }}
-#define BANKS {{ banks }}
-{% include "plan.cl" %}
+    Template variables: those of fpga.cl, and banks. #}
 {% include "fpga.cl" %}
+{% from "fpga.cl" import tile_walk_arguments with context %}
+#define BANKS {{ banks }}
 
-__kernel SINGLE_WORK_ITEM __attribute__((reqd_work_group_size(1, 1, 1)))
-void grid_fpga(__global const int4 *restrict plan,            /* [num_vis], tile by tile */
-               __global const int2 *restrict tile_corner,     /* [num_tiles] first cell (u, v) */
-               __global const int *restrict tile_first,       /* [num_tiles + 1] into plan */
-               __global const complex_t *restrict kernels,    /* compacted quarters */
-               __global const int *restrict kernel_start,     /* [plane] */
-               __global const int *restrict kernel_side,      /* [plane] */
-               __global const int *restrict support,          /* [plane] */
-               __global complex_t *restrict grid,             /* [NPOL][GRID_SIZE][GRID_SIZE] */
-               __global const complex_t *restrict vis,        /* [num_vis][NPOL], weighted */
-               const int num_tiles)
+__kernel SINGLE_WORK_ITEM
+void grid_fpga(
+{{ tile_walk_arguments() }}
+    __global complex_t *restrict grid,             /* [NPOL][GRID_SIZE][GRID_SIZE] */
+    __global const complex_t *restrict vis,        /* [num_vis][NPOL], weighted */
+    const int num_tiles)
 {
     __local complex_t acc[BANKS][NPOL][PADDED * PADDED];
     const complex_t zero = (complex_t)(0, 0);

@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 
 from .kernels import KernelStack
-from .plan import ON_DROPPED, Plan, check_grid_geometry, flatten_samples, plan_visibilities
+from .plan import Plan, check_arguments, flatten_samples, plan_visibilities
 from .runtime import get_queue
 from .strategies.fpga import FpgaDegridding, FpgaDevicePlan
 
@@ -43,11 +43,7 @@ class FpgaDegridder:
     def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, device=None,
                  precision: str = "single", tuning: dict | None = None, on_dropped: str = "warn",
                  binary=None):
-        check_grid_geometry(grid_size, cell_size)
-        if not isinstance(kernels, KernelStack):
-            raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")
-        if on_dropped not in ON_DROPPED:
-            raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
+        check_arguments(grid_size, cell_size, kernels, on_dropped)
         self.grid_size = int(grid_size)
         self.cell_size = float(cell_size)
         self.kernels = kernels

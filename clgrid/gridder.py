@@ -17,7 +17,7 @@ import pyopencl as cl
 from .runtime import get_queue
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
-from .plan import ON_DROPPED, Plan, check_grid_geometry, flatten_samples, plan_visibilities
+from .plan import Plan, check_arguments, flatten_samples, plan_visibilities
 from .strategies import GRIDDING_METHODS
 from .strategies.base import DevicePlan
 
@@ -57,13 +57,9 @@ class Gridder:
     def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str = "atomic",
                  device=None, precision: str = "single", tuning: dict | None = None,
                  on_dropped: str = "warn", binary=None):
-        check_grid_geometry(grid_size, cell_size)
-        if not isinstance(kernels, KernelStack):
-            raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")
+        check_arguments(grid_size, cell_size, kernels, on_dropped)
         if method not in GRIDDING_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {list(GRIDDING_METHODS)}")
-        if on_dropped not in ON_DROPPED:
-            raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
         self.grid_size = int(grid_size)
         self.cell_size = float(cell_size)
         self.kernels = kernels
