@@ -164,6 +164,15 @@ def test_mismatched_binaries_are_refused_with_the_difference(queue, rng, stack, 
         fpga_gridder(queue, stack, binary=path).grid(uvw, vis)
 
 
+def test_fpga_double_precision_needs_fp64_but_no_atomics(queue, stack):
+    facts = clgrid.runtime.device_facts(queue.device)
+    no_atomics = type(facts)(**{**facts.__dict__, "int64_atomics": False})
+    clgrid.strategies.base.check_precision("double", no_atomics, atomics=False)
+    with pytest.raises(DeviceCapabilityError, match="cl_khr_int64_base_atomics"):
+        clgrid.strategies.base.check_precision("double", no_atomics)
+    assert clgrid.strategies.fpga.FpgaGridding.atomics is False
+
+
 def test_tile_too_large_for_local_memory_is_refused(queue, rng, stack):
     uvw, vis, _ = random_inputs(rng, 10, 1, stack)
     gridder = fpga_gridder(queue, stack, tuning={"tile": 4096, "banks": 4})

@@ -22,13 +22,14 @@ PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.co
 HOST_ONLY_TUNING = ("build_options", "aoc_options", "binary")
 
 
-def check_precision(precision: str, facts) -> None:
+def check_precision(precision: str, facts, atomics: bool = True) -> None:
+    """A known precision the device can do (double: fp64, and 64-bit atomics where used)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
-    if precision == "double" and not (facts.fp64 and facts.int64_atomics):
-        raise DeviceCapabilityError(
-            f"precision='double' needs cl_khr_fp64 and cl_khr_int64_base_atomics; "
-            f"{facts.name} ({facts.platform}) lacks them")
+    if precision == "double" and not (facts.fp64 and (facts.int64_atomics or not atomics)):
+        needs = "cl_khr_fp64 and cl_khr_int64_base_atomics" if atomics else "cl_khr_fp64"
+        raise DeviceCapabilityError(f"precision='double' needs {needs}; {facts.name} ({facts.platform}) "
+                                    f"lacks {'them' if atomics else 'it'}")
 
 
 @dataclass
@@ -68,12 +69,13 @@ class Strategy:
 
     name = ""
     template = ""
+    atomics = True   # whether the kernels use float atomics (64-bit ones in double precision)
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
         self.queue = queue
         self.facts = device_facts(queue.device)
-        check_precision(precision, self.facts)
+        check_precision(precision, self.facts, self.atomics)
         self.precision = precision
         self.real_dtype, self.complex_dtype = PRECISIONS[precision]
         self.grid_size = grid_size

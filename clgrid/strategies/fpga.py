@@ -66,6 +66,7 @@ class FpgaStrategy(Strategy):
 
     kernel_name = ""
     positive_tuning = ("tile", "unroll_u")
+    atomics = False
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
