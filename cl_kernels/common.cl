@@ -1,29 +1,12 @@
-{# Shared helpers: precision, complex arithmetic, float atomic add.
+{# Shared helpers: precision and complex arithmetic (complex.cl), float atomic add.
     Template variables: double (bool), atomic ("cas", "xchg", "ext", "ptx"). #}
+{% include "complex.cl" %}
 {% if double %}
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 {% if atomic == "ext" %}
 #pragma OPENCL EXTENSION cl_ext_float_atomics : enable
 {% endif %}
-typedef double real_t;
-typedef double2 complex_t;
-{% else %}
-typedef float real_t;
-typedef float2 complex_t;
 {% endif %}
-
-/* (a.x + i a.y) * (b.x + i b.y) */
-inline complex_t cmul(complex_t a, complex_t b)
-{
-    return (complex_t)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
-
-/* a * conj(b) */
-inline complex_t cmul_conj(complex_t a, complex_t b)
-{
-    return (complex_t)(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y);
-}
 
 {% macro cas_add(name, space) %}
 /* Add by compare-and-swap on the bit pattern, in {{ space }} memory. */

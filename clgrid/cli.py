@@ -1,17 +1,22 @@
-"""The ``clgrid`` command line: ``clgrid devices``, ``clgrid bench`` and ``clgrid tune``."""
+"""The ``clgrid`` command line: ``clgrid devices``, ``bench``, ``tune`` and ``emit``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
+
+import numpy as np
 
 from tqdm import tqdm
 
 from . import bench
+from .binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
+from .kernels import KernelStack, quarter_size
 from .runtime import device_facts, devices, get_queue, select_device
 from .tuning import format_entry, matching_entries
-from .strategies import GRIDDING_METHODS
+from .strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
 
 
 def cmd_devices(args) -> int:
@@ -107,10 +112,43 @@ def cmd_tune(args) -> int:
           f"error {result.error:.1e} against the reference)")
     if args.write_table:
         print(format_entry(tuner.device_match(facts), args.method,
-                           {k: v for k, v in result.best.items() if k != "build_options"},
+                           tuner.strategy_values(result),
                            f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
     if not args.no_save:
         print(f"saved to {tuner.save_user_entry(result, facts, args.output and Path(args.output))}")
+    return 0
+
+
+def _tuning_overrides(pairs) -> dict:
+    """``KEY=VALUE`` pairs, each value read as TOML (``tile=64``, ``binary="x.aocx"``)."""
+    overrides = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--tuning takes KEY=VALUE, got {pair!r}")
+        overrides[key.strip()] = tomllib.loads(f"value = {value}")["value"]
+    return overrides
+
+
+def cmd_emit(args) -> int:
+    methods = DEGRIDDING_METHODS if args.degrid else GRIDDING_METHODS
+    if args.method not in methods:
+        print(f"clgrid emit: no {'degridding' if args.degrid else 'gridding'} method {args.method!r}; "
+              f"choose one of {list(methods)}", file=sys.stderr)
+        return 2
+    try:
+        facts = (offline_target(args.target, args.platform) if args.target
+                 else device_facts(select_device(args.device)))
+        # A stand-in stack with the real one's oversampling and widest support: all a program bakes in.
+        q = quarter_size(args.max_support, args.oversample)
+        stack = KernelStack.from_arrays([np.zeros((q, q))], [args.max_support], args.oversample, 0.0)
+        source, description = emit_program(methods[args.method], facts, args.precision, args.npol,
+                                           args.grid_size, stack, args.output,
+                                           _tuning_overrides(args.tuning))
+    except Exception as exc:
+        print(f"clgrid emit: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {source} and {description} (for {facts.name}, {facts.platform})")
     return 0
 
 
@@ -152,6 +190,28 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--output", help="user tuning file to write (default: $CLGRID_TUNING or the user config)")
     t.add_argument("--no-save", action="store_true", help="measure and print only")
     t.set_defaults(func=cmd_tune)
+
+    e = sub.add_parser("emit", help="write a strategy's OpenCL source and the parameters baked into it, "
+                                    "for an offline compiler such as aoc")
+    e.add_argument("--method", default="fpga", help="strategy (default: fpga)")
+    e.add_argument("--degrid", action="store_true", help="the degridding kernel of --method")
+    e.add_argument("--target", help="device name the tuning table is matched against, such as "
+                                    "'Arria 10', 'Stratix 10' (instead of a device here)")
+    e.add_argument("--platform", default=INTEL_FPGA_PLATFORM,
+                   help=f"platform name of --target (default: {INTEL_FPGA_PLATFORM}; the emulator is "
+                        f"'Intel(R) FPGA Emulation Platform for OpenCL(TM)')")
+    e.add_argument("--device", help="a device here to emit for, by name (default: the default device)")
+    e.add_argument("--precision", choices=["single", "double"], default="single")
+    e.add_argument("--npol", type=int, choices=[1, 2, 4], default=1)
+    e.add_argument("--grid-size", type=int, required=True, help="grid side N")
+    e.add_argument("--oversample", type=int, default=8, help="the kernel stack's oversampling")
+    e.add_argument("--max-support", type=int, required=True,
+                   help="the kernel stack's widest support (KernelStack.max_support)")
+    e.add_argument("--tuning", action="append", metavar="KEY=VALUE",
+                   help="override a tuning parameter (repeatable; value in TOML syntax)")
+    e.add_argument("-o", "--output", required=True,
+                   help="the .cl file to write; its description goes beside it as .json")
+    e.set_defaults(func=cmd_emit)
     return parser
 
 

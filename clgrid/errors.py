@@ -15,3 +15,7 @@ class KernelBuildError(ClgridError, RuntimeError):
 
 class DroppedVisibilitiesError(ClgridError, ValueError):
     """Visibilities fell off the grid or beyond the kernel stack and `on_dropped="raise"`."""
+
+
+class BinaryMismatchError(ClgridError, ValueError):
+    """A precompiled program was built for other parameters than the call needs."""

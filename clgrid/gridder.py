@@ -17,7 +17,7 @@ import pyopencl as cl
 from .runtime import get_queue
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
-from .plan import ON_DROPPED, Plan, check_grid_geometry, flatten_samples, plan_visibilities
+from .plan import Plan, check_arguments, flatten_samples, plan_visibilities
 from .strategies import GRIDDING_METHODS
 from .strategies.base import DevicePlan
 
@@ -47,27 +47,27 @@ class Gridder:
     tuning : overrides of the tuning table's parameters for this strategy.
     on_dropped : "warn", "raise" or "ignore" for visibilities off the grid or beyond
         the kernel stack (they are counted in ``last_report`` in every case).
+    binary : a precompiled program (from ``clgrid emit`` and an offline compiler such
+        as ``aoc``, or `Strategy.save_binary`) to load instead of building the source;
+        its ``.json`` description must sit beside it and match this call.
     """
 
     methods = tuple(GRIDDING_METHODS)
 
     def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str = "atomic",
                  device=None, precision: str = "single", tuning: dict | None = None,
-                 on_dropped: str = "warn"):
-        check_grid_geometry(grid_size, cell_size)
-        if not isinstance(kernels, KernelStack):
-            raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")
+                 on_dropped: str = "warn", binary=None):
+        check_arguments(grid_size, cell_size, kernels, on_dropped)
         if method not in GRIDDING_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {list(GRIDDING_METHODS)}")
-        if on_dropped not in ON_DROPPED:
-            raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
         self.grid_size = int(grid_size)
         self.cell_size = float(cell_size)
         self.kernels = kernels
         self.method = method
         self.on_dropped = on_dropped
         self.queue = get_queue(device)
-        self.strategy = GRIDDING_METHODS[method](self.queue, self.grid_size, kernels, precision, tuning)
+        self.strategy = GRIDDING_METHODS[method](self.queue, self.grid_size, kernels, precision, tuning,
+                                                 binary)
         self.precision = precision
         self._check_grid_fits(1)
         self._grid_buffers: dict = {}

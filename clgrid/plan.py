@@ -19,7 +19,7 @@ from .errors import DroppedVisibilitiesError
 from .kernels import KernelStack, offset_range
 
 __all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Plan", "flatten_samples",
-           "grid_indices", "plan_visibilities", "check_grid_geometry"]
+           "grid_indices", "plan_visibilities", "check_grid_geometry", "check_arguments"]
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
 ON_DROPPED = ("warn", "raise", "ignore")
@@ -42,6 +42,15 @@ def check_grid_geometry(grid_size, cell_size):
     if not (isinstance(cell_size, (float, int, np.floating, np.integer)) and np.isfinite(cell_size)
             and cell_size > 0):
         raise ValueError(f"cell_size must be a positive finite number of radians, got {cell_size!r}")
+
+
+def check_arguments(grid_size, cell_size, kernels, on_dropped) -> None:
+    """What every gridder and degridder is constructed with: geometry, stack, `on_dropped`."""
+    check_grid_geometry(grid_size, cell_size)
+    if not isinstance(kernels, KernelStack):
+        raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")
+    if on_dropped not in ON_DROPPED:
+        raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
 
 
 @dataclass

@@ -23,9 +23,9 @@ from . import reference
 from .atomics import atomic_unavailable
 from .gridder import Gridder, kernel_seconds
 from .runtime import device_facts, get_queue
-from .tuning import format_entry, resolve_tuning, tune_space, user_tuning_path
+from .tuning import format_entry, resolve_tuning, schema, tune_space, user_tuning_path
 
-__all__ = ["TuneResult", "candidates", "tune", "save_user_entry"]
+__all__ = ["TuneResult", "candidates", "tune", "save_user_entry", "strategy_values"]
 
 # SIMD width to prune work-groups to, by device type (NVIDIA warps, AMD wavefronts).
 SIMD_WIDTH = {"nvidia": 32, "amd": 64}
@@ -102,6 +102,12 @@ def tune(workload, device=None, strategy: str = "atomic", space: dict | None = N
     return TuneResult(strategy, facts.name, resolve_tuning(strategy, best, facts), best_t, error, timings)
 
 
+def strategy_values(result: TuneResult) -> dict:
+    """The winner's values of the strategy's own section (not ``[common]``), for a table entry."""
+    common = schema().get("common", {})
+    return {k: v for k, v in result.best.items() if k not in common}
+
+
 def device_match(facts) -> dict:
     """Match keys that pick out exactly this device type in a tuning file."""
     return {"platform": facts.platform, "name": "^" + re.escape(facts.name) + "$"}
@@ -111,7 +117,7 @@ def save_user_entry(result: TuneResult, facts, path=None) -> str:
     """Add or replace this device's entry for the strategy in the user tuning file."""
     path = path or user_tuning_path()
     match = device_match(facts)
-    params = {k: v for k, v in result.best.items() if k != "build_options"}
+    params = strategy_values(result)
     kept = []
     if path.is_file():
         with open(path, "rb") as f:

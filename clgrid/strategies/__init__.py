@@ -1,4 +1,5 @@
-"""Gridding strategies: each a small class saying which template to render and how to launch.
+"""Gridding and degridding strategies: each a small class saying which template to render
+and how to launch.
 
 A strategy receives a `Plan` already on the device (`DevicePlan`) and a zeroed grid
 buffer; everything else (validation, planning, transfers, reports) is the
@@ -6,7 +7,9 @@ buffer; everything else (validation, planning, transfers, reports) is the
 """
 
 from .atomic import AtomicGridding
+from .fpga import FpgaDegridding, FpgaGridding
 
-GRIDDING_METHODS = {"atomic": AtomicGridding}
+GRIDDING_METHODS = {"atomic": AtomicGridding, "fpga": FpgaGridding}
+DEGRIDDING_METHODS = {"fpga": FpgaDegridding}
 
-__all__ = ["GRIDDING_METHODS"]
+__all__ = ["GRIDDING_METHODS", "DEGRIDDING_METHODS"]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
 
 from ..atomics import ATOMIC_PATHS, atomic_unavailable, build_options_for
+from ..binaries import load_binary, program_description, save_binary
 from ..codegen import build_program, render
 from ..errors import DeviceCapabilityError, KernelBuildError
 from ..runtime import device_facts
@@ -16,15 +18,18 @@ from ..kernels import KernelStack
 from ..tuning import TuningTableError, resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
+# Tuning values for the host, not the device compiler: they never reach a template.
+HOST_ONLY_TUNING = ("build_options", "aoc_options", "binary")
 
 
-def check_precision(precision: str, facts) -> None:
+def check_precision(precision: str, facts, atomics: bool = True) -> None:
+    """A known precision the device can do (double: fp64, and 64-bit atomics where used)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
-    if precision == "double" and not (facts.fp64 and facts.int64_atomics):
-        raise DeviceCapabilityError(
-            f"precision='double' needs cl_khr_fp64 and cl_khr_int64_base_atomics; "
-            f"{facts.name} ({facts.platform}) lacks them")
+    if precision == "double" and not (facts.fp64 and (facts.int64_atomics or not atomics)):
+        needs = "cl_khr_fp64 and cl_khr_int64_base_atomics" if atomics else "cl_khr_fp64"
+        raise DeviceCapabilityError(f"precision='double' needs {needs}; {facts.name} ({facts.platform}) "
+                                    f"lacks {'them' if atomics else 'it'}")
 
 
 @dataclass
@@ -56,15 +61,21 @@ class DeviceKernelStack:
 
 
 class Strategy:
-    """Base of all strategies: resolves tuning and renders/builds the template once."""
+    """Base of all strategies: resolves tuning and renders/builds the template once.
+
+    ``binary`` (or the tuning table's ``binary``, where the strategy has one) is a
+    precompiled program to load instead of building the source (`clgrid.binaries`).
+    """
 
     name = ""
     template = ""
+    atomics = True   # whether the kernels use float atomics (64-bit ones in double precision)
 
-    def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None):
+    def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
+                 binary=None):
         self.queue = queue
         self.facts = device_facts(queue.device)
-        check_precision(precision, self.facts)
+        check_precision(precision, self.facts, self.atomics)
         self.precision = precision
         self.real_dtype, self.complex_dtype = PRECISIONS[precision]
         self.grid_size = grid_size
@@ -72,6 +83,7 @@ class Strategy:
         self.tuning = resolve_tuning(self.name, tuning, self.facts)
         self._check_work_group()
         self._choose_atomic_path()
+        self.binary = binary or self.tuning.get("binary") or None
         self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
         self._kernels = {}
 
@@ -93,10 +105,16 @@ class Strategy:
         return DevicePlan(cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
                           cl.Buffer(self.queue.context, ro, hostbuf=vis), plan.num_kept)
 
+    @classmethod
+    def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size: int,
+                           kernels: KernelStack) -> dict:
+        """The template variables: everything a program of this strategy is specialised for."""
+        params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
+        return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
+                    grid_size=grid_size)
+
     def template_params(self, npol: int) -> dict:
-        params = {k: v for k, v in self.tuning.items() if k != "build_options"}
-        return dict(params, double=self.precision == "double", npol=npol,
-                    oversample=self.kernels.oversample, grid_size=self.grid_size)
+        return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
 
     def _choose_atomic_path(self) -> None:
         """Replace an atomic path the device lacks by compare-and-swap, saying so."""
@@ -109,10 +127,23 @@ class Strategy:
                           stacklevel=4)
             self.tuning["atomic"] = "cas"
 
-    def _build(self, npol: int) -> cl.Program:
+    def _source(self, npol: int) -> tuple[str, dict]:
+        """The rendered program for ``npol`` polarisations and its `program_description`."""
         params = self.template_params(npol)
-        options = tuple(self.tuning["build_options"]) + build_options_for(params.get("atomic", ""))
-        return build_program(self.queue.context, render(self.template, **params), options)
+        source = render(self.template, **params)
+        return source, program_description(self.name, self.template, params, source)
+
+    def _build(self, npol: int) -> cl.Program:
+        source, description = self._source(npol)
+        if self.binary:
+            return load_binary(self.queue.context, self.binary, description)
+        options = tuple(self.tuning["build_options"]) + build_options_for(self.tuning.get("atomic", ""))
+        return build_program(self.queue.context, source, options)
+
+    def save_binary(self, npol: int, path) -> Path:
+        """Build the program for ``npol`` polarisations and write its device binary to ``path``,
+        described beside it, ready for ``binary=`` on this device and runtime."""
+        return save_binary(self._build(npol), path, self._source(npol)[1])
 
     def kernel(self, name: str, npol: int) -> cl.Kernel:
         """OpenCL kernel ``name`` of the strategy's program for ``npol`` polarisations.

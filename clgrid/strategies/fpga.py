@@ -1,0 +1,163 @@
+"""FPGA strategies (Intel FPGA SDK for OpenCL): single work-item gridding and
+degridding that keep a tile of the grid on chip.
+
+Seed 000 (memo 74): FPGA gridding is limited by global memory bandwidth and
+layout.  So one pipeline, launched as one work-item, walks the visibilities tile
+by tile, sorted here on the host (then by w-plane, so a tile reads one kernel
+plane after another): the gridder accumulates each tile plus a kernel-wide halo
+on chip and adds it to the global grid once; the degridder reads each tile plus
+halo once.  Nothing else touches the grid, so there are no atomics.  On any other
+OpenCL device the same kernels run as a functional emulation (one work-item, the
+same results), which is how they are tested here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from ..errors import DeviceCapabilityError
+from ..kernels import KernelStack
+from ..plan import Plan
+from .base import DevicePlan, Strategy
+
+
+@dataclass
+class TileOrder:
+    """The kept visibilities of a plan grouped by the tile that holds their grid cell.
+
+    ``order`` lists them tile by tile, by w-plane within a tile; tile ``t`` (one
+    that has visibilities) starts at grid cell ``corners[t]`` (u, v) and holds
+    ``order[first[t]:first[t + 1]]``.
+    """
+
+    order: np.ndarray
+    corners: np.ndarray
+    first: np.ndarray
+
+    @classmethod
+    def of(cls, plan: Plan, tile: int) -> "TileOrder":
+        tiles_u = -(-plan.grid_size // tile)
+        key = (plan.grid_v // tile).astype(np.int64) * tiles_u + plan.grid_u // tile
+        order = np.lexsort((plan.plane, key))
+        keys, starts = np.unique(key[order], return_index=True)
+        corners = np.column_stack([keys % tiles_u, keys // tiles_u]) * tile
+        return cls(order, corners.astype(np.int32), np.append(starts, order.size).astype(np.int32))
+
+    @property
+    def num_tiles(self) -> int:
+        return int(self.corners.shape[0])
+
+
+@dataclass
+class FpgaDevicePlan(DevicePlan):
+    """A plan on the device in tile order: ``vis`` row i is visibility ``order[i]`` of the plan."""
+
+    corners: cl.Buffer
+    first: cl.Buffer
+    num_tiles: int
+    order: np.ndarray
+
+
+class FpgaStrategy(Strategy):
+    """What both FPGA kernels share: one work-item, a tile order, a tile plus halo on chip."""
+
+    kernel_name = ""
+    positive_tuning = ("tile", "unroll_u")
+    atomics = False
+
+    def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
+                 binary=None):
+        super().__init__(queue, grid_size, kernels, precision, tuning, binary)
+        for key in self.positive_tuning:
+            if self.tuning[key] < 1:
+                raise ValueError(f"{self.name}: tuning parameter {key!r} must be >= 1, "
+                                 f"got {self.tuning[key]}")
+
+    def local_size(self) -> tuple:
+        return (1, 1)
+
+    @classmethod
+    def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
+        """The FPGA kernels also bake in the halo: the stack's widest support."""
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels),
+                    max_support=kernels.max_support)
+
+    @property
+    def padded_side(self) -> int:
+        """Side of the on-chip tile: the tile plus a halo of the widest support on each side."""
+        return self.tuning["tile"] + 2 * self.kernels.max_support
+
+    def on_chip_tiles(self) -> int:
+        """How many padded tiles per polarisation the kernel keeps in local memory."""
+        return 1
+
+    def _check_on_chip(self, npol: int) -> None:
+        side = self.padded_side
+        need = self.on_chip_tiles() * npol * side * side * np.dtype(self.complex_dtype).itemsize
+        if need > self.facts.local_memory:
+            raise DeviceCapabilityError(
+                f"{self.name}: {self.on_chip_tiles() * npol} on-chip tiles of {side}^2 cells "
+                f"(tile {self.tuning['tile']} plus a halo of {self.kernels.max_support}) need "
+                f"{need} bytes of local memory; {self.facts.name} has {self.facts.local_memory}: "
+                f"lower the tuning parameter 'tile'")
+
+    def _device_plan(self, plan: Plan, tiles: TileOrder, vis: cl.Buffer) -> FpgaDevicePlan:
+        """The plan on the device in tile order, with ``vis`` already in that order."""
+        context = self.queue.context
+        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        packed = np.ascontiguousarray(plan.packed()[tiles.order])
+        return FpgaDevicePlan(cl.Buffer(context, ro, hostbuf=packed), vis, plan.num_kept,
+                              cl.Buffer(context, ro, hostbuf=tiles.corners),
+                              cl.Buffer(context, ro, hostbuf=tiles.first), tiles.num_tiles, tiles.order)
+
+    def _launch(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> cl.Event:
+        """Run the strategy's kernel as a single work-item over every tile of ``plan``."""
+        self._check_on_chip(npol)
+        k = self.device_kernels
+        return self.kernel(self.kernel_name, npol)(
+            self.queue, (1,), (1,), plan.packed, plan.corners, plan.first, k.values, k.starts, k.sides,
+            k.supports, grid_buffer, plan.vis, np.int32(plan.num_tiles), wait_for=wait_for)
+
+
+class FpgaGridding(FpgaStrategy):
+    """Gridding into a banked on-chip tile, added to the grid once per tile (grid_fpga.cl)."""
+
+    name = "fpga"
+    template = "grid_fpga.cl"
+    kernel_name = "grid_fpga"
+    positive_tuning = FpgaStrategy.positive_tuning + ("banks",)
+
+    def on_chip_tiles(self) -> int:
+        return self.tuning["banks"]
+
+    def upload(self, plan: Plan, samples) -> FpgaDevicePlan:
+        tiles = TileOrder.of(plan, self.tuning["tile"])
+        vis = np.ascontiguousarray(samples.vis[plan.sample[tiles.order]], self.complex_dtype)
+        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        return self._device_plan(plan, tiles, cl.Buffer(self.queue.context, ro, hostbuf=vis))
+
+    def grid(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> cl.Event:
+        """Enqueue the gridding of ``plan`` into ``grid_buffer`` (zeroed); returns the event."""
+        return self._launch(plan, npol, grid_buffer, wait_for)
+
+
+class FpgaDegridding(FpgaStrategy):
+    """Degridding from an on-chip copy of each tile, a shift register per sum (degrid_fpga.cl)."""
+
+    name = "degrid_fpga"
+    template = "degrid_fpga.cl"
+    kernel_name = "degrid_fpga"
+    positive_tuning = FpgaStrategy.positive_tuning + ("shift_depth",)
+
+    def upload(self, plan: Plan, samples=None) -> FpgaDevicePlan:
+        """The plan in tile order, with room for its visibilities (the output)."""
+        out = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE,
+                        plan.num_kept * plan.npol * np.dtype(self.complex_dtype).itemsize)
+        return self._device_plan(plan, TileOrder.of(plan, self.tuning["tile"]), out)
+
+    def degrid(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
+        """Enqueue the degridding of ``plan`` from ``grid_buffer``; returns the events."""
+        return [self._launch(plan, npol, grid_buffer, wait_for)]
