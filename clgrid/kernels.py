@@ -240,20 +240,35 @@ class KernelStack:
             out[p, :plane.shape[0], :plane.shape[1]] = plane
         return out
 
-    def compact(self):
-        """Planes back to back, each Q_p x Q_p row-major (seed 003 §3.5's compacted stack).
+    def compact(self, phase_major: bool = False):
+        """Planes back to back, row-major (seed 003 §3.5's compacted stack).
 
         Returns ``(values, starts, sides)``: complex128 flat array, int32 start of
-        each plane in it, int32 Q_p of each plane.  Sample ``[iy, ix]`` of plane p is
-        ``values[starts[p] + iy * sides[p] + ix]``.
+        each plane in it, int32 stored row length of each plane.  Sample ``[iy, ix]``
+        of plane p is ``values[starts[p] + iy * sides[p] + ix]``.
+
+        With ``phase_major`` each row is stored as ``oversample`` runs of
+        ``sides[p] // oversample`` samples (zero-padded), run r holding ix = r,
+        r + oversample, r + 2 oversample, ...: the samples of taps one cell apart,
+        which neighbouring work-items read, are then adjacent in memory.  Sample
+        ``[iy, ix]`` is at ``starts[p] + iy * sides[p] + (ix % os) * (sides[p] // os) + ix // os``.
         """
-        sides = self.quarter_sizes
-        sizes = sides.astype(np.int64) ** 2
+        rows = [self._phase_major(p) if phase_major else p for p in self.planes]
+        sides = np.array([r.shape[1] for r in rows], np.int32)
+        sizes = np.array([r.size for r in rows], np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         if sizes.sum() >= 2 ** 31:
             raise ValueError("kernel stack too large for 32-bit offsets")
-        values = np.concatenate([p.ravel() for p in self.planes])
+        values = np.concatenate([r.ravel() for r in rows])
         return values, starts.astype(np.int32), sides
+
+    def _phase_major(self, plane: np.ndarray) -> np.ndarray:
+        """One quarter with each row regrouped by oversample phase (see `compact`)."""
+        os = self.oversample
+        run = -(-plane.shape[1] // os)
+        padded = np.zeros((plane.shape[0], run * os), plane.dtype)
+        padded[:, :plane.shape[1]] = plane
+        return padded.reshape(plane.shape[0], run, os).transpose(0, 2, 1).reshape(plane.shape[0], -1)
 
     def weight_sums(self) -> np.ndarray:
         """Sum of Re(kernel) over the support for every plane and oversample offset.

@@ -11,6 +11,7 @@ from ..codegen import build_program, render
 from ..runtime import device_facts
 from ..errors import DeviceCapabilityError
 from ..kernels import KernelStack
+from ..plan import Plan, Samples
 from ..tuning import resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
@@ -27,7 +28,8 @@ def check_precision(precision: str, facts) -> None:
 
 @dataclass
 class DevicePlan:
-    """A plan's per-visibility arrays on the device."""
+    """A plan's per-visibility arrays on the device: ``vis`` is the input when gridding and
+    the output (num_vis, npol) when degridding, in the plan's order."""
 
     packed: cl.Buffer
     vis: cl.Buffer
@@ -36,7 +38,7 @@ class DevicePlan:
 
 @dataclass
 class DeviceKernelStack:
-    """`KernelStack.compact()` uploaded in one precision."""
+    """`KernelStack.compact()` uploaded in one precision, row-major or phase-major."""
 
     values: cl.Buffer
     starts: cl.Buffer
@@ -44,8 +46,9 @@ class DeviceKernelStack:
     supports: cl.Buffer
 
     @classmethod
-    def upload(cls, context, kernels: KernelStack, complex_dtype) -> "DeviceKernelStack":
-        values, starts, sides = kernels.compact()
+    def upload(cls, context, kernels: KernelStack, complex_dtype, phase_major: bool = False
+               ) -> "DeviceKernelStack":
+        values, starts, sides = kernels.compact(phase_major)
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         return cls(cl.Buffer(context, ro, hostbuf=values.astype(complex_dtype)),
                    cl.Buffer(context, ro, hostbuf=starts),
@@ -58,6 +61,7 @@ class Strategy:
 
     name = ""
     template = ""
+    phase_major_kernels = False  # kernel rows regrouped by oversample phase (KernelStack.compact)
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None):
         self.queue = queue
@@ -68,19 +72,31 @@ class Strategy:
         self.grid_size = grid_size
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, queue.device)
-        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
+        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype,
+                                                       self.phase_major_kernels)
         self._kernels = {}
 
-    def upload(self, plan, samples) -> DevicePlan:
-        """Put a plan's visibilities on the device (strategies may add arrays of their own)."""
+    def arrange(self, plan: Plan, samples: Samples) -> Plan:
+        """The strategy's own planning step, such as an order of the visibilities (none here)."""
+        return plan
+
+    def upload(self, plan: Plan, samples: Samples) -> DevicePlan:
+        """Put a plan on the device with the weighted visibilities when gridding, or room for
+        them when degridding (``samples.vis`` is None); strategies may add arrays of their own."""
+        context = self.queue.context
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        vis = np.ascontiguousarray(samples.vis[plan.sample], self.complex_dtype)
-        return DevicePlan(cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
-                          cl.Buffer(self.queue.context, ro, hostbuf=vis), plan.num_kept)
+        if samples.vis is None:
+            vis = cl.Buffer(context, cl.mem_flags.READ_WRITE,
+                            plan.num_kept * plan.npol * np.dtype(self.complex_dtype).itemsize)
+        else:
+            vis = cl.Buffer(context, ro, hostbuf=np.ascontiguousarray(samples.vis[plan.sample],
+                                                                       self.complex_dtype))
+        return DevicePlan(cl.Buffer(context, ro, hostbuf=plan.packed()), vis, plan.num_kept)
 
     def template_params(self, npol: int) -> dict:
         return dict(double=self.precision == "double", atomic="cas", npol=npol,
-                    oversample=self.kernels.oversample, grid_size=self.grid_size, **self.tuning)
+                    oversample=self.kernels.oversample, grid_size=self.grid_size,
+                    phase_major_kernels=self.phase_major_kernels, **self.tuning)
 
     def kernel(self, name: str, npol: int) -> cl.Kernel:
         """OpenCL kernel ``name`` of the strategy's program for ``npol`` polarisations."""
