@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels import KernelStack
-from .plan import Plan, check_grid, flatten_positions, flatten_samples, plan_visibilities
+from .plan import (Plan, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
+                   plan_visibilities)
 
 __all__ = ["grid", "grid_plan", "degrid", "degrid_plan"]
 
@@ -90,6 +91,7 @@ def degrid(grid, uvw, grid_size: int, cell_size: float, kernels: KernelStack, fl
     ``freqs``; flagged, off-grid and beyond-stack samples are 0 and counted in the
     report (``return_report=True``).
     """
+    check_grid_geometry(grid_size, cell_size)
     grid = check_grid(grid, grid_size)
     samples = flatten_positions(uvw, grid.shape[0], flags, freqs)
     plan = plan_visibilities(samples, grid_size, cell_size, kernels, on_dropped, done="degridded")
