@@ -105,3 +105,17 @@ class Strategy:
             source = render(self.template, **self.template_params(npol))
             self._kernels[key] = cl.Kernel(build_program(self.queue.context, source), name)
         return self._kernels[key]
+
+    def require_positive(self, *names: str) -> None:
+        """Tuning parameters that count things must be >= 1."""
+        for name in names:
+            if self.tuning[name] < 1:
+                raise ValueError(f"tuning parameter {name!r} of {self.name!r} must be >= 1, "
+                                 f"got {self.tuning[name]}")
+
+    def check_local_memory(self, nbytes: int, advice: str) -> None:
+        """Refuse a launch whose local memory the device does not have, saying what to lower."""
+        if nbytes > self.facts.local_memory:
+            raise DeviceCapabilityError(
+                f"{self.name} needs {nbytes / 1024:.1f} KiB of local memory; {self.facts.name} has "
+                f"{self.facts.local_memory / 1024:.1f} KiB ({advice})")
