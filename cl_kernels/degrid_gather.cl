@@ -1,12 +1,13 @@
 {# Gather degridder, seed 001's fastest: a team of LANES work-items per visibility
     gathers grid * conj(weight) over the footprint and reduces.  The team strides
     through the footprint row-major, several points per work-item, so neighbouring
-    work-items read neighbouring grid cells and (phase-major kernel rows) neighbouring
-    kernel samples; each kernel sample is read once per visibility for all
-    polarisations.  TEAMS teams share a work-group, and each team finishes BATCH
-    consecutive visibilities (sorted by w-plane and cell on the host) before one
-    batched local-memory reduction; with sub-groups the team is a sub-group and each
-    visibility is reduced in registers instead.
+    work-items read neighbouring grid cells and neighbouring kernel samples (kernels
+    by offset: one contiguous table per visibility); each kernel sample is read once
+    per visibility for all polarisations, and the conjugation for w > 0 is applied
+    once per visibility, not per point.  TEAMS teams share a work-group, and each team
+    finishes BATCH consecutive visibilities (sorted by w-plane and cell on the host)
+    before one batched local-memory reduction; with sub-groups the team is a
+    sub-group and each visibility is reduced in registers instead.
     Template variables: double, atomic, npol, oversample, grid_size, lanes_per_vis,
     teams_per_group, vis_per_batch, points_per_item, subgroups. #}
 {% include "common.cl" %}
@@ -21,8 +22,8 @@
 #define BATCH {{ vis_per_batch }}
 #define VALUES (BATCH * NPOL)
 #define POINTS_PER_ITEM {{ points_per_item }}
-#define PHASE_MAJOR_KERNELS
 {% include "plan.cl" %}
+{% include "kernel_taps.cl" %}
 {% include "reduce.cl" %}
 
 /* Footprint walk of one work-item: tap (j, k) and the row-major step to its next point. */
@@ -32,14 +33,26 @@ typedef struct {
     int s, width;
 } footprint_walk;
 
-/* Add grid * conj(weight) at the current tap to acc, then step. */
-inline void gather_point(footprint_walk *w, planned_vis p, __global const complex_t *restrict kernels,
-                         int start, int side, __global const complex_t *corner[NPOL], complex_t acc[NPOL])
+/* Sum of grid * conj(weight) with no branch per point: for stored kernel samples K,
+   `same` collects (g.x K.x, g.y K.y) and `cross` (g.y K.x, g.x K.y); finish_sum makes
+   them sum g conj(K) (w <= 0, weight K) or sum g K (w > 0, weight conj(K)). */
+inline complex_t finish_sum(complex_t same, complex_t cross, int conjugate)
 {
-    const complex_t c = kernel_sample(kernels, start, side, p, w->j, w->k);
-    const int cell = (w->j + w->s) * GRID_SIZE + (w->k + w->s);
-    for (int pol = 0; pol < NPOL; ++pol)
-        acc[pol] += cmul_conj(corner[pol][cell], c);
+    return conjugate ? (complex_t)(same.x - same.y, cross.y + cross.x)
+                     : (complex_t)(same.x + same.y, cross.x - cross.y);
+}
+
+/* Add the products at the current tap, then step. */
+inline void gather_point(footprint_walk *w, kernel_taps taps, __global const complex_t *restrict kernels,
+                         __global const complex_t *centre[NPOL], complex_t same[NPOL], complex_t cross[NPOL])
+{
+    const complex_t c = kernels[tap_index(taps, w->j, w->k)];
+    const int cell = w->j * GRID_SIZE + w->k;
+    for (int pol = 0; pol < NPOL; ++pol) {
+        const complex_t g = centre[pol][cell];
+        same[pol] += g * c;
+        cross[pol] += g.yx * c;
+    }
     w->k += w->step_k;
     w->j += w->step_j;
     if (w->k > w->s) {
@@ -50,30 +63,34 @@ inline void gather_point(footprint_walk *w, planned_vis p, __global const comple
 
 /* This work-item's share of visibility p: the footprint points lane, lane + lanes, ...
    in row-major order, POINTS_PER_ITEM of them per step so their loads are in flight
-   together; sum of grid * conj(weight) added to acc per polarisation. */
-inline void gather_share(planned_vis p, int s, int lane, int lanes,
-                         __global const complex_t *restrict kernels, int start, int side,
-                         __global const complex_t *restrict grid, complex_t acc[NPOL])
+   together; its partial sum of grid * conj(weight) per polarisation goes to out. */
+inline void gather_share(planned_vis p, int s, int plane_start, int lane, int lanes,
+                         __global const complex_t *restrict kernels,
+                         __global const complex_t *restrict grid, complex_t out[NPOL])
 {
-    __global const complex_t *corner[NPOL];       /* footprint corner (-s, -s) per polarisation */
-    for (int pol = 0; pol < NPOL; ++pol)
-        corner[pol] = grid + (size_t)pol * GRID_SIZE * GRID_SIZE
-                      + (size_t)(p.grid_v - s) * GRID_SIZE + (p.grid_u - s);
+    __global const complex_t *centre[NPOL];       /* the visibility's cell, per polarisation */
+    complex_t same[NPOL], cross[NPOL];
+    for (int pol = 0; pol < NPOL; ++pol) {
+        centre[pol] = grid + ((size_t)pol * GRID_SIZE + p.grid_v) * GRID_SIZE + p.grid_u;
+        same[pol] = cross[pol] = (complex_t)(0, 0);
+    }
+    const kernel_taps taps = taps_of(p, s, plane_start);
     const int width = 2 * s + 1, points = width * width;
     footprint_walk w = {lane / width - s, lane % width - s, lanes / width, lanes % width, s, width};
     int t = lane;
     for (; t + (POINTS_PER_ITEM - 1) * lanes < points; t += POINTS_PER_ITEM * lanes)
         for (int q = 0; q < POINTS_PER_ITEM; ++q)
-            gather_point(&w, p, kernels, start, side, corner, acc);
+            gather_point(&w, taps, kernels, centre, same, cross);
     for (; t < points; t += lanes)
-        gather_point(&w, p, kernels, start, side, corner, acc);
+        gather_point(&w, taps, kernels, centre, same, cross);
+    for (int pol = 0; pol < NPOL; ++pol)
+        out[pol] = finish_sum(same[pol], cross[pol], p.conjugate);
 }
 
 __kernel __attribute__((reqd_work_group_size(LANES * TEAMS, 1, 1)))
 void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], sorted or not */
-                   __global const complex_t *restrict kernels,  /* compacted, phase-major quarters */
+                   __global const complex_t *restrict kernels,  /* tables by offset */
                    __global const int *restrict kernel_start,   /* [plane] */
-                   __global const int *restrict kernel_side,    /* [plane] */
                    __global const int *restrict support,        /* [plane] */
                    __global const complex_t *restrict grid,     /* [NPOL][GRID_SIZE][GRID_SIZE] */
                    __global complex_t *restrict vis,            /* [num_vis][NPOL], plan order */
@@ -88,10 +105,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
         for (int i = first; i < min(first + BATCH, num_vis); ++i) {
             const planned_vis p = decode_plan(plan[i]);
             complex_t acc[NPOL];
-            for (int pol = 0; pol < NPOL; ++pol)
-                acc[pol] = (complex_t)(0, 0);
-            gather_share(p, support[p.plane], lane, lanes, kernels, kernel_start[p.plane],
-                         kernel_side[p.plane], grid, acc);
+            gather_share(p, support[p.plane], kernel_start[p.plane], lane, lanes, kernels, grid, acc);
             for (int pol = 0; pol < NPOL; ++pol) {
                 const complex_t total = (complex_t)(sub_group_reduce_add(acc[pol].x),
                                                     sub_group_reduce_add(acc[pol].y));
@@ -112,8 +126,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
                 acc[pol] = (complex_t)(0, 0);
             if (team_first + r < num_vis) {
                 const planned_vis p = decode_plan(plan[team_first + r]);
-                gather_share(p, support[p.plane], lane, LANES, kernels, kernel_start[p.plane],
-                             kernel_side[p.plane], grid, acc);
+                gather_share(p, support[p.plane], kernel_start[p.plane], lane, LANES, kernels, grid, acc);
             }
             for (int pol = 0; pol < NPOL; ++pol)
                 partials[team][(r * NPOL + pol) * LANES + lane] = acc[pol];

@@ -15,8 +15,8 @@
 #define GRID_SIZE {{ grid_size }}
 #define BATCH {{ vis_per_batch }}
 #define VALUES (BATCH * NPOL)
-#define PHASE_MAJOR_KERNELS
 {% include "plan.cl" %}
+{% include "kernel_taps.cl" %}
 {% include "reduce.cl" %}
 
 /* The point = `point` (mod window) in [lo, lo + window).  A track moves by about a cell
@@ -38,9 +38,8 @@ inline int place(int residue, int lo, int window)
 
 __kernel void degrid_moving_window(
     __global const int4 *restrict plan,          /* [num_vis], track by track, in time order */
-    __global const complex_t *restrict kernels,  /* compacted, phase-major quarters */
+    __global const complex_t *restrict kernels,  /* tables by offset */
     __global const int *restrict kernel_start,   /* [plane] */
-    __global const int *restrict kernel_side,    /* [plane] */
     __global const int *restrict support,        /* [plane] */
     __global const complex_t *restrict grid,     /* [NPOL][GRID_SIZE][GRID_SIZE] */
     __global complex_t *restrict vis,            /* [num_vis][NPOL], plan order, zeroed */
@@ -80,10 +79,10 @@ __kernel void degrid_moving_window(
                         held_u = u;
                         held_v = v;
                     }
-                    const complex_t c = kernel_sample(kernels, kernel_start[p.plane],
-                                                      kernel_side[p.plane], p, j, k);
+                    const complex_t c = kernels[tap_index(taps_of(p, s, kernel_start[p.plane]), j, k)];
+                    const complex_t weight = p.conjugate ? (complex_t)(c.x, -c.y) : c;
                     for (int pol = 0; pol < NPOL; ++pol)
-                        part[pol] = cmul_conj(held[pol], c);
+                        part[pol] = cmul_conj(held[pol], weight);
                 }
             }
             for (int pol = 0; pol < NPOL; ++pol)

@@ -18,27 +18,14 @@ inline planned_vis decode_plan(int4 packed)
     return p;
 }
 
-/* Where quarter sample ix lies in a stored row of `side` samples: row-major, or with
-   PHASE_MAJOR_KERNELS defined before this file, regrouped by oversample phase so that
-   taps a cell apart are neighbours in memory (KernelStack.compact(phase_major=True)). */
-inline int kernel_column(int ix, int side)
-{
-#ifdef PHASE_MAJOR_KERNELS
-    return (ix % OVERSAMPLE) * (side / OVERSAMPLE) + ix / OVERSAMPLE;
-#else
-    return ix;
-#endif
-}
-
 /* Kernel sample for tap (j, k) of a visibility, from the compacted quarter layout
-   (KernelStack.compact): the D2 symmetry folds taps onto |offset + tap * OS|.
-   The result is the weight gridding multiplies by (conjugated for w > 0). */
+   (KernelStack.compact): the D2 symmetry folds taps onto |offset + tap * OS|. */
 inline complex_t kernel_sample(__global const complex_t *restrict kernels, int start, int side,
                                planned_vis p, int j, int k)
 {
     const int iy = abs(p.off_v + j * OVERSAMPLE);
     const int ix = abs(p.off_u + k * OVERSAMPLE);
-    complex_t c = kernels[start + iy * side + kernel_column(ix, side)];
+    complex_t c = kernels[start + iy * side + ix];
     if (p.conjugate)
         c.y = -c.y;
     return c;

@@ -240,35 +240,43 @@ class KernelStack:
             out[p, :plane.shape[0], :plane.shape[1]] = plane
         return out
 
-    def compact(self, phase_major: bool = False):
-        """Planes back to back, row-major (seed 003 §3.5's compacted stack).
+    def compact(self):
+        """Planes back to back, each Q_p x Q_p row-major (seed 003 §3.5's compacted stack).
 
         Returns ``(values, starts, sides)``: complex128 flat array, int32 start of
-        each plane in it, int32 stored row length of each plane.  Sample ``[iy, ix]``
-        of plane p is ``values[starts[p] + iy * sides[p] + ix]``.
-
-        With ``phase_major`` each row is stored as ``oversample`` runs of
-        ``sides[p] // oversample`` samples (zero-padded), run r holding ix = r,
-        r + oversample, r + 2 oversample, ...: the samples of taps one cell apart,
-        which neighbouring work-items read, are then adjacent in memory.  Sample
-        ``[iy, ix]`` is at ``starts[p] + iy * sides[p] + (ix % os) * (sides[p] // os) + ix // os``.
+        each plane in it, int32 Q_p of each plane.  Sample ``[iy, ix]`` of plane p is
+        ``values[starts[p] + iy * sides[p] + ix]``.
         """
-        rows = [self._phase_major(p) if phase_major else p for p in self.planes]
-        sides = np.array([r.shape[1] for r in rows], np.int32)
-        sizes = np.array([r.size for r in rows], np.int64)
+        sides = self.quarter_sizes
+        sizes = sides.astype(np.int64) ** 2
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         if sizes.sum() >= 2 ** 31:
             raise ValueError("kernel stack too large for 32-bit offsets")
-        values = np.concatenate([r.ravel() for r in rows])
+        values = np.concatenate([p.ravel() for p in self.planes])
         return values, starts.astype(np.int32), sides
 
-    def _phase_major(self, plane: np.ndarray) -> np.ndarray:
-        """One quarter with each row regrouped by oversample phase (see `compact`)."""
-        os = self.oversample
-        run = -(-plane.shape[1] // os)
-        padded = np.zeros((plane.shape[0], run * os), plane.dtype)
-        padded[:, :plane.shape[1]] = plane
-        return padded.reshape(plane.shape[0], run, os).transpose(0, 2, 1).reshape(plane.shape[0], -1)
+    def by_offset(self):
+        """Every plane unfolded to its full (2s+1)^2 kernel, one table per oversample offset.
+
+        Returns ``(values, starts)``: complex128 flat array and int32 start of each
+        plane in it.  Plane p, with support s and W = 2s+1, holds ``(R+1)^2`` tables,
+        ``R = offset_range(oversample)``, one per ``(|off_v|, |off_u|)``, each W x W
+        row-major: entry ``[jj, kk]`` of table ``(a, b)`` is the quarter sample
+        ``[|a + (jj-s) os|, |b + (kk-s) os|]``.  A visibility's taps are then one
+        contiguous table (read backwards along an axis whose offset is negative, by
+        the D2 symmetry), so neighbouring work-items read neighbouring samples and a
+        tap's index is two multiply-adds.  About (R+1)^2 / (os/2)^2 times the quarters.
+        """
+        r = offset_range(self.oversample)
+        tables = []
+        for plane, s in zip(self.planes, self.supports):
+            idx = np.abs(np.arange(r + 1)[:, None] + np.arange(-s, s + 1)[None, :] * self.oversample)
+            tables.append(plane[idx[:, None, :, None], idx[None, :, None, :]])   # [a, b, jj, kk]
+        sizes = np.array([t.size for t in tables], np.int64)
+        if sizes.sum() >= 2 ** 31:
+            raise ValueError("kernel stack too large for 32-bit offsets")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
+        return np.concatenate([t.ravel() for t in tables]), starts
 
     def weight_sums(self) -> np.ndarray:
         """Sum of Re(kernel) over the support for every plane and oversample offset.

@@ -232,13 +232,18 @@ def test_degridder_refuses_bad_arguments(queue, rng, stack):
             greedy.degrid(grid, uvw)
 
 
-def test_phase_major_rows_hold_the_quarter_samples(stack):
-    values, starts, sides = stack.compact(phase_major=True)
-    os = stack.oversample
+def test_kernels_by_offset_hold_every_tap_of_the_quarters(stack):
+    values, starts = stack.by_offset()
+    os, r = stack.oversample, clgrid.kernels.offset_range(stack.oversample)
     for p, plane in enumerate(stack.planes):
-        q = plane.shape[0]
-        assert sides[p] % os == 0 and q <= sides[p] < q + os
-        iy, ix = np.mgrid[:q, :q]
-        at = starts[p] + iy * sides[p] + (ix % os) * (sides[p] // os) + ix // os
-        np.testing.assert_array_equal(values[at], plane)
-    assert values.size == sum(q.shape[0] * s for q, s in zip(stack.planes, sides))
+        s = int(stack.supports[p])
+        width = 2 * s + 1
+        end = starts[p + 1] if p + 1 < stack.num_planes else values.size
+        assert end - starts[p] == (r + 1) ** 2 * width ** 2
+        for off_v, off_u in [(0, 0), (-r, r), (r, -1), (-2, -3)]:
+            # the index arithmetic of cl_kernels/kernel_taps.cl
+            centre = starts[p] + (abs(off_v) * (r + 1) + abs(off_u)) * width ** 2 + s * width + s
+            row, col = (-width if off_v < 0 else width), (-1 if off_u < 0 else 1)
+            j, k = np.mgrid[-s:s + 1, -s:s + 1]
+            expected = plane[np.abs(off_v + j * os), np.abs(off_u + k * os)]
+            np.testing.assert_array_equal(values[centre + j * row + k * col], expected)

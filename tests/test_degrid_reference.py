@@ -50,7 +50,7 @@ def direct_degrid(grid, uvw_l, stack, flags):
 
 def test_reference_matches_a_direct_loop(rng, stack):
     freqs = np.array([1.0e8, 1.3e8])
-    uvw, _ = random_visibilities(rng, 40, N, CELL, 120)
+    uvw, _ = random_visibilities(rng, 40, N, CELL, 120, fill=0.6)
     uvw_m = uvw * (SPEED_OF_LIGHT / 1.3e8)             # in range at both frequencies
     uvw_m[0, 0] = 1e6                                  # off the grid
     uvw_m[1, 2] = 1e6                                  # beyond the last w-plane

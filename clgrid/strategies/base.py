@@ -38,21 +38,26 @@ class DevicePlan:
 
 @dataclass
 class DeviceKernelStack:
-    """`KernelStack.compact()` uploaded in one precision, row-major or phase-major."""
+    """A `KernelStack` on the device in one precision and one layout: ``"compact"``
+    quarters (`KernelStack.compact`) or tables ``"by_offset"`` (`KernelStack.by_offset`,
+    which has no ``sides``)."""
 
     values: cl.Buffer
     starts: cl.Buffer
-    sides: cl.Buffer
+    sides: cl.Buffer | None
     supports: cl.Buffer
 
     @classmethod
-    def upload(cls, context, kernels: KernelStack, complex_dtype, phase_major: bool = False
+    def upload(cls, context, kernels: KernelStack, complex_dtype, layout: str = "compact"
                ) -> "DeviceKernelStack":
-        values, starts, sides = kernels.compact(phase_major)
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        if layout == "compact":
+            values, starts, sides = kernels.compact()
+            sides = cl.Buffer(context, ro, hostbuf=sides)
+        else:
+            (values, starts), sides = kernels.by_offset(), None
         return cls(cl.Buffer(context, ro, hostbuf=values.astype(complex_dtype)),
-                   cl.Buffer(context, ro, hostbuf=starts),
-                   cl.Buffer(context, ro, hostbuf=sides),
+                   cl.Buffer(context, ro, hostbuf=starts), sides,
                    cl.Buffer(context, ro, hostbuf=kernels.supports.astype(np.int32)))
 
 
@@ -61,7 +66,7 @@ class Strategy:
 
     name = ""
     template = ""
-    phase_major_kernels = False  # kernel rows regrouped by oversample phase (KernelStack.compact)
+    kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack)
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None):
         self.queue = queue
@@ -73,7 +78,7 @@ class Strategy:
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, queue.device)
         self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype,
-                                                       self.phase_major_kernels)
+                                                       self.kernel_layout)
         self._kernels = {}
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
@@ -95,8 +100,7 @@ class Strategy:
 
     def template_params(self, npol: int) -> dict:
         return dict(double=self.precision == "double", atomic="cas", npol=npol,
-                    oversample=self.kernels.oversample, grid_size=self.grid_size,
-                    phase_major_kernels=self.phase_major_kernels, **self.tuning)
+                    oversample=self.kernels.oversample, grid_size=self.grid_size, **self.tuning)
 
     def kernel(self, name: str, npol: int) -> cl.Kernel:
         """OpenCL kernel ``name`` of the strategy's program for ``npol`` polarisations."""

@@ -17,7 +17,7 @@ class GatherDegridding(Strategy):
 
     name = "degrid_gather"
     template = "degrid_gather.cl"
-    phase_major_kernels = True
+    kernel_layout = "by_offset"
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None):
         super().__init__(queue, grid_size, kernels, precision, tuning)
@@ -57,5 +57,5 @@ class GatherDegridding(Strategy):
         k = self.device_kernels
         return [self.kernel("degrid_gather", npol)(
             self.queue, (groups * self.group_size,), (self.group_size,),
-            plan.packed, k.values, k.starts, k.sides, k.supports, grid_buffer, plan.vis,
+            plan.packed, k.values, k.starts, k.supports, grid_buffer, plan.vis,
             np.int32(plan.num_vis), wait_for=wait_for)]

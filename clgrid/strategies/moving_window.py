@@ -56,7 +56,7 @@ class MovingWindowDegridding(Strategy):
 
     name = "degrid_moving_window"
     template = "degrid_moving_window.cl"
-    phase_major_kernels = True
+    kernel_layout = "by_offset"
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None):
         super().__init__(queue, grid_size, kernels, precision, tuning)
@@ -96,7 +96,7 @@ class MovingWindowDegridding(Strategy):
             lx, ly, tx, ty = tile_window(launch.window, t["group_u"], max_items)
             events.append(kernel(
                 self.queue, (tx * lx, ty * ly, launch.num_segments), (lx, ly, 1),
-                plan.packed, k.values, k.starts, k.sides, k.supports, grid_buffer, plan.vis,
+                plan.packed, k.values, k.starts, k.supports, grid_buffer, plan.vis,
                 launch.segments, np.int32(launch.window), cl.LocalMemory(values * lx * ly * itemsize),
                 wait_for=events[:1]))
         return events
