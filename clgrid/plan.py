@@ -29,9 +29,9 @@ ON_DROPPED = ("warn", "raise", "ignore")
 def round_half_away(x: np.ndarray) -> np.ndarray:
     """C's round(): nearest integer, halves away from zero (numpy rounds halves to even)."""
     x = np.asarray(x, np.float64)
-    whole = np.trunc(x)
-    frac = x - whole  # exact in binary floating point
-    return whole + np.sign(x) * (np.abs(frac) >= 0.5)
+    nearest = np.rint(x)                          # halves to even
+    half = np.abs(x - nearest) == 0.5             # exact in binary floating point
+    return np.where(half, x + np.copysign(0.5, x), nearest)
 
 
 def check_grid_geometry(grid_size, cell_size):
