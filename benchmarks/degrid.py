@@ -8,11 +8,11 @@ against `clgrid.reference.degrid` on a subset:
   kernel  seed 001 "Dependence on GCF size": 8192^2 grid, 1 M uniform points, one
           w-plane (seed 001 degrids one GCF), kernels 9^2 .. 511^2, gather sorted and
           unsorted, single and double precision
-  wproj   the same at 33^2 with 32 w-planes: sorting by plane matters here
-  tuning  gather parameters at 33^2, sorted, single: data for the tuning table
-  tracks  MeerKAT tracks, 1 M points, 32 w-planes: moving window against gather
   points  seed 001 "Dependence on token size": 1e3 .. 1e8 points at 33^2, sorted,
           single and double (1e8: single only), capped by device memory
+  wproj   1 M points at 33^2 with 32 w-planes: sorting by plane matters here
+  tracks  MeerKAT tracks, 1 M points, 32 w-planes: moving window against gather
+  tuning  gather parameters one at a time at 33^2, sorted, single: for the tuning table
 
     python3 benchmarks/degrid.py --device nvidia --out DIR   # about 5 minutes on an H100
     python3 benchmarks/degrid.py --quick --out DIR           # under a minute on PoCL
@@ -40,7 +40,7 @@ from clgrid.operation import kernel_seconds  # noqa: E402
 from clgrid.runtime import device_facts, get_queue  # noqa: E402
 
 OVERSAMPLE = 8
-ERROR_POINTS = 30_000_000   # footprint points the float64 reference may spend per workload
+ERROR_POINTS = 10_000_000   # footprint points the float64 reference may spend per workload
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Case:
     support: int
     num_planes: int
     tuning: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)
     degridded: int = 0
     repeats: int = 0
     median_s: float = float("nan")
@@ -70,12 +71,11 @@ class Case:
     def label(self) -> str:
         name = self.method + ("+sort" if self.method == "gather" and self.sort else "")
         if self.sweep == "tuning":
-            t = self.tuning
-            name += f" {t['lanes_per_vis']}x{t['teams_per_group']} b{t['vis_per_batch']} p{t['points_per_item']}"
+            name += " " + (" ".join(f"{TUNING_NAMES[k]}={v}" for k, v in self.overrides.items()) or "defaults")
         return name
 
     def row(self) -> str:
-        head = (f"{self.sweep:7s} {self.label():26s} {self.precision[:6]:6s} {self.dataset:7s} "
+        head = (f"{self.sweep:7s} {self.label():30s} {self.precision[:6]:6s} {self.dataset:7s} "
                 f"{self.num_planes:>3d} {self.num_vis:>10,d} {2 * self.support + 1:>4d}^2")
         if self.note and not self.degridded:
             return f"{head}  {self.note}"
@@ -83,36 +83,47 @@ class Case:
                 f"{self.grid_point_reads_per_s / 1e9:>9.1f} {self.error:>9.1e}  {self.note}")
 
 
-HEADER = (f"{'sweep':7s} {'method':26s} {'prec':6s} {'dataset':7s} {'wp':>3s} {'vis':>10s} "
+HEADER = (f"{'sweep':7s} {'method':30s} {'prec':6s} {'dataset':7s} {'wp':>3s} {'vis':>10s} "
           f"{'kernel':>6s} {'median ms':>10s} {'Mvis/s':>9s} {'Gread/s':>9s} {'rel.err':>9s}")
 
 
+TUNING_NAMES = {"lanes_per_vis": "lanes", "teams_per_group": "teams", "vis_per_batch": "batch",
+                "points_per_item": "points", "sort_tile": "tile", "groups_per_cu": "groups/cu"}
+
+
+def tuning_overrides(quick: bool) -> list:
+    """Gather parameters one or two at a time around the table's defaults."""
+    if quick:
+        return [{}, dict(sort_tile=1, lanes_per_vis=8, teams_per_group=4, points_per_item=2)]
+    return ([{}] + [dict(sort_tile=t) for t in (1, 16, 64, 256)]
+            + [dict(lanes_per_vis=lanes, teams_per_group=teams)
+               for lanes, teams in ((16, 4), (32, 1), (32, 4), (64, 1), (128, 1))]
+            + [dict(vis_per_batch=b) for b in (2, 8, 16)]
+            + [dict(points_per_item=q) for q in (1, 2, 8)]
+            + [dict(groups_per_cu=g) for g in (16, 32, 256)])
+
+
 def plan_cases(quick: bool) -> list:
-    """The sweeps, cheapest first within each; the 1e8-point case comes last."""
+    """The sweeps in order of importance (the budget skips what is left at the end)."""
     cases = []
-    supports = [4, 8, 16] if quick else [4, 8, 16, 32, 64, 128, 255]
     n = 5_000 if quick else 1_000_000
-    for support in supports:
+    for support in ([4, 8, 16] if quick else [4, 8, 16, 32, 64, 128, 255]):
         for precision in ("single", "double"):
             for sort in (True, False):
                 cases.append(Case("kernel", "gather", sort, precision, "uniform", n, support, 1))
-    for sort in (True, False):
-        cases.append(Case("wproj", "gather", sort, "single", "uniform", n, 8 if quick else 16, 32))
-    shapes = [(32, 2, 4, 4), (8, 4, 4, 2)] if quick else [
-        (lanes, teams, batch, points) for lanes, teams in ((32, 1), (32, 2), (32, 4), (64, 1), (64, 2))
-        for batch, points in ((4, 4), (8, 2))] + [(16, 4, 4, 4), (128, 1, 4, 4)]
-    for lanes, teams, batch, points in shapes:
-        cases.append(Case("tuning", "gather", True, "single", "uniform", n, 8 if quick else 16, 1,
-                          tuning=dict(lanes_per_vis=lanes, teams_per_group=teams, vis_per_batch=batch,
-                                      points_per_item=points)))
-    for support in ([4, 8] if quick else [8, 16, 32]):
-        for method in ("gather", "moving_window"):
-            cases.append(Case("tracks", method, True, "single", "tracks", n, support, 32))
     for exponent in ([3, 4] if quick else [3, 4, 5, 6, 7]):
         for precision in (("single",) if quick else ("single", "double")):
             cases.append(Case("points", "gather", True, precision, "uniform", 10 ** exponent, 16, 1))
-    if not quick:   # about a minute of host planning: single precision only, last
+    if not quick:   # about a minute of host planning: single precision only
         cases.append(Case("points", "gather", True, "single", "uniform", 10 ** 8, 16, 1))
+    for sort in (True, False):
+        cases.append(Case("wproj", "gather", sort, "single", "uniform", n, 8 if quick else 16, 32))
+    for support in ([4, 8] if quick else [8, 16, 32]):
+        for method in ("gather", "moving_window"):
+            cases.append(Case("tracks", method, True, "single", "tracks", n, support, 32))
+    for overrides in tuning_overrides(quick):
+        cases.append(Case("tuning", "gather", True, "single", "uniform", n, 8 if quick else 16, 1,
+                          overrides=overrides))
     return cases
 
 
@@ -176,7 +187,7 @@ def run_case(case: Case, workloads: Workloads, queue, repeats: int, deadline: fl
         if need > 0.7 * facts.global_memory or case.num_vis * 16 > facts.max_allocation:
             case.note = f"skipped: needs {need / 2**30:.1f} GiB of device memory"
             return case
-        tuning = dict(case.tuning, sort=case.sort) if case.method == "gather" else dict(case.tuning)
+        tuning = dict(case.overrides, sort=case.sort) if case.method == "gather" else dict(case.overrides)
         degridder = clgrid.Degridder(workloads.grid_size, cell_size, kernels, method=case.method,
                                      device=queue, precision=case.precision, tuning=tuning,
                                      on_dropped="ignore")

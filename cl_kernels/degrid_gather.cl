@@ -21,6 +21,7 @@
 #define TEAMS {{ teams_per_group }}
 #define BATCH {{ vis_per_batch }}
 #define VALUES (BATCH * NPOL)
+#define GROUP_VIS (TEAMS * BATCH)         /* visibilities per pass of a work-group */
 #define POINTS_PER_ITEM {{ points_per_item }}
 {% include "plan.cl" %}
 {% include "kernel_taps.cl" %}
@@ -72,7 +73,7 @@ inline void gather_share(planned_vis p, int s, int plane_start, int lane, int la
     complex_t same[NPOL], cross[NPOL];
     for (int pol = 0; pol < NPOL; ++pol) {
         centre[pol] = grid + ((size_t)pol * GRID_SIZE + p.grid_v) * GRID_SIZE + p.grid_u;
-        same[pol] = cross[pol] = (complex_t)(0, 0);
+        same[pol] = cross[pol] = (complex_t)(0);
     }
     const kernel_taps taps = taps_of(p, s, plane_start);
     const int width = 2 * s + 1, points = width * width;
@@ -96,13 +97,20 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
                    __global complex_t *restrict vis,            /* [num_vis][NPOL], plan order */
                    const int num_vis)
 {
+    /* Each work-group takes one contiguous run of passes over the visibilities (sorted
+       neighbours stay on one compute unit, sharing its cache); a pass is GROUP_VIS of them. */
+    const int group = get_group_id(0), groups = get_num_groups(0);
+    const int passes = (num_vis + GROUP_VIS - 1) / GROUP_VIS;
+    const int per_group = (passes + groups - 1) / groups;
+    const int last_pass = min(passes, (group + 1) * per_group);
 {% if subgroups %}
     /* one sub-group per visibility: reduced in registers, no barriers */
     const int lane = get_sub_group_local_id(), lanes = get_sub_group_size();
-    const int teams = get_num_sub_groups();
-    for (int first = (get_group_id(0) * teams + get_sub_group_id()) * BATCH; first < num_vis;
-         first += get_num_groups(0) * teams * BATCH) {
-        for (int i = first; i < min(first + BATCH, num_vis); ++i) {
+    const int team_vis = (GROUP_VIS + get_num_sub_groups() - 1) / get_num_sub_groups();
+    for (int pass = group * per_group; pass < last_pass; ++pass) {
+        const int first = pass * GROUP_VIS + get_sub_group_id() * team_vis;
+        const int end = min(min(first + team_vis, (pass + 1) * GROUP_VIS), num_vis);
+        for (int i = first; i < end; ++i) {
             const planned_vis p = decode_plan(plan[i]);
             complex_t acc[NPOL];
             gather_share(p, support[p.plane], kernel_start[p.plane], lane, lanes, kernels, grid, acc);
@@ -117,13 +125,12 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
 {% else %}
     __local complex_t partials[TEAMS][VALUES * LANES];
     const int lane = get_local_id(0) % LANES, team = get_local_id(0) / LANES;
-    for (int first = get_group_id(0) * TEAMS * BATCH; first < num_vis;
-         first += get_num_groups(0) * TEAMS * BATCH) {
-        const int team_first = first + team * BATCH;
+    for (int pass = group * per_group; pass < last_pass; ++pass) {
+        const int team_first = pass * GROUP_VIS + team * BATCH;
         for (int r = 0; r < BATCH; ++r) {
             complex_t acc[NPOL];
             for (int pol = 0; pol < NPOL; ++pol)
-                acc[pol] = (complex_t)(0, 0);
+                acc[pol] = (complex_t)(0);
             if (team_first + r < num_vis) {
                 const planned_vis p = decode_plan(plan[team_first + r]);
                 gather_share(p, support[p.plane], kernel_start[p.plane], lane, LANES, kernels, grid, acc);

@@ -65,7 +65,7 @@ __kernel void degrid_moving_window(
         for (int r = 0; r < BATCH; ++r) {
             complex_t part[NPOL];
             for (int pol = 0; pol < NPOL; ++pol)
-                part[pol] = (complex_t)(0, 0);
+                part[pol] = (complex_t)(0);
             if (owner && done + r < segment.y) {
                 const planned_vis p = decode_plan(plan[segment.x + done + r]);
                 const int s = support[p.plane];

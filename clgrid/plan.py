@@ -296,11 +296,22 @@ class Plan:
 _PER_VISIBILITY = ("sample", "grid_u", "grid_v", "off_u", "off_v", "plane", "conj", "support")
 
 
-def sorted_by_cell(plan: Plan) -> Plan:
+def sorted_by_cell(plan: Plan, tile: int = 1) -> Plan:
     """The plan ordered by (w-plane, grid_v, grid_u), stably: neighbouring visibilities
-    then read the same kernel plane and overlapping grid rows (seed 001, "Input ordering")."""
-    n = np.int64(plan.grid_size)
-    key = (plan.plane.astype(np.int64) * n + plan.grid_v) * n + plan.grid_u
+    then read the same kernel plane and overlapping grid rows (seed 001, "Input ordering").
+
+    With ``tile`` > 1 the cells are taken tile by tile (``tile`` x ``tile`` cells, rows
+    of tiles, row-major inside a tile), so that consecutive visibilities also overlap
+    along u; ``tile=1`` is the plain (plane, grid_v, grid_u) order.
+    """
+    if tile < 1:
+        raise ValueError(f"tile must be >= 1, got {tile}")
+    tiles_per_row = np.int64(-(-plan.grid_size // tile))
+    v, u = plan.grid_v.astype(np.int64), plan.grid_u.astype(np.int64)
+    in_tile = (v % tile) * tile + u % tile
+    tile_index = (v // tile) * tiles_per_row + u // tile
+    cells_per_plane = tiles_per_row * tiles_per_row * tile * tile
+    key = plan.plane.astype(np.int64) * cells_per_plane + tile_index * (tile * tile) + in_tile
     return plan.take(np.argsort(key, kind="stable"))
 
 

@@ -102,8 +102,9 @@ def test_degridder_with_channels_in_metres(queue, rng, stack, method):
 
 @pytest.mark.parametrize("tuning", [
     {"sort": False},
-    {"sort": True, "lanes_per_vis": 8, "teams_per_group": 3, "vis_per_batch": 5, "points_per_item": 3},
-    {"sort": False, "lanes_per_vis": 64, "teams_per_group": 1, "vis_per_batch": 1, "points_per_item": 1},
+    {"sort": True, "sort_tile": 1, "lanes_per_vis": 8, "teams_per_group": 3, "vis_per_batch": 5,
+     "points_per_item": 3, "groups_per_cu": 1},
+    {"sort": True, "lanes_per_vis": 64, "teams_per_group": 1, "vis_per_batch": 1, "points_per_item": 1},
 ])
 def test_gather_tuning_and_order_change_nothing_but_speed(queue, rng, stack, tuning):
     uvw = rng.permutation(tracks(rng, 30, 20).reshape(-1, 3))      # any order at all
@@ -111,9 +112,20 @@ def test_gather_tuning_and_order_change_nothing_but_speed(queue, rng, stack, tun
     degridder = clgrid.Degridder(N, CELL, stack, device=queue, precision="double", tuning=tuning)
     vis, _ = degrid_poisoned(degridder, grid, uvw)
     check(vis, clgrid.reference.degrid(grid, uvw, N, CELL, stack), "double")
-    order = degridder.prepare(uvw, 4).plan
-    key = (order.plane.astype(np.int64) * N + order.grid_v) * N + order.grid_u
-    assert np.all(np.diff(key) >= 0) == tuning["sort"]
+    plan, tile = degridder.prepare(uvw, 4).plan, degridder.strategy.tuning["sort_tile"]
+    order = np.lexsort((plan.grid_u % tile, plan.grid_v % tile, plan.grid_u // tile,
+                        plan.grid_v // tile, plan.plane))
+    assert np.array_equal(order, np.arange(plan.num_kept)) == tuning["sort"]
+
+
+def test_gather_with_subgroup_reductions_where_the_device_has_them(queue, rng, stack):
+    if "cl_khr_subgroups" not in queue.device.extensions.split():
+        pytest.skip(f"{queue.device.name} has no cl_khr_subgroups (PoCL's CPU device has none)")
+    uvw = tracks(rng, 20, 20).reshape(-1, 3)
+    grid = random_grid(rng, 2)
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue, tuning={"reduction": "subgroup"})
+    vis, _ = degrid_poisoned(degridder, grid, uvw)
+    check(vis, clgrid.reference.degrid(grid, uvw, N, CELL, stack), "single")
 
 
 @pytest.mark.parametrize("tuning", [

@@ -23,7 +23,7 @@ class GatherDegridding(Strategy):
         super().__init__(queue, grid_size, kernels, precision, tuning)
         t = self.tuning
         self.require_positive("lanes_per_vis", "teams_per_group", "vis_per_batch", "points_per_item",
-                              "groups_per_cu")
+                              "groups_per_cu", "sort_tile")
         if t["reduction"] not in REDUCTIONS:
             raise ValueError(f"tuning parameter 'reduction' must be one of {REDUCTIONS}, "
                              f"got {t['reduction']!r}")
@@ -39,8 +39,8 @@ class GatherDegridding(Strategy):
         return self.tuning["lanes_per_vis"] * self.tuning["teams_per_group"]
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
-        """Sorted by (w-plane, grid_v, grid_u) when the ``sort`` tuning parameter says so."""
-        return sorted_by_cell(plan) if self.tuning["sort"] else plan
+        """Sorted by w-plane and cell (in tiles of ``sort_tile`` cells) when ``sort`` says so."""
+        return sorted_by_cell(plan, self.tuning["sort_tile"]) if self.tuning["sort"] else plan
 
     def template_params(self, npol: int) -> dict:
         return dict(super().template_params(npol), subgroups=self.tuning["reduction"] == "subgroup")
