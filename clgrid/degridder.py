@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pyopencl as cl
 
-from .kernels import KernelStack
 from .operation import GridOperation, PreparedVisibilities
 from .plan import check_grid, flatten_positions
 from .strategies import DEGRIDDING_METHODS
@@ -33,12 +32,8 @@ class Degridder(GridOperation):
 
     strategies = DEGRIDDING_METHODS
     methods = tuple(DEGRIDDING_METHODS)
+    default_method = "gather"
     done = "degridded"
-
-    def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str = "gather",
-                 device=None, precision: str = "single", tuning: dict | None = None,
-                 on_dropped: str = "warn"):
-        super().__init__(grid_size, cell_size, kernels, method, device, precision, tuning, on_dropped)
 
     def prepare(self, uvw, npol: int, flags=None, freqs=None) -> PreparedVisibilities:
         """Validate, plan and upload the positions of ``npol``-polarisation visibilities."""

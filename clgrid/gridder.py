@@ -13,7 +13,6 @@ import time
 import numpy as np
 import pyopencl as cl
 
-from .kernels import KernelStack
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds
 from .plan import flatten_samples
 from .strategies import GRIDDING_METHODS
@@ -29,7 +28,7 @@ class Gridder(GridOperation):
     grid_size : even number of cells N along u and v; the centre is at N // 2.
     cell_size : image-plane pixel size in radians; the uv cell is 1 / (N * cell_size).
     kernels : the `KernelStack` to convolve with.
-    method : gridding strategy, one of ``Gridder.methods``.
+    method : gridding strategy, one of ``Gridder.methods`` (default "atomic").
     device : None (``$CLGRID_DEVICE``, else a GPU, else PoCL), a name such as "pocl"
         or "nvidia", or a pyopencl Device, Context or CommandQueue.
     precision : "single" (complex64 grid) or "double" (complex128; needs fp64).
@@ -40,12 +39,8 @@ class Gridder(GridOperation):
 
     strategies = GRIDDING_METHODS
     methods = tuple(GRIDDING_METHODS)
+    default_method = "atomic"
     done = "gridded"
-
-    def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str = "atomic",
-                 device=None, precision: str = "single", tuning: dict | None = None,
-                 on_dropped: str = "warn"):
-        super().__init__(grid_size, cell_size, kernels, method, device, precision, tuning, on_dropped)
 
     def prepare(self, uvw, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
         """Validate, plan and upload visibilities, ready for `execute` (any number of times)."""

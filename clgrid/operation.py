@@ -36,11 +36,13 @@ class GridOperation:
     """Base of `Gridder` and `Degridder`; ``strategies`` maps method names to strategy classes."""
 
     strategies: dict = {}
+    default_method = ""
     done = ""  # what happens to a visibility, for reports and warnings
 
-    def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str,
+    def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str | None = None,
                  device=None, precision: str = "single", tuning: dict | None = None,
                  on_dropped: str = "warn"):
+        method = self.default_method if method is None else method
         check_grid_geometry(grid_size, cell_size)
         if not isinstance(kernels, KernelStack):
             raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")

@@ -67,6 +67,7 @@ class Strategy:
     name = ""
     template = ""
     kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack)
+    counts: tuple = ()         # tuning parameters that count things, so must be >= 1
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None):
         self.queue = queue
@@ -77,6 +78,10 @@ class Strategy:
         self.grid_size = grid_size
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, queue.device)
+        for name in self.counts:
+            if self.tuning[name] < 1:
+                raise ValueError(f"tuning parameter {name!r} of {self.name!r} must be >= 1, "
+                                 f"got {self.tuning[name]}")
         self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype,
                                                        self.kernel_layout)
         self._kernels = {}
@@ -109,13 +114,6 @@ class Strategy:
             source = render(self.template, **self.template_params(npol))
             self._kernels[key] = cl.Kernel(build_program(self.queue.context, source), name)
         return self._kernels[key]
-
-    def require_positive(self, *names: str) -> None:
-        """Tuning parameters that count things must be >= 1."""
-        for name in names:
-            if self.tuning[name] < 1:
-                raise ValueError(f"tuning parameter {name!r} of {self.name!r} must be >= 1, "
-                                 f"got {self.tuning[name]}")
 
     def check_local_memory(self, nbytes: int, advice: str) -> None:
         """Refuse a launch whose local memory the device does not have, saying what to lower."""

@@ -18,12 +18,12 @@ class GatherDegridding(Strategy):
     name = "degrid_gather"
     template = "degrid_gather.cl"
     kernel_layout = "by_offset"
+    counts = ("lanes_per_vis", "teams_per_group", "vis_per_batch", "points_per_item", "groups_per_cu",
+              "sort_tile")
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None):
         super().__init__(queue, grid_size, kernels, precision, tuning)
         t = self.tuning
-        self.require_positive("lanes_per_vis", "teams_per_group", "vis_per_batch", "points_per_item",
-                              "groups_per_cu", "sort_tile")
         if t["reduction"] not in REDUCTIONS:
             raise ValueError(f"tuning parameter 'reduction' must be one of {REDUCTIONS}, "
                              f"got {t['reduction']!r}")

@@ -57,10 +57,7 @@ class MovingWindowDegridding(Strategy):
     name = "degrid_moving_window"
     template = "degrid_moving_window.cl"
     kernel_layout = "by_offset"
-
-    def __init__(self, queue, grid_size, kernels, precision, tuning=None):
-        super().__init__(queue, grid_size, kernels, precision, tuning)
-        self.require_positive("group_u", "group_items", "steps_per_group", "vis_per_batch")
+    counts = ("group_u", "group_items", "steps_per_group", "vis_per_batch")
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
         """Track by track (baseline, channel), in time order within a track."""
