@@ -72,10 +72,9 @@ class Degridder(GridOperation):
         ``(vis, report)``; the report is also kept in ``last_report``.
         """
         t0 = time.perf_counter()
-        grid = check_grid(grid, self.grid_size)
-        prepared = self.prepare(uvw, grid.shape[0], flags, freqs)
+        loaded = self.load_grid(grid)                 # the copy overlaps the planning
+        prepared = self.prepare(uvw, np.shape(grid)[0], flags, freqs)
         t_plan = time.perf_counter()
-        loaded = self.load_grid(grid)
         events = self.execute(prepared, wait_for=[loaded])
         vis = self.fetch(prepared, wait_for=events[-1:] or [loaded])
         report = self._keep_report(prepared.plan.degrid_report(), t0, t_plan, events)
