@@ -22,8 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import clgrid  # noqa: E402
 from clgrid import bench  # noqa: E402
-from clgrid.fpga_degridder import FpgaDegridder  # noqa: E402
 from clgrid.oclgrind import run_under_oclgrind  # noqa: E402
 from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
 from fpga_case import CELL, DEGRID_TUNING, N, direct_degrid, random_inputs, small_stack  # noqa: E402
@@ -50,7 +50,7 @@ def degridding_errors():
         uvw, _, grid = random_inputs(np.random.default_rng(npol), 2000, npol, stack)
         expected = direct_degrid(uvw, grid, stack)
         for precision in ("single", "double"):
-            got = FpgaDegridder(N, CELL, stack, device="pocl", precision=precision, tuning=DEGRID_TUNING,
+            got = clgrid.Degridder(N, CELL, stack, method="fpga", device="pocl", precision=precision, tuning=DEGRID_TUNING,
                                 on_dropped="raise").degrid(grid, uvw)
             rows.append({"kernel": "degrid_fpga", "precision": precision, "npol": npol,
                          "case": f"2,000 random vis, {N}^2 grid, supports 3-5 (tests/fpga_case.py)",

@@ -4,8 +4,9 @@ from . import reference, tuning
 from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, KernelBuildError
 from .runtime import devices
 from .gridder import Gridder
+from .degridder import Degridder
 from .kernels import KernelStack
 
 __version__ = "0.1.0"
-__all__ = ["Gridder", "KernelStack", "devices", "reference", "ClgridError", "DeviceCapabilityError",
+__all__ = ["Gridder", "Degridder", "KernelStack", "devices", "reference", "ClgridError", "DeviceCapabilityError",
            "DroppedVisibilitiesError", "KernelBuildError", "__version__"]

@@ -255,6 +255,29 @@ class KernelStack:
         values = np.concatenate([p.ravel() for p in self.planes])
         return values, starts.astype(np.int32), sides
 
+    def by_offset(self):
+        """Every plane unfolded to its full (2s+1)^2 kernel, one table per oversample offset.
+
+        Returns ``(values, starts)``: complex128 flat array and int32 start of each
+        plane in it.  Plane p, with support s and W = 2s+1, holds ``(R+1)^2`` tables,
+        ``R = offset_range(oversample)``, one per ``(|off_v|, |off_u|)``, each W x W
+        row-major: entry ``[jj, kk]`` of table ``(a, b)`` is the quarter sample
+        ``[|a + (jj-s) os|, |b + (kk-s) os|]``.  A visibility's taps are then one
+        contiguous table (read backwards along an axis whose offset is negative, by
+        the D2 symmetry), so neighbouring work-items read neighbouring samples and a
+        tap's index is two multiply-adds.  About (R+1)^2 / (os/2)^2 times the quarters.
+        """
+        r = offset_range(self.oversample)
+        tables = []
+        for plane, s in zip(self.planes, self.supports):
+            idx = np.abs(np.arange(r + 1)[:, None] + np.arange(-s, s + 1)[None, :] * self.oversample)
+            tables.append(plane[idx[:, None, :, None], idx[None, :, None, :]])   # [a, b, jj, kk]
+        sizes = np.array([t.size for t in tables], np.int64)
+        if sizes.sum() >= 2 ** 31:
+            raise ValueError("kernel stack too large for 32-bit offsets")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
+        return np.concatenate([t.ravel() for t in tables]), starts
+
     def weight_sums(self) -> np.ndarray:
         """Sum of Re(kernel) over the support for every plane and oversample offset.
 

@@ -11,7 +11,7 @@ stack are left out here and counted, never silently.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,7 +19,8 @@ from .errors import DroppedVisibilitiesError
 from .kernels import KernelStack, offset_range
 
 __all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Plan", "flatten_samples",
-           "grid_indices", "plan_visibilities", "check_grid_geometry", "check_arguments"]
+           "flatten_positions", "check_grid", "grid_indices", "plan_visibilities",
+           "check_grid_geometry", "check_arguments", "sorted_by_cell", "track_keys"]
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
 ON_DROPPED = ("warn", "raise", "ignore")
@@ -28,9 +29,9 @@ ON_DROPPED = ("warn", "raise", "ignore")
 def round_half_away(x: np.ndarray) -> np.ndarray:
     """C's round(): nearest integer, halves away from zero (numpy rounds halves to even)."""
     x = np.asarray(x, np.float64)
-    whole = np.trunc(x)
-    frac = x - whole  # exact in binary floating point
-    return whole + np.sign(x) * (np.abs(frac) >= 0.5)
+    nearest = np.rint(x)                          # halves to even
+    half = np.abs(x - nearest) == 0.5             # exact in binary floating point
+    return np.where(half, x + np.copysign(0.5, x), nearest)
 
 
 def check_grid_geometry(grid_size, cell_size):
@@ -53,25 +54,54 @@ def check_arguments(grid_size, cell_size, kernels, on_dropped) -> None:
         raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
 
 
+def check_grid(grid, grid_size: int) -> np.ndarray:
+    """A grid to degrid: complex, finite, shape (npol, grid_size, grid_size), npol 1, 2 or 4."""
+    grid = np.asarray(grid)
+    if not np.iscomplexobj(grid):
+        raise TypeError(f"grid must be complex (complex64 or complex128), got dtype {grid.dtype}")
+    if grid.ndim != 3 or grid.shape[1:] != (grid_size, grid_size):
+        raise ValueError(f"grid must have shape (npol, {grid_size}, {grid_size}), got {grid.shape}")
+    if grid.shape[0] not in (1, 2, 4):
+        raise ValueError(f"grid must have 1, 2 or 4 polarisations on its first axis, got {grid.shape[0]}")
+    if not np.all(np.isfinite(grid)):
+        raise ValueError("grid contains NaN or inf")
+    return grid
+
+
 @dataclass
 class Samples:
     """Inputs flattened to one row per (row, channel) sample, in float64.
 
-    ``uvw`` in wavelengths (nsample, 3); ``vis`` (nsample, npol) complex128 already
-    multiplied by the weights; ``weights`` (nsample, npol) with flagged entries zero;
-    ``usable`` marks samples with at least one unflagged polarisation.
+    ``uvw`` in wavelengths (nsample, 3); ``flags`` (nsample, npol); ``weights``
+    (nsample, npol) with flagged entries zero; ``usable`` marks samples with at
+    least one unflagged polarisation.  ``vis`` (nsample, npol) complex128, already
+    multiplied by the weights, when gridding; None when degridding (the
+    visibilities are the output then, with unit weights).
     """
 
     uvw: np.ndarray
-    vis: np.ndarray
+    vis: np.ndarray | None
     weights: np.ndarray
+    flags: np.ndarray
     usable: np.ndarray
     leading_shape: tuple
     nchan: int | None
 
     @property
     def npol(self) -> int:
-        return self.vis.shape[1]
+        return self.flags.shape[1]
+
+    @property
+    def shape(self) -> tuple:
+        """The caller's visibility shape: (..., npol) or (..., nchan, npol)."""
+        return self.leading_shape + ((self.nchan,) if self.nchan is not None else ()) + (self.npol,)
+
+    def unflatten(self, sample: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Values of the samples ``sample`` in the caller's shape; zero elsewhere and where flagged."""
+        out = np.zeros(self.flags.shape, values.dtype)
+        out[sample] = values
+        out[self.flags] = 0
+        return out.reshape(self.shape)
 
 
 def _as_real_array(name, a):
@@ -89,6 +119,44 @@ def _broadcast(name, a, shape):
                          f"visibility shape {shape}") from None
 
 
+def _check_coordinates(uvw, freqs):
+    """Validated uvw (float64, (..., 3)) and freqs (float64 Hz or None), and nchan."""
+    uvw = _as_real_array("uvw", uvw)
+    if uvw.ndim < 2 or uvw.shape[-1] != 3:
+        raise ValueError(f"uvw must have shape (..., 3), got {uvw.shape}")
+    if freqs is None:
+        return uvw, None, None
+    freqs = _as_real_array("freqs", freqs)
+    if freqs.ndim != 1 or freqs.size == 0:
+        raise ValueError(f"freqs must be a non-empty 1-D array in Hz, got shape {freqs.shape}")
+    if not np.all(np.isfinite(freqs)) or np.any(freqs <= 0):
+        raise ValueError("freqs must be finite and positive (Hz)")
+    return uvw, freqs, freqs.size
+
+
+def _check_flags(flags, shape) -> np.ndarray:
+    """Boolean flags broadcast to the visibility shape, flattened to (nsample, npol)."""
+    if flags is None:
+        flags = np.zeros(shape, bool)
+    else:
+        flags = np.asarray(flags)
+        if flags.dtype != bool:
+            raise TypeError(f"flags must be a boolean array, got dtype {flags.dtype}")
+        flags = _broadcast("flags", flags, shape)
+    return flags.reshape(-1, shape[-1])
+
+
+def _in_wavelengths(uvw, freqs, usable) -> np.ndarray:
+    """uvw per (row, channel) sample, (nsample, 3) in wavelengths; finite where usable."""
+    if freqs is None:
+        uvw_l = uvw.reshape(-1, 3)
+    else:
+        uvw_l = (uvw.reshape(-1, 1, 3) * (freqs / SPEED_OF_LIGHT)[None, :, None]).reshape(-1, 3)
+    if not np.all(np.isfinite(uvw_l[usable])):
+        raise ValueError("uvw contains NaN or inf in unflagged data")
+    return uvw_l
+
+
 def flatten_samples(uvw, vis, weights=None, flags=None, freqs=None) -> Samples:
     """Validate gridding inputs and flatten them to `Samples`.
 
@@ -97,61 +165,51 @@ def flatten_samples(uvw, vis, weights=None, flags=None, freqs=None) -> Samples:
     ``weights``/``flags`` broadcast to the visibility shape.  NaN or inf is an error
     in unflagged data and allowed where flagged (real data often carries it there).
     """
-    uvw = _as_real_array("uvw", uvw)
-    if uvw.ndim < 2 or uvw.shape[-1] != 3:
-        raise ValueError(f"uvw must have shape (..., 3), got {uvw.shape}")
+    uvw, freqs, nchan = _check_coordinates(uvw, freqs)
     vis = np.asarray(vis)
     if not np.iscomplexobj(vis):
         raise TypeError(f"vis must be complex (complex64 or complex128), got dtype {vis.dtype}")
     lead = uvw.shape[:-1]
-    if freqs is None:
-        nchan = None
+    if nchan is None:
         if vis.ndim != uvw.ndim or vis.shape[:-1] != lead:
             raise ValueError(f"vis must have shape {lead + ('npol',)} to match uvw {uvw.shape}, "
                              f"got {vis.shape} (pass freqs= for a channel axis)")
-    else:
-        freqs = _as_real_array("freqs", freqs)
-        if freqs.ndim != 1 or freqs.size == 0:
-            raise ValueError(f"freqs must be a non-empty 1-D array in Hz, got shape {freqs.shape}")
-        if not np.all(np.isfinite(freqs)) or np.any(freqs <= 0):
-            raise ValueError("freqs must be finite and positive (Hz)")
-        nchan = freqs.size
-        if vis.ndim != uvw.ndim + 1 or vis.shape[:-1] != lead + (nchan,):
-            raise ValueError(f"with {nchan} freqs, vis must have shape {lead + (nchan, 'npol')}, "
-                             f"got {vis.shape}")
+    elif vis.ndim != uvw.ndim + 1 or vis.shape[:-1] != lead + (nchan,):
+        raise ValueError(f"with {nchan} freqs, vis must have shape {lead + (nchan, 'npol')}, "
+                         f"got {vis.shape}")
     npol = vis.shape[-1]
     if npol not in (1, 2, 4):
         raise ValueError(f"vis must have 1, 2 or 4 polarisations on its last axis, got {npol}")
 
-    if flags is None:
-        flags = np.zeros(vis.shape, bool)
-    else:
-        flags = np.asarray(flags)
-        if flags.dtype != bool:
-            raise TypeError(f"flags must be a boolean array, got dtype {flags.dtype}")
-        flags = _broadcast("flags", flags, vis.shape)
+    flags = _check_flags(flags, vis.shape)
     if weights is None:
         weights = np.ones(vis.shape)
     else:
         weights = _broadcast("weights", _as_real_array("weights", weights), vis.shape)
-    nsample = int(np.prod(vis.shape[:-1]))
-    flags = flags.reshape(nsample, npol)
-    weights = np.where(flags, 0.0, weights.reshape(nsample, npol))
+    weights = np.where(flags, 0.0, weights.reshape(flags.shape))
     if np.any(np.isnan(weights)) or np.any(weights < 0) or not np.all(np.isfinite(weights)):
         raise ValueError("weights must be finite and >= 0 where not flagged")
-    vis = vis.reshape(nsample, npol).astype(np.complex128, copy=False)
+    vis = vis.reshape(flags.shape).astype(np.complex128, copy=False)
     usable = ~flags.all(axis=1)
-
-    if freqs is None:
-        uvw_l = uvw.reshape(nsample, 3)
-    else:
-        uvw_l = (uvw.reshape(-1, 1, 3) * (freqs / SPEED_OF_LIGHT)[None, :, None]).reshape(nsample, 3)
-    if not np.all(np.isfinite(uvw_l[usable])):
-        raise ValueError("uvw contains NaN or inf in unflagged data")
+    uvw_l = _in_wavelengths(uvw, freqs, usable)
     if not np.all(np.isfinite(vis[~flags])):
         raise ValueError("vis contains NaN or inf in unflagged data")
     weighted = np.where(flags, 0.0, vis * weights)
-    return Samples(uvw_l, weighted, weights, usable, lead, nchan)
+    return Samples(uvw_l, weighted, weights, flags, usable, lead, nchan)
+
+
+def flatten_positions(uvw, npol: int, flags=None, freqs=None) -> Samples:
+    """Validate degridding inputs, where the visibilities are the output, and flatten them.
+
+    ``uvw`` and ``freqs`` as for `flatten_samples`; the visibilities will have shape
+    (..., npol) or (..., nchan, npol), and ``flags`` broadcast to that shape.
+    """
+    uvw, freqs, nchan = _check_coordinates(uvw, freqs)
+    shape = uvw.shape[:-1] + ((nchan,) if nchan is not None else ()) + (npol,)
+    flags = _check_flags(flags, shape)
+    usable = ~flags.all(axis=1)
+    uvw_l = _in_wavelengths(uvw, freqs, usable)
+    return Samples(uvw_l, None, np.where(flags, 0.0, 1.0), flags, usable, uvw.shape[:-1], nchan)
 
 
 def grid_indices(uvw, grid_size, cell_size, kernels: KernelStack):
@@ -226,21 +284,67 @@ class Plan:
         out[:, 3] = self.plane.astype(np.int64) | (self.conj.astype(np.int64) << 31)
         return out.view(np.int32)
 
+    def take(self, order: np.ndarray) -> "Plan":
+        """The same work with the kept visibilities in ``order`` (a permutation)."""
+        return replace(self, **{name: getattr(self, name)[order] for name in _PER_VISIBILITY})
+
+    def _counts(self, done: str) -> dict:
+        return {"samples": self.num_samples, done: self.num_kept, "flagged": self.num_flagged,
+                "off_grid": self.num_off_grid, "beyond_kernel_stack": self.num_beyond_stack}
+
     def report(self) -> dict:
         """Counts for the caller: what was gridded and what was left out and why."""
-        return {"samples": self.num_samples, "gridded": self.num_kept, "flagged": self.num_flagged,
-                "off_grid": self.num_off_grid, "beyond_kernel_stack": self.num_beyond_stack,
-                "grid_point_additions": self.grid_point_additions, "norm": self.norm.copy()}
+        return {**self._counts("gridded"), "grid_point_additions": self.grid_point_additions,
+                "norm": self.norm.copy()}
+
+    def degrid_report(self) -> dict:
+        """Counts for the caller: what was degridded and what was left out and why."""
+        return {**self._counts("degridded"), "grid_point_reads": self.grid_point_additions}
+
+
+_PER_VISIBILITY = ("sample", "grid_u", "grid_v", "off_u", "off_v", "plane", "conj", "support")
+
+
+def sorted_by_cell(plan: Plan, tile: int = 1) -> Plan:
+    """The plan ordered by (w-plane, grid_v, grid_u), stably: neighbouring visibilities
+    then read the same kernel plane and overlapping grid rows (seed 001, "Input ordering").
+
+    With ``tile`` > 1 the cells are taken tile by tile (``tile`` x ``tile`` cells, rows
+    of tiles, row-major inside a tile), so that consecutive visibilities also overlap
+    along u; ``tile=1`` is the plain (plane, grid_v, grid_u) order.
+    """
+    if tile < 1:
+        raise ValueError(f"tile must be >= 1, got {tile}")
+    tiles_per_row = np.int64(-(-plan.grid_size // tile))
+    v, u = plan.grid_v.astype(np.int64), plan.grid_u.astype(np.int64)
+    in_tile = (v % tile) * tile + u % tile
+    tile_index = (v // tile) * tiles_per_row + u // tile
+    cells_per_plane = tiles_per_row * tiles_per_row * tile * tile
+    key = plan.plane.astype(np.int64) * cells_per_plane + tile_index * (tile * tile) + in_tile
+    return plan.take(np.argsort(key, kind="stable"))
+
+
+def track_keys(plan: Plan, samples: Samples) -> np.ndarray:
+    """Track of each kept visibility: one per (baseline, channel), time along it.
+
+    The last leading axis of the caller's uvw is time, the others are baselines:
+    ``(nbaseline, ntime, 3)`` gives a track per baseline and channel, ``(n, 3)``
+    one track per channel.
+    """
+    nchan = samples.nchan or 1
+    row, chan = np.divmod(plan.sample, nchan)
+    return (row // samples.leading_shape[-1]) * nchan + chan
 
 
 def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernels: KernelStack,
-                      on_dropped: str = "warn") -> Plan:
+                      on_dropped: str = "warn", done: str = "gridded") -> Plan:
     """Index every usable sample, drop and count the ones that cannot be gridded.
 
     A sample is *off the grid* when any cell of its kernel footprint is outside
     ``[0, grid_size)`` and *beyond the kernel stack* when its w-plane index exceeds
     the last plane.  ``on_dropped`` says what happens then: "warn" (default),
     "raise" (`DroppedVisibilitiesError`) or "ignore"; the counts are kept either way.
+    ``done`` names the work in the message ("gridded" or "degridded").
     """
     if on_dropped not in ON_DROPPED:
         raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
@@ -267,7 +371,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
                 num_samples=samples.uvw.shape[0], num_flagged=int((~samples.usable).sum()),
                 num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm)
     if plan.num_dropped and on_dropped != "ignore":
-        msg = (f"{plan.num_dropped} of {plan.num_samples} visibilities not gridded: "
+        msg = (f"{plan.num_dropped} of {plan.num_samples} visibilities not {done}: "
                f"{num_off} off the {grid_size}^2 grid, {num_beyond} beyond the last w-plane "
                f"(|w| > {kernels.plane_w(kernels.num_planes - 1):.4g} wavelengths)")
         if on_dropped == "raise":

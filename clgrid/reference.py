@@ -1,9 +1,10 @@
-"""The float64 reference: the definition of what every gridder must compute.
+"""The float64 reference: the definition of what every gridder and degridder must compute.
 
 Seed 003 Listing 1, generalised to polarisations, channels, weights and flags, and
 vectorised with numpy (one pass per w-plane, visibilities in chunks).  Its index
 arithmetic is `plan.grid_indices`, shared with the devices, so a device result can
-only differ from this one by floating-point accumulation.
+only differ from this one by floating-point accumulation.  Degridding is the
+Hermitian adjoint of gridding and walks the very same footprints.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels import KernelStack
-from .plan import Plan, flatten_samples, plan_visibilities
+from .plan import (Plan, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
+                   plan_visibilities)
 
-__all__ = ["grid", "grid_plan"]
+__all__ = ["grid", "grid_plan", "degrid", "degrid_plan"]
 
 _CHUNK_POINTS = 1 << 22  # kernel points per vectorised chunk, bounds the temporaries
 
@@ -34,21 +36,36 @@ def _footprints(plan: Plan, kernels: KernelStack, sel: np.ndarray, support: int)
     return cells.reshape(sel.size, -1), c.reshape(sel.size, -1)
 
 
-def grid_plan(plan: Plan, vis: np.ndarray, kernels: KernelStack) -> np.ndarray:
-    """Grid planned, weighted visibilities ``vis`` (num_kept, npol) in float64."""
-    n = plan.grid_size
-    out = np.zeros((plan.npol, n * n), np.complex128)
+def _footprint_chunks(plan: Plan, kernels: KernelStack):
+    """``(sel, cells, c)`` for every kept visibility, a w-plane and a chunk at a time."""
     for p in np.unique(plan.plane):
         in_plane = np.flatnonzero(plan.plane == p)
         support = int(kernels.supports[p])
         chunk = max(1, _CHUNK_POINTS // (2 * support + 1) ** 2)
         for start in range(0, in_plane.size, chunk):
             sel = in_plane[start:start + chunk]
-            cells, c = _footprints(plan, kernels, sel, support)
-            for pol in range(plan.npol):
-                contrib = (vis[sel, pol, None] * c).ravel()
-                np.add.at(out[pol], cells.ravel(), contrib)
+            yield (sel, *_footprints(plan, kernels, sel, support))
+
+
+def grid_plan(plan: Plan, vis: np.ndarray, kernels: KernelStack) -> np.ndarray:
+    """Grid planned, weighted visibilities ``vis`` (num_kept, npol) in float64."""
+    n = plan.grid_size
+    out = np.zeros((plan.npol, n * n), np.complex128)
+    for sel, cells, c in _footprint_chunks(plan, kernels):
+        for pol in range(plan.npol):
+            contrib = (vis[sel, pol, None] * c).ravel()
+            np.add.at(out[pol], cells.ravel(), contrib)
     return out.reshape(plan.npol, n, n)
+
+
+def degrid_plan(plan: Plan, grid: np.ndarray, kernels: KernelStack) -> np.ndarray:
+    """Planned visibilities (num_kept, npol) from ``grid`` in float64: sum of grid * conj(c)."""
+    flat = np.asarray(grid, np.complex128).reshape(plan.npol, -1)
+    out = np.zeros((plan.num_kept, plan.npol), np.complex128)
+    for sel, cells, c in _footprint_chunks(plan, kernels):
+        for pol in range(plan.npol):
+            out[sel, pol] = np.einsum("ij,ij->i", flat[pol][cells], c.conj())
+    return out
 
 
 def grid(uvw, vis, grid_size: int, cell_size: float, kernels: KernelStack, weights=None,
@@ -63,3 +80,20 @@ def grid(uvw, vis, grid_size: int, cell_size: float, kernels: KernelStack, weigh
     plan = plan_visibilities(samples, grid_size, cell_size, kernels, on_dropped)
     result = grid_plan(plan, samples.vis[plan.sample], kernels)
     return (result, plan.report()) if return_report else result
+
+
+def degrid(grid, uvw, grid_size: int, cell_size: float, kernels: KernelStack, flags=None,
+           freqs=None, on_dropped: str = "warn", return_report: bool = False):
+    """Degrid in float64: the Hermitian adjoint of `grid` (weights do not apply).
+
+    ``grid`` (npol, grid_size, grid_size) complex; other arguments as for `grid`.
+    Returns complex128 visibilities shaped (..., npol), or (..., nchan, npol) with
+    ``freqs``; flagged, off-grid and beyond-stack samples are 0 and counted in the
+    report (``return_report=True``).
+    """
+    check_grid_geometry(grid_size, cell_size)
+    grid = check_grid(grid, grid_size)
+    samples = flatten_positions(uvw, grid.shape[0], flags, freqs)
+    plan = plan_visibilities(samples, grid_size, cell_size, kernels, on_dropped, done="degridded")
+    vis = samples.unflatten(plan.sample, degrid_plan(plan, grid, kernels))
+    return (vis, plan.degrid_report()) if return_report else vis

@@ -17,7 +17,6 @@ import pyopencl as cl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
-from clgrid.fpga_degridder import FpgaDegridder  # noqa: E402
 from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
 
 N, CELL, W_MAX = 48, 5e-3, 80.0
@@ -85,7 +84,7 @@ if __name__ == "__main__":
     uvw, vis, grid = random_inputs(np.random.default_rng(args.seed), args.num_vis, args.npol, stack)
     gridder = clgrid.Gridder(N, CELL, stack, method="fpga", device="oclgrind",
                              tuning={**GRID_TUNING, "tile": args.tile}, on_dropped="raise")
-    degridder = FpgaDegridder(N, CELL, stack, device="oclgrind", tuning={**DEGRID_TUNING, "tile": args.tile},
+    degridder = clgrid.Degridder(N, CELL, stack, method="fpga", device="oclgrind", tuning={**DEGRID_TUNING, "tile": args.tile},
                               on_dropped="raise")
     np.savez(args.out, uvw=uvw, vis=vis, grid=grid, gridded=grid_on_host_zeros(gridder, uvw, vis),
              degridded=degridder.degrid(grid, uvw))

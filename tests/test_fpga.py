@@ -12,7 +12,6 @@ import pytest
 import clgrid
 from clgrid import binaries, cli
 from clgrid.errors import BinaryMismatchError, DeviceCapabilityError
-from clgrid.fpga_degridder import FpgaDegridder
 from clgrid.oclgrind import run_under_oclgrind
 
 from conftest import relative_error
@@ -32,8 +31,8 @@ def fpga_gridder(queue, stack, **kwargs):
 
 
 def fpga_degridder(queue, stack, **kwargs):
-    return FpgaDegridder(N, CELL, stack, device=queue, on_dropped="raise",
-                         **{"tuning": DEGRID_TUNING, **kwargs})
+    return clgrid.Degridder(N, CELL, stack, method="fpga", device=queue, on_dropped="raise",
+                            **{"tuning": DEGRID_TUNING, **kwargs})
 
 
 def poison(queue, buffer, real_dtype):
@@ -45,10 +44,8 @@ def degrid_poisoned(degridder, grid, uvw):
     """Degrid into an output buffer filled with NaN first."""
     prepared = degridder.prepare(uvw, grid.shape[0])
     poison(degridder.queue, prepared.device_plan.vis, degridder.strategy.real_dtype)
-    ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-    grid_buffer = cl.Buffer(degridder.queue.context, ro,
-                            hostbuf=np.ascontiguousarray(grid, degridder.strategy.complex_dtype))
-    return degridder.fetch(prepared, degridder.execute(prepared, grid_buffer))
+    loaded = degridder.load_grid(grid)
+    return degridder.fetch(prepared, degridder.execute(prepared, wait_for=[loaded]))
 
 
 @pytest.mark.parametrize("precision", ["single", "double"])

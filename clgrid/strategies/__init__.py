@@ -1,15 +1,18 @@
 """Gridding and degridding strategies: each a small class saying which template to render
 and how to launch.
 
-A strategy receives a `Plan` already on the device (`DevicePlan`) and a zeroed grid
-buffer; everything else (validation, planning, transfers, reports) is the
-`Gridder`'s, shared by all strategies.
+A strategy receives a `Plan` already on the device (`DevicePlan`) and the device grid;
+everything else (validation, planning, transfers, reports) belongs to `Gridder` and
+`Degridder`, shared by all strategies.
 """
 
 from .atomic import AtomicGridding
 from .fpga import FpgaDegridding, FpgaGridding
+from .gather import GatherDegridding
+from .moving_window import MovingWindowDegridding
 
 GRIDDING_METHODS = {"atomic": AtomicGridding, "fpga": FpgaGridding}
-DEGRIDDING_METHODS = {"fpga": FpgaDegridding}
+DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
+                      "fpga": FpgaDegridding}
 
 __all__ = ["GRIDDING_METHODS", "DEGRIDDING_METHODS"]

@@ -15,6 +15,7 @@ from ..codegen import build_program, render
 from ..errors import DeviceCapabilityError, KernelBuildError
 from ..runtime import device_facts
 from ..kernels import KernelStack
+from ..plan import Plan, Samples
 from ..tuning import TuningTableError, resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
@@ -34,7 +35,8 @@ def check_precision(precision: str, facts, atomics: bool = True) -> None:
 
 @dataclass
 class DevicePlan:
-    """A plan's per-visibility arrays on the device."""
+    """A plan's per-visibility arrays on the device: ``vis`` is the input when gridding and
+    the output (num_vis, npol) when degridding, in the plan's order."""
 
     packed: cl.Buffer
     vis: cl.Buffer
@@ -43,20 +45,26 @@ class DevicePlan:
 
 @dataclass
 class DeviceKernelStack:
-    """`KernelStack.compact()` uploaded in one precision."""
+    """A `KernelStack` on the device in one precision and one layout: ``"compact"``
+    quarters (`KernelStack.compact`) or tables ``"by_offset"`` (`KernelStack.by_offset`,
+    which has no ``sides``)."""
 
     values: cl.Buffer
     starts: cl.Buffer
-    sides: cl.Buffer
+    sides: cl.Buffer | None
     supports: cl.Buffer
 
     @classmethod
-    def upload(cls, context, kernels: KernelStack, complex_dtype) -> "DeviceKernelStack":
-        values, starts, sides = kernels.compact()
+    def upload(cls, context, kernels: KernelStack, complex_dtype, layout: str = "compact"
+               ) -> "DeviceKernelStack":
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        if layout == "compact":
+            values, starts, sides = kernels.compact()
+            sides = cl.Buffer(context, ro, hostbuf=sides)
+        else:
+            (values, starts), sides = kernels.by_offset(), None
         return cls(cl.Buffer(context, ro, hostbuf=values.astype(complex_dtype)),
-                   cl.Buffer(context, ro, hostbuf=starts),
-                   cl.Buffer(context, ro, hostbuf=sides),
+                   cl.Buffer(context, ro, hostbuf=starts), sides,
                    cl.Buffer(context, ro, hostbuf=kernels.supports.astype(np.int32)))
 
 
@@ -69,7 +77,9 @@ class Strategy:
 
     name = ""
     template = ""
-    atomics = True   # whether the kernels use float atomics (64-bit ones in double precision)
+    atomics = True             # whether the kernels use float atomics (64-bit ones in double precision)
+    kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack)
+    counts: tuple = ()         # tuning parameters that count things, so must be >= 1
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
@@ -81,10 +91,15 @@ class Strategy:
         self.grid_size = grid_size
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, self.facts)
+        for name in self.counts:
+            if self.tuning[name] < 1:
+                raise ValueError(f"tuning parameter {name!r} of {self.name!r} must be >= 1, "
+                                 f"got {self.tuning[name]}")
         self._check_work_group()
         self._choose_atomic_path()
         self.binary = binary or self.tuning.get("binary") or None
-        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
+        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype,
+                                                       self.kernel_layout)
         self._kernels = {}
 
     def local_size(self) -> tuple:
@@ -98,12 +113,22 @@ class Strategy:
                 f"{self.name}: work-group {self.local_size()} has {size} work-items; "
                 f"{self.facts.name} allows at most {self.facts.max_work_group_size}")
 
-    def upload(self, plan, samples) -> DevicePlan:
-        """Put a plan's visibilities on the device (strategies may add arrays of their own)."""
+    def arrange(self, plan: Plan, samples: Samples) -> Plan:
+        """The strategy's own planning step, such as an order of the visibilities (none here)."""
+        return plan
+
+    def upload(self, plan: Plan, samples: Samples) -> DevicePlan:
+        """Put a plan on the device with the weighted visibilities when gridding, or room for
+        them when degridding (``samples.vis`` is None); strategies may add arrays of their own."""
+        context = self.queue.context
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        vis = np.ascontiguousarray(samples.vis[plan.sample], self.complex_dtype)
-        return DevicePlan(cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
-                          cl.Buffer(self.queue.context, ro, hostbuf=vis), plan.num_kept)
+        if samples.vis is None:
+            vis = cl.Buffer(context, cl.mem_flags.READ_WRITE,
+                            plan.num_kept * plan.npol * np.dtype(self.complex_dtype).itemsize)
+        else:
+            vis = cl.Buffer(context, ro, hostbuf=np.ascontiguousarray(samples.vis[plan.sample],
+                                                                       self.complex_dtype))
+        return DevicePlan(cl.Buffer(context, ro, hostbuf=plan.packed()), vis, plan.num_kept)
 
     @classmethod
     def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size: int,
@@ -165,3 +190,10 @@ class Strategy:
                 program = self._build(npol)
             self._kernels[key] = cl.Kernel(program, name)
         return self._kernels[key]
+
+    def check_local_memory(self, nbytes: int, advice: str) -> None:
+        """Refuse a launch whose local memory the device does not have, saying what to lower."""
+        if nbytes > self.facts.local_memory:
+            raise DeviceCapabilityError(
+                f"{self.name} needs {nbytes / 1024:.1f} KiB of local memory; {self.facts.name} has "
+                f"{self.facts.local_memory / 1024:.1f} KiB ({advice})")

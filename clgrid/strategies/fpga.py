@@ -20,7 +20,7 @@ import pyopencl as cl
 
 from ..errors import DeviceCapabilityError
 from ..kernels import KernelStack
-from ..plan import Plan
+from ..plan import Plan, Samples
 from .base import DevicePlan, Strategy
 
 
@@ -53,12 +53,11 @@ class TileOrder:
 
 @dataclass
 class FpgaDevicePlan(DevicePlan):
-    """A plan on the device in tile order: ``vis`` row i is visibility ``order[i]`` of the plan."""
+    """A plan on the device in tile order, with where each tile starts."""
 
     corners: cl.Buffer
     first: cl.Buffer
     num_tiles: int
-    order: np.ndarray
 
 
 class FpgaStrategy(Strategy):
@@ -104,14 +103,18 @@ class FpgaStrategy(Strategy):
                 f"{need} bytes of local memory; {self.facts.name} has {self.facts.local_memory}: "
                 f"lower the tuning parameter 'tile'")
 
-    def _device_plan(self, plan: Plan, tiles: TileOrder, vis: cl.Buffer) -> FpgaDevicePlan:
-        """The plan on the device in tile order, with ``vis`` already in that order."""
-        context = self.queue.context
+    def arrange(self, plan: Plan, samples: Samples) -> Plan:
+        """Tile by tile, by w-plane within a tile: the order the single pipeline walks."""
+        return plan.take(TileOrder.of(plan, self.tuning["tile"]).order)
+
+    def upload(self, plan: Plan, samples: Samples) -> FpgaDevicePlan:
+        """The (arranged) plan on the device, with the first visibility and corner of each tile."""
+        on_device = super().upload(plan, samples)
+        tiles = TileOrder.of(plan, self.tuning["tile"])
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        packed = np.ascontiguousarray(plan.packed()[tiles.order])
-        return FpgaDevicePlan(cl.Buffer(context, ro, hostbuf=packed), vis, plan.num_kept,
-                              cl.Buffer(context, ro, hostbuf=tiles.corners),
-                              cl.Buffer(context, ro, hostbuf=tiles.first), tiles.num_tiles, tiles.order)
+        return FpgaDevicePlan(on_device.packed, on_device.vis, on_device.num_vis,
+                              cl.Buffer(self.queue.context, ro, hostbuf=tiles.corners),
+                              cl.Buffer(self.queue.context, ro, hostbuf=tiles.first), tiles.num_tiles)
 
     def _launch(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> cl.Event:
         """Run the strategy's kernel as a single work-item over every tile of ``plan``."""
@@ -133,12 +136,6 @@ class FpgaGridding(FpgaStrategy):
     def on_chip_tiles(self) -> int:
         return self.tuning["banks"]
 
-    def upload(self, plan: Plan, samples) -> FpgaDevicePlan:
-        tiles = TileOrder.of(plan, self.tuning["tile"])
-        vis = np.ascontiguousarray(samples.vis[plan.sample[tiles.order]], self.complex_dtype)
-        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        return self._device_plan(plan, tiles, cl.Buffer(self.queue.context, ro, hostbuf=vis))
-
     def grid(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> cl.Event:
         """Enqueue the gridding of ``plan`` into ``grid_buffer`` (zeroed); returns the event."""
         return self._launch(plan, npol, grid_buffer, wait_for)
@@ -151,12 +148,6 @@ class FpgaDegridding(FpgaStrategy):
     template = "degrid_fpga.cl"
     kernel_name = "degrid_fpga"
     positive_tuning = FpgaStrategy.positive_tuning + ("shift_depth",)
-
-    def upload(self, plan: Plan, samples=None) -> FpgaDevicePlan:
-        """The plan in tile order, with room for its visibilities (the output)."""
-        out = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE,
-                        plan.num_kept * plan.npol * np.dtype(self.complex_dtype).itemsize)
-        return self._device_plan(plan, TileOrder.of(plan, self.tuning["tile"]), out)
 
     def degrid(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the degridding of ``plan`` from ``grid_buffer``; returns the events."""
