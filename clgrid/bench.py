@@ -10,6 +10,7 @@ relative Frobenius error against the float64 reference on a subset of the data.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -157,11 +158,14 @@ def run_benchmark(workload: Workload, device=None, method: str = "atomic", preci
 
 def environment() -> dict:
     """What a reader needs to compare numbers: versions, commit, every OpenCL device."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    commit = os.environ.get("CLGRID_GIT_COMMIT")  # for copies without .git, such as a GPU machine's
+    if not commit:
+        try:
+            run = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], capture_output=True, text=True,
+                                 cwd=Path(__file__).parent, timeout=10)
+            commit = run.stdout.strip() if run.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            commit = None
     return {"clgrid": __version__, "git_commit": commit, "python": platform.python_version(),
             "numpy": np.__version__, "host": platform.node(), "machine": platform.machine(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
