@@ -9,7 +9,7 @@ everything else (validation, planning, transfers, reports) belongs to `Gridder` 
 from .atomic import AtomicGridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
-from .moving_window import MovingWindowDegridding
+from .degrid_moving_window import MovingWindowDegridding
 
 GRIDDING_METHODS = {"atomic": AtomicGridding, "fpga": FpgaGridding}
 DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
