@@ -17,7 +17,7 @@ import pyopencl as cl
 from .runtime import get_queue
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
-from .plan import ON_DROPPED, Plan, check_grid_geometry, flatten_samples, plan_visibilities
+from .plan import ON_DROPPED, Plan, check_grid_geometry, flatten_samples
 from .strategies import GRIDDING_METHODS
 from .strategies.base import DevicePlan
 
@@ -100,7 +100,7 @@ class Gridder:
         """Validate, plan and upload visibilities, ready for `execute` (any number of times)."""
         samples = flatten_samples(uvw, vis, weights, flags, freqs)
         self._check_grid_fits(samples.npol)
-        plan = plan_visibilities(samples, self.grid_size, self.cell_size, self.kernels, self.on_dropped)
+        plan = self.strategy.plan(samples, self.cell_size, self.on_dropped)
         device_plan = self.strategy.upload(plan, samples) if plan.num_kept else None
         return PreparedVisibilities(plan, device_plan)
 

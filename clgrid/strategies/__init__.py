@@ -6,7 +6,8 @@ buffer; everything else (validation, planning, transfers, reports) is the
 """
 
 from .atomic import AtomicGridding
+from .moving_window import MovingWindowGridding
 
-GRIDDING_METHODS = {"atomic": AtomicGridding}
+GRIDDING_METHODS = {"atomic": AtomicGridding, "moving_window": MovingWindowGridding}
 
 __all__ = ["GRIDDING_METHODS"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyopencl as cl
@@ -11,9 +12,16 @@ from ..codegen import build_program, render
 from ..runtime import device_facts
 from ..errors import DeviceCapabilityError
 from ..kernels import KernelStack
+from ..plan import plan_visibilities
 from ..tuning import resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
+
+
+def read_only_buffer(context, array: np.ndarray) -> cl.Buffer:
+    """A device copy of ``array`` that kernels only read."""
+    return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                     hostbuf=np.ascontiguousarray(array))
 
 
 def check_precision(precision: str, facts) -> None:
@@ -46,11 +54,9 @@ class DeviceKernelStack:
     @classmethod
     def upload(cls, context, kernels: KernelStack, complex_dtype) -> "DeviceKernelStack":
         values, starts, sides = kernels.compact()
-        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        return cls(cl.Buffer(context, ro, hostbuf=values.astype(complex_dtype)),
-                   cl.Buffer(context, ro, hostbuf=starts),
-                   cl.Buffer(context, ro, hostbuf=sides),
-                   cl.Buffer(context, ro, hostbuf=kernels.supports.astype(np.int32)))
+        return cls(read_only_buffer(context, values.astype(complex_dtype)),
+                   read_only_buffer(context, starts), read_only_buffer(context, sides),
+                   read_only_buffer(context, kernels.supports.astype(np.int32)))
 
 
 class Strategy:
@@ -68,15 +74,22 @@ class Strategy:
         self.grid_size = grid_size
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, queue.device)
-        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
         self._kernels = {}
+
+    @cached_property
+    def device_kernels(self) -> DeviceKernelStack:
+        """The compacted stack on the device, uploaded when a strategy first reads it."""
+        return DeviceKernelStack.upload(self.queue.context, self.kernels, self.complex_dtype)
+
+    def plan(self, samples, cell_size: float, on_dropped: str):
+        """Plan ``samples`` for this strategy (strategies may check or transform them first)."""
+        return plan_visibilities(samples, self.grid_size, cell_size, self.kernels, on_dropped)
 
     def upload(self, plan, samples) -> DevicePlan:
         """Put a plan's visibilities on the device (strategies may add arrays of their own)."""
-        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        vis = np.ascontiguousarray(samples.vis[plan.sample], self.complex_dtype)
-        return DevicePlan(cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
-                          cl.Buffer(self.queue.context, ro, hostbuf=vis), plan.num_kept)
+        vis = samples.vis[plan.sample].astype(self.complex_dtype)
+        return DevicePlan(read_only_buffer(self.queue.context, plan.packed()),
+                          read_only_buffer(self.queue.context, vis), plan.num_kept)
 
     def template_params(self, npol: int) -> dict:
         return dict(double=self.precision == "double", atomic="cas", npol=npol,
