@@ -151,7 +151,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
 #pragma unroll
             for (int b = 0; b < COARSEN_V; ++b) {
                 e_v[b] = my_v[b] + (my_v[b] < r_v ? width : 0);
-                row[b] = window.z + abs(window.w + e_v[b] * OVERSAMPLE) * row_stride;
+                row[b] = window.z + (int)abs(window.w + e_v[b] * OVERSAMPLE) * row_stride;
             }
 
             /* IF the grid point changed THEN atomicAdd the sums, start new ones. */

@@ -106,8 +106,8 @@ class MovingWindowGridding(Strategy):
         if grid_size ** 2 >= 2 ** 31:
             raise ValueError(f"moving_window indexes cells with 32-bit integers: grid_size {grid_size} "
                              f"is above {int(np.sqrt(2 ** 31 - 1))}")
-        values, starts = kernels.offset_rows()
-        self.kernel_rows = read_only_buffer(queue.context, values.astype(self.complex_dtype))
+        values, starts = kernels.offset_rows(self.complex_dtype)
+        self.kernel_rows = read_only_buffer(queue.context, values)
         self.kernel_row_starts = read_only_buffer(queue.context, starts)
 
     def template_params(self, npol: int) -> dict:
