@@ -5,10 +5,12 @@ set -uo pipefail
 out=${1:-.}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 python3 -m clgrid.cli devices | tee -a "$out/gpu.txt"
-CLGRID_TEST_DEVICE=nvidia python3 -m pytest -q -x tests/test_gridder_atomic.py 2>&1 | tail -3 | tee "$out/tests.txt"
+CLGRID_TEST_DEVICE=nvidia python3 -m pytest -q -x tests/test_gridder_atomic.py tests/test_gridder_moving_window.py 2>&1 | tail -3 | tee "$out/tests.txt"
 # atomic gridder: MeerKAT tracks, 4 M visibilities on a 4096^2 grid, kernels 7^2 .. 63^2
 python3 -m clgrid.cli bench --device nvidia --dataset tracks --num-vis 4000000 --grid-size 4096 \
   --support 3 --support 7 --support 15 --support 31 --precision single --precision double \
   --repeats 5 --json "$out/atomic_1pol.json" 2>&1 | tee "$out/atomic_1pol.txt"
 python3 -m clgrid.cli bench --device nvidia --dataset tracks --num-vis 1000000 --grid-size 4096 \
   --support 3 --support 15 --npol 4 --repeats 5 --json "$out/atomic_4pol.json" 2>&1 | tee "$out/atomic_4pol.txt"
+# moving-window gridder: seed 004's LOFAR-like sweep beside atomic (about 6 minutes)
+python3 benchmarks/moving_window.py --device nvidia --out "$out" 2>&1 | tee "$out/moving_window.txt"

@@ -256,7 +256,8 @@ def test_plain_flush_warns_and_is_exact_for_one_chunk(queue, rng):
 
 @pytest.mark.parametrize("tuning, error", [
     ({"coarsen_u": 0}, "coarsen_u"), ({"time_block": -1}, "time_block"),
-    ({"flush": "maybe"}, "flush"), ({"work_group_size": 1 << 20}, "work_group_size")])
+    ({"flush": "maybe"}, "flush"), ({"work_group_size": 1 << 20}, "work_group_size"),
+    ({"batch": 1 << 24}, "local memory")])
 def test_bad_tuning_is_refused(queue, stack, tuning, error):
     with pytest.raises(ValueError, match=error):
         clgrid.Gridder(N, CELL, stack, method="moving_window", device=queue, tuning=tuning)

@@ -103,6 +103,13 @@ class MovingWindowGridding(Strategy):
         if t["work_group_size"] > self.facts.max_work_group_size:
             raise ValueError(f"work_group_size {t['work_group_size']} exceeds the device's "
                              f"maximum {self.facts.max_work_group_size}")
+        staged = t["batch"] * (16 + 4 * np.dtype(self.complex_dtype).itemsize)   # window + 4 pols
+        if staged > self.facts.local_memory:
+            raise ValueError(f"batch {t['batch']} stages {staged} bytes; the device has "
+                             f"{self.facts.local_memory} bytes of local memory")
+        if 2 * kernels.max_support + 1 >= 2 ** 15:
+            raise ValueError(f"moving_window packs window positions in 15 bits: support "
+                             f"{kernels.max_support} is too large")
         if grid_size ** 2 >= 2 ** 31:
             raise ValueError(f"moving_window indexes cells with 32-bit integers: grid_size {grid_size} "
                              f"is above {int(np.sqrt(2 ** 31 - 1))}")
