@@ -39,10 +39,12 @@ import json
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import pyopencl as cl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout runs without installing
 import clgrid  # noqa: E402
@@ -51,7 +53,7 @@ from clgrid.bench import device_times, environment, fixed_support_stack, relativ
 from clgrid.plan import SPEED_OF_LIGHT, flatten_samples  # noqa: E402
 from clgrid.runtime import get_queue  # noqa: E402
 
-COARSENING = ((64, 1, 1), (64, 2, 1), (64, 2, 2), (64, 4, 2), (64, 4, 4), (32, 2, 2), (128, 2, 2))
+COARSENING = ((64, 1, 1), (64, 2, 1), (64, 2, 2), (64, 4, 2), (64, 4, 4), (128, 2, 2))
 
 
 @dataclass
@@ -68,14 +70,14 @@ class Config:
     repeats: int = 3
     atomic_additions: float = 4e9      # the atomic gridder's share of each size's data
     error_additions: float = 1e7       # the reference's share (numpy, on the host)
-    sweep_hours: float = 0.5
+    sweep_hours: float = 0.25
     sweep_size: int = 64
     coarsening: tuple = COARSENING
     time_blocks: tuple = (0, 10, 30)
 
 
 QUICK = dict(stations=10, hours=0.5, nchan=4, grid_size=512, sizes=(16, 32), num_planes=8, repeats=2,
-             atomic_additions=3e7, error_additions=2e6, sweep_hours=0.25, sweep_size=16,
+             atomic_additions=3e7, error_additions=2e6, sweep_hours=0.5, sweep_size=16,
              coarsening=((64, 1, 1), (64, 2, 2)), time_blocks=(0, 10))
 
 
@@ -104,45 +106,61 @@ def median_rate(times, additions):
             "gpa_per_s": additions / median}
 
 
+def in_turn(function, items, ahead: bool):
+    """``function(item)`` for each item in turn; with ``ahead``, the next one is computed in a
+    thread while the caller works on the current one (host planning beside device runs)."""
+    if not ahead:
+        yield from map(function, items)
+        return
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        pending = worker.submit(function, items[0])
+        for following in items[1:]:
+            current, pending = pending.result(), worker.submit(function, following)
+            yield current
+        yield pending.result()
+
+
 def sweep(config, queue, uvw, vis, freqs, samples, cell, w_max, started):
     """Per kernel size: moving_window (atomic and plain flush) on everything, atomic on a subset."""
     nbaseline, ntime = uvw.shape[:2]
     error_baselines = np.linspace(0, nbaseline - 1, 8).astype(int)
+
+    def gridder(kernels, method, tuning=None):
+        return clgrid.Gridder(config.grid_size, cell, kernels, method=method, device=queue, tuning=tuning,
+                              on_dropped="ignore")
+
+    def planned(size):
+        kernels = fixed_support_stack(size // 2, config.oversample, config.num_planes, w_max)
+        moving = gridder(kernels, "moving_window")
+        return kernels, moving, moving.prepare_samples(samples)
+
     rows = []
-    for size in config.sizes:
-        support = size // 2
-        kernels = fixed_support_stack(support, config.oversample, config.num_planes, w_max)
-        additions_per_vis = (2 * support + 1) ** 2 * config.npol
-
-        def gridder(method, tuning=None):
-            return clgrid.Gridder(config.grid_size, cell, kernels, method=method, device=queue,
-                                  tuning=tuning, on_dropped="ignore")
-
-        moving = gridder("moving_window")
-        prepared = moving.prepare_samples(samples)
-        exact = median_rate(device_times(moving, prepared, config.repeats), prepared.plan.grid_point_additions)
+    on_cpu = bool(queue.device.type & cl.device_type.CPU)   # there, planning would slow the device down
+    for size, (kernels, moving, prepared) in zip(config.sizes, in_turn(planned, config.sizes, not on_cpu)):
+        additions = prepared.plan.grid_point_additions
+        exact = median_rate(device_times(moving, prepared, config.repeats), additions)
         log(started, f"size {size}: moving_window {exact['gpa_per_s'] / 1e9:.1f} G/s")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")            # the plain flush warns that it is wrong
-            plain = gridder("moving_window", {"flush": "plain"})
+            plain = gridder(kernels, "moving_window", {"flush": "plain"})
         # flush does not enter the plan: the plain build runs the exact build's prepared data
-        unsafe = median_rate(device_times(plain, prepared, config.repeats), prepared.plan.grid_point_additions)
+        unsafe = median_rate(device_times(plain, prepared, config.repeats), additions)
+        per_vis = additions // prepared.plan.num_kept
         del prepared, plain
 
-        stride = max(1, int(np.ceil(uvw.shape[0] * ntime * config.nchan * additions_per_vis
-                                    / config.atomic_additions)))
-        stride = min(stride, ntime)
-        atomic = gridder("atomic")
+        stride = int(np.clip(np.ceil(additions / config.atomic_additions), 1, ntime))
+        atomic = gridder(kernels, "atomic")
         prepared = atomic.prepare(uvw[:, ::stride], vis[:, ::stride], freqs=freqs)
-        baseline = median_rate(device_times(atomic, prepared, config.repeats), prepared.plan.grid_point_additions)
+        baseline = median_rate(device_times(atomic, prepared, config.repeats),
+                               prepared.plan.grid_point_additions)
         del prepared
         log(started, f"size {size}: atomic {baseline['gpa_per_s'] / 1e9:.2f} G/s (1 in {stride} time steps)")
 
-        steps = int(np.clip(config.error_additions / (additions_per_vis * 8 * config.nchan), 1, ntime))
+        steps = int(np.clip(config.error_additions / (per_vis * len(error_baselines) * config.nchan), 1, ntime))
         subset = (uvw[error_baselines, :steps], vis[error_baselines, :steps])
         ref = reference.grid(*subset, config.grid_size, cell, kernels, freqs=freqs, on_dropped="ignore")
-        rows.append({"size": size, "kernel": 2 * support + 1, "moving_window": exact, "plain_flush": unsafe,
-                     "flush_share": 1 - unsafe["median_s"] / exact["median_s"],
+        rows.append({"size": size, "kernel": 2 * (size // 2) + 1, "moving_window": exact,
+                     "plain_flush": unsafe, "flush_share": 1 - unsafe["median_s"] / exact["median_s"],
                      "atomic": dict(baseline, time_stride=stride),
                      "error_moving_window": relative_error(moving.grid(*subset, freqs=freqs), ref),
                      "error_atomic": relative_error(atomic.grid(*subset, freqs=freqs), ref),
@@ -173,7 +191,7 @@ def time_blocks(config, queue, uvw, vis, freqs, samples, cell, w_max, started):
     """Real W-projection kernels: the exact path against w held over blocks of time steps."""
     kernels = clgrid.KernelStack.w_projection(grid_size=config.grid_size, cell_size=cell, w_max=w_max,
                                               num_planes=config.num_planes, oversample=config.oversample,
-                                              max_support=max(config.sizes) // 2)
+                                              max_support=config.sweep_size // 2)
     picked = np.linspace(0, uvw.shape[0] - 1, 4).astype(int)
     subset = (uvw[picked, :60], vis[picked, :60, :, :1])
     exact = reference.grid(*subset, config.grid_size, cell, kernels, freqs=freqs, on_dropped="ignore")
