@@ -24,7 +24,8 @@ from .gridder import Gridder, kernel_seconds
 from .kernels import KernelStack, quarter_size
 from .runtime import device_facts, devices, get_queue
 
-__all__ = ["Workload", "make_workload", "run_benchmark", "BenchResult", "environment", "DATASETS"]
+__all__ = ["Workload", "make_workload", "run_benchmark", "device_times", "relative_error", "BenchResult",
+           "environment", "DATASETS"]
 
 DATASETS = ("uniform", "tracks")
 
@@ -37,12 +38,12 @@ class Workload:
     grid_size: int
     cell_size: float
     kernels: KernelStack
-    uvw: np.ndarray          # wavelengths, (n, 3)
-    vis: np.ndarray          # (n, npol)
+    uvw: np.ndarray          # wavelengths, (nbaseline, ntime, 3): every strategy takes tracks
+    vis: np.ndarray          # (nbaseline, ntime, npol)
 
     def describe(self) -> dict:
-        return {"dataset": self.name, "grid_size": self.grid_size, "num_vis": int(self.uvw.shape[0]),
-                "npol": int(self.vis.shape[1]), "oversample": self.kernels.oversample,
+        return {"dataset": self.name, "grid_size": self.grid_size, "num_vis": int(np.prod(self.uvw.shape[:-1])),
+                "npol": int(self.vis.shape[-1]), "oversample": self.kernels.oversample,
                 "num_planes": self.kernels.num_planes,
                 "supports": [int(self.kernels.supports.min()), int(self.kernels.supports.max())]}
 
@@ -67,7 +68,9 @@ def make_workload(dataset: str, num_vis: int, grid_size: int, support: int, npol
     """A benchmark workload: uniform random uvw, or Earth-rotation tracks of MeerKAT.
 
     The kernel stack has a fixed ``support`` on every plane so throughput can be
-    read against kernel size; ``tracks`` scales the array to fill 80% of the grid.
+    read against kernel size; ``tracks`` scales the array to fill 80% of the grid
+    and rounds ``num_vis`` up to whole time steps of all baselines; ``uniform``
+    makes every visibility a baseline of one time step.
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
@@ -76,16 +79,17 @@ def make_workload(dataset: str, num_vis: int, grid_size: int, support: int, npol
     reach = 0.8 * (grid_size // 2 - support - 1)
     w_max = 0.25 * reach
     if dataset == "uniform":
-        uvw = datasets.uniform_uvw(num_vis, reach / np.sqrt(2), w_max, rng)
+        uvw = datasets.uniform_uvw(num_vis, reach / np.sqrt(2), w_max, rng)[:, None, :]
     else:
         layout = datasets.load_layout("meerkat")
         nbl = layout.num_baselines
         ntime = max(1, -(-num_vis // nbl))
         ha = np.linspace(-np.pi / 3, np.pi / 3, ntime)
-        uvw = datasets.simulate_uvw(layout, declination=-0.5, hour_angles=ha).reshape(-1, 3)[:num_vis]
-        uvw = uvw * (reach / np.abs(uvw[:, :2]).max())
-        uvw[:, 2] = np.clip(uvw[:, 2], -w_max, w_max)
-    vis = (rng.standard_normal((uvw.shape[0], npol)) + 1j * rng.standard_normal((uvw.shape[0], npol)))
+        uvw = datasets.simulate_uvw(layout, declination=-0.5, hour_angles=ha)
+        uvw = uvw * (reach / np.abs(uvw[..., :2]).max())
+        uvw[..., 2] = np.clip(uvw[..., 2], -w_max, w_max)
+    shape = uvw.shape[:-1] + (npol,)
+    vis = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
     kernels = fixed_support_stack(support, oversample, num_planes, w_max)
     return Workload(dataset, grid_size, cell, kernels, uvw, vis)
 
@@ -110,16 +114,32 @@ class BenchResult:
 
     def row(self) -> str:
         if self.failed:
-            return f"{self.device[:28]:28s} {self.method:10s} {self.precision:6s} FAILED: {self.failed}"
+            return f"{self.device[:28]:28s} {self.method:13s} {self.precision:6s} FAILED: {self.failed}"
         w = self.workload
-        return (f"{self.device[:28]:28s} {self.method:10s} {self.precision:6s} {w['dataset']:8s} "
+        return (f"{self.device[:28]:28s} {self.method:13s} {self.precision:6s} {w['dataset']:8s} "
                 f"{w['num_vis']:>10,d} {2 * w['supports'][1] + 1:>4d}^2 {w['npol']:>2d} "
                 f"{self.median_s * 1e3:>10.3f} {self.gpa_per_s / 1e9:>9.2f} "
                 f"{self.vis_per_s / 1e6:>9.2f} {self.error:>9.1e}")
 
 
-HEADER = (f"{'device':28s} {'method':10s} {'prec':6s} {'dataset':8s} {'vis':>10s} {'kernel':>6s} "
+HEADER = (f"{'device':28s} {'method':13s} {'prec':6s} {'dataset':8s} {'vis':>10s} {'kernel':>6s} "
           f"{'np':>2s} {'median ms':>10s} {'GGPA/s':>9s} {'Mvis/s':>9s} {'rel.err':>9s}")
+
+
+def device_times(gridder: Gridder, prepared, repeats: int, warmup: int = 1) -> list:
+    """Device seconds (OpenCL profiling, gridding kernels only) of ``repeats`` runs after ``warmup``."""
+    times = []
+    for i in range(warmup + repeats):
+        events = gridder.execute(prepared)
+        events[-1].wait()
+        if i >= warmup:
+            times.append(kernel_seconds(events[1:]))
+    return times
+
+
+def relative_error(result, reference) -> float:
+    """||result - reference||_F / ||reference||_F, the accuracy measure of the seeds."""
+    return float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
 
 
 def run_benchmark(workload: Workload, device=None, method: str = "atomic", precision: str = "single",
@@ -134,23 +154,19 @@ def run_benchmark(workload: Workload, device=None, method: str = "atomic", preci
                           device=queue, precision=precision, tuning=tuning, on_dropped="ignore")
         result.tuning = dict(gridder.strategy.tuning)
         prepared = gridder.prepare(workload.uvw, workload.vis)
-        times = []
-        for i in range(warmup + repeats):
-            events = gridder.execute(prepared)
-            events[-1].wait()
-            if i >= warmup:
-                times.append(kernel_seconds(events[1:]))
+        times = device_times(gridder, prepared, repeats, warmup)
         result.median_s = float(np.median(times))
         result.min_s, result.max_s = float(min(times)), float(max(times))
         result.grid_point_additions = prepared.plan.grid_point_additions
         result.gpa_per_s = result.grid_point_additions / result.median_s
         result.vis_per_s = prepared.plan.num_kept / result.median_s
-        sub = slice(0, min(error_subset, workload.uvw.shape[0]))
+        per_baseline = int(np.prod(workload.uvw.shape[1:-1]))
+        sub = slice(0, max(1, min(error_subset // per_baseline, workload.uvw.shape[0])))
         device_grid = gridder.grid(workload.uvw[sub], workload.vis[sub])
         ref = reference.grid(workload.uvw[sub], workload.vis[sub], workload.grid_size,
                              workload.cell_size, workload.kernels, on_dropped="ignore")
-        result.error = float(np.linalg.norm(device_grid - ref) / np.linalg.norm(ref))
-        result.error_subset = sub.stop
+        result.error = relative_error(device_grid, ref)
+        result.error_subset = sub.stop * per_baseline
     except Exception as exc:  # a failed run is a row in the table, the others go on
         result.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return result

@@ -39,7 +39,7 @@ class Degridder(GridOperation):
         """Validate, plan and upload the positions of ``npol``-polarisation visibilities."""
         if npol not in (1, 2, 4):
             raise ValueError(f"npol must be 1, 2 or 4, got {npol!r}")
-        return self._prepare(flatten_positions(uvw, npol, flags, freqs))
+        return self.prepare_samples(flatten_positions(uvw, npol, flags, freqs))
 
     def load_grid(self, grid) -> cl.Event:
         """Check ``grid`` (npol, N, N) and copy it to the device grid; returns the event."""

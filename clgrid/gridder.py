@@ -47,7 +47,7 @@ class Gridder(GridOperation):
 
     def prepare(self, uvw, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
         """Validate, plan and upload visibilities, ready for `execute` (any number of times)."""
-        return self._prepare(flatten_samples(uvw, vis, weights, flags, freqs))
+        return self.prepare_samples(flatten_samples(uvw, vis, weights, flags, freqs))
 
     def execute(self, prepared: PreparedVisibilities) -> list:
         """Enqueue zeroing and gridding into the device grid; returns the OpenCL events."""

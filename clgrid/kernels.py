@@ -278,6 +278,29 @@ class KernelStack:
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
         return np.concatenate([t.ravel() for t in tables]), starts
 
+    def offset_rows(self, dtype=np.complex128):
+        """Each plane as rows of its taps along u, one row per (iy, oversample offset).
+
+        For plane p with support S (taps k in [-S, S]) and ``R = offset_range``, the
+        quarter sample ``[iy, |off + k * oversample|]`` is stored at
+        ``values[starts[p] + (iy * (2R+1) + off + R) * (2S+1) + k + S]``, so the u taps
+        of one visibility are contiguous: work-items that own neighbouring grid points
+        read neighbouring addresses (the moving-window gridder, seed 004 §5).  About
+        ``2 (2R+1) / oversample`` times the size of the quarters.  Returns
+        ``(values, starts)``: flat array of ``dtype`` and int32 start of each plane.
+        """
+        r = offset_range(self.oversample)
+        offsets = np.arange(-r, r + 1)
+        sizes = self.quarter_sizes.astype(np.int64) * (2 * r + 1) * (2 * self.supports.astype(np.int64) + 1)
+        if sizes.sum() >= 2 ** 31:
+            raise ValueError("kernel stack too large for 32-bit offsets in the offset-row layout")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        values = np.empty(sizes.sum(), dtype)
+        for plane, support, start, size in zip(self.planes, self.supports, starts, sizes):
+            taps = np.arange(-support, support + 1) * self.oversample
+            values[start:start + size] = plane[:, np.abs(offsets[:, None] + taps[None, :])].ravel()
+        return values, starts.astype(np.int32)
+
     def weight_sums(self) -> np.ndarray:
         """Sum of Re(kernel) over the support for every plane and oversample offset.
 

@@ -15,7 +15,7 @@ import pyopencl as cl
 
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
-from .plan import Plan, Samples, check_arguments, plan_visibilities
+from .plan import Plan, Samples, check_arguments
 from .runtime import get_queue
 from .strategies.base import DevicePlan
 
@@ -82,11 +82,11 @@ class GridOperation:
                                                  self._grid_bytes(npol))
         return self._grid_buffers[npol]
 
-    def _prepare(self, samples: Samples) -> PreparedVisibilities:
-        """Plan validated samples, let the strategy order them, and upload them."""
+    def prepare_samples(self, samples: Samples) -> PreparedVisibilities:
+        """Plan validated samples, let the strategy order them, and upload them (one
+        validation, then as many operations as wanted, as benchmarks do)."""
         self._check_grid_fits(samples.npol)
-        plan = plan_visibilities(samples, self.grid_size, self.cell_size, self.kernels,
-                                 self.on_dropped, done=self.done)
+        plan = self.strategy.plan(samples, self.cell_size, self.on_dropped, done=self.done)
         plan = self.strategy.arrange(plan, samples)
         device_plan = self.strategy.upload(plan, samples) if plan.num_kept else None
         return PreparedVisibilities(plan, device_plan, samples)

@@ -12,7 +12,7 @@ def test_tiny_run_json_and_plots(queue, tmp_path):
     result = bench.run_benchmark(work, device=queue, repeats=2)
     assert result.failed is None
     assert result.median_s > 0 and result.min_s <= result.median_s <= result.max_s
-    assert result.grid_point_additions == 3000 * 7 * 7
+    assert result.grid_point_additions == result.workload["num_vis"] * 7 * 7 >= 3000 * 7 * 7
     assert 0 < result.error < 1e-5
     path = tmp_path / "run.json"
     bench.write_json(path, [result], bench.environment())
@@ -25,7 +25,7 @@ def test_tiny_run_json_and_plots(queue, tmp_path):
     for key in ("device", "method", "precision", "workload", "median_s", "gpa_per_s", "vis_per_s",
                 "error", "tuning", "repeats"):
         assert key in row
-    assert row["workload"]["num_vis"] == 3000 and row["tuning"]["atomic"] == "cas"
+    assert row["workload"]["num_vis"] >= 3000 and row["tuning"]["atomic"] == "cas"
     for png in plots.plot_file(path, tmp_path / "plots"):
         assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 

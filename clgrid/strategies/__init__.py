@@ -7,11 +7,12 @@ everything else (validation, planning, transfers, reports) belongs to `Gridder` 
 """
 
 from .atomic import AtomicGridding
+from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
-from .degrid_moving_window import MovingWindowDegridding
+from .moving_window import MovingWindowGridding
 
-GRIDDING_METHODS = {"atomic": AtomicGridding, "fpga": FpgaGridding}
+GRIDDING_METHODS = {"atomic": AtomicGridding, "moving_window": MovingWindowGridding, "fpga": FpgaGridding}
 DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
                       "fpga": FpgaDegridding}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +16,18 @@ from ..codegen import build_program, render
 from ..errors import DeviceCapabilityError, KernelBuildError
 from ..runtime import device_facts
 from ..kernels import KernelStack
-from ..plan import Plan, Samples
+from ..plan import Plan, Samples, plan_visibilities
 from ..tuning import TuningTableError, resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
 # Tuning values for the host, not the device compiler: they never reach a template.
 HOST_ONLY_TUNING = ("build_options", "aoc_options", "binary")
+
+
+def read_only_buffer(context, array: np.ndarray) -> cl.Buffer:
+    """A device copy of ``array`` that kernels only read."""
+    return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                     hostbuf=np.ascontiguousarray(array))
 
 
 def check_precision(precision: str, facts, atomics: bool = True) -> None:
@@ -57,15 +64,14 @@ class DeviceKernelStack:
     @classmethod
     def upload(cls, context, kernels: KernelStack, complex_dtype, layout: str = "compact"
                ) -> "DeviceKernelStack":
-        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         if layout == "compact":
             values, starts, sides = kernels.compact()
-            sides = cl.Buffer(context, ro, hostbuf=sides)
+            sides = read_only_buffer(context, sides)
         else:
             (values, starts), sides = kernels.by_offset(), None
-        return cls(cl.Buffer(context, ro, hostbuf=values.astype(complex_dtype)),
-                   cl.Buffer(context, ro, hostbuf=starts), sides,
-                   cl.Buffer(context, ro, hostbuf=kernels.supports.astype(np.int32)))
+        return cls(read_only_buffer(context, values.astype(complex_dtype)),
+                   read_only_buffer(context, starts), sides,
+                   read_only_buffer(context, kernels.supports.astype(np.int32)))
 
 
 class Strategy:
@@ -80,6 +86,7 @@ class Strategy:
     atomics = True             # whether the kernels use float atomics (64-bit ones in double precision)
     kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack)
     counts: tuple = ()         # tuning parameters that count things, so must be >= 1
+    work_group_parameters = ("wg_u", "wg_v")  # the tuning parameters that set `local_size`
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
@@ -98,9 +105,13 @@ class Strategy:
         self._check_work_group()
         self._choose_atomic_path()
         self.binary = binary or self.tuning.get("binary") or None
-        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype,
-                                                       self.kernel_layout)
         self._kernels = {}
+
+    @cached_property
+    def device_kernels(self) -> DeviceKernelStack:
+        """The stack on the device in the strategy's layout, uploaded when first read."""
+        return DeviceKernelStack.upload(self.queue.context, self.kernels, self.complex_dtype,
+                                        self.kernel_layout)
 
     def local_size(self) -> tuple:
         """The work-group shape the strategy launches with (from its tuning)."""
@@ -111,7 +122,12 @@ class Strategy:
         if size > self.facts.max_work_group_size:
             raise DeviceCapabilityError(
                 f"{self.name}: work-group {self.local_size()} has {size} work-items; "
-                f"{self.facts.name} allows at most {self.facts.max_work_group_size}")
+                f"{self.facts.name} allows at most {self.facts.max_work_group_size} "
+                f"(lower the tuning parameters {', '.join(self.work_group_parameters)})")
+
+    def plan(self, samples: Samples, cell_size: float, on_dropped: str, done: str = "gridded") -> Plan:
+        """Plan ``samples`` for this strategy (strategies may check or transform them first)."""
+        return plan_visibilities(samples, self.grid_size, cell_size, self.kernels, on_dropped, done=done)
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
         """The strategy's own planning step, such as an order of the visibilities (none here)."""
@@ -121,14 +137,12 @@ class Strategy:
         """Put a plan on the device with the weighted visibilities when gridding, or room for
         them when degridding (``samples.vis`` is None); strategies may add arrays of their own."""
         context = self.queue.context
-        ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         if samples.vis is None:
             vis = cl.Buffer(context, cl.mem_flags.READ_WRITE,
                             plan.num_kept * plan.npol * np.dtype(self.complex_dtype).itemsize)
         else:
-            vis = cl.Buffer(context, ro, hostbuf=np.ascontiguousarray(samples.vis[plan.sample],
-                                                                       self.complex_dtype))
-        return DevicePlan(cl.Buffer(context, ro, hostbuf=plan.packed()), vis, plan.num_kept)
+            vis = read_only_buffer(context, samples.vis[plan.sample].astype(self.complex_dtype))
+        return DevicePlan(read_only_buffer(context, plan.packed()), vis, plan.num_kept)
 
     @classmethod
     def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size: int,

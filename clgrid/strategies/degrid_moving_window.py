@@ -59,6 +59,8 @@ class MovingWindowDegridding(Strategy):
     kernel_layout = "by_offset"
     counts = ("group_u", "group_items", "steps_per_group", "vis_per_batch")
 
+    work_group_parameters = ("group_items",)
+
     def local_size(self) -> tuple:
         """The largest work-group it launches (a window tile is never wider)."""
         return (self.tuning["group_items"],)

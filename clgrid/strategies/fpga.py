@@ -75,6 +75,8 @@ class FpgaStrategy(Strategy):
                 raise ValueError(f"{self.name}: tuning parameter {key!r} must be >= 1, "
                                  f"got {self.tuning[key]}")
 
+    work_group_parameters = ()
+
     def local_size(self) -> tuple:
         return (1, 1)
 

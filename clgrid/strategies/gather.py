@@ -36,6 +36,8 @@ class GatherDegridding(Strategy):
     def group_size(self) -> int:
         return self.tuning["lanes_per_vis"] * self.tuning["teams_per_group"]
 
+    work_group_parameters = ("lanes_per_vis", "teams_per_group")
+
     def local_size(self) -> tuple:
         return (self.group_size,)
 
