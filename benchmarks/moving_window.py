@@ -85,21 +85,6 @@ def log(started, message):
     print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
 
 
-def lofar_tracks(config: Config):
-    """uvw (metres, (nbaseline, ntime, 3)) and channel frequencies of the observation."""
-    layout = datasets.load_layout("lofar_hba")
-    remote = [i for i, name in enumerate(layout.station_names) if name.startswith("RS")]
-    core = [i for i, name in enumerate(layout.station_names) if name.startswith("CS")]
-    ncore = config.stations * 30 // 44
-    keep = core[:ncore] + remote[:config.stations - ncore]
-    stations = datasets.Layout(f"lofar_hba_{len(keep)}", [layout.station_names[i] for i in keep],
-                               layout.enu[keep], layout.latitude, layout.source)
-    hour_angles = datasets.hour_angle_range(config.hours, config.integration_s)
-    uvw = datasets.simulate_uvw(stations, declination=np.radians(50.0), hour_angles=hour_angles)
-    freqs = 150e6 + 195312.5 / 16 * np.arange(config.nchan)
-    return uvw, freqs
-
-
 def median_rate(times, additions):
     median = float(np.median(times))
     return {"median_s": median, "times_s": [float(t) for t in times], "grid_point_additions": int(additions),
@@ -252,7 +237,7 @@ def main(argv=None) -> int:
     queue = get_queue(args.device)
     log(started, f"device {queue.device.name.strip()}; {config}")
 
-    uvw, freqs = lofar_tracks(config)
+    uvw, freqs = datasets.lofar_like(config.stations, config.hours, config.integration_s, config.nchan)
     rng = np.random.default_rng(2012)
     shape = uvw.shape[:2] + (config.nchan, config.npol)
     vis = rng.standard_normal(shape, np.float32) + 1j * rng.standard_normal(shape, np.float32)

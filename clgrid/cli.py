@@ -44,11 +44,13 @@ def _sizes(quick: bool, args):
 
 
 def cmd_bench(args) -> int:
-    device_specs = args.device or [None]
     try:
-        chosen = [select_device(spec) for spec in device_specs]
+        chosen = [select_device(spec) for spec in args.device] if args.device else devices()
     except Exception as exc:
         print(f"clgrid bench: {exc}", file=sys.stderr)
+        return 2
+    if not chosen:
+        print("clgrid bench: no OpenCL devices found", file=sys.stderr)
         return 2
     runs = [(d, m, p, size) for d in chosen for m in args.method for p in args.precision
             for size in _sizes(args.quick, args)]
@@ -156,10 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clgrid", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("devices", help="list OpenCL platforms and devices").set_defaults(func=cmd_devices)
-    b = sub.add_parser("bench", help="time gridding strategies against the float64 reference")
+    b = sub.add_parser("bench", help="time gridding and degridding strategies against the float64 reference")
     b.add_argument("--quick", action="store_true", help="small sizes: under a minute on a 2-core CPU")
-    b.add_argument("--device", action="append", help="device name to match (repeatable; default: the default device)")
-    b.add_argument("--method", action="append", choices=list(GRIDDING_METHODS), default=None)
+    b.add_argument("--device", action="append", help="device name to match (repeatable; default: every device)")
+    b.add_argument("--method", action="append", choices=bench.benchmark_methods(), default=None,
+                   help="gridding method or degrid-<method> (repeatable; default: all)")
     b.add_argument("--precision", action="append", choices=["single", "double"], default=None)
     b.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
     b.add_argument("--num-vis", type=int, help="visibilities per run")
@@ -218,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "method", None) is None and args.command == "bench":
-        args.method = list(GRIDDING_METHODS)
+        args.method = bench.benchmark_methods()
     if getattr(args, "precision", None) is None and args.command == "bench":
         args.precision = ["single"]
     return args.func(args)

@@ -39,6 +39,7 @@ __all__ = [
     "simulate_uvw",
     "hour_angle_range",
     "uniform_uvw",
+    "lofar_like",
     "geodetic_to_ecef",
     "ecef_to_geodetic",
     "ecef_to_enu",
@@ -524,3 +525,25 @@ def uniform_uvw(num_vis: int, uv_max: float, w_max: float, rng=None) -> np.ndarr
     out[:, :2] = gen.uniform(-float(uv_max), float(uv_max), size=(n, 2))
     out[:, 2] = gen.uniform(-float(w_max), float(w_max), size=n)
     return out
+
+
+def lofar_like(stations: int = 44, hours: float = 6.0, integration_s: float = 10.0, nchan: int = 16):
+    """Seed 004 §6's LOFAR observation: uvw in metres ``(nbaseline, ntime, 3)`` and frequencies.
+
+    ``stations`` of the shipped LOFAR HBA layout (about 30/44 core, the rest remote,
+    as the seed's 44 stations were), declination 50 degrees, ``hours`` centred on
+    transit, one 195 kHz subband of ``nchan`` channels at 150 MHz.
+    """
+    layout = load_layout("lofar_hba")
+    remote = [i for i, name in enumerate(layout.station_names) if name.startswith("RS")]
+    core = [i for i, name in enumerate(layout.station_names) if name.startswith("CS")]
+    if not 2 <= stations <= len(core) + len(remote):
+        raise ValueError(f"stations must be in [2, {len(core) + len(remote)}], got {stations}")
+    ncore = min(len(core), stations * 30 // 44)
+    keep = core[:ncore] + remote[:stations - ncore]
+    chosen = Layout(f"lofar_hba_{len(keep)}", tuple(layout.station_names[i] for i in keep),
+                    layout.enu[keep], layout.latitude, layout.source)
+    uvw = simulate_uvw(chosen, declination=np.radians(50.0),
+                       hour_angles=hour_angle_range(hours, integration_s))
+    freqs = 150e6 + 195312.5 / nchan * np.arange(nchan)
+    return uvw, freqs

@@ -43,3 +43,15 @@ def test_cli_quick_bench_and_bad_device(capsys):
     assert "GGPA/s" in capsys.readouterr().out
     assert cli.main(["bench", "--device", "no such device"]) == 2
     assert "no OpenCL device matches" in capsys.readouterr().err
+
+
+def test_degridding_and_lofar_workloads(queue):
+    work = bench.make_workload("lofar", 2000, 128, 3, oversample=4, num_planes=4)
+    assert work.uvw.shape[0] == 946 and work.describe()["num_vis"] >= 2000
+    result = bench.run_benchmark(work, device=queue, method="degrid-gather", repeats=1)
+    assert result.failed is None
+    assert result.grid_point_additions == result.workload["num_vis"] * 49
+    assert 0 < result.error < 1e-5 and result.vis_per_s > 0
+    assert result.peak_fraction is None                   # PoCL's peak is not in the table
+    assert set(bench.benchmark_methods()) >= {"atomic", "moving_window", "degrid-gather",
+                                              "degrid-moving_window"}
