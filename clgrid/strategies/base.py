@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyopencl as cl
@@ -38,7 +39,7 @@ class DevicePlan:
 
 @dataclass
 class DeviceKernelStack:
-    """`KernelStack.compact()` uploaded in one precision."""
+    """A layout of a `KernelStack` (``compact`` or ``u_rows``) uploaded in one precision."""
 
     values: cl.Buffer
     starts: cl.Buffer
@@ -46,8 +47,8 @@ class DeviceKernelStack:
     supports: cl.Buffer
 
     @classmethod
-    def upload(cls, context, kernels: KernelStack, complex_dtype) -> "DeviceKernelStack":
-        values, starts, sides = kernels.compact()
+    def upload(cls, context, kernels: KernelStack, complex_dtype, layout: str = "compact") -> "DeviceKernelStack":
+        values, starts, sides = getattr(kernels, layout)()
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         return cls(cl.Buffer(context, ro, hostbuf=values.astype(complex_dtype)),
                    cl.Buffer(context, ro, hostbuf=starts),
@@ -60,6 +61,7 @@ class Strategy:
 
     name = ""
     template = ""
+    kernel_layout = "compact"   # the KernelStack method that lays out kernels for the template
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None):
         self.queue = queue
@@ -70,14 +72,27 @@ class Strategy:
         self.grid_size = grid_size
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, self.facts)
+        self.check_tuning()
         self._check_work_group()
         self._choose_atomic_path()
-        self.device_kernels = DeviceKernelStack.upload(queue.context, kernels, self.complex_dtype)
         self._kernels = {}
+
+    @cached_property
+    def device_kernels(self) -> DeviceKernelStack:
+        """The kernel stack on the device, in the strategy's layout (uploaded on first use)."""
+        return DeviceKernelStack.upload(self.queue.context, self.kernels, self.complex_dtype, self.kernel_layout)
+
+    def check_tuning(self) -> None:
+        """Refuse parameter combinations the template cannot render (types are checked by the table)."""
+
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
+        """The work-group shape a strategy launches with these parameters (the tuner prunes by it)."""
+        return (tuning["wg_u"], tuning["wg_v"])
 
     def local_size(self) -> tuple:
         """The work-group shape the strategy launches with (from its tuning)."""
-        return (self.tuning["wg_u"], self.tuning["wg_v"])
+        return self.work_group_shape(self.tuning)
 
     def _check_work_group(self) -> None:
         size = int(np.prod(self.local_size()))
@@ -86,12 +101,20 @@ class Strategy:
                 f"{self.name}: work-group {self.local_size()} has {size} work-items; "
                 f"{self.facts.name} allows at most {self.facts.max_work_group_size}")
 
-    def upload(self, plan, samples) -> DevicePlan:
-        """Put a plan's visibilities on the device (strategies may add arrays of their own)."""
+    def upload(self, plan, samples, order=None) -> DevicePlan:
+        """Put a plan's visibilities on the device, optionally reordered by the index array
+        ``order`` (strategies may add arrays of their own)."""
+        packed, sample = plan.packed(), plan.sample
+        if order is not None:
+            packed, sample = packed[order], sample[order]
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        vis = np.ascontiguousarray(samples.vis[plan.sample], self.complex_dtype)
-        return DevicePlan(cl.Buffer(self.queue.context, ro, hostbuf=plan.packed()),
+        vis = np.ascontiguousarray(samples.vis[sample], self.complex_dtype)
+        return DevicePlan(cl.Buffer(self.queue.context, ro, hostbuf=packed),
                           cl.Buffer(self.queue.context, ro, hostbuf=vis), plan.num_kept)
+
+    def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
+        """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""
+        raise NotImplementedError
 
     def template_params(self, npol: int) -> dict:
         params = {k: v for k, v in self.tuning.items() if k != "build_options"}
