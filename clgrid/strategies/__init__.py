@@ -6,7 +6,8 @@ buffer; everything else (validation, planning, transfers, reports) is the
 """
 
 from .atomic import AtomicGridding
+from .tiled import TiledGridding
 
-GRIDDING_METHODS = {"atomic": AtomicGridding}
+GRIDDING_METHODS = {"atomic": AtomicGridding, "tiled": TiledGridding}
 
 __all__ = ["GRIDDING_METHODS"]
