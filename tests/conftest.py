@@ -4,6 +4,7 @@ import os
 import secrets
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import clgrid
@@ -37,3 +38,10 @@ def random_visibilities(rng, n, grid_size, cell_size, w_max, npol=1, fill=0.8):
     uvw = np.column_stack([rng.uniform(-uv_max, uv_max, (n, 2)), rng.uniform(-w_max, w_max, n)])
     vis = rng.normal(size=(n, npol)) + 1j * rng.normal(size=(n, npol))
     return uvw, vis
+
+
+def poison(gridder, npol):
+    """Fill the device grid with NaN so a missed zeroing or a missed cell shows up."""
+    buf = gridder.grid_buffer(npol)
+    cl.enqueue_fill_buffer(gridder.queue, buf, np.array([np.nan], gridder.strategy.real_dtype),
+                           0, buf.size).wait()

@@ -1,12 +1,11 @@
 """The atomic gridder on PoCL against the float64 reference."""
 
 import numpy as np
-import pyopencl as cl
 import pytest
 
 import clgrid
 
-from conftest import random_visibilities, relative_error
+from conftest import poison, random_visibilities, relative_error
 
 N, CELL = 128, 2e-3
 TOLERANCE = {"single": 1e-5, "double": 1e-12}
@@ -16,13 +15,6 @@ TOLERANCE = {"single": 1e-5, "double": 1e-12}
 def stack():
     return clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=300, num_planes=8,
                                            oversample=8, max_support=12)
-
-
-def poison(gridder, npol):
-    """Fill the device grid with NaN so a missed zeroing or a missed cell shows up."""
-    buf = gridder.grid_buffer(npol)
-    cl.enqueue_fill_buffer(gridder.queue, buf, np.array([np.nan], gridder.strategy.real_dtype),
-                           0, buf.size).wait()
 
 
 @pytest.mark.parametrize("precision", ["single", "double"])
