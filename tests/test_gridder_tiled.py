@@ -268,3 +268,15 @@ def test_work_group_follows_tile_and_row_split(queue, stack):
 def test_bad_parameters_are_refused_by_name(queue, stack, tuning, words):
     with pytest.raises(TuningTableError, match=words):
         clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning)
+
+
+def test_tuner_prunes_tiled_candidates_by_their_work_group(queue):
+    from clgrid import runtime, tuner
+
+    facts = runtime.device_facts(queue.device)
+    h100 = type(facts)(**{**facts.__dict__, "platform": "NVIDIA CUDA", "name": "NVIDIA H100 80GB HBM3",
+                          "max_work_group_size": 1024})
+    space = {"tile_u": [16, 32], "tile_v": [16], "regsz": [8, 16], "shmsz": [0, 8]}
+    shapes = {(c["tile_u"], c["regsz"], c["shmsz"]) for c in tuner.candidates("tiled", h100, space)}
+    assert shapes == {(16, 8, 0), (32, 8, 0), (32, 16, 0), (32, 8, 8)}   # warps of 32, rows dividing 16
+    assert len(tuner.candidates("tiled", facts, space)) == 6               # PoCL: any width

@@ -140,7 +140,8 @@ class TiledGridding(Strategy):
         """The plan (by default in w-plane order, see ``plane_order``) and the sort's buffers."""
         t = self.tuning
         if order is None and t["plane_order"]:
-            order = np.argsort(plan.plane, kind="stable")
+            small = self.kernels.num_planes <= np.iinfo(np.int16).max   # int16 keys sort by radix: 2x faster
+            order = np.argsort(plan.plane.astype(np.int16) if small else plan.plane, kind="stable")
         base = super().upload(plan, samples, order)
         max_entries = self.max_entries(plan)
         if max_entries + t["groups_per_cu"] * self.facts.compute_units * max(t["chunk"], t["central_chunk"]) \
