@@ -54,7 +54,7 @@ inline tile_visibility prepare_visibility(tile_grid g, int4 packed, int2 vis_buc
     t.j0 = origin.y - p.grid_v + s;
     t.width = 2 * s + 1;
     t.step = p.off_u < 0 ? -1 : 1;
-    t.row0 = kernel_start[p.plane] + abs(p.off_u) * kernel_side[p.plane] * t.width + s
+    t.row0 = kernel_start[p.plane] + (int)abs(p.off_u) * kernel_side[p.plane] * t.width + s
              + t.step * (origin.x - p.grid_u);
     t.off_v0 = p.off_v - s * OVERSAMPLE;
     const real_t sign = p.conjugate ? -1 : 1;
@@ -70,6 +70,9 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
 {
     return (complex_t)(mad(re.x, c.x, mad(re.y, c.y, sum.x)), mad(im.x, c.x, mad(im.y, c.y, sum.y)));
 }
+
+/* A work-item's r-th row in local memory, laid out so that neighbouring work-items use neighbouring banks. */
+#define SHM_CELL(r, pol) shm[(((r) * NPOL + (pol)) * WG_V + y) * TILE_U + x]
 
 /* Kernel value of tap (j + support = jj) in this work-item's column, if jj is in the support. */
 #define TAP_IN_SUPPORT(t, jj) ((uint)(jj) < (uint)(t).width)
@@ -87,7 +90,7 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
 {% if shmsz %}
     #pragma unroll
     for (int r = 0; r < SHMSZ; ++r) {
-        {{ caller("shm[((r * NPOL + pol) * WG_V + y) * TILE_U + x]", "(REGSZ + r) * WG_V + y") }}
+        {{ caller("SHM_CELL(r, pol)", "(REGSZ + r) * WG_V + y") }}
     }
 {% endif %}
 {% endmacro %}
@@ -117,19 +120,25 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
     const int x = get_local_id(0), y = get_local_id(1);
     const int lid = y * TILE_U + x;
     const size_t pol_stride = (size_t)GRID_SIZE * GRID_SIZE;
-{% call(cell, row) owned_rows() %}for (int pol = 0; pol < NPOL; ++pol)
-            {{ cell }} = 0;{% endcall %}
+{% call(cell, row) owned_rows() %}
+        #pragma unroll
+        for (int pol = 0; pol < NPOL; ++pol)
+            {{ cell }} = 0;
+{% endcall %}
     int bucket = -1;
     int2 origin = (int2)(0, 0);
 
 {# A flushed cell that is not zero was touched by a footprint, so it lies on the grid. #}
 {% macro flush_tile() %}
-{% call(cell, row) owned_rows() %}for (int pol = 0; pol < NPOL; ++pol)
+{% call(cell, row) owned_rows() %}
+        #pragma unroll
+        for (int pol = 0; pol < NPOL; ++pol)
             if ({{ cell }}.x != 0 || {{ cell }}.y != 0) {
                 atomic_add_complex(grid, pol * pol_stride + (size_t)(origin.y + {{ row }}) * GRID_SIZE
                                    + origin.x + x, {{ cell }});
                 {{ cell }} = 0;
-            }{% endcall %}
+            }
+{% endcall %}
 {% endmacro %}
     for (;;) {
         if (lid == 0)
@@ -154,11 +163,14 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
                 }
                 if (TAP_IN_SUPPORT(t, t.k0 + x)) {
                     const int column = t.row0 + t.step * x;
-{% call(cell, row) owned_rows() %}if (TAP_IN_SUPPORT(t, t.j0 + {{ row }})) {
+{% call(cell, row) owned_rows() %}
+        if (TAP_IN_SUPPORT(t, t.j0 + {{ row }})) {
             const complex_t c = TAP(t, column, t.j0 + {{ row }});
+            #pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
                 {{ cell }} = add_weighted({{ cell }}, t.re[pol], t.im[pol], c);
-        }{% endcall %}
+        }
+{% endcall %}
                 }
             }
             barrier(CLK_LOCAL_MEM_FENCE);   /* the batch and chunk_first are rewritten next */
