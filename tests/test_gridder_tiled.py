@@ -280,3 +280,14 @@ def test_tuner_prunes_tiled_candidates_by_their_work_group(queue):
     shapes = {(c["tile_u"], c["regsz"], c["shmsz"]) for c in tuner.candidates("tiled", h100, space)}
     assert shapes == {(16, 8, 0), (32, 8, 0), (32, 16, 0), (32, 8, 8)}   # warps of 32, rows dividing 16
     assert len(tuner.candidates("tiled", facts, space)) == 6               # PoCL: any width
+
+
+def test_table_defaults_grid_correctly_and_nvidia_flushes_with_ptx(queue, rng, stack):
+    from clgrid import runtime, tuning
+
+    uvw, vis = random_visibilities(rng, 1000, N, CELL, 300, npol=2)
+    gridder = grid_and_compare(queue, stack, uvw, vis)       # PoCL's table entry: 32 x 32 tiles
+    assert gridder.strategy.local_size() == (32, 2)
+    facts = runtime.device_facts(queue.device)
+    h100 = type(facts)(**{**facts.__dict__, "platform": "NVIDIA CUDA", "name": "NVIDIA H100 80GB HBM3"})
+    assert tuning.resolve_tuning("tiled", None, h100)["atomic"] == "ptx"
