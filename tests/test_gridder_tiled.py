@@ -289,5 +289,6 @@ def test_table_defaults_grid_correctly_and_nvidia_flushes_with_ptx(queue, rng, s
     gridder = grid_and_compare(queue, stack, uvw, vis)       # PoCL's table entry: 32 x 32 tiles
     assert gridder.strategy.local_size() == (32, 2)
     facts = runtime.device_facts(queue.device)
-    h100 = type(facts)(**{**facts.__dict__, "platform": "NVIDIA CUDA", "name": "NVIDIA H100 80GB HBM3"})
+    h100 = type(facts)(**{**facts.__dict__, "platform": "NVIDIA CUDA", "vendor": "NVIDIA Corporation",
+                          "type": "ALL | GPU", "name": "NVIDIA H100 80GB HBM3"})
     assert tuning.resolve_tuning("tiled", None, h100)["atomic"] == "ptx"
