@@ -12,9 +12,10 @@ count, prefix sum, sort, tiles, central box, untiled) and of the total device ti
 Throughput is in grid-point additions per second (one complex multiply-add per kernel
 point), also given as the time per 31.4 M visibilities.  The error is measured
 against the float64 reference on a random subset of the visibilities.  At full size
-a short sweep of the tiled parameters follows (one parameter at a time from the table's
-values), and the best is printed as an entry for platforms/.  The compact table comes
-last; every number, the environment and the peak host memory go to DIR/tiled.json.
+a short sweep of the tiled parameters follows (group by group from the table's values:
+tile shapes, chunk sizes, central box, work-groups, sort runs, w-plane order), and
+the best is printed as an entry for platforms/.  The compact table comes last; every
+number, the environment and the peak host memory go to DIR/tiled.json.
 """
 
 import argparse
@@ -33,18 +34,19 @@ from clgrid.gridder import Gridder, PreparedVisibilities  # noqa: E402
 from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
 
 SKA_VISIBILITIES = 31_395_840
-SWEEP = {   # one parameter at a time, from the table's value, keeping the best so far
-    "tile_u": [16, 32, 64],
-    "tile_v": [8, 16, 32],
-    "regsz": [4, 8, 16],
-    "shmsz": [0, 8, 16],
-    "chunk": [32, 128, 512],
-    "central_radius": [-1, 2, 6],
-    "central_chunk": [32, 256],
-    "groups_per_cu": [8, 16, 32],
-    "sort_run": [4, 16, 64],
-    "plane_order": [True, False],
-}
+SHAPES = [   # (tile_u, tile_v, regsz, shmsz): work-groups of tile_u x tile_v / (regsz + shmsz)
+    (32, 16, 8, 8), (32, 16, 16, 0), (32, 32, 8, 8), (32, 32, 16, 0), (32, 8, 8, 0), (64, 16, 8, 8),
+    (16, 16, 8, 0), (16, 16, 4, 4), (16, 32, 8, 8), (16, 32, 16, 0), (8, 16, 4, 0), (8, 32, 8, 0),
+]
+SWEEP = [   # one group at a time, from the table's values, keeping the best so far
+    [dict(zip(("tile_u", "tile_v", "regsz", "shmsz"), shape)) for shape in SHAPES],
+    [{"chunk": c} for c in (32, 128, 512)],
+    [{"central_radius": r} for r in (-1, 2, 6)],
+    [{"central_chunk": c} for c in (32, 128, 512)],
+    [{"groups_per_cu": g} for g in (8, 16, 32)],
+    [{"sort_run": r} for r in (4, 16, 64)],
+    [{"plane_order": o} for o in (True, False)],
+]
 
 
 def event_seconds(events) -> float:
@@ -85,14 +87,14 @@ def subset_error(gridder, workload, subset):
 
 
 def sweep(workload, samples, plan, queue, repeats, seconds):
-    """Coordinate search over SWEEP from the table's values; returns (best params, best s, trials)."""
+    """Search SWEEP group by group from the table's values; returns (best params, best s, trials)."""
     start = time.perf_counter()
     best, best_s, trials = {}, None, []
-    for key, values in SWEEP.items():
-        for value in values:
+    for group in SWEEP:
+        for change in group:
             if time.perf_counter() - start > seconds:
                 return best, best_s, trials
-            trial = dict(best, **{key: value})
+            trial = dict(best, **change)
             try:
                 gridder, result = time_method(workload, samples, plan, queue, "tiled", trial, repeats)
                 del gridder
