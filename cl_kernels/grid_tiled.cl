@@ -7,7 +7,8 @@
    with float atomics only when the work-group moves on to another tile.
    Work-groups are persistent and pull chunks of the sorted entries through a global
    counter, caching one batch of visibilities in local memory at a time (seed 000
-   §3.1-3.2): the dense centre needs no special launch to be load balanced.
+   §3.1-3.2), so dense tiles are shared out like any others.  The central box (seed
+   003 §3.4) is this kernel launched a second time, over the central tiles' buckets.
    Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so a
    row of work-items reads consecutive values.
    Template variables: double, atomic, npol, oversample, grid_size, regsz, shmsz, wg_v
