@@ -282,6 +282,17 @@ def test_tuner_prunes_tiled_candidates_by_their_work_group(queue):
     assert len(tuner.candidates("tiled", facts, space)) == 6               # PoCL: any width
 
 
+def test_tuner_runs_the_tiled_strategy(queue, tmp_path, monkeypatch):
+    from clgrid import bench, tuner
+
+    monkeypatch.setenv("CLGRID_TUNING", str(tmp_path / "tuning.toml"))
+    work = bench.make_workload("tracks", 3000, 128, 3, oversample=4, num_planes=4)
+    result = tuner.tune(work, device=queue, strategy="tiled", repeats=1, progress=False,
+                        space={"tile_u": [8, 16], "tile_factor": [0.5, 1.0]})
+    assert len(result.timings) == 4 and not result.skipped
+    assert result.error <= 1e-5 and result.best["tile_u"] in (8, 16)
+
+
 def test_table_defaults_grid_correctly_and_nvidia_flushes_with_ptx(queue, rng, stack):
     from clgrid import runtime, tuning
 
