@@ -80,6 +80,7 @@ def test_same_grid_in_any_order_and_repeated_execution(queue, rng, stack):
         grids.append(gridder.grid(uvw[order], vis[order]))
         prepared = gridder.prepare(uvw, vis)
         for _ in range(2):   # counters, tallies and the grid start again from zero
+            poison(gridder, 1)
             events = gridder.execute(prepared)
             got = np.empty_like(grids[0])
             cl.enqueue_copy(queue, got, gridder.grid_buffer(1), wait_for=events[-1:]).wait()
