@@ -61,19 +61,28 @@ class Workload:
                 "supports": [int(self.kernels.supports.min()), int(self.kernels.supports.max())]}
 
 
-def fixed_support_stack(support: int, oversample: int, num_planes: int, w_max: float) -> KernelStack:
-    """Every plane with the same support, as in seed 004's fixed-size measurements.
+def synthetic_stack(supports, oversample: int, w_max: float) -> KernelStack:
+    """A stack with the given support per plane, quick to make for any size.
 
-    Each plane is a separable exponential-of-semicircle kernel filling exactly the
-    support, with a w-dependent quadratic phase so planes differ.
+    Each plane is a separable exponential-of-semicircle kernel filling exactly its
+    support, with a w-dependent quadratic phase so planes differ; planes are spaced
+    by sqrt(w) up to ``w_max``.
     """
-    q = quarter_size(support, oversample)
-    x = np.arange(q) / (oversample * (support + 1))
-    es = np.exp(14.0 * (np.sqrt(1.0 - np.minimum(x, 1.0) ** 2) - 1.0))   # 1e-6 at the edge: no denormals
-    r2 = x[:, None] ** 2 + x[None, :] ** 2
-    planes = [np.outer(es, es) * np.exp(-1j * np.pi * p / num_planes * r2) for p in range(num_planes)]
+    num_planes = len(supports)
+    planes = []
+    for p, support in enumerate(supports):
+        q = quarter_size(support, oversample)
+        x = np.arange(q) / (oversample * (support + 1))
+        es = np.exp(14.0 * (np.sqrt(1.0 - np.minimum(x, 1.0) ** 2) - 1.0))   # 1e-6 at the edge: no denormals
+        r2 = x[:, None] ** 2 + x[None, :] ** 2
+        planes.append(np.outer(es, es) * np.exp(-1j * np.pi * p / num_planes * r2))
     w_scale = (num_planes - 1) ** 2 / w_max if num_planes > 1 else 0.0
-    return KernelStack.from_arrays(planes, [support] * num_planes, oversample, w_scale, taper="es")
+    return KernelStack.from_arrays(planes, supports, oversample, w_scale, taper="es")
+
+
+def fixed_support_stack(support: int, oversample: int, num_planes: int, w_max: float) -> KernelStack:
+    """Every plane with the same support, as in seed 004's fixed-size measurements."""
+    return synthetic_stack([support] * num_planes, oversample, w_max)
 
 
 def make_workload(dataset: str, num_vis: int, grid_size: int, support: int, npol: int = 1,

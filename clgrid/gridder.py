@@ -57,7 +57,7 @@ class Gridder(GridOperation):
                                       0, self._grid_bytes(npol))
         if prepared.device_plan is None:
             return [zero]
-        return [zero, self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[zero])]
+        return [zero, *self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[zero])]
 
     def grid(self, uvw, vis, weights=None, flags=None, freqs=None, return_report: bool = False):
         """Grid visibilities; returns the ``(npol, N, N)`` complex grid, indexed ``[pol, v, u]``.

@@ -14,8 +14,8 @@ so the dirty image ``sum_uv G exp(+2 pi i (u l + v m))`` of visibilities
 ``V = S exp(-2 pi i (u l0 + v m0 + w (n0 - 1)))`` peaks at ``(l0, m0)`` with its
 w-term removed.  Planes are spaced by sqrt(w): ``w_p = p**2 / w_scale``.
 
-Layout transforms for the device (``cube``, ``compact``) are methods here so every
-strategy reads kernels through one tested path.
+Layout transforms for the device (``cube``, ``compact``, ``u_rows``) are methods here so
+every strategy reads kernels through one tested path.
 """
 
 from __future__ import annotations
@@ -300,6 +300,35 @@ class KernelStack:
             taps = np.arange(-support, support + 1) * self.oversample
             values[start:start + size] = plane[:, np.abs(offsets[:, None] + taps[None, :])].ravel()
         return values, starts.astype(np.int32)
+
+    def u_rows(self):
+        """Planes as rows that are contiguous in u for a fixed oversample offset (seed 000 §4.1).
+
+        In the quarter layout the taps ``k`` of one visibility read ``ix = |off_u +
+        k * oversample|``: a stride of ``oversample``, folded at 0.  Here plane p holds,
+        for every ``o = |off_u|`` in ``0..R`` (``R = offset_range``) and every quarter
+        row ``iy``, the full row of ``2 * support + 1`` taps ``t = k + support``:
+        ``row[o][iy][t] = quarter[iy, |o + (t - support) * oversample|]``.  A visibility
+        with ``off_u >= 0`` reads tap k at ``t = support + k``, one with ``off_u < 0`` at
+        ``t = support - k`` (the kernel is even), so neighbouring work-items read
+        neighbouring values in either case.  Rows stay strided in v, as in both seeds.
+        ``R + 1`` rows per quarter row make it about 1.5 times the quarters (not the
+        full kernel: seed 003 §3.5 found that too large for the caches).
+
+        Returns ``(values, starts, sides)`` like `compact`: sample ``(iy, t)`` of offset
+        ``o`` of plane p is ``values[starts[p] + (o * sides[p] + iy) * (2 * s_p + 1) + t]``.
+        """
+        r = offset_range(self.oversample)
+        rows = []
+        for plane, support in zip(self.planes, self.supports):
+            taps = np.arange(-int(support), int(support) + 1) * self.oversample
+            ix = np.abs(np.arange(r + 1)[:, None] + taps[None, :])      # (o, t)
+            rows.append(plane[:, ix].transpose(1, 0, 2).ravel())         # (o, iy, t)
+        sizes = np.array([a.size for a in rows], np.int64)
+        if sizes.sum() >= 2 ** 31:
+            raise ValueError("kernel stack too large for 32-bit offsets")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return np.concatenate(rows), starts.astype(np.int32), self.quarter_sizes
 
     def weight_sums(self) -> np.ndarray:
         """Sum of Re(kernel) over the support for every plane and oversample offset.

@@ -1,8 +1,8 @@
 """`clgrid tune`: measure a strategy's parameter space on the device in hand.
 
 Candidates come from ``[tune.<strategy>]`` in platforms/generic.toml, pruned by
-simple rules (work-group a multiple of the device's SIMD width and within its
-limit; atomic paths the device has).  Each candidate is timed after a warm-up;
+simple rules (a work-group shape the strategy can launch, a multiple of the
+device's SIMD width and within its limit; atomic paths the device has).  Each candidate is timed after a warm-up;
 one that fails to build or exceeds a resource is skipped and reported.  The winner
 is checked against the float64 reference before it is saved to the user's tuning
 file, which later runs pick up (see `clgrid.tuning`).
@@ -23,7 +23,8 @@ from . import reference
 from .atomics import atomic_unavailable
 from .gridder import Gridder, kernel_seconds
 from .runtime import device_facts, get_queue
-from .tuning import format_entry, resolve_tuning, schema, tune_space, user_tuning_path
+from .strategies import GRIDDING_METHODS
+from .tuning import TuningTableError, format_entry, resolve_tuning, schema, tune_space, user_tuning_path
 
 __all__ = ["TuneResult", "candidates", "tune", "save_user_entry", "strategy_values"]
 
@@ -51,11 +52,15 @@ def candidates(strategy: str, facts, space: dict | None = None) -> list[dict]:
     if not space:
         raise ValueError(f"no tuning space for {strategy!r} in platforms/generic.toml")
     simd = next((w for k, w in SIMD_WIDTH.items() if k in facts.platform.lower()), 1)
+    defaults = resolve_tuning(strategy, None, facts)
     keys = list(space)
     out = []
     for values in itertools.product(*(space[k] for k in keys)):
         c = dict(zip(keys, values))
-        wg = c.get("wg_u", 1) * c.get("wg_v", 1)
+        try:
+            wg = int(np.prod(GRIDDING_METHODS[strategy].work_group_shape({**defaults, **c})))
+        except TuningTableError:   # a combination the strategy cannot launch
+            continue
         if wg > facts.max_work_group_size or wg % simd:
             continue
         if "atomic" in c and atomic_unavailable(c["atomic"], facts, double=False):

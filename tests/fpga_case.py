@@ -68,7 +68,7 @@ def grid_on_host_zeros(gridder, uvw, vis):
     grid_buffer = gridder.grid_buffer(npol)
     cl.enqueue_copy(gridder.queue, grid_buffer, out)
     done = gridder.strategy.grid(prepared.device_plan, npol, grid_buffer)
-    cl.enqueue_copy(gridder.queue, out, grid_buffer, wait_for=[done]).wait()
+    cl.enqueue_copy(gridder.queue, out, grid_buffer, wait_for=done).wait()
     return out
 
 
@@ -84,7 +84,7 @@ if __name__ == "__main__":
     uvw, vis, grid = random_inputs(np.random.default_rng(args.seed), args.num_vis, args.npol, stack)
     gridder = clgrid.Gridder(N, CELL, stack, method="fpga", device="oclgrind",
                              tuning={**GRID_TUNING, "tile": args.tile}, on_dropped="raise")
-    degridder = clgrid.Degridder(N, CELL, stack, method="fpga", device="oclgrind", tuning={**DEGRID_TUNING, "tile": args.tile},
-                              on_dropped="raise")
+    degridder = clgrid.Degridder(N, CELL, stack, method="fpga", device="oclgrind",
+                                 tuning={**DEGRID_TUNING, "tile": args.tile}, on_dropped="raise")
     np.savez(args.out, uvw=uvw, vis=vis, grid=grid, gridded=grid_on_host_zeros(gridder, uvw, vis),
              degridded=degridder.degrid(grid, uvw))

@@ -96,3 +96,24 @@ def test_weight_sums_by_brute_force(stack):
             brute = sum(stack.planes[p][abs(off_v + j * os), abs(off_u + kk * os)].real
                         for j in range(-s, s + 1) for kk in range(-s, s + 1))
             assert sums[p, off_v + r, off_u + r] == pytest.approx(brute, rel=1e-12)
+
+
+@pytest.mark.parametrize("oversample", [3, 4, 8])
+def test_u_rows_layout_matches_quarters_for_every_offset_and_tap(oversample):
+    stack = clgrid.KernelStack.w_projection(grid_size=256, cell_size=1e-3, w_max=400, num_planes=5,
+                                            oversample=oversample, max_support=20)
+    assert stack.supports[0] < stack.supports[-1] < 20
+    values, starts, sides = stack.u_rows()
+    r = offset_range(oversample)
+    assert np.array_equal(sides, stack.quarter_sizes)
+    assert values.size == sum((r + 1) * q * (2 * s + 1) for q, s in zip(sides, stack.supports))
+    for p, plane in enumerate(stack.planes):
+        s, width = int(stack.supports[p]), 2 * int(stack.supports[p]) + 1
+        for off_u in range(-r, r + 1):
+            for off_v in range(-r, r + 1):
+                taps = np.arange(-s, s + 1)
+                iy = np.abs(off_v + taps * oversample)                       # rows stay as in the quarter
+                t = s + np.sign(off_u + 0.5).astype(int) * taps               # off_u < 0 reads backwards
+                got = values[starts[p] + (abs(off_u) * sides[p] + iy[:, None]) * width + t[None, :]]
+                want = plane[iy[:, None], np.abs(off_u + taps * oversample)[None, :]]
+                np.testing.assert_array_equal(got, want)

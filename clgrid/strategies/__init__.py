@@ -11,8 +11,10 @@ from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
 from .moving_window import MovingWindowGridding
+from .tiled import TiledGridding
 
-GRIDDING_METHODS = {"atomic": AtomicGridding, "moving_window": MovingWindowGridding, "fpga": FpgaGridding}
+GRIDDING_METHODS = {"atomic": AtomicGridding, "tiled": TiledGridding, "moving_window": MovingWindowGridding,
+                    "fpga": FpgaGridding}
 DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
                       "fpga": FpgaDegridding}
 

@@ -52,9 +52,9 @@ class DevicePlan:
 
 @dataclass
 class DeviceKernelStack:
-    """A `KernelStack` on the device in one precision and one layout: ``"compact"``
-    quarters (`KernelStack.compact`) or tables ``"by_offset"`` (`KernelStack.by_offset`,
-    which has no ``sides``)."""
+    """A `KernelStack` on the device in one precision and one layout, named by the
+    `KernelStack` method that makes it (``compact``, ``by_offset``, ``u_rows``); layouts
+    without per-plane sides have ``sides`` None."""
 
     values: cl.Buffer
     starts: cl.Buffer
@@ -64,13 +64,10 @@ class DeviceKernelStack:
     @classmethod
     def upload(cls, context, kernels: KernelStack, complex_dtype, layout: str = "compact"
                ) -> "DeviceKernelStack":
-        if layout == "compact":
-            values, starts, sides = kernels.compact()
-            sides = read_only_buffer(context, sides)
-        else:
-            (values, starts), sides = kernels.by_offset(), None
+        values, starts, *sides = getattr(kernels, layout)()
         return cls(read_only_buffer(context, values.astype(complex_dtype)),
-                   read_only_buffer(context, starts), sides,
+                   read_only_buffer(context, starts),
+                   read_only_buffer(context, sides[0]) if sides else None,
                    read_only_buffer(context, kernels.supports.astype(np.int32)))
 
 
@@ -102,6 +99,7 @@ class Strategy:
             if self.tuning[name] < 1:
                 raise ValueError(f"tuning parameter {name!r} of {self.name!r} must be >= 1, "
                                  f"got {self.tuning[name]}")
+        self.check_tuning()
         self._check_work_group()
         self._choose_atomic_path()
         self.binary = binary or self.tuning.get("binary") or None
@@ -113,9 +111,17 @@ class Strategy:
         return DeviceKernelStack.upload(self.queue.context, self.kernels, self.complex_dtype,
                                         self.kernel_layout)
 
+    def check_tuning(self) -> None:
+        """Refuse parameter combinations the template cannot render (types are checked by the table)."""
+
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
+        """The work-group shape a strategy launches with these parameters (the tuner prunes by it)."""
+        return (tuning["wg_u"], tuning["wg_v"])
+
     def local_size(self) -> tuple:
         """The work-group shape the strategy launches with (from its tuning)."""
-        return (self.tuning["wg_u"], self.tuning["wg_v"])
+        return self.work_group_shape(self.tuning)
 
     def _check_work_group(self) -> None:
         size = int(np.prod(self.local_size()))
@@ -151,6 +157,10 @@ class Strategy:
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
                     grid_size=grid_size)
+
+    def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
+        """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""
+        raise NotImplementedError
 
     def template_params(self, npol: int) -> dict:
         return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)

@@ -61,9 +61,10 @@ class MovingWindowDegridding(Strategy):
 
     work_group_parameters = ("group_items",)
 
-    def local_size(self) -> tuple:
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
         """The largest work-group it launches (a window tile is never wider)."""
-        return (self.tuning["group_items"],)
+        return (tuning["group_items"],)
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
         """Track by track (baseline, channel), in time order within a track."""

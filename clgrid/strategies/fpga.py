@@ -77,7 +77,8 @@ class FpgaStrategy(Strategy):
 
     work_group_parameters = ()
 
-    def local_size(self) -> tuple:
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
         return (1, 1)
 
     @classmethod
@@ -138,9 +139,9 @@ class FpgaGridding(FpgaStrategy):
     def on_chip_tiles(self) -> int:
         return self.tuning["banks"]
 
-    def grid(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> cl.Event:
-        """Enqueue the gridding of ``plan`` into ``grid_buffer`` (zeroed); returns the event."""
-        return self._launch(plan, npol, grid_buffer, wait_for)
+    def grid(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
+        """Enqueue the gridding of ``plan`` into ``grid_buffer`` (zeroed); returns the events."""
+        return [self._launch(plan, npol, grid_buffer, wait_for)]
 
 
 class FpgaDegridding(FpgaStrategy):

@@ -38,8 +38,9 @@ class GatherDegridding(Strategy):
 
     work_group_parameters = ("lanes_per_vis", "teams_per_group")
 
-    def local_size(self) -> tuple:
-        return (self.group_size,)
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
+        return (tuning["lanes_per_vis"] * tuning["teams_per_group"],)
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
         """Sorted by w-plane and cell (in tiles of ``sort_tile`` cells) when ``sort`` says so."""

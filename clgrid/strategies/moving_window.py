@@ -114,8 +114,9 @@ class MovingWindowGridding(Strategy):
 
     work_group_parameters = ("work_group_size",)
 
-    def local_size(self) -> tuple:
-        return (self.tuning["work_group_size"],)
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
+        return (tuning["work_group_size"],)
 
     def template_params(self, npol: int) -> dict:
         return dict(super().template_params(npol), offset_range=offset_range(self.kernels.oversample))
@@ -143,10 +144,10 @@ class MovingWindowGridding(Strategy):
             num_vis=plan.num_kept, chunks=read_only_buffer(context, chunks),
             work=read_only_buffer(context, work), num_chunks=len(chunks), num_groups=len(work))
 
-    def grid(self, plan: MovingWindowPlan, npol: int, grid_buffer, wait_for=None):
-        """Enqueue the gridding of ``plan`` into ``grid_buffer``; returns the event."""
+    def grid(self, plan: MovingWindowPlan, npol: int, grid_buffer, wait_for=None) -> list:
+        """Enqueue the gridding of ``plan`` into ``grid_buffer``; returns the events."""
         size = self.tuning["work_group_size"]
-        return self.kernel("grid_moving_window", npol)(
+        return [self.kernel("grid_moving_window", npol)(
             self.queue, (plan.num_groups * size,), (size,),
             plan.packed, plan.vis, self.kernel_rows, self.kernel_row_starts, plan.chunks, plan.work,
-            grid_buffer, wait_for=wait_for)
+            grid_buffer, wait_for=wait_for)]

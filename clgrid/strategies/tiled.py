@@ -1,0 +1,233 @@
+"""Tiled gridding (seed 003 §3.3-3.6, seed 000 Part I): tiles accumulated on chip, flushed once.
+
+Every stage runs on the device and has its own method, so tests can check each one
+and benchmarks can time each one (``stages`` holds the events of the last call):
+
+1. bounding box of the cells the footprints touch: the active grid;
+2. count, per tile, the visibilities whose footprint touches it (a visibility counts
+   in every tile it touches), and those that tile_factor leaves untiled;
+3. prefix sum of the counts: where each tile's bucket starts;
+4. sort: put every visibility's packed plan, index and bucket into each of its buckets;
+5. tiles: persistent work-groups pull chunks of the sorted entries through a global
+   counter and accumulate each tile in registers and local memory (grid_tiled.cl);
+6. central box: the same over the tiles around the grid centre, with its own chunk;
+7. untiled: the atomic strategy's kernel for visibilities centred outside the tiled part.
+
+The tiling is fixed relative to the grid (tile (0, 0) centred on the grid centre),
+so the host knows, from the plan alone, how many entries the sort can write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
+
+import numpy as np
+import pyopencl as cl
+
+from ..scan import ExclusiveScan
+from ..tuning import TuningTableError
+from .atomic import AtomicGridding
+from .base import DevicePlan, Strategy
+
+__all__ = ["TiledGridding", "TiledDevicePlan", "footprint_tile_range", "tiles_across"]
+
+INT32_MAX = 2 ** 31 - 1
+EMPTY_BOX = np.array([INT32_MAX, -INT32_MAX - 1, INT32_MAX, -INT32_MAX - 1], np.int32)  # u_min, u_max, v_min, v_max
+ZERO = np.zeros(1, np.int32)
+
+
+def first_tile_cell(grid_size: int, tile: int) -> int:
+    """First cell of tile 0, the tile with the grid centre in its middle (seed 003 §3.3)."""
+    return grid_size // 2 - tile // 2
+
+
+def footprint_tile_range(centre, support, grid_size: int, tile: int):
+    """First and last tile (along one axis) that footprints ``centre +- support`` touch."""
+    origin = first_tile_cell(grid_size, tile)
+    centre, support = np.asarray(centre, np.int64), np.asarray(support, np.int64)
+    return (centre - support - origin) // tile, (centre + support - origin) // tile
+
+
+def tiles_across(grid_size: int, tile: int) -> int:
+    """Tiles needed along one axis to cover the whole grid."""
+    first, _ = footprint_tile_range(0, 0, grid_size, tile)
+    _, last = footprint_tile_range(grid_size - 1, 0, grid_size, tile)
+    return int(last - first + 1)
+
+
+@dataclass
+class TiledDevicePlan(DevicePlan):
+    """The plan plus the scratch buffers of the sort, sized once per upload."""
+
+    box: cl.Buffer                # int4: u_min, u_max, v_min, v_max of the active grid
+    tally: cl.Buffer              # int per bucket (+1): counts, then the next free slot
+    offsets: cl.Buffer            # int per bucket (+1): where each bucket starts; last = all entries
+    untiled_tally: cl.Buffer      # int: untiled visibilities counted, then placed
+    entries: cl.Buffer            # int4 per entry: the packed plan (Plan.packed) of the visibility
+    entry_vis_bucket: cl.Buffer   # int2 per entry: visibility index, bucket
+    untiled_plan: cl.Buffer       # int4 per untiled visibility, for the atomic kernel
+    untiled_vis: cl.Buffer        # complex per untiled visibility and polarisation
+    taken: tuple                  # one int counter per tile pass (tiles, central box)
+    max_entries: int
+
+
+class TiledGridding(Strategy):
+    """Bucket-sorted tiles, accumulated in registers and local memory, flushed atomically."""
+
+    name = "tiled"
+    template = "grid_tiled.cl"
+    kernel_layout = "u_rows"
+
+    def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
+        super().__init__(queue, grid_size, kernels, precision, tuning, binary)
+        t = self.tuning
+        self.max_tiles = tiles_across(grid_size, t["tile_u"]) * tiles_across(grid_size, t["tile_v"])
+        box_side = 2 * t["central_radius"] + 1
+        self.num_buckets = self.max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
+        if self.num_buckets >= INT32_MAX:
+            raise TuningTableError(f"tiled: {self.num_buckets} tiles of {t['tile_u']}x{t['tile_v']} on a "
+                                   f"{grid_size}^2 grid overflow 32-bit bucket numbers; use larger tiles")
+        self.scan = ExclusiveScan(queue, wg=t["sort_wg"])
+        self.stages: dict = {}
+
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
+        """A work-item per column of a tile, each owning regsz + shmsz of its rows."""
+        rows = tuning["regsz"] + tuning["shmsz"]
+        if rows < 1 or tuning["tile_v"] % rows:
+            raise TuningTableError(f"tiled: tile_v = {tuning['tile_v']} must be a multiple of "
+                                   f"regsz + shmsz = {rows} (>= 1)")
+        return (tuning["tile_u"], tuning["tile_v"] // rows)
+
+    def check_tuning(self) -> None:
+        t = self.tuning
+        positive = ("tile_u", "tile_v", "chunk", "central_chunk", "groups_per_cu", "sort_run", "sort_wg")
+        bad = [k for k in positive if t[k] < 1] + [k for k in ("regsz", "shmsz") if t[k] < 0]
+        if bad:
+            raise TuningTableError(f"tiled: {', '.join(f'{k} = {t[k]}' for k in bad)} out of range")
+        if t["sort_wg"] & (t["sort_wg"] - 1):
+            raise TuningTableError(f"tiled: sort_wg = {t['sort_wg']} must be a power of two")
+        if not 0.0 <= t["tile_factor"] <= 1.0:
+            raise TuningTableError(f"tiled: tile_factor = {t['tile_factor']} must be in [0, 1]")
+
+    def template_params(self, npol: int) -> dict:
+        return dict(super().template_params(npol), wg_v=self.local_size()[1], max_tiles=self.max_tiles,
+                    tile_factor_4096=round(self.tuning["tile_factor"] * 4096))
+
+    @cached_property
+    def untiled_strategy(self) -> AtomicGridding:
+        """The atomic strategy, with its own table entry, for what tile_factor leaves untiled."""
+        return AtomicGridding(self.queue, self.grid_size, self.kernels, self.precision)
+
+    @property
+    def tiles_everything(self) -> bool:
+        return self.tuning["tile_factor"] == 1.0
+
+    # -- upload ---------------------------------------------------------------
+
+    def max_entries(self, plan) -> int:
+        """Entries the sort writes when every visibility is tiled: the tiles each footprint touches."""
+        t = self.tuning
+        count = 1
+        for centre, tile in ((plan.grid_u, t["tile_u"]), (plan.grid_v, t["tile_v"])):
+            first, last = footprint_tile_range(centre, plan.support, self.grid_size, tile)
+            count = count * (last - first + 1)
+        return int(np.sum(count))
+
+    def arrange(self, plan, samples):
+        """By w-plane when ``plane_order`` (seed 003 §3.6): neighbours read the same kernel plane."""
+        if not self.tuning["plane_order"]:
+            return plan
+        small = self.kernels.num_planes <= np.iinfo(np.int16).max   # int16 keys sort by radix: 2x faster
+        return plan.take(np.argsort(plan.plane.astype(np.int16) if small else plan.plane, kind="stable"))
+
+    def upload(self, plan, samples) -> TiledDevicePlan:
+        """The (arranged) plan and the sort's buffers."""
+        t = self.tuning
+        base = super().upload(plan, samples)
+        max_entries = self.max_entries(plan)
+        if max_entries + t["groups_per_cu"] * self.facts.compute_units * max(t["chunk"], t["central_chunk"]) \
+                >= INT32_MAX:
+            raise ValueError(f"tiled: {max_entries} tile entries overflow 32-bit offsets; grid fewer "
+                             f"visibilities per call or use larger tiles")
+        untiled = 1 if self.tiles_everything else plan.num_kept
+        complex_size = np.dtype(self.complex_dtype).itemsize
+
+        def buffer(nbytes):
+            return cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
+
+        return TiledDevicePlan(
+            base.packed, base.vis, base.num_vis,
+            box=buffer(16), tally=buffer(4 * (self.num_buckets + 1)), offsets=buffer(4 * (self.num_buckets + 1)),
+            untiled_tally=buffer(4), entries=buffer(16 * max_entries), entry_vis_bucket=buffer(8 * max_entries),
+            untiled_plan=buffer(16 * untiled), untiled_vis=buffer(complex_size * plan.npol * untiled),
+            taken=(buffer(4), buffer(4)), max_entries=max_entries)
+
+    # -- stages ---------------------------------------------------------------
+
+    def enqueue_bounding_box(self, plan: TiledDevicePlan, npol: int, wait_for=None) -> list:
+        wg = self.tuning["sort_wg"]
+        groups = max(1, min(-(-plan.num_vis // wg), 8 * self.facts.compute_units))
+        fill = cl.enqueue_fill_buffer(self.queue, plan.box, EMPTY_BOX, 0, 16, wait_for=wait_for)
+        return [fill, self.kernel("tile_bounding_box", npol)(
+            self.queue, (groups * wg,), (wg,), plan.packed, self.device_kernels.supports,
+            np.int32(plan.num_vis), plan.box)]
+
+    def _bucket(self, plan: TiledDevicePlan, npol: int, place: bool) -> cl.Event:
+        items = -(-plan.num_vis // self.tuning["sort_run"])
+        return self.kernel("bucket_visibilities", npol)(
+            self.queue, (items,), None, plan.packed, plan.vis, self.device_kernels.supports,
+            np.int32(plan.num_vis), plan.box, plan.tally, plan.untiled_tally, plan.entries,
+            plan.entry_vis_bucket, plan.untiled_plan, plan.untiled_vis, np.int32(place))
+
+    def _zero(self, buffer, nbytes) -> cl.Event:
+        return cl.enqueue_fill_buffer(self.queue, buffer, ZERO, 0, nbytes)
+
+    def enqueue_count(self, plan: TiledDevicePlan, npol: int) -> list:
+        return [self._zero(plan.tally, 4 * (self.num_buckets + 1)), self._zero(plan.untiled_tally, 4),
+                self._bucket(plan, npol, place=False)]
+
+    def enqueue_prefix_sum(self, plan: TiledDevicePlan) -> list:
+        return self.scan(plan.tally, plan.offsets, self.num_buckets + 1)
+
+    def enqueue_sort(self, plan: TiledDevicePlan, npol: int) -> list:
+        cursors = cl.enqueue_copy(self.queue, plan.tally, plan.offsets, byte_count=4 * (self.num_buckets + 1))
+        return [cursors, self._zero(plan.untiled_tally, 4), self._bucket(plan, npol, place=True)]
+
+    def enqueue_tiles(self, plan: TiledDevicePlan, npol: int, grid_buffer, central: bool) -> list:
+        """Grid the buckets of the tiles outside the central box, or (``central``) inside it."""
+        t = self.tuning
+        first, end = (self.max_tiles, self.num_buckets) if central else (0, self.max_tiles)
+        taken = plan.taken[int(central)]
+        local = self.local_size()
+        groups = t["groups_per_cu"] * self.facts.compute_units
+        k = self.device_kernels
+        return [self._zero(taken, 4), self.kernel("grid_tiles", npol)(
+            self.queue, (groups * local[0], local[1]), local, plan.entries, plan.entry_vis_bucket, plan.vis,
+            k.values, k.starts, k.sides, k.supports, plan.box, plan.offsets, np.int32(first), np.int32(end),
+            np.int32(t["central_chunk"] if central else t["chunk"]), taken, grid_buffer)]
+
+    def enqueue_untiled(self, plan: TiledDevicePlan, npol: int, grid_buffer) -> list:
+        """The atomic kernel over the visibilities the sort left untiled (waits to learn how many)."""
+        count = np.zeros(1, np.int32)
+        cl.enqueue_copy(self.queue, count, plan.untiled_tally).wait()
+        if not count[0]:
+            return []
+        untiled = DevicePlan(plan.untiled_plan, plan.untiled_vis, int(count[0]))
+        return self.untiled_strategy.grid(untiled, npol, grid_buffer)
+
+    def grid(self, plan: TiledDevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
+        """Enqueue every stage; their events, by stage, are kept in ``stages``."""
+        stages = {"bounding box": self.enqueue_bounding_box(plan, npol, wait_for),
+                  "count": self.enqueue_count(plan, npol),
+                  "prefix sum": self.enqueue_prefix_sum(plan),
+                  "sort": self.enqueue_sort(plan, npol),
+                  "tiles": self.enqueue_tiles(plan, npol, grid_buffer, central=False)}
+        if self.tuning["central_radius"] >= 0:
+            stages["central box"] = self.enqueue_tiles(plan, npol, grid_buffer, central=True)
+        if not self.tiles_everything:
+            stages["untiled"] = self.enqueue_untiled(plan, npol, grid_buffer)
+        self.stages = stages
+        return list(chain.from_iterable(stages.values()))

@@ -1,0 +1,308 @@
+"""The tiled gridder on PoCL: each device stage against numpy, the grid against the reference."""
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+import clgrid
+from clgrid.strategies.tiled import TiledGridding
+from clgrid.tuning import TuningTableError
+
+from conftest import poison, random_visibilities, relative_error
+
+N, CELL = 128, 2e-3
+TOLERANCE = {"single": 1e-5, "double": 1e-12}
+SMALL_TILES = {"tile_u": 16, "tile_v": 16, "regsz": 4, "shmsz": 4, "central_radius": 1, "chunk": 8,
+               "central_chunk": 24}
+
+
+@pytest.fixture(scope="module", params=[8, 4], ids=["os8", "os4"])
+def stack(request):
+    """Supports growing with |w| from 2 to 12 cells (kernels up to 25 cells wide)."""
+    return clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=300, num_planes=8,
+                                           oversample=request.param, max_support=12)
+
+
+def random_stack(rng, supports, oversample):
+    """Random complex quarters: any layout or index slip changes the grid."""
+    planes = [rng.normal(size=(q, q)) + 1j * rng.normal(size=(q, q))
+              for q in (clgrid.kernels.quarter_size(s, oversample) for s in supports)]
+    return clgrid.KernelStack.from_arrays(planes, supports, oversample, w_scale=(len(supports) - 1) ** 2 / 300)
+
+
+def grid_and_compare(queue, stack, uvw, vis, precision="single", tuning=None, grid_size=N, weights=None,
+                     flags=None):
+    """Grid on a NaN-poisoned device grid; check against the float64 reference; return the gridder."""
+    gridder = clgrid.Gridder(grid_size, CELL, stack, method="tiled", device=queue, precision=precision,
+                             tuning=tuning)
+    poison(gridder, vis.shape[-1])
+    out = gridder.grid(uvw, vis, weights=weights, flags=flags)
+    ref = clgrid.reference.grid(uvw, vis, grid_size, CELL, stack, weights=weights, flags=flags)
+    assert np.all(np.isfinite(out))
+    assert relative_error(out, ref) <= TOLERANCE[precision]
+    return gridder
+
+
+def on_cells(cells_u, cells_v, w, grid_size=N):
+    """uvw (wavelengths) that land exactly on the given grid cells."""
+    du = 1.0 / (grid_size * CELL)
+    return np.column_stack([(np.asarray(cells_u) - grid_size // 2) * du,
+                            (np.asarray(cells_v) - grid_size // 2) * du, np.broadcast_to(w, np.shape(cells_u))])
+
+
+def read(queue, buffer, dtype, count):
+    out = np.empty(count, dtype)
+    cl.enqueue_copy(queue, out, buffer).wait()
+    return out
+
+
+# -- the grid against the reference ------------------------------------------
+
+@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("npol", [1, 4])
+def test_random_order_matches_reference(queue, rng, stack, precision, npol):
+    uvw, vis = random_visibilities(rng, 1200, N, CELL, 300, npol=npol)
+    weights = rng.uniform(0.1, 3.0, vis.shape)
+    flags = rng.random(vis.shape) < 0.1
+    gridder = grid_and_compare(queue, stack, uvw, vis, precision, SMALL_TILES, weights=weights, flags=flags)
+    assert gridder.last_report["gridded"] > 1000
+    assert set(gridder.strategy.stages) == {"bounding box", "count", "prefix sum", "sort", "tiles", "central box"}
+
+
+def test_same_grid_in_any_order_and_repeated_execution(queue, rng, stack):
+    uvw, vis = random_visibilities(rng, 800, N, CELL, 300, fill=0.4)
+    order = rng.permutation(len(uvw))
+    grids = []
+    for plane_order in (True, False):
+        gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue,
+                                 tuning=dict(SMALL_TILES, plane_order=plane_order))
+        grids.append(gridder.grid(uvw, vis))
+        grids.append(gridder.grid(uvw[order], vis[order]))
+        prepared = gridder.prepare(uvw, vis)
+        for _ in range(2):   # counters, tallies and the grid start again from zero
+            poison(gridder, 1)
+            events = gridder.execute(prepared)
+            got = np.empty_like(grids[0])
+            cl.enqueue_copy(queue, got, gridder.grid_buffer(1), wait_for=events[-1:]).wait()
+            grids.append(got)
+    ref = clgrid.reference.grid(uvw, vis, N, CELL, stack)
+    for got in grids:
+        assert relative_error(got, ref) <= 1e-5
+
+
+def test_dense_centre_goes_through_the_central_box(queue, rng, stack):
+    uvw, vis = random_visibilities(rng, 1500, N, CELL, 300, fill=0.8)
+    uvw[:1200, :2] *= 0.03    # a crowded core, as in the SKA layouts
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=SMALL_TILES)
+    strategy, plan = gridder.strategy, gridder.prepare(uvw, vis).device_plan
+    strategy.grid(plan, 1, gridder.grid_buffer(1))
+    offsets = read(queue, plan.offsets, np.int32, strategy.num_buckets + 1)
+    central = offsets[-1] - offsets[strategy.max_tiles]
+    assert central >= 1200 and offsets[strategy.max_tiles] > 0   # both passes have work
+
+
+@pytest.mark.parametrize("tiles_per_vis", [2, 4])
+def test_footprints_across_tile_borders(queue, rng, tiles_per_vis):
+    stack = random_stack(rng, [3], 4)
+    tuning = {"tile_u": 16, "tile_v": 16, "regsz": 8, "shmsz": 8, "central_radius": -1}
+    borders = N // 2 - 8 + 16 * rng.integers(-3, 4, 60)          # first cells of tiles
+    inside = N // 2 + 16 * rng.integers(-3, 4, 60)               # tile middles
+    cells_v = borders + rng.integers(-3, 3, 60) if tiles_per_vis == 4 else inside
+    uvw = on_cells(borders + rng.integers(-3, 3, 60), cells_v, 0.0)
+    vis = rng.normal(size=(60, 1)) + 1j * rng.normal(size=(60, 1))
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=tuning)
+    plan = gridder.prepare(uvw, vis).device_plan
+    assert plan.max_entries == tiles_per_vis * 60
+    gridder.strategy.grid(plan, 1, gridder.grid_buffer(1))
+    assert read(queue, plan.offsets, np.int32, gridder.strategy.num_buckets + 1)[-1] == tiles_per_vis * 60
+
+
+def test_single_tile_and_empty_tiles(queue, rng):
+    stack = random_stack(rng, [2, 3, 5], 8)
+    one_tile = {"tile_u": 64, "tile_v": 64, "regsz": 4, "shmsz": 4, "central_radius": -1}
+    uvw = on_cells(rng.integers(N // 2 - 20, N // 2 + 20, 300), rng.integers(N // 2 - 20, N // 2 + 20, 300),
+                   rng.uniform(-300, 300, 300))
+    uvw[:, :2] += rng.uniform(-0.4, 0.4, (300, 2)) / (N * CELL)   # off the cell centres: every oversample offset
+    vis = rng.normal(size=(300, 2)) + 1j * rng.normal(size=(300, 2))
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=one_tile)
+    assert gridder.prepare(uvw, vis).device_plan.max_entries == 300     # all in the centre tile
+    # two far-apart clusters: the tiles between them are empty buckets
+    uvw[:, :2] *= 0.5
+    uvw[:150, :2] += 30 / (N * CELL)
+    uvw[150:, :2] -= 30 / (N * CELL)
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(one_tile, tile_u=8, tile_v=8))
+    plan = gridder.prepare(uvw, vis).device_plan
+    gridder.strategy.grid(plan, 2, gridder.grid_buffer(2))
+    counts = np.diff(read(queue, plan.offsets, np.int32, gridder.strategy.num_buckets + 1))
+    box = read(queue, plan.box, np.int32, 4)
+    first = N // 2 - 4
+    active_tiles = np.prod([(box[2 * a + 1] - first) // 8 - (box[2 * a] - first) // 8 + 1 for a in (0, 1)])
+    assert counts[:active_tiles].sum() == counts.sum() > 300
+    assert np.count_nonzero(counts[:active_tiles] == 0) > active_tiles // 4
+
+
+@pytest.mark.parametrize("tile_factor", [0.0, 0.5, 1.0])
+def test_tile_factor_splits_between_tiles_and_atomics(queue, rng, stack, tile_factor):
+    uvw, vis = random_visibilities(rng, 1000, N, CELL, 300, npol=2)
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(SMALL_TILES, tile_factor=tile_factor))
+    plan = gridder.prepare(uvw, vis).device_plan
+    gridder.strategy.grid(plan, 2, gridder.grid_buffer(2))
+    untiled = read(queue, plan.untiled_tally, np.int32, 1)[0]
+    tiled_entries = read(queue, plan.offsets, np.int32, gridder.strategy.num_buckets + 1)[-1]
+    if tile_factor == 0.0:
+        assert untiled == plan.num_vis and tiled_entries == 0
+    elif tile_factor == 1.0:
+        assert untiled == 0 and "untiled" not in gridder.strategy.stages
+        assert tiled_entries == plan.max_entries
+    else:
+        assert 0 < untiled < plan.num_vis and 0 < tiled_entries < plan.max_entries
+        assert gridder.strategy.stages["untiled"]
+
+
+@pytest.mark.parametrize("precision", ["single", "double"])
+def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precision):
+    """Kernels up to 145 cells wide on 8 x 16 tiles: a visibility lands in up to 190 buckets."""
+    n = 256
+    stack = random_stack(rng, [4, 9, 30, 72], 4)
+    uvw = on_cells(rng.integers(80, n - 80, 150), rng.integers(80, n - 80, 150), rng.uniform(-300, 300, 150),
+                   grid_size=n)
+    uvw[:, :2] += rng.uniform(-0.5, 0.5, (150, 2)) / (n * CELL)
+    vis = rng.normal(size=(150, 1)) + 1j * rng.normal(size=(150, 1))
+    tuning = {"tile_u": 8, "tile_v": 16, "regsz": 2, "shmsz": 2, "central_radius": 2}
+    grid_and_compare(queue, stack, uvw, vis, precision, tuning, grid_size=n)
+
+
+# -- each device stage against numpy ------------------------------------------
+
+def numpy_buckets(packed, supports, strategy):
+    """The bounding box, per-visibility buckets and tiled mask, computed on the host."""
+    t, n = strategy.tuning, strategy.grid_size
+    gu, gv, plane = packed[:, 0], packed[:, 1], packed[:, 3] & 0x7FFFFFFF
+    s = supports[plane]
+    box = np.array([(gu - s).min(), (gu + s).max(), (gv - s).min(), (gv + s).max()])
+    u0, v0 = n // 2 - t["tile_u"] // 2, n // 2 - t["tile_v"] // 2
+    tu0, tv0 = (box[0] - u0) // t["tile_u"], (box[2] - v0) // t["tile_v"]
+    nu = (box[1] - u0) // t["tile_u"] - tu0 + 1
+    f = round(t["tile_factor"] * 4096)
+    reach = lambda extent: -(-max(extent, 0) * f // 4096)   # noqa: E731
+    c = n // 2
+    tiled = ((c - reach(c - box[0]) <= gu) & (gu <= c + reach(box[1] - c))
+             & (c - reach(c - box[2]) <= gv) & (gv <= c + reach(box[3] - c)) & (f > 0))
+    r = t["central_radius"]
+    buckets = []
+    for i in np.flatnonzero(tiled):
+        for tv in range((gv[i] - s[i] - v0) // t["tile_v"], (gv[i] + s[i] - v0) // t["tile_v"] + 1):
+            for tu in range((gu[i] - s[i] - u0) // t["tile_u"], (gu[i] + s[i] - u0) // t["tile_u"] + 1):
+                if max(abs(tu), abs(tv)) <= r:
+                    buckets.append((i, strategy.max_tiles + (tv + r) * (2 * r + 1) + tu + r))
+                else:
+                    buckets.append((i, (tv - tv0) * nu + tu - tu0))
+    return box, np.array(buckets).reshape(-1, 2), tiled
+
+
+@pytest.mark.parametrize("tuning", [
+    dict(SMALL_TILES, sort_run=4),
+    {"tile_u": 8, "tile_v": 32, "regsz": 8, "shmsz": 0, "central_radius": -1, "tile_factor": 0.6,
+     "sort_run": 1, "plane_order": False},
+])
+def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
+    uvw, vis = random_visibilities(rng, 700, N, CELL, 300, npol=2, fill=0.7)
+    uvw[:300, :2] *= 0.05
+    ha = np.linspace(-1, 1, 40)    # runs of neighbouring visibilities, as tracks make
+    uvw[300:700] = np.column_stack([np.repeat(uvw[300:310, 0], 40) * np.cos(np.tile(ha, 10)),
+                                    np.repeat(uvw[300:310, 1], 40), np.repeat(uvw[300:310, 2], 40)])
+    gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning)
+    strategy = gridder.strategy
+    plan = gridder.prepare(uvw, vis).device_plan
+    nb = strategy.num_buckets
+    packed = read(queue, plan.packed, np.int32, 4 * plan.num_vis).reshape(-1, 4)
+    dvis = read(queue, plan.vis, np.complex64, 2 * plan.num_vis).reshape(-1, 2)
+    box, buckets, tiled = numpy_buckets(packed, stack.supports, strategy)
+
+    cl.wait_for_events(strategy.enqueue_bounding_box(plan, 2))
+    np.testing.assert_array_equal(read(queue, plan.box, np.int32, 4), box)
+
+    cl.wait_for_events(strategy.enqueue_count(plan, 2))
+    counts = np.bincount(buckets[:, 1], minlength=nb + 1)
+    assert counts.size == nb + 1 and counts.sum() > plan.num_vis
+    np.testing.assert_array_equal(read(queue, plan.tally, np.int32, nb + 1), counts)
+    assert read(queue, plan.untiled_tally, np.int32, 1)[0] == np.count_nonzero(~tiled)
+
+    cl.wait_for_events(strategy.enqueue_prefix_sum(plan))
+    offsets = read(queue, plan.offsets, np.int32, nb + 1)
+    np.testing.assert_array_equal(offsets, np.concatenate([[0], np.cumsum(counts)[:-1]]))
+
+    cl.wait_for_events(strategy.enqueue_sort(plan, 2))
+    total = offsets[-1]
+    entries = read(queue, plan.entries, np.int32, 4 * plan.max_entries).reshape(-1, 4)[:total]
+    vis_bucket = read(queue, plan.entry_vis_bucket, np.int32, 2 * plan.max_entries).reshape(-1, 2)[:total]
+    assert np.all(np.repeat(np.arange(nb + 1), counts) == vis_bucket[:, 1])   # each entry in its bucket
+    np.testing.assert_array_equal(entries, packed[vis_bucket[:, 0]])          # carrying its plan
+    got = vis_bucket[np.lexsort(vis_bucket.T[::-1])]
+    np.testing.assert_array_equal(got, buckets[np.lexsort(buckets.T[::-1])])  # and nothing else
+    untiled = np.count_nonzero(~tiled)
+    if untiled:
+        untiled_plan = read(queue, plan.untiled_plan, np.int32, 4 * plan.num_vis).reshape(-1, 4)[:untiled]
+        untiled_vis = read(queue, plan.untiled_vis, np.complex64, 2 * plan.num_vis).reshape(-1, 2)[:untiled]
+        order = np.lexsort(untiled_plan.T[::-1])
+        expected = np.lexsort(packed[~tiled].T[::-1])
+        np.testing.assert_array_equal(untiled_plan[order], packed[~tiled][expected])
+        np.testing.assert_array_equal(untiled_vis[order], dvis[~tiled][expected])
+
+
+# -- parameters ----------------------------------------------------------------
+
+def test_work_group_follows_tile_and_row_split(queue, stack):
+    gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue,
+                             tuning={"tile_u": 16, "tile_v": 32, "regsz": 4, "shmsz": 4})
+    assert gridder.strategy.local_size() == (16, 4)
+    assert TiledGridding.work_group_shape({"tile_u": 32, "tile_v": 16, "regsz": 16, "shmsz": 0}) == (32, 1)
+
+
+@pytest.mark.parametrize("tuning, words", [
+    ({"tile_v": 24, "regsz": 8, "shmsz": 8}, "multiple of"),
+    ({"regsz": 0, "shmsz": 0}, "multiple of"),
+    ({"tile_factor": 1.5}, "tile_factor"),
+    ({"sort_wg": 96}, "power of two"),
+    ({"chunk": 0}, "chunk = 0"),
+])
+def test_bad_parameters_are_refused_by_name(queue, stack, tuning, words):
+    with pytest.raises(TuningTableError, match=words):
+        clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning)
+
+
+def test_tuner_prunes_tiled_candidates_by_their_work_group(queue):
+    from clgrid import runtime, tuner
+
+    facts = runtime.device_facts(queue.device)
+    h100 = type(facts)(**{**facts.__dict__, "platform": "NVIDIA CUDA", "name": "NVIDIA H100 80GB HBM3",
+                          "max_work_group_size": 1024})
+    space = {"tile_u": [16, 32], "tile_v": [16], "regsz": [8, 16], "shmsz": [0, 8]}
+    shapes = {(c["tile_u"], c["regsz"], c["shmsz"]) for c in tuner.candidates("tiled", h100, space)}
+    assert shapes == {(16, 8, 0), (32, 8, 0), (32, 16, 0), (32, 8, 8)}   # warps of 32, rows dividing 16
+    pocl = type(facts)(**{**facts.__dict__, "platform": "Portable Computing Language"})
+    assert len(tuner.candidates("tiled", pocl, space)) == 6                # any width
+
+
+def test_tuner_runs_the_tiled_strategy(queue, tmp_path, monkeypatch):
+    from clgrid import bench, tuner
+
+    monkeypatch.setenv("CLGRID_TUNING", str(tmp_path / "tuning.toml"))
+    work = bench.make_workload("tracks", 3000, 128, 3, oversample=4, num_planes=4)
+    result = tuner.tune(work, device=queue, strategy="tiled", repeats=1, progress=False,
+                        space={"tile_u": [8, 16], "tile_factor": [0.5, 1.0]})
+    assert len(result.timings) == 4 and not result.skipped
+    assert result.error <= 1e-5 and result.best["tile_u"] in (8, 16)
+
+
+def test_table_defaults_grid_correctly_and_nvidia_flushes_with_ptx(queue, rng, stack):
+    from clgrid import runtime, tuning
+
+    uvw, vis = random_visibilities(rng, 1000, N, CELL, 300, npol=2)
+    gridder = grid_and_compare(queue, stack, uvw, vis)
+    facts = runtime.device_facts(queue.device)
+    if "Portable" in facts.platform:       # PoCL's table entry: 32 x 32 tiles
+        assert gridder.strategy.local_size() == (32, 2)
+    h100 = type(facts)(**{**facts.__dict__, "platform": "NVIDIA CUDA", "vendor": "NVIDIA Corporation",
+                          "type": "ALL | GPU", "name": "NVIDIA H100 80GB HBM3"})
+    assert tuning.resolve_tuning("tiled", None, h100)["atomic"] == "ptx"
