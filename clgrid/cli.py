@@ -38,9 +38,12 @@ def cmd_devices(args) -> int:
 
 
 def _sizes(quick: bool, args):
-    if quick:
-        return [(args.num_vis or 20000, args.grid_size or 512, s) for s in (args.support or [3, 7])]
-    return [(args.num_vis or 1_000_000, args.grid_size or 2048, s) for s in (args.support or [3, 7, 15, 31])]
+    """(visibilities, grid side, support) of every run: each --num-vis with each --support."""
+    counts = args.num_vis if isinstance(args.num_vis, list) else [args.num_vis]
+    counts = [n for n in counts if n] or [20000 if quick else 1_000_000]
+    supports = args.support or ([3, 7] if quick else [3, 7, 15, 31])
+    grid_size = args.grid_size or (512 if quick else 2048)
+    return [(n, grid_size, s) for n in counts for s in supports]
 
 
 def cmd_bench(args) -> int:
@@ -165,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gridding method or degrid-<method> (repeatable; default: all)")
     b.add_argument("--precision", action="append", choices=["single", "double"], default=None)
     b.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
-    b.add_argument("--num-vis", type=int, help="visibilities per run")
+    b.add_argument("--num-vis", type=int, action="append", help="visibilities per run (repeatable)")
     b.add_argument("--grid-size", type=int, help="grid side N")
     b.add_argument("--support", type=int, action="append", help="kernel half-width (repeatable)")
     b.add_argument("--npol", type=int, choices=[1, 2, 4], default=1)

@@ -48,14 +48,26 @@ def _figure(lines, xlabel, ylabel, scale, path, logx=False):
     return str(path)
 
 
+def _at_most_common(results, key):
+    """The results whose ``key(result)`` is the most common value: one slice of a 2-D sweep."""
+    values = [key(r) for r in results]
+    if not values:
+        return results
+    common = max(set(values), key=values.count)
+    return [r for r, v in zip(results, values) if v == common]
+
+
 def plot_kernel_sweep(results, path) -> str:
-    """GGPA/s against kernel width (seed 004 Figure 4, middle)."""
+    """GGPA/s against kernel width (seed 004 Figure 4, middle), at the most common data size."""
+    results = _at_most_common(results, lambda r: r["workload"]["num_vis"])
     lines = _lines(results, lambda r: 2 * r["workload"]["supports"][1] + 1, "gpa_per_s")
     return _figure(lines, "kernel width (cells)", "G grid-point additions / s", 1e9, path)
 
 
 def plot_visibility_sweep(results, path) -> str:
-    """Visibilities per second against the number of visibilities (seed 001)."""
+    """Visibilities per second against the number of visibilities (seed 001), at the most
+    common kernel size."""
+    results = _at_most_common(results, lambda r: r["workload"]["supports"][1])
     lines = _lines(results, lambda r: r["workload"]["num_vis"], "vis_per_s")
     return _figure(lines, "visibilities", "M visibilities / s", 1e6, path, logx=True)
 
