@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from .gridder import Gridder, kernel_seconds
+from .bench import device_times
+from .gridder import Gridder
 from .imaging import dirty_image
 from .kernels import KernelStack
 from .plan import SPEED_OF_LIGHT
@@ -128,13 +129,7 @@ def compare_cpu_libraries(num_vis: int = 200_000, grid_size: int = 1024, device=
     g = Gridder(grid_size, cell, kernels, device=device, on_dropped="raise")
     prepared = g.prepare(uvw, vis[:, None])
 
-    kernel_times = []
-    for i in range(repeats + 1):
-        events = g.execute(prepared)
-        events[-1].wait()
-        if i:
-            kernel_times.append(kernel_seconds(events[1:]))
-    clgrid_kernel = float(np.median(kernel_times))
+    clgrid_kernel = float(np.median(device_times(g, prepared, repeats)))
     total = _best_of(lambda: np.fft.ifft2(g.grid(uvw, vis[:, None])), repeats)
     rows.append(dict(library="clgrid", timed="gridding kernel (OpenCL events)", seconds=clgrid_kernel,
                      kernel_width=2 * int(kernels.supports[0]) + 1,

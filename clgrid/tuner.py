@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from . import reference
 from .atomics import atomic_unavailable
-from .gridder import Gridder, kernel_seconds
+from .bench import device_times
+from .gridder import Gridder
 from .runtime import device_facts, get_queue
 from .strategies import GRIDDING_METHODS
 from .tuning import TuningTableError, format_entry, resolve_tuning, schema, tune_space, user_tuning_path
@@ -81,13 +82,7 @@ def tune(workload, device=None, strategy: str = "atomic", space: dict | None = N
             gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, method=strategy,
                               device=queue, precision=precision, tuning=cand, on_dropped="ignore")
             prepared = gridder.prepare(workload.uvw, workload.vis)
-            runs = []
-            for i in range(repeats + 1):
-                events = gridder.execute(prepared)
-                events[-1].wait()
-                if i:
-                    runs.append(kernel_seconds(events[1:]))
-            timings.append((cand, float(np.median(runs)), ""))
+            timings.append((cand, float(np.median(device_times(gridder, prepared, repeats))), ""))
         except Exception as exc:  # a candidate the device refuses is skipped, not fatal
             timings.append((cand, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
     timed = [(c, t) for c, t, _ in timings if t is not None]
