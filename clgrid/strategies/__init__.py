@@ -11,9 +11,11 @@ from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
 from .moving_window import MovingWindowGridding
+from .texture import TextureDegridding, TextureGridding
 
-GRIDDING_METHODS = {"atomic": AtomicGridding, "moving_window": MovingWindowGridding, "fpga": FpgaGridding}
+GRIDDING_METHODS = {"atomic": AtomicGridding, "moving_window": MovingWindowGridding, "fpga": FpgaGridding,
+                    "texture": TextureGridding}
 DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
-                      "fpga": FpgaDegridding}
+                      "fpga": FpgaDegridding, "texture": TextureDegridding}
 
 __all__ = ["GRIDDING_METHODS", "DEGRIDDING_METHODS"]
