@@ -110,8 +110,8 @@ class TextureSampling:
         texels = np.zeros(cube.shape + (channels,), np.float32)
         texels[..., 0], texels[..., 1] = cube.real, cube.imag
         planes, side, _ = cube.shape
-        return cl.Image(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, self.image_format,
-                        shape=(side, side, planes), hostbuf=texels)
+        return cl.create_image(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, self.image_format,
+                               shape=(side, side, planes), hostbuf=texels)
 
     def upload(self, plan: Plan, samples: Samples) -> TextureDevicePlan:
         on_device = super().upload(plan, samples)
