@@ -16,9 +16,16 @@ from conftest import poison, random_visibilities, relative_error
 
 N, CELL, W_MAX = 128, 2e-3, 300
 SAMPLERS = ("software", "image")
-# PoCL interpolates images in float (interpolation_precision measures ~1e-7 there); a
-# GPU's 8-bit texel fractions would need a looser bound for "image".
-TOLERANCE = 1e-5
+TOLERANCE = 1e-5    # fp32 accumulation and float32 positions
+
+
+@pytest.fixture(scope="module")
+def tolerance(queue):
+    """Per sampler: the image sampler is allowed three times the error it adds on this device
+    (PoCL interpolates in float: ~1e-7; a GPU's 8-bit texel fractions: far more)."""
+    measured = interpolation_precision(queue, num_vis=300, grid_size=64)
+    image = max(measured[d].get("image_vs_software", 0.0) for d in ("grid", "degrid"))
+    return {"software": TOLERANCE, "image": max(TOLERANCE, 3 * image)}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +40,7 @@ def inner(a, b):
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("npol", [1, 4])
-def test_texture_gridding_matches_interpolated_reference(queue, rng, stack, sampler, npol):
+def test_texture_gridding_matches_interpolated_reference(queue, rng, stack, tolerance, sampler, npol):
     uvw, vis = random_visibilities(rng, 800, N, CELL, W_MAX, npol=npol)
     weights = rng.uniform(0.1, 3.0, vis.shape)
     flags = rng.random(vis.shape) < 0.1
@@ -44,19 +51,19 @@ def test_texture_gridding_matches_interpolated_reference(queue, rng, stack, samp
     ref, ref_report = reference.grid(uvw, vis, N, CELL, stack, weights=weights, flags=flags,
                                      return_report=True, interpolation="linear")
     assert np.all(np.isfinite(out))
-    assert relative_error(out, ref) <= TOLERANCE
+    assert relative_error(out, ref) <= tolerance[sampler]
     np.testing.assert_allclose(report["norm"], ref_report["norm"], rtol=1e-12)
     assert report["gridded"] == ref_report["gridded"] > 500
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
-def test_texture_degridding_matches_interpolated_reference(queue, rng, stack, sampler):
+def test_texture_degridding_matches_interpolated_reference(queue, rng, stack, tolerance, sampler):
     uvw, _ = random_visibilities(rng, 700, N, CELL, W_MAX)
     grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
     degridder = clgrid.Degridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": sampler})
     out = degridder.degrid(grid, uvw)
     ref = reference.degrid(grid, uvw, N, CELL, stack, interpolation="linear")
-    assert relative_error(out, ref) <= TOLERANCE
+    assert relative_error(out, ref) <= tolerance[sampler]
 
 
 def test_software_sampler_in_double_precision(queue, rng, stack):
@@ -122,6 +129,8 @@ def test_unknown_sampler_is_refused(queue, stack):
 
 
 def test_interpolation_precision_on_pocl(queue):
+    if "portable computing language" not in queue.device.platform.name.lower():
+        pytest.skip("PoCL's float interpolation; other devices are measured, not bounded")
     result = interpolation_precision(queue, num_vis=300, grid_size=64)
     assert result["image_sampler"]
     for direction in ("grid", "degrid"):
