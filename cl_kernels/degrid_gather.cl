@@ -8,8 +8,12 @@
     finishes BATCH consecutive visibilities (sorted by w-plane and cell on the host)
     before one batched local-memory reduction; with sub-groups the team is a
     sub-group and each visibility is reduced in registers instead.
+    With texture, the weights are interpolated from the kernel cube
+    (texture_sample.cl): the kernel store is the cube and a visibility's taps are its
+    position, instead of the tables by offset and a table's place.
     Template variables: double, npol, oversample, grid_size, lanes_per_vis,
-    teams_per_group, vis_per_batch, points_per_item, subgroups. #}
+    teams_per_group, vis_per_batch, points_per_item, subgroups, texture (and
+    texture_sample.cl's when set). #}
 {% include "complex.cl" %}
 {% if subgroups %}
 #pragma OPENCL EXTENSION cl_khr_subgroups : enable
@@ -24,8 +28,29 @@
 #define GROUP_VIS (TEAMS * BATCH)         /* visibilities per pass of a work-group */
 #define POINTS_PER_ITEM {{ points_per_item }}
 {% include "plan.cl" %}
-{% include "kernel_taps.cl" %}
 {% include "reduce.cl" %}
+
+{# Footprint half-width `s` and taps of visibility `i` (decoded as `p`), declared in place. #}
+{% macro footprint(i) %}
+{% if texture %}
+const tap_source taps = position[{{ i }}];
+const int s = footprint_support(taps);
+{% else %}
+const int s = support[p.plane];
+const tap_source taps = taps_of(p, s, kernel_start[p.plane]);
+{% endif %}
+{% endmacro %}
+{% if texture %}
+{% include "texture_sample.cl" %}
+#define KERNEL_STORE KERNEL_CUBE
+typedef float4 tap_source;
+#define TAP_WEIGHT(kernels, taps, j, k) texture_weight(kernels, taps, j, k)
+{% else %}
+{% include "kernel_taps.cl" %}
+#define KERNEL_STORE __global const complex_t *restrict
+typedef kernel_taps tap_source;
+#define TAP_WEIGHT(kernels, taps, j, k) kernels[tap_index(taps, j, k)]
+{% endif %}
 
 /* Footprint walk of one work-item: tap (j, k) and the row-major step to its next point. */
 typedef struct {
@@ -44,10 +69,10 @@ inline complex_t finish_sum(complex_t same, complex_t cross, int conjugate)
 }
 
 /* Add the products at the current tap, then step. */
-inline void gather_point(footprint_walk *w, kernel_taps taps, __global const complex_t *restrict kernels,
+inline void gather_point(footprint_walk *w, tap_source taps, KERNEL_STORE kernels,
                          __global const complex_t *centre[NPOL], complex_t same[NPOL], complex_t cross[NPOL])
 {
-    const complex_t c = kernels[tap_index(taps, w->j, w->k)];
+    const complex_t c = TAP_WEIGHT(kernels, taps, w->j, w->k);
     const int cell = w->j * GRID_SIZE + w->k;
     for (int pol = 0; pol < NPOL; ++pol) {
         const complex_t g = centre[pol][cell];
@@ -65,8 +90,7 @@ inline void gather_point(footprint_walk *w, kernel_taps taps, __global const com
 /* This work-item's share of visibility p: the footprint points lane, lane + lanes, ...
    in row-major order, POINTS_PER_ITEM of them per step so their loads are in flight
    together; its partial sum of grid * conj(weight) per polarisation goes to out. */
-inline void gather_share(planned_vis p, int s, int plane_start, int lane, int lanes,
-                         __global const complex_t *restrict kernels,
+inline void gather_share(planned_vis p, int s, tap_source taps, int lane, int lanes, KERNEL_STORE kernels,
                          __global const complex_t *restrict grid, complex_t out[NPOL])
 {
     __global const complex_t *centre[NPOL];       /* the visibility's cell, per polarisation */
@@ -75,7 +99,6 @@ inline void gather_share(planned_vis p, int s, int plane_start, int lane, int la
         centre[pol] = grid + ((size_t)pol * GRID_SIZE + p.grid_v) * GRID_SIZE + p.grid_u;
         same[pol] = cross[pol] = (complex_t)(0);
     }
-    const kernel_taps taps = taps_of(p, s, plane_start);
     const int width = 2 * s + 1, points = width * width;
     footprint_walk w = {lane / width - s, lane % width - s, lanes / width, lanes % width, s, width};
     int t = lane;
@@ -90,9 +113,14 @@ inline void gather_share(planned_vis p, int s, int plane_start, int lane, int la
 
 __kernel __attribute__((reqd_work_group_size(LANES * TEAMS, 1, 1)))
 void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], sorted or not */
+{% if texture %}
+                   KERNEL_CUBE kernels,                         /* quarter cube */
+                   __global const float4 *restrict position,    /* [num_vis] */
+{% else %}
                    __global const complex_t *restrict kernels,  /* tables by offset */
                    __global const int *restrict kernel_start,   /* [plane] */
                    __global const int *restrict support,        /* [plane] */
+{% endif %}
                    __global const complex_t *restrict grid,     /* [NPOL][GRID_SIZE][GRID_SIZE] */
                    __global complex_t *restrict vis,            /* [num_vis][NPOL], plan order */
                    const int num_vis)
@@ -112,8 +140,9 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
         const int end = min(min(first + team_vis, (pass + 1) * GROUP_VIS), num_vis);
         for (int i = first; i < end; ++i) {
             const planned_vis p = decode_plan(plan[i]);
+            {{ footprint("i") }}
             complex_t acc[NPOL];
-            gather_share(p, support[p.plane], kernel_start[p.plane], lane, lanes, kernels, grid, acc);
+            gather_share(p, s, taps, lane, lanes, kernels, grid, acc);
             for (int pol = 0; pol < NPOL; ++pol) {
                 const complex_t total = (complex_t)(sub_group_reduce_add(acc[pol].x),
                                                     sub_group_reduce_add(acc[pol].y));
@@ -133,7 +162,8 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
                 acc[pol] = (complex_t)(0);
             if (team_first + r < num_vis) {
                 const planned_vis p = decode_plan(plan[team_first + r]);
-                gather_share(p, support[p.plane], kernel_start[p.plane], lane, LANES, kernels, grid, acc);
+                {{ footprint("team_first + r") }}
+                gather_share(p, s, taps, lane, LANES, kernels, grid, acc);
             }
             for (int pol = 0; pol < NPOL; ++pol)
                 partials[team][(r * NPOL + pol) * LANES + lane] = acc[pol];

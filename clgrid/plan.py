@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import DroppedVisibilitiesError
+from .interpolation import (INTERPOLATIONS, continuous_positions, footprint_supports,
+                            interpolated_norm_sums)
 from .kernels import KernelStack, offset_range
 
 __all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Plan", "flatten_samples",
@@ -239,7 +241,9 @@ class Plan:
 
     Arrays are for the kept samples only; ``sample`` maps them back to the
     flattened inputs.  ``norm`` is sum(weight * sum Re kernel) per polarisation,
-    the normalisation of seed 003 Listing 1.
+    the normalisation of seed 003 Listing 1.  ``position`` (num_kept, 3) float64, for
+    interpolated kernels only (`clgrid.interpolation`): ``(frac_u, frac_v, z)``; the
+    weights then come from it, ``support`` is the footprint S and the offsets are unused.
     """
 
     grid_size: int
@@ -257,6 +261,7 @@ class Plan:
     num_off_grid: int
     num_beyond_stack: int
     norm: np.ndarray = field(repr=False)
+    position: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def num_kept(self) -> int:
@@ -286,7 +291,8 @@ class Plan:
 
     def take(self, order: np.ndarray) -> "Plan":
         """The same work with the kept visibilities in ``order`` (a permutation)."""
-        return replace(self, **{name: getattr(self, name)[order] for name in _PER_VISIBILITY})
+        names = _PER_VISIBILITY + (("position",) if self.position is not None else ())
+        return replace(self, **{name: getattr(self, name)[order] for name in names})
 
     def _counts(self, done: str) -> dict:
         return {"samples": self.num_samples, done: self.num_kept, "flagged": self.num_flagged,
@@ -337,7 +343,7 @@ def track_keys(plan: Plan, samples: Samples) -> np.ndarray:
 
 
 def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernels: KernelStack,
-                      on_dropped: str = "warn", done: str = "gridded") -> Plan:
+                      on_dropped: str = "warn", done: str = "gridded", interpolation: str = "nearest") -> Plan:
     """Index every usable sample, drop and count the ones that cannot be gridded.
 
     A sample is *off the grid* when any cell of its kernel footprint is outside
@@ -345,16 +351,26 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     the last plane.  ``on_dropped`` says what happens then: "warn" (default),
     "raise" (`DroppedVisibilitiesError`) or "ignore"; the counts are kept either way.
     ``done`` names the work in the message ("gridded" or "degridded").
+    ``interpolation="linear"`` plans for kernels interpolated in (u, v, w)
+    (`clgrid.interpolation`): footprints of the interpolated support, the sampler's
+    positions in ``Plan.position`` and the norm of the interpolated weights.
     """
     if on_dropped not in ON_DROPPED:
         raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}")
     check_grid_geometry(grid_size, cell_size)
     if kernels.max_support * 2 + 1 > grid_size:
         raise ValueError(f"kernels of support {kernels.max_support} do not fit a {grid_size}^2 grid")
     usable = np.flatnonzero(samples.usable)
     gu, gv, ou, ov, plane, conj = grid_indices(samples.uvw[usable], grid_size, cell_size, kernels)
     in_stack = plane < kernels.num_planes
-    support = np.where(in_stack, kernels.supports[np.minimum(plane, kernels.num_planes - 1)], 0)
+    linear = interpolation == "linear"
+    if linear:
+        position = continuous_positions(samples.uvw[usable], grid_size, cell_size, kernels)
+        support = np.where(in_stack, footprint_supports(kernels, position[:, 2]), 0)
+    else:
+        support = np.where(in_stack, kernels.supports[np.minimum(plane, kernels.num_planes - 1)], 0)
     on_grid = ((gu - support >= 0) & (gu + support < grid_size)
                & (gv - support >= 0) & (gv + support < grid_size))
     keep = in_stack & on_grid
@@ -364,12 +380,17 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     sample = usable[keep]
     plane_k = plane[keep].astype(np.int32)
     ou_k, ov_k = ou[keep].astype(np.int32), ov[keep].astype(np.int32)
-    sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
+    if linear:
+        position = position[keep]
+        sums = interpolated_norm_sums(kernels, kernels.cube(), position, support[keep])
+    else:
+        position = None
+        sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
     norm = (samples.weights[sample] * sums[:, None]).sum(axis=0)
     plan = Plan(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),
                 ou_k, ov_k, plane_k, conj[keep], support[keep].astype(np.int32),
                 num_samples=samples.uvw.shape[0], num_flagged=int((~samples.usable).sum()),
-                num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm)
+                num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm, position=position)
     if plan.num_dropped and on_dropped != "ignore":
         msg = (f"{plan.num_dropped} of {plan.num_samples} visibilities not {done}: "
                f"{num_off} off the {grid_size}^2 grid, {num_beyond} beyond the last w-plane "

@@ -4,13 +4,16 @@ Seed 003 Listing 1, generalised to polarisations, channels, weights and flags, a
 vectorised with numpy (one pass per w-plane, visibilities in chunks).  Its index
 arithmetic is `plan.grid_indices`, shared with the devices, so a device result can
 only differ from this one by floating-point accumulation.  Degridding is the
-Hermitian adjoint of gridding and walks the very same footprints.
+Hermitian adjoint of gridding and walks the very same footprints.  With
+``interpolation="linear"`` the weights are the kernel cube interpolated in (u, v, w)
+exactly as `clgrid.interpolation` defines it (the texture strategies' semantics).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .interpolation import trilinear
 from .kernels import KernelStack
 from .plan import (Plan, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
                    plan_visibilities)
@@ -20,14 +23,29 @@ __all__ = ["grid", "grid_plan", "degrid", "degrid_plan"]
 _CHUNK_POINTS = 1 << 22  # kernel points per vectorised chunk, bounds the temporaries
 
 
-def _footprints(plan: Plan, kernels: KernelStack, sel: np.ndarray, support: int):
-    """Flat grid offsets (n, W*W) and kernel weights (n, W*W) of the visibilities ``sel``."""
+def _nearest_weights(plan: Plan, kernels: KernelStack, sel: np.ndarray, taps: np.ndarray):
+    """Kernel samples (n, W, W) [j, k] of the visibilities ``sel``, all of one w-plane."""
     os = kernels.oversample
-    taps = np.arange(-support, support + 1)
     quarter = kernels.planes[int(plan.plane[sel[0]])]
     iy = np.abs(plan.off_v[sel, None] + taps * os)           # (n, W)
     ix = np.abs(plan.off_u[sel, None] + taps * os)
-    c = quarter[iy[:, :, None], ix[:, None, :]]               # (n, W, W) [j, k]
+    return quarter[iy[:, :, None], ix[:, None, :]]
+
+
+def _interpolated_weights(plan: Plan, cube: np.ndarray, oversample: int, sel: np.ndarray,
+                          taps: np.ndarray):
+    """The cube interpolated at the taps (n, W, W) [j, k] of the visibilities ``sel``."""
+    frac_u, frac_v, z = (plan.position[sel, i, None] for i in range(3))
+    x = np.abs(taps - frac_u) * oversample                   # (n, W)
+    y = np.abs(taps - frac_v) * oversample
+    return trilinear(cube, z[:, :, None], y[:, :, None], x[:, None, :])
+
+
+def _footprints(plan: Plan, weights, sel: np.ndarray, support: int):
+    """Flat grid offsets (n, W*W) and kernel weights (n, W*W) of the visibilities ``sel``;
+    ``weights(sel, taps)`` gives the unconjugated weights (n, W, W)."""
+    taps = np.arange(-support, support + 1)
+    c = weights(sel, taps)
     c = np.where(plan.conj[sel, None, None], c.conj(), c)
     n = plan.grid_size
     rows = (plan.grid_v[sel, None] + taps).astype(np.int64) * n
@@ -37,14 +55,22 @@ def _footprints(plan: Plan, kernels: KernelStack, sel: np.ndarray, support: int)
 
 
 def _footprint_chunks(plan: Plan, kernels: KernelStack):
-    """``(sel, cells, c)`` for every kept visibility, a w-plane and a chunk at a time."""
-    for p in np.unique(plan.plane):
-        in_plane = np.flatnonzero(plan.plane == p)
-        support = int(kernels.supports[p])
+    """``(sel, cells, c)`` for every kept visibility, a chunk at a time: a w-plane at a time
+    for nearest samples, a footprint support at a time for interpolated weights."""
+    if plan.position is None:
+        group = plan.plane
+        weights = lambda sel, taps: _nearest_weights(plan, kernels, sel, taps)  # noqa: E731
+    else:
+        group = plan.support
+        cube = kernels.cube()
+        weights = lambda sel, taps: _interpolated_weights(plan, cube, kernels.oversample, sel, taps)  # noqa: E731
+    for g in np.unique(group):
+        mine = np.flatnonzero(group == g)
+        support = int(plan.support[mine[0]])
         chunk = max(1, _CHUNK_POINTS // (2 * support + 1) ** 2)
-        for start in range(0, in_plane.size, chunk):
-            sel = in_plane[start:start + chunk]
-            yield (sel, *_footprints(plan, kernels, sel, support))
+        for start in range(0, mine.size, chunk):
+            sel = mine[start:start + chunk]
+            yield (sel, *_footprints(plan, weights, sel, support))
 
 
 def grid_plan(plan: Plan, vis: np.ndarray, kernels: KernelStack) -> np.ndarray:
@@ -69,21 +95,24 @@ def degrid_plan(plan: Plan, grid: np.ndarray, kernels: KernelStack) -> np.ndarra
 
 
 def grid(uvw, vis, grid_size: int, cell_size: float, kernels: KernelStack, weights=None,
-         flags=None, freqs=None, on_dropped: str = "warn", return_report: bool = False):
-    """Grid visibilities in float64 exactly as seed 003 Listing 1 does.
+         flags=None, freqs=None, on_dropped: str = "warn", return_report: bool = False,
+         interpolation: str = "nearest"):
+    """Grid visibilities in float64 exactly as seed 003 Listing 1 does (``interpolation=
+    "nearest"``), or with weights interpolated from the kernel cube (``"linear"``).
 
     Arguments as for `clgrid.Gridder.grid`.  Returns the complex128 grid
     ``(npol, grid_size, grid_size)`` indexed ``[pol, v, u]``, and with
     ``return_report=True`` also the plan's report (counts and ``norm``).
     """
     samples = flatten_samples(uvw, vis, weights, flags, freqs)
-    plan = plan_visibilities(samples, grid_size, cell_size, kernels, on_dropped)
+    plan = plan_visibilities(samples, grid_size, cell_size, kernels, on_dropped, interpolation=interpolation)
     result = grid_plan(plan, samples.vis[plan.sample], kernels)
     return (result, plan.report()) if return_report else result
 
 
 def degrid(grid, uvw, grid_size: int, cell_size: float, kernels: KernelStack, flags=None,
-           freqs=None, on_dropped: str = "warn", return_report: bool = False):
+           freqs=None, on_dropped: str = "warn", return_report: bool = False,
+           interpolation: str = "nearest"):
     """Degrid in float64: the Hermitian adjoint of `grid` (weights do not apply).
 
     ``grid`` (npol, grid_size, grid_size) complex; other arguments as for `grid`.
@@ -94,6 +123,7 @@ def degrid(grid, uvw, grid_size: int, cell_size: float, kernels: KernelStack, fl
     check_grid_geometry(grid_size, cell_size)
     grid = check_grid(grid, grid_size)
     samples = flatten_positions(uvw, grid.shape[0], flags, freqs)
-    plan = plan_visibilities(samples, grid_size, cell_size, kernels, on_dropped, done="degridded")
+    plan = plan_visibilities(samples, grid_size, cell_size, kernels, on_dropped, done="degridded",
+                             interpolation=interpolation)
     vis = samples.unflatten(plan.sample, degrid_plan(plan, grid, kernels))
     return (vis, plan.degrid_report()) if return_report else vis

@@ -11,11 +11,12 @@ from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
 from .moving_window import MovingWindowGridding
+from .texture import TextureDegridding, TextureGridding
 from .tiled import TiledGridding
 
 GRIDDING_METHODS = {"atomic": AtomicGridding, "tiled": TiledGridding, "moving_window": MovingWindowGridding,
-                    "fpga": FpgaGridding}
+                    "texture": TextureGridding, "fpga": FpgaGridding}
 DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
-                      "fpga": FpgaDegridding}
+                      "fpga": FpgaDegridding, "texture": TextureDegridding}
 
 __all__ = ["GRIDDING_METHODS", "DEGRIDDING_METHODS"]

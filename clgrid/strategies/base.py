@@ -84,6 +84,7 @@ class Strategy:
     kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack)
     counts: tuple = ()         # tuning parameters that count things, so must be >= 1
     work_group_parameters = ("wg_u", "wg_v")  # the tuning parameters that set `local_size`
+    interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.interpolation)
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
@@ -133,7 +134,8 @@ class Strategy:
 
     def plan(self, samples: Samples, cell_size: float, on_dropped: str, done: str = "gridded") -> Plan:
         """Plan ``samples`` for this strategy (strategies may check or transform them first)."""
-        return plan_visibilities(samples, self.grid_size, cell_size, self.kernels, on_dropped, done=done)
+        return plan_visibilities(samples, self.grid_size, cell_size, self.kernels, on_dropped, done=done,
+                                 interpolation=self.interpolation)
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
         """The strategy's own planning step, such as an order of the visibilities (none here)."""
@@ -156,7 +158,7 @@ class Strategy:
         """The template variables: everything a program of this strategy is specialised for."""
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
-                    grid_size=grid_size)
+                    grid_size=grid_size, texture=cls.interpolation == "linear")
 
     def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""

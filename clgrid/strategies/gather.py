@@ -49,6 +49,11 @@ class GatherDegridding(Strategy):
     def template_params(self, npol: int) -> dict:
         return dict(super().template_params(npol), subgroups=self.tuning["reduction"] == "subgroup")
 
+    def kernel_arguments(self, plan: DevicePlan) -> tuple:
+        """What the kernel reads its weights from: the tables by offset."""
+        k = self.device_kernels
+        return k.values, k.starts, k.supports
+
     def degrid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the degridding of ``plan`` from ``grid_buffer``; returns the events."""
         t = self.tuning
@@ -58,8 +63,7 @@ class GatherDegridding(Strategy):
                                     "lower vis_per_batch, lanes_per_vis or teams_per_group")
         per_group = t["teams_per_group"] * t["vis_per_batch"]
         groups = max(1, min(-(-plan.num_vis // per_group), t["groups_per_cu"] * self.facts.compute_units))
-        k = self.device_kernels
         return [self.kernel("degrid_gather", npol)(
             self.queue, (groups * self.group_size,), (self.group_size,),
-            plan.packed, k.values, k.starts, k.supports, grid_buffer, plan.vis,
+            plan.packed, *self.kernel_arguments(plan), grid_buffer, plan.vis,
             np.int32(plan.num_vis), wait_for=wait_for)]

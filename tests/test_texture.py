@@ -1,0 +1,153 @@
+"""Texture-interpolated gridding and degridding on PoCL against the float64 interpolated
+reference, with both samplers, the fallback, the adjoint and the point of it all."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import clgrid
+from clgrid import reference
+from clgrid.plan import flatten_samples, plan_visibilities
+from clgrid.strategies import base
+from clgrid.texture_precision import interpolation_precision
+
+from conftest import poison, random_visibilities, relative_error
+
+N, CELL, W_MAX = 128, 2e-3, 300
+SAMPLERS = ("software", "image")
+TOLERANCE = 1e-5    # fp32 accumulation and float32 positions
+
+
+@pytest.fixture(scope="module")
+def tolerance(queue):
+    """Per sampler: the image sampler is allowed three times the error it adds on this device
+    (PoCL interpolates in float: ~1e-7; a GPU's 8-bit texel fractions: far more)."""
+    measured = interpolation_precision(queue, num_vis=300, grid_size=64)
+    image = max(measured[d].get("image_vs_software", 0.0) for d in ("grid", "degrid"))
+    return {"software": TOLERANCE, "image": max(TOLERANCE, 3 * image)}
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=W_MAX, num_planes=6,
+                                           oversample=4, max_support=12)
+
+
+def inner(a, b):
+    return np.vdot(a.ravel(), b.ravel())
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("npol", [1, 4])
+def test_texture_gridding_matches_interpolated_reference(queue, rng, stack, tolerance, sampler, npol):
+    uvw, vis = random_visibilities(rng, 800, N, CELL, W_MAX, npol=npol)
+    weights = rng.uniform(0.1, 3.0, vis.shape)
+    flags = rng.random(vis.shape) < 0.1
+    gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": sampler})
+    assert gridder.strategy.tuning["sampler"] == sampler
+    poison(gridder, npol)
+    out, report = gridder.grid(uvw, vis, weights=weights, flags=flags, return_report=True)
+    ref, ref_report = reference.grid(uvw, vis, N, CELL, stack, weights=weights, flags=flags,
+                                     return_report=True, interpolation="linear")
+    assert np.all(np.isfinite(out))
+    assert relative_error(out, ref) <= tolerance[sampler]
+    np.testing.assert_allclose(report["norm"], ref_report["norm"], rtol=1e-12)
+    assert report["gridded"] == ref_report["gridded"] > 500
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_texture_degridding_matches_interpolated_reference(queue, rng, stack, tolerance, sampler):
+    uvw, _ = random_visibilities(rng, 700, N, CELL, W_MAX)
+    grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
+    degridder = clgrid.Degridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": sampler})
+    out = degridder.degrid(grid, uvw)
+    ref = reference.degrid(grid, uvw, N, CELL, stack, interpolation="linear")
+    assert relative_error(out, ref) <= tolerance[sampler]
+
+
+def test_software_sampler_in_double_precision(queue, rng, stack):
+    """Positions travel in float32, so double precision is bounded by them, not by fp32 sums."""
+    uvw, vis = random_visibilities(rng, 500, N, CELL, W_MAX)
+    gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, precision="double",
+                             tuning={"sampler": "software"})
+    ref = reference.grid(uvw, vis, N, CELL, stack, interpolation="linear")
+    assert relative_error(gridder.grid(uvw, vis), ref) <= 1e-6
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_texture_gridder_and_degridder_are_adjoint(queue, rng, stack, sampler):
+    uvw, vis = random_visibilities(rng, 600, N, CELL, W_MAX, npol=2)
+    grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
+    tuning = {"sampler": sampler}
+    gridded = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning=tuning).grid(uvw, vis)
+    degridded = clgrid.Degridder(N, CELL, stack, method="texture", device=queue, tuning=tuning).degrid(grid, uvw)
+    lhs, rhs = inner(degridded, vis), inner(grid, gridded)
+    assert abs(lhs - rhs) / abs(rhs) < 1e-5
+
+
+def test_reference_norm_is_the_sum_of_interpolated_weights(rng, stack):
+    uvw, vis = random_visibilities(rng, 300, N, CELL, W_MAX)
+    plan = plan_visibilities(flatten_samples(uvw, vis), N, CELL, stack, interpolation="linear")
+    total = sum(c.real.sum() for _, _, c in reference._footprint_chunks(plan, stack))
+    np.testing.assert_allclose(plan.norm, [total], rtol=1e-12)
+
+
+def test_footprint_covers_the_larger_support_of_the_two_planes(stack):
+    uvw = np.array([[0.0, 0.0, stack.plane_w(2) + 1e-3]])      # just above plane 2: planes 2 and 3
+    plan = plan_visibilities(flatten_samples(uvw, np.ones((1, 1), complex)), N, CELL, stack,
+                             interpolation="linear")
+    assert plan.support[0] == max(stack.supports[2], stack.supports[3])
+    on_plane = plan_visibilities(flatten_samples(uvw * [1, 1, 0] + [0, 0, stack.plane_w(2)],
+                                                 np.ones((1, 1), complex)), N, CELL, stack,
+                                 interpolation="linear")
+    assert on_plane.support[0] == stack.supports[2]
+
+
+def test_software_sampler_when_asked(queue, stack):
+    gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": "software"})
+    assert gridder.strategy.image_format is None
+
+
+def test_falls_back_to_software_without_images(queue, rng, stack, monkeypatch):
+    real_facts = base.device_facts
+    monkeypatch.setattr(base, "device_facts", lambda d: dataclasses.replace(real_facts(d), images=False))
+    with pytest.warns(UserWarning, match="no image support.*software"):
+        gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue)
+    with pytest.warns(UserWarning, match="software"):
+        degridder = clgrid.Degridder(N, CELL, stack, method="texture", device=queue)
+    assert gridder.strategy.tuning["sampler"] == degridder.strategy.tuning["sampler"] == "software"
+    uvw, vis = random_visibilities(rng, 300, N, CELL, W_MAX)
+    poison(gridder, 1)
+    ref = reference.grid(uvw, vis, N, CELL, stack, interpolation="linear")
+    assert relative_error(gridder.grid(uvw, vis), ref) <= TOLERANCE
+
+
+def test_unknown_sampler_is_refused(queue, stack):
+    with pytest.raises(ValueError, match="sampler"):
+        clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": "bicubic"})
+
+
+def test_interpolation_precision_on_pocl(queue):
+    if "portable computing language" not in queue.device.platform.name.lower():
+        pytest.skip("PoCL's float interpolation; other devices are measured, not bounded")
+    result = interpolation_precision(queue, num_vis=300, grid_size=64)
+    assert result["image_sampler"]
+    for direction in ("grid", "degrid"):
+        assert result[direction]["software_vs_reference"] < 1e-5
+        assert result[direction]["image_vs_software"] < 1e-5
+
+
+def test_linear_fine_table_beats_nearest_coarse_table(rng):
+    """Against a dense table (oversample 32, 33 planes), interpolating a small table
+    (oversample 4, 5 planes) errs clearly less than looking up its nearest sample (about
+    half as much: the w-axis, 5 planes, dominates both)."""
+    def stack(oversample, planes):
+        return clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=W_MAX, num_planes=planes,
+                                               oversample=oversample, max_support=12)
+    uvw, vis = random_visibilities(rng, 300, N, CELL, W_MAX)
+    exact = reference.grid(uvw, vis, N, CELL, stack(32, 33), interpolation="linear")
+    small = stack(4, 5)
+    nearest = reference.grid(uvw, vis, N, CELL, small)
+    linear = reference.grid(uvw, vis, N, CELL, small, interpolation="linear")
+    assert relative_error(linear, exact) < 0.7 * relative_error(nearest, exact)
