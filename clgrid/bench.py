@@ -183,6 +183,8 @@ def run_benchmark(workload: Workload, device=None, method: str = "atomic", preci
 
     ``method`` is a gridding method or ``degrid-<method>``; for degridding the
     throughput counts grid points read and visibilities predicted from a random grid.
+    The error is against the reference with the strategy's own kernel interpolation
+    (nearest samples, or linear for ``texture``).
     """
     queue = get_queue(device)
     result = BenchResult(device=queue.device.name.strip(), method=method, precision=precision,
@@ -212,12 +214,13 @@ def run_benchmark(workload: Workload, device=None, method: str = "atomic", preci
             result.peak_fraction = 8 * result.gpa_per_s / (peak[precision == "double"] * 1e9)
         per_baseline = int(np.prod(workload.uvw.shape[1:-1]))
         sub = slice(0, max(1, min(error_subset // per_baseline, workload.uvw.shape[0])))
+        same = dict(on_dropped="ignore", interpolation=operation.strategy.interpolation)
         if degrid:
             got = operation.degrid(grid, workload.uvw[sub])
-            ref = reference.degrid(grid, workload.uvw[sub], *geometry, on_dropped="ignore")
+            ref = reference.degrid(grid, workload.uvw[sub], *geometry, **same)
         else:
             got = operation.grid(workload.uvw[sub], workload.vis[sub])
-            ref = reference.grid(workload.uvw[sub], workload.vis[sub], *geometry, on_dropped="ignore")
+            ref = reference.grid(workload.uvw[sub], workload.vis[sub], *geometry, **same)
         result.error = relative_error(got, ref)
         result.error_subset = sub.stop * per_baseline
     except Exception as exc:  # a failed run is a row in the table, the others go on
