@@ -29,7 +29,7 @@ from .strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
 __all__ = ["Workload", "make_workload", "run_benchmark", "device_times", "relative_error", "BenchResult",
            "benchmark_methods", "environment", "DATASETS"]
 
-DATASETS = ("uniform", "tracks", "lofar")
+DATASETS = ("uniform", "tracks", "lofar", "ska")
 # Single/double precision peak GFLOP/s of devices whose peak is known (vendor datasheets),
 # matched against the device name; the fraction of peak is left out for others.
 PEAK_GFLOPS = {"H100 80GB HBM3": (66900.0, 33500.0), "H100 PCIe": (51200.0, 25600.0),
@@ -90,13 +90,19 @@ def make_workload(dataset: str, num_vis: int, grid_size: int, support: int, npol
     """A benchmark workload: uniform random uvw, or Earth-rotation tracks.
 
     ``tracks``: MeerKAT (2016 baselines) over +-4 h; ``lofar``: seed 004's 44 LOFAR
-    stations (946 baselines) in 10 s steps, one channel.  The kernel stack has a
+    stations (946 baselines) in 10 s steps, one channel; ``ska``: the SKA-like set of
+    `clgrid.benchsets` (row order, its own 601-plane kernel stack), scaled to ``num_vis``.  The kernel stack has a
     fixed ``support`` on every plane so throughput can be read against kernel size;
     tracks are scaled to fill 80% of the grid and ``num_vis`` rounds up to whole time
     steps of all baselines; ``uniform`` makes every visibility a baseline of one step.
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
+    if dataset == "ska":   # its own grid geometry and 601-plane stack: support and oversample do not apply
+        from .benchsets import SKA_LIKE_VISIBILITIES, ska_like
+
+        return ska_like(scale=min(1.0, num_vis / SKA_LIKE_VISIBILITIES), grid_size=max(grid_size, 2048),
+                        npol=npol, seed=seed)
     rng = np.random.default_rng(seed)
     cell = 1.0 / grid_size  # field of view 1 rad: du = 1 wavelength
     reach = 0.8 * (grid_size // 2 - support - 1)

@@ -68,6 +68,9 @@ def _geometry(grid_size: int):
     return layout, wavelength, 1.0 / (grid_size * du), w_max
 
 
+SKA_LIKE_VISIBILITIES = 130_816 * 240   # the full set: 31,395,840
+
+
 def ska_like(scale: float = 1.0, time_steps: int = 240, grid_size: int = 18000, npol: int = 1,
              seed: int = 1) -> Workload:
     """The SKA-like set, baseline-major (each baseline's time steps in order), or a fraction of it."""

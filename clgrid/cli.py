@@ -42,6 +42,8 @@ def _sizes(quick: bool, args):
     counts = args.num_vis if isinstance(args.num_vis, list) else [args.num_vis]
     counts = [n for n in counts if n] or [20000 if quick else 1_000_000]
     supports = args.support or ([3, 7] if quick else [3, 7, 15, 31])
+    if getattr(args, "dataset", None) == "ska":   # the SKA-like set brings its own kernels
+        supports = supports[:1]
     grid_size = args.grid_size or (512 if quick else 2048)
     return [(n, grid_size, s) for n in counts for s in supports]
 
