@@ -175,7 +175,7 @@ def test_tile_too_large_for_local_memory_is_refused(queue, rng, stack):
     gridder = fpga_gridder(queue, stack, tuning={"tile": 4096, "banks": 4})
     with pytest.raises(DeviceCapabilityError, match="lower the tuning parameter 'tile'"):
         gridder.grid(uvw, vis)
-    with pytest.raises(ValueError, match="'banks' must be >= 1"):
+    with pytest.raises(ValueError, match="'banks' of 'fpga' must be >= 1"):
         fpga_gridder(queue, stack, tuning={"banks": 0})
 
 

@@ -64,17 +64,8 @@ class FpgaStrategy(Strategy):
     """What both FPGA kernels share: one work-item, a tile order, a tile plus halo on chip."""
 
     kernel_name = ""
-    positive_tuning = ("tile", "unroll_u")
+    counts = ("tile", "unroll_u")
     atomics = False
-
-    def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
-                 binary=None):
-        super().__init__(queue, grid_size, kernels, precision, tuning, binary)
-        for key in self.positive_tuning:
-            if self.tuning[key] < 1:
-                raise ValueError(f"{self.name}: tuning parameter {key!r} must be >= 1, "
-                                 f"got {self.tuning[key]}")
-
     work_group_parameters = ()
 
     @staticmethod
@@ -134,7 +125,7 @@ class FpgaGridding(FpgaStrategy):
     name = "fpga"
     template = "grid_fpga.cl"
     kernel_name = "grid_fpga"
-    positive_tuning = FpgaStrategy.positive_tuning + ("banks",)
+    counts = FpgaStrategy.counts + ("banks",)
 
     def on_chip_tiles(self) -> int:
         return self.tuning["banks"]
@@ -150,7 +141,7 @@ class FpgaDegridding(FpgaStrategy):
     name = "degrid_fpga"
     template = "degrid_fpga.cl"
     kernel_name = "degrid_fpga"
-    positive_tuning = FpgaStrategy.positive_tuning + ("shift_depth",)
+    counts = FpgaStrategy.counts + ("shift_depth",)
 
     def degrid(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the degridding of ``plan`` from ``grid_buffer``; returns the events."""
