@@ -1,23 +1,51 @@
 #!/usr/bin/env bash
-# The GPU run behind BENCHMARKS.md: device tests on the GPU, then the benchmarks.
-# On the GPU machine, from the checkout root:  bash benchmarks/gpu.sh "$OUT"
+# The GPU runs behind BENCHMARKS.md, in order. On the GPU machine, from the checkout root:
+#   bash benchmarks/gpu.sh "$OUT" [part]
+# The whole sequence takes about 25 minutes; `part` (tests, atomics, bench, degrid,
+# moving_window, tiled, texture) runs one section, for machines that limit a command's time.
 set -uo pipefail
 out=${1:-.}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
-python3 -m clgrid.cli devices | tee -a "$out/gpu.txt"
-CLGRID_TEST_DEVICE=nvidia python3 -m pytest -q -p no:cacheprovider tests/test_gridder_atomic.py \
-  tests/test_gridder_moving_window.py tests/test_degrid_device.py tests/test_tuning.py tests/test_texture.py \
-  -k "not fpga and not pick_their_families and not cli_devices and not tuner_end" 2>&1 | tail -12 | tee "$out/tests.txt"
-python3 benchmarks/atomics.py --device nvidia --out "$out" 2>&1 | grep -v Warning | tee "$out/atomics.txt"
-# atomic gridder with the table's choice: MeerKAT tracks, 4 M visibilities on a 4096^2 grid, kernels 7^2 .. 63^2
-python3 -m clgrid.cli bench --device nvidia --dataset tracks --num-vis 4000000 --grid-size 4096 \
-  --support 3 --support 7 --support 15 --support 31 --precision single --precision double \
-  --repeats 5 --json "$out/atomic_1pol.json" 2>&1 | tee "$out/atomic_1pol.txt"
-python3 -m clgrid.cli bench --device nvidia --dataset tracks --num-vis 1000000 --grid-size 4096 \
-  --support 3 --support 15 --npol 4 --repeats 5 --json "$out/atomic_4pol.json" 2>&1 | tee "$out/atomic_4pol.txt"
-python3 -m clgrid.cli tune --device nvidia --num-vis 2000000 --grid-size 4096 --support 7 \
-  --write-table --no-save 2>&1 | tail -25 | tee "$out/tune.txt"
-# moving-window gridder: seed 004's LOFAR-like sweep beside atomic (about 6 minutes)
-python3 benchmarks/moving_window.py --device nvidia --out "$out" 2>&1 | tee "$out/moving_window.txt"
-# texture interpolation: image error against an exact DFT, nearest vs interpolated tables, speed
-python3 benchmarks/texture_study.py --device nvidia --out "$out" 2>&1 | tee "$out/texture_study.txt"
+part=${2:-all}
+run() { [ "$part" = all ] || [ "$part" = "$1" ]; }
+gpu=(--device nvidia)
+
+if run tests; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+  python3 -m clgrid.cli devices | tee -a "$out/gpu.txt"
+  # the device tests on the GPU (the FPGA kernels and PoCL-specific checks excluded)
+  CLGRID_TEST_DEVICE=nvidia python3 -m pytest -q -p no:cacheprovider tests/test_gridder_atomic.py \
+    tests/test_gridder_moving_window.py tests/test_gridder_tiled.py tests/test_degrid_device.py \
+    tests/test_tuning.py tests/test_texture.py \
+    -k "not fpga and not pick_their_families and not cli_devices and not tuner" 2>&1 | tail -12 | tee "$out/tests.txt"
+fi
+if run atomics; then
+  # float atomic paths: contention micro-benchmark and the atomic gridder with each path
+  python3 benchmarks/atomics.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/atomics.txt"
+  python3 -m clgrid.cli tune "${gpu[@]}" --num-vis 2000000 --grid-size 4096 --support 7 \
+    --write-table --no-save 2>&1 | tail -25 | tee "$out/tune.txt"
+fi
+if run bench; then
+  # every GPU strategy on MeerKAT tracks, and a visibility sweep (seed 001 style)
+  python3 -m clgrid.cli bench "${gpu[@]}" --dataset tracks --num-vis 4000000 --grid-size 4096 \
+    --support 3 --support 7 --support 15 --support 31 --method atomic --method tiled --method moving_window \
+    --method texture --method degrid-gather --method degrid-moving_window --method degrid-texture \
+    --json "$out/bench_h100.json" --plots "$out" 2>&1 | tee "$out/bench.txt"
+  python3 -m clgrid.cli bench "${gpu[@]}" --dataset uniform --num-vis 10000 --num-vis 100000 \
+    --num-vis 1000000 --num-vis 10000000 --grid-size 8192 --support 16 --method atomic --method tiled \
+    --method degrid-gather --json "$out/sweep_h100.json" --plots "$out" 2>&1 | tee "$out/sweep.txt"
+fi
+if run degrid; then
+  python3 benchmarks/degrid.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/degrid.txt"
+fi
+if run moving_window; then
+  # seed 004's LOFAR-like sweep beside atomic, coarsening, flush share, time_block
+  python3 benchmarks/moving_window.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/moving_window.txt"
+fi
+if run tiled; then
+  # the SKA-like set: stages, atomic side by side, parameter sweep
+  python3 benchmarks/tiled.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/tiled.txt"
+fi
+if run texture; then
+  python3 -m clgrid.texture_precision "${gpu[@]}" 2>&1 | tee "$out/texture_precision.txt"
+  python3 benchmarks/texture_study.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/texture_study.txt"
+fi
