@@ -195,3 +195,25 @@ def test_texture_moving_window_matches_interpolated_reference(queue, rng, stack,
     assert relative_error(out, ref) <= TOLERANCE
     np.testing.assert_allclose(report["norm"], ref_report["norm"], rtol=1e-12)
     assert report["gridded"] == ref_report["gridded"] > 300
+
+
+@pytest.mark.parametrize("tuning", [
+    {"sampler": "software", "work_group_size": 16, "coarsen_u": 1, "coarsen_v": 3, "batch": 7,
+     "chunk_visibilities": 5},
+    {"sampler": "image", "work_group_size": 32, "coarsen_u": 3, "coarsen_v": 1, "batch": 16}])
+def test_texture_moving_window_tuning_changes_the_launch_not_the_result(queue, rng, stack, tuning):
+    """Short chunks, small batches and odd coarsening: windows split across tiles and batches."""
+    uvw, vis = baseline_tracks(rng, 6, 30, 2)
+    gridder = clgrid.Gridder(N, CELL, stack, method="texture_moving_window", device=queue, tuning=tuning,
+                             on_dropped="ignore")
+    poison(gridder, 2)
+    ref = reference.grid(uvw, vis, N, CELL, stack, on_dropped="ignore", interpolation="linear")
+    assert relative_error(gridder.grid(uvw, vis), ref) <= TOLERANCE
+
+
+def test_texture_moving_window_in_double_precision(queue, rng, stack):
+    uvw, vis = baseline_tracks(rng, 6, 30, 1)
+    gridder = clgrid.Gridder(N, CELL, stack, method="texture_moving_window", device=queue, precision="double",
+                             tuning={"sampler": "software"}, on_dropped="ignore")
+    ref = reference.grid(uvw, vis, N, CELL, stack, on_dropped="ignore", interpolation="linear")
+    assert relative_error(gridder.grid(uvw, vis), ref) <= 1e-6
