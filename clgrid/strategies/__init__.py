@@ -12,10 +12,12 @@ from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
 from .moving_window import MovingWindowGridding
 from .texture import TextureDegridding, TextureGridding
+from .texture_moving_window import TextureMovingWindowGridding
 from .tiled import TiledGridding
 
 GRIDDING_METHODS = {"atomic": AtomicGridding, "tiled": TiledGridding, "moving_window": MovingWindowGridding,
-                    "texture": TextureGridding, "fpga": FpgaGridding}
+                    "texture": TextureGridding, "texture_moving_window": TextureMovingWindowGridding,
+                    "fpga": FpgaGridding}
 DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
                       "fpga": FpgaDegridding, "texture": TextureDegridding}
 

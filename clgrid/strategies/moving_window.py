@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyopencl as cl
@@ -98,7 +99,8 @@ class MovingWindowGridding(Strategy):
             warnings.warn("moving_window with flush='plain' adds to the grid without atomics: "
                           "results are wrong where work-groups meet; use it only to time the flush",
                           stacklevel=3)
-        staged = t["batch"] * (16 + 4 * np.dtype(self.complex_dtype).itemsize)   # window + 4 pols
+        window = 32 if self.interpolation == "linear" else 16    # window indices (+ position)
+        staged = t["batch"] * (window + 4 * np.dtype(self.complex_dtype).itemsize)   # + 4 pols
         if staged > self.facts.local_memory:
             raise ValueError(f"batch {t['batch']} stages {staged} bytes; the device has "
                              f"{self.facts.local_memory} bytes of local memory")
@@ -108,9 +110,16 @@ class MovingWindowGridding(Strategy):
         if grid_size ** 2 >= 2 ** 31:
             raise ValueError(f"moving_window indexes cells with 32-bit integers: grid_size {grid_size} "
                              f"is above {int(np.sqrt(2 ** 31 - 1))}")
-        values, starts = kernels.offset_rows(self.complex_dtype)
-        self.kernel_rows = read_only_buffer(queue.context, values)
-        self.kernel_row_starts = read_only_buffer(queue.context, starts)
+
+    @cached_property
+    def offset_rows(self) -> tuple:
+        """`KernelStack.offset_rows` on the device (values, row starts), uploaded when first read."""
+        values, starts = self.kernels.offset_rows(self.complex_dtype)
+        return read_only_buffer(self.queue.context, values), read_only_buffer(self.queue.context, starts)
+
+    def kernel_arguments(self, plan) -> tuple:
+        """What the kernel reads its weights from: the offset rows."""
+        return self.offset_rows
 
     work_group_parameters = ("work_group_size",)
 
@@ -126,11 +135,19 @@ class MovingWindowGridding(Strategy):
         track_shape(samples)  # refuses samples without a baseline axis, before any planning
         return super().plan(hold_w(samples, self.tuning["time_block"]), cell_size, on_dropped, done)
 
+    def chunk_tracks(self, plan, samples) -> tuple:
+        """``(order, start, count)`` of the plan's chunks (`split_tracks`)."""
+        return split_tracks(baseline_of(samples, plan.sample), plan.support, plan.conj,
+                            self.tuning["chunk_visibilities"])
+
     def upload(self, plan, samples) -> MovingWindowPlan:
         """The plan in chunk order, the chunk table and the work-group list, on the device."""
+        return self.upload_chunks(plan, samples, *self.chunk_tracks(plan, samples))
+
+    def upload_chunks(self, plan, samples, order, start, count) -> MovingWindowPlan:
+        """`upload` for chunks already made: ``order`` of the visibilities, ``start`` and
+        ``count`` of each chunk in that order."""
         t = self.tuning
-        order, start, count = split_tracks(baseline_of(samples, plan.sample), plan.support, plan.conj,
-                                           t["chunk_visibilities"])
         support = plan.support[order][start]
         conjugate = plan.conj[order][start]
         width = 2 * support + 1
@@ -149,5 +166,5 @@ class MovingWindowGridding(Strategy):
         size = self.tuning["work_group_size"]
         return [self.kernel("grid_moving_window", npol)(
             self.queue, (plan.num_groups * size,), (size,),
-            plan.packed, plan.vis, self.kernel_rows, self.kernel_row_starts, plan.chunks, plan.work,
+            plan.packed, plan.vis, *self.kernel_arguments(plan), plan.chunks, plan.work,
             grid_buffer, wait_for=wait_for)]

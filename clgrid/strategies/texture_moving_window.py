@@ -1,0 +1,45 @@
+"""Texture-interpolated gridding on the moving-window work distribution (issue 7).
+
+Romein's moving window (`clgrid.strategies.moving_window`, seed 004 §4-5) with the
+weights of `clgrid.strategies.texture` (seed 004 §4.1): each tap's weight is the
+kernel cube sampled at the visibility's continuous (u, v, w) position, by the
+texture unit or in software (tuning ``sampler``), instead of the nearest sample of
+the nearest w-plane.  Same kernel as the moving window (``texture`` in
+``grid_moving_window.cl``).  Planned with ``interpolation="linear"``, a visibility's
+support is its footprint S (the larger support of the two w-planes interpolated),
+so chunks, cut where the support changes, never mix footprints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import pyopencl as cl
+
+from ..plan import Plan, Samples
+from .base import read_only_buffer
+from .moving_window import MovingWindowGridding, MovingWindowPlan
+from .texture import TextureSampling, device_positions
+
+__all__ = ["TextureMovingWindowPlan", "TextureMovingWindowGridding"]
+
+
+@dataclass
+class TextureMovingWindowPlan(MovingWindowPlan):
+    """The moving-window plan plus each visibility's sampler position, in chunk order."""
+
+    position: cl.Buffer
+
+
+class TextureMovingWindowGridding(TextureSampling, MovingWindowGridding):
+    """Moving-window gridding with interpolated weights."""
+
+    name = "texture_moving_window"
+
+    def upload(self, plan: Plan, samples: Samples) -> TextureMovingWindowPlan:
+        """The moving-window plan and the positions, both in chunk order."""
+        order, start, count = self.chunk_tracks(plan, samples)
+        chunked = self.upload_chunks(plan, samples, order, start, count)
+        return TextureMovingWindowPlan(
+            **{f.name: getattr(chunked, f.name) for f in fields(chunked)},
+            position=read_only_buffer(self.queue.context, device_positions(plan)[order]))
