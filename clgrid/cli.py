@@ -31,10 +31,16 @@ def cmd_devices(args) -> int:
               f"    compute units {f.compute_units}, global memory {f.global_memory / 2**30:.1f} GiB "
               f"(max buffer {f.max_allocation / 2**30:.1f} GiB), local memory {f.local_memory // 1024} KiB, "
               f"max work-group {f.max_work_group_size}\n"
-              f"    fp64 {'yes' if f.fp64 else 'no'}, images {'yes' if f.images else 'no'}, "
+              f"    fp64 {'yes' if f.fp64 else 'no'}, images {_image_limits(d) if f.images else 'no'}, "
+              f"sub-groups {'yes' if f.has('cl_khr_subgroups') else 'no'}, "
               f"atomics: {' '.join(atomics) or 'none'}\n"
               f"    tuning entries: {', '.join(f'{e.source} {e.label}' for e in matching_entries(f))}")
     return 0
+
+
+def _image_limits(device) -> str:
+    """The largest 3D image (texture interpolation keeps all w-planes in one)."""
+    return f"3D up to {device.image3d_max_width}x{device.image3d_max_height}x{device.image3d_max_depth}"
 
 
 def _sizes(quick: bool, args):
