@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -336,16 +337,21 @@ class KernelStack:
         Shape ``(num_planes, 2R+1, 2R+1)`` with ``R = offset_range(oversample)``,
         indexed ``[p, off_v + R, off_u + R]``: the `norm` of seed 003 Listing 1 per
         unit weight, so the norm needs no pass over the kernel per visibility.
+        Computed once per stack (every plan reads it).
         """
+        return self._weight_sums
+
+    @cached_property
+    def _weight_sums(self) -> np.ndarray:
         r = offset_range(self.oversample)
         offs = np.arange(-r, r + 1)
         out = np.empty((self.num_planes, 2 * r + 1, 2 * r + 1))
         for p, plane in enumerate(self.planes):
             s = int(self.supports[p])
-            taps = np.arange(-s, s + 1) * self.oversample
-            idx = np.abs(offs[:, None] + taps[None, :])  # (offset, tap)
-            re = plane.real[idx]             # (off_v, tap_v, Q)
-            out[p] = re[:, :, idx].sum(axis=(1, 3))   # (off_v, tap_v, off_u, tap_u) summed
+            idx = np.abs(offs[:, None] + np.arange(-s, s + 1)[None, :] * self.oversample)  # (offset, tap)
+            taps = np.zeros((2 * r + 1, plane.shape[0]))   # taps[o, i]: taps of offset o on sample i
+            np.add.at(taps, (np.repeat(np.arange(2 * r + 1), idx.shape[1]), idx.ravel()), 1.0)
+            out[p] = taps @ plane.real @ taps.T           # the sum over the separable tap grid
         return out
 
 
