@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..errors import DeviceCapabilityError
 from ..kernels import KernelStack
 from ..plan import Plan, Samples
 from .base import DevicePlan, Strategy
@@ -90,12 +89,9 @@ class FpgaStrategy(Strategy):
     def _check_on_chip(self, npol: int) -> None:
         side = self.padded_side
         need = self.on_chip_tiles() * npol * side * side * np.dtype(self.complex_dtype).itemsize
-        if need > self.facts.local_memory:
-            raise DeviceCapabilityError(
-                f"{self.name}: {self.on_chip_tiles() * npol} on-chip tiles of {side}^2 cells "
-                f"(tile {self.tuning['tile']} plus a halo of {self.kernels.max_support}) need "
-                f"{need} bytes of local memory; {self.facts.name} has {self.facts.local_memory}: "
-                f"lower the tuning parameter 'tile'")
+        self.check_local_memory(need, f"{self.on_chip_tiles() * npol} on-chip tiles of {side}^2 cells: tile "
+                                      f"{self.tuning['tile']} plus a halo of {self.kernels.max_support}; "
+                                      f"lower the tuning parameter 'tile'")
 
     def arrange(self, plan: Plan, samples: Samples) -> Plan:
         """Tile by tile, by w-plane within a tile: the order the single pipeline walks."""

@@ -101,9 +101,7 @@ class MovingWindowGridding(Strategy):
                           stacklevel=3)
         window = 32 if self.interpolation == "linear" else 16    # window indices (+ position)
         staged = t["batch"] * (window + 4 * np.dtype(self.complex_dtype).itemsize)   # + 4 pols
-        if staged > self.facts.local_memory:
-            raise ValueError(f"batch {t['batch']} stages {staged} bytes; the device has "
-                             f"{self.facts.local_memory} bytes of local memory")
+        self.check_local_memory(staged, f"batch {t['batch']} stages that much; lower batch")
         if 2 * kernels.max_support + 1 >= 2 ** 15:
             raise ValueError(f"moving_window packs window positions in 15 bits: support "
                              f"{kernels.max_support} is too large")
