@@ -1,40 +1,61 @@
 {# Tiled gridder (seed 003 §3.3-3.5, seed 000 Part I): the bucket-sorted visibilities
    (tile_sort.cl) are added tile by tile into a copy of the tile held by one
-   work-group, work-item (x, y) owning column x and rows y, y + WG_V, y + 2 WG_V, ...:
-   the first REGSZ of them in private registers, the next SHMSZ in local memory
-   (seed 003 Listing 6; interleaved rather than blocked rows so that every row of a
-   small footprint keeps a different work-item busy).  A tile is flushed to the grid
-   with float atomics only when the work-group moves on to another tile.
+   work-group, and a tile is flushed to the grid with float atomics only when the
+   work-group moves on to another tile.  Two ways to share a tile's cells among the
+   work-items (`mapping`):
+
+   "rows"       work-item (x, y) owns column x and rows y, y + WG_V, y + 2 WG_V, ...:
+                the first REGSZ of them in private registers, the next SHMSZ in local
+                memory (seed 003 Listing 6; interleaved rather than blocked rows so that
+                every row of a small footprint keeps a different work-item busy).  No
+                synchronisation between visibilities, but a work-item whose cells a
+                footprint misses idles: small kernels leave most of the tile idle.
+   "footprint"  the tile lives in local memory and, for each visibility, the work-items
+                spread over just the cells its footprint covers in the tile (rows of the
+                covered rectangle side by side, ROWS_PER_PASS = WG / width at a time),
+                with a barrier between visibilities.  Not in the seeds: it keeps the
+                work-items busy whatever the support, and lets tiles grow (fewer sort
+                entries) without more idle work.
+
    Work-groups are persistent and pull chunks of the sorted entries through a global
    counter, caching one batch of visibilities in local memory at a time (seed 000
    §3.1-3.2), so dense tiles are shared out like any others.  The central box (seed
    003 §3.4) is this kernel launched a second time, over the central tiles' buckets.
-   Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so a
-   row of work-items reads consecutive values.
-   Template variables: double, atomic, npol, oversample, grid_size, regsz, shmsz, wg_v
-   (and those of tile_grid.cl and tile_sort.cl). #}
+   Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so
+   neighbouring work-items read consecutive values.
+   Template variables: double, atomic, npol, oversample, grid_size, mapping, regsz,
+   shmsz, wg_u, wg_v (and those of tile_grid.cl and tile_sort.cl). #}
 {% include "common.cl" %}
 #define NPOL {{ npol }}
 #define OVERSAMPLE {{ oversample }}
 #define GRID_SIZE {{ grid_size }}
+#define WG_U {{ wg_u }}
+#define WG_V {{ wg_v }}
+#define WG (WG_U * WG_V)
+{% if mapping == "rows" %}
 #define REGSZ {{ regsz }}
 #define SHMSZ {{ shmsz }}
-#define WG_V {{ wg_v }}
+{% endif %}
 {% include "plan.cl" %}
 {% include "tile_grid.cl" %}
 {% include "tile_sort.cl" %}
-#define BATCH (TILE_U * WG_V)   /* visibilities cached in local memory at a time: one per work-item */
+#define BATCH WG   /* visibilities cached in local memory at a time: one per work-item */
 
 /* One sorted entry (a visibility in one tile), prepared once for the whole work-group. */
 typedef struct {
     int bucket;
-    int origin_u, origin_v;   /* first cell of the tile */
     int k0;                   /* tap k + support of the tile's first column */
     int j0;                   /* tap j + support of the tile's first row */
     int width;                /* 2 * support + 1: taps per side, and the length of a u_rows row */
     int row0;                 /* u_rows index of the tile's first column in quarter row 0 */
     int step;                 /* +1 or -1: index step from a column to the next (off_u < 0 reads backwards) */
-    int off_v0;               /* off_v - support * OVERSAMPLE: quarter row of tap j is |off_v0 + (j + support) * OVERSAMPLE| */
+    int q0;                   /* quarter row of the tile's row r is |q0 + r * OVERSAMPLE| */
+{% if mapping == "footprint" %}
+    int cu0, cv0, cv1;        /* the footprint in the tile: columns cu0.., rows cv0..cv1 */
+    int covered_u;            /* columns it covers */
+    int rows_per_pass;        /* WG / covered_u: rows the work-group covers side by side */
+    float inv_covered_u;      /* 1 / covered_u, to split a work-item number into (row, column) */
+{% endif %}
     complex_t re[NPOL], im[NPOL];   /* grid += (re . c, im . c) for kernel value c, conjugation folded in */
 } tile_visibility;
 
@@ -49,15 +70,21 @@ inline tile_visibility prepare_visibility(tile_grid g, int4 packed, int2 vis_buc
     const int2 origin = tile_origin(g, vis_bucket.y);
     tile_visibility t;
     t.bucket = vis_bucket.y;
-    t.origin_u = origin.x;
-    t.origin_v = origin.y;
     t.k0 = origin.x - p.grid_u + s;
     t.j0 = origin.y - p.grid_v + s;
     t.width = 2 * s + 1;
     t.step = p.off_u < 0 ? -1 : 1;
     t.row0 = kernel_start[p.plane] + (int)abs(p.off_u) * kernel_side[p.plane] * t.width + s
              + t.step * (origin.x - p.grid_u);
-    t.off_v0 = p.off_v - s * OVERSAMPLE;
+    t.q0 = p.off_v + (t.j0 - s) * OVERSAMPLE;
+{% if mapping == "footprint" %}
+    t.cu0 = max(0, -t.k0);
+    t.cv0 = max(0, -t.j0);
+    t.cv1 = min(TILE_V, t.width - t.j0) - 1;
+    t.covered_u = min(TILE_U, t.width - t.k0) - t.cu0;
+    t.rows_per_pass = WG / t.covered_u;
+    t.inv_covered_u = 1.0f / t.covered_u;
+{% endif %}
     const real_t sign = p.conjugate ? -1 : 1;
     for (int pol = 0; pol < NPOL; ++pol) {
         const complex_t v = vis[(size_t)vis_bucket.x * NPOL + pol];
@@ -72,31 +99,43 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
     return (complex_t)(mad(re.x, c.x, mad(re.y, c.y, sum.x)), mad(im.x, c.x, mad(im.y, c.y, sum.y)));
 }
 
+/* Kernel value of the tile's row r in the column whose u_rows index (quarter row 0) is `column`. */
+#define TAP(t, column, r) kernels[(column) + (int)abs((t).q0 + (r) * OVERSAMPLE) * (t).width]
+
+{% if mapping == "rows" %}
 /* A work-item's r-th row in local memory, laid out so that neighbouring work-items use neighbouring banks. */
 #define SHM_CELL(r, pol) shm[(((r) * NPOL + (pol)) * WG_V + y) * TILE_U + x]
-
-/* Kernel value of tap (j + support = jj) in this work-item's column, if jj is in the support. */
-#define TAP_IN_SUPPORT(t, jj) ((uint)(jj) < (uint)(t).width)
-#define TAP(t, column, jj) kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]
+/* Whether the tile's row or column i holds a tap of the footprint (k0 or j0 as `first`). */
+#define IN_FOOTPRINT(t, first, i) ((uint)((first) + (i)) < (uint)(t).width)
 
 {# The rows a work-item owns: caller(cell, row) with `cell` the accumulator of
    polarisation `pol` (a name the caller's code defines) and `row` the row in the tile. #}
-{% macro owned_rows() %}
+{% macro owned_cells() %}
 {% if regsz %}
     #pragma unroll
     for (int r = 0; r < REGSZ; ++r) {
-        {{ caller("reg[r][pol]", "r * WG_V + y") }}
+        {{ caller("reg[r][pol]", "r * WG_V + y", "x") }}
     }
 {% endif %}
 {% if shmsz %}
     #pragma unroll
     for (int r = 0; r < SHMSZ; ++r) {
-        {{ caller("SHM_CELL(r, pol)", "(REGSZ + r) * WG_V + y") }}
+        {{ caller("SHM_CELL(r, pol)", "(REGSZ + r) * WG_V + y", "x") }}
     }
 {% endif %}
 {% endmacro %}
+{% else %}
+#define TILE_CELL(i, pol) tile[(pol) * TILE_U * TILE_V + (i)]
 
-__kernel __attribute__((reqd_work_group_size(TILE_U, WG_V, 1)))
+{# Every cell of the tile, shared out among the work-items: caller(cell, row, column). #}
+{% macro owned_cells() %}
+    for (int i = lid; i < TILE_U * TILE_V; i += WG) {
+        {{ caller("TILE_CELL(i, pol)", "i / TILE_U", "i % TILE_U") }}
+    }
+{% endmacro %}
+{% endif %}
+
+__kernel __attribute__((reqd_work_group_size(WG_U, WG_V, 1)))
 void grid_tiles(__global const int4 *restrict entries, __global const int2 *restrict entry_vis_bucket,
                 __global const complex_t *restrict vis,          /* [num_vis][NPOL], weighted */
                 __global const complex_t *restrict kernels,      /* KernelStack.u_rows() */
@@ -110,18 +149,22 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
 {
     __local tile_visibility batch[BATCH];
     __local int chunk_first;
+{% if mapping == "footprint" %}
+    __local complex_t tile[NPOL * TILE_U * TILE_V];
+{% else %}
 {% if shmsz %}
     __local complex_t shm[SHMSZ * NPOL * WG_V * TILE_U];
 {% endif %}
 {% if regsz %}
     complex_t reg[REGSZ][NPOL];
 {% endif %}
+{% endif %}
     const tile_grid g = make_tile_grid(box);
     const int begin = offsets[first_bucket], end = offsets[end_bucket];
     const int x = get_local_id(0), y = get_local_id(1);
-    const int lid = y * TILE_U + x;
+    const int lid = y * WG_U + x;
     const size_t pol_stride = (size_t)GRID_SIZE * GRID_SIZE;
-{% call(cell, row) owned_rows() %}
+{% call(cell, row, column) owned_cells() %}
         #pragma unroll
         for (int pol = 0; pol < NPOL; ++pol)
             {{ cell }} = 0;
@@ -131,12 +174,12 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
 
 {# A flushed cell that is not zero was touched by a footprint, so it lies on the grid. #}
 {% macro flush_tile() %}
-{% call(cell, row) owned_rows() %}
+{% call(cell, row, column) owned_cells() %}
         #pragma unroll
         for (int pol = 0; pol < NPOL; ++pol)
             if ({{ cell }}.x != 0 || {{ cell }}.y != 0) {
                 atomic_add_complex(grid, pol * pol_stride + (size_t)(origin.y + {{ row }}) * GRID_SIZE
-                                   + origin.x + x, {{ cell }});
+                                   + origin.x + {{ column }}, {{ cell }});
                 {{ cell }} = 0;
             }
 {% endcall %}
@@ -160,19 +203,40 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
                 if (t.bucket != bucket) {
 {{ flush_tile() }}
                     bucket = t.bucket;
-                    origin = (int2)(t.origin_u, t.origin_v);
+                    origin = tile_origin(g, bucket);
+{% if mapping == "footprint" %}
+                    barrier(CLK_LOCAL_MEM_FENCE);   /* the tile is zero again before anyone adds */
+{% endif %}
                 }
-                if (TAP_IN_SUPPORT(t, t.k0 + x)) {
+{% if mapping == "rows" %}
+                if (IN_FOOTPRINT(t, t.k0, x)) {
                     const int column = t.row0 + t.step * x;
-{% call(cell, row) owned_rows() %}
-        if (TAP_IN_SUPPORT(t, t.j0 + {{ row }})) {
-            const complex_t c = TAP(t, column, t.j0 + {{ row }});
+{% call(cell, row, column) owned_cells() %}
+        if (IN_FOOTPRINT(t, t.j0, {{ row }})) {
+            const complex_t c = TAP(t, column, {{ row }});
             #pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
                 {{ cell }} = add_weighted({{ cell }}, t.re[pol], t.im[pol], c);
         }
 {% endcall %}
                 }
+{% else %}
+                /* work-item lid covers column cu0 + c of rows cv0 + r, cv0 + r + rows_per_pass, ... */
+                const int r = (int)((lid + 0.5f) * t.inv_covered_u);
+                const int c = lid - r * t.covered_u;
+                if (r < t.rows_per_pass) {
+                    const int u = t.cu0 + c;
+                    const int column = t.row0 + t.step * u;
+                    for (int v = t.cv0 + r; v <= t.cv1; v += t.rows_per_pass) {
+                        const complex_t k = TAP(t, column, v);
+                        #pragma unroll
+                        for (int pol = 0; pol < NPOL; ++pol)
+                            TILE_CELL(v * TILE_U + u, pol) = add_weighted(TILE_CELL(v * TILE_U + u, pol),
+                                                                          t.re[pol], t.im[pol], k);
+                    }
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);   /* the next footprint may give these cells to others */
+{% endif %}
             }
             barrier(CLK_LOCAL_MEM_FENCE);   /* the batch and chunk_first are rewritten next */
         }

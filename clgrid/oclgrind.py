@@ -51,14 +51,15 @@ def _instruction_counts(stdout: str) -> dict:
 
 
 def run_under_oclgrind(argv: list, inst_counts: bool = False, timeout: float = 600,
-                       extra_options: tuple = ()) -> OclgrindRun:
-    """Run ``argv`` under ``oclgrind`` with the memory, race and initialisation checks."""
+                       extra_options: tuple = (), checks: tuple = CHECKS) -> OclgrindRun:
+    """Run ``argv`` under ``oclgrind`` with the memory checks and ``checks`` (races and
+    initialisation by default)."""
     executable = shutil.which("oclgrind")
     if executable is None:
         raise FileNotFoundError("oclgrind is not installed (Debian/Ubuntu: apt-get install oclgrind)")
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "oclgrind.log"
-        command = [executable, *CHECKS, "--log", str(log), *(["--inst-counts"] if inst_counts else []),
+        command = [executable, *checks, "--log", str(log), *(["--inst-counts"] if inst_counts else []),
                    *extra_options, *map(str, argv)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         messages = log.read_text() if log.is_file() else ""

@@ -1,14 +1,19 @@
 """The tiled gridder on PoCL: each device stage against numpy, the grid against the reference."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pyopencl as cl
 import pytest
 
 import clgrid
+from clgrid.oclgrind import run_under_oclgrind
 from clgrid.strategies.tiled import TiledGridding
 from clgrid.tuning import TuningTableError
 
 from conftest import poison, random_visibilities, relative_error
+from fpga_case import CELL as CASE_CELL, N as CASE_N, small_stack
 
 N, CELL = 128, 2e-3
 TOLERANCE = {"single": 1e-5, "double": 1e-12}
@@ -30,11 +35,17 @@ def random_stack(rng, supports, oversample):
     return clgrid.KernelStack.from_arrays(planes, supports, oversample, w_scale=(len(supports) - 1) ** 2 / 300)
 
 
+@pytest.fixture(params=["rows", "footprint"])
+def mapping(request):
+    """How work-items share a tile's cells (grid_tiled.cl): both must give the reference's grid."""
+    return request.param
+
+
 def grid_and_compare(queue, stack, uvw, vis, precision="single", tuning=None, grid_size=N, weights=None,
-                     flags=None):
+                     flags=None, mapping="rows"):
     """Grid on a NaN-poisoned device grid; check against the float64 reference; return the gridder."""
     gridder = clgrid.Gridder(grid_size, CELL, stack, method="tiled", device=queue, precision=precision,
-                             tuning=tuning)
+                             tuning=dict(tuning or {}, mapping=mapping))
     poison(gridder, vis.shape[-1])
     out = gridder.grid(uvw, vis, weights=weights, flags=flags)
     ref = clgrid.reference.grid(uvw, vis, grid_size, CELL, stack, weights=weights, flags=flags)
@@ -60,11 +71,12 @@ def read(queue, buffer, dtype, count):
 
 @pytest.mark.parametrize("precision", ["single", "double"])
 @pytest.mark.parametrize("npol", [1, 4])
-def test_random_order_matches_reference(queue, rng, stack, precision, npol):
+def test_random_order_matches_reference(queue, rng, stack, precision, npol, mapping):
     uvw, vis = random_visibilities(rng, 1200, N, CELL, 300, npol=npol)
     weights = rng.uniform(0.1, 3.0, vis.shape)
     flags = rng.random(vis.shape) < 0.1
-    gridder = grid_and_compare(queue, stack, uvw, vis, precision, SMALL_TILES, weights=weights, flags=flags)
+    gridder = grid_and_compare(queue, stack, uvw, vis, precision, SMALL_TILES, weights=weights, flags=flags,
+                               mapping=mapping)
     assert gridder.last_report["gridded"] > 1000
     assert set(gridder.strategy.stages) == {"bounding box", "count", "prefix sum", "sort", "tiles", "central box"}
 
@@ -90,10 +102,10 @@ def test_same_grid_in_any_order_and_repeated_execution(queue, rng, stack):
         assert relative_error(got, ref) <= 1e-5
 
 
-def test_dense_centre_goes_through_the_central_box(queue, rng, stack):
+def test_dense_centre_goes_through_the_central_box(queue, rng, stack, mapping):
     uvw, vis = random_visibilities(rng, 1500, N, CELL, 300, fill=0.8)
     uvw[:1200, :2] *= 0.03    # a crowded core, as in the SKA layouts
-    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=SMALL_TILES)
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=SMALL_TILES, mapping=mapping)
     strategy, plan = gridder.strategy, gridder.prepare(uvw, vis).device_plan
     strategy.grid(plan, 1, gridder.grid_buffer(1))
     offsets = read(queue, plan.offsets, np.int32, strategy.num_buckets + 1)
@@ -102,7 +114,7 @@ def test_dense_centre_goes_through_the_central_box(queue, rng, stack):
 
 
 @pytest.mark.parametrize("tiles_per_vis", [2, 4])
-def test_footprints_across_tile_borders(queue, rng, tiles_per_vis):
+def test_footprints_across_tile_borders(queue, rng, tiles_per_vis, mapping):
     stack = random_stack(rng, [3], 4)
     tuning = {"tile_u": 16, "tile_v": 16, "regsz": 8, "shmsz": 8, "central_radius": -1}
     borders = N // 2 - 8 + 16 * rng.integers(-3, 4, 60)          # first cells of tiles
@@ -110,27 +122,28 @@ def test_footprints_across_tile_borders(queue, rng, tiles_per_vis):
     cells_v = borders + rng.integers(-3, 3, 60) if tiles_per_vis == 4 else inside
     uvw = on_cells(borders + rng.integers(-3, 3, 60), cells_v, 0.0)
     vis = rng.normal(size=(60, 1)) + 1j * rng.normal(size=(60, 1))
-    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=tuning)
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=tuning, mapping=mapping)
     plan = gridder.prepare(uvw, vis).device_plan
     assert plan.max_entries == tiles_per_vis * 60
     gridder.strategy.grid(plan, 1, gridder.grid_buffer(1))
     assert read(queue, plan.offsets, np.int32, gridder.strategy.num_buckets + 1)[-1] == tiles_per_vis * 60
 
 
-def test_single_tile_and_empty_tiles(queue, rng):
+def test_single_tile_and_empty_tiles(queue, rng, mapping):
     stack = random_stack(rng, [2, 3, 5], 8)
     one_tile = {"tile_u": 64, "tile_v": 64, "regsz": 4, "shmsz": 4, "central_radius": -1}
     uvw = on_cells(rng.integers(N // 2 - 20, N // 2 + 20, 300), rng.integers(N // 2 - 20, N // 2 + 20, 300),
                    rng.uniform(-300, 300, 300))
     uvw[:, :2] += rng.uniform(-0.4, 0.4, (300, 2)) / (N * CELL)   # off the cell centres: every oversample offset
     vis = rng.normal(size=(300, 2)) + 1j * rng.normal(size=(300, 2))
-    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=one_tile)
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=one_tile, mapping=mapping)
     assert gridder.prepare(uvw, vis).device_plan.max_entries == 300     # all in the centre tile
     # two far-apart clusters: the tiles between them are empty buckets
     uvw[:, :2] *= 0.5
     uvw[:150, :2] += 30 / (N * CELL)
     uvw[150:, :2] -= 30 / (N * CELL)
-    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(one_tile, tile_u=8, tile_v=8))
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(one_tile, tile_u=8, tile_v=8),
+                               mapping=mapping)
     plan = gridder.prepare(uvw, vis).device_plan
     gridder.strategy.grid(plan, 2, gridder.grid_buffer(2))
     counts = np.diff(read(queue, plan.offsets, np.int32, gridder.strategy.num_buckets + 1))
@@ -142,9 +155,10 @@ def test_single_tile_and_empty_tiles(queue, rng):
 
 
 @pytest.mark.parametrize("tile_factor", [0.0, 0.5, 1.0])
-def test_tile_factor_splits_between_tiles_and_atomics(queue, rng, stack, tile_factor):
+def test_tile_factor_splits_between_tiles_and_atomics(queue, rng, stack, tile_factor, mapping):
     uvw, vis = random_visibilities(rng, 1000, N, CELL, 300, npol=2)
-    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(SMALL_TILES, tile_factor=tile_factor))
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(SMALL_TILES, tile_factor=tile_factor),
+                               mapping=mapping)
     plan = gridder.prepare(uvw, vis).device_plan
     gridder.strategy.grid(plan, 2, gridder.grid_buffer(2))
     untiled = read(queue, plan.untiled_tally, np.int32, 1)[0]
@@ -160,7 +174,7 @@ def test_tile_factor_splits_between_tiles_and_atomics(queue, rng, stack, tile_fa
 
 
 @pytest.mark.parametrize("precision", ["single", "double"])
-def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precision):
+def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precision, mapping):
     """Kernels up to 145 cells wide on 8 x 16 tiles: a visibility lands in up to 190 buckets."""
     n = 256
     stack = random_stack(rng, [4, 9, 30, 72], 4)
@@ -169,7 +183,32 @@ def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precisio
     uvw[:, :2] += rng.uniform(-0.5, 0.5, (150, 2)) / (n * CELL)
     vis = rng.normal(size=(150, 1)) + 1j * rng.normal(size=(150, 1))
     tuning = {"tile_u": 8, "tile_v": 16, "regsz": 2, "shmsz": 2, "central_radius": 2}
-    grid_and_compare(queue, stack, uvw, vis, precision, tuning, grid_size=n)
+    grid_and_compare(queue, stack, uvw, vis, precision, tuning, grid_size=n, mapping=mapping)
+
+
+def test_oclgrind_finds_no_races_or_memory_errors(rng, mapping, tmp_path):
+    """Out-of-bounds accesses and data races (local memory and the grid) on a small case.
+    Without --uninitialized: Oclgrind 1.x treats clEnqueueFillBuffer's zeros (the tallies)
+    as uninitialised and stops at LLVM's ``freeze`` instruction."""
+    case_script = Path(__file__).with_name("tiled_case.py")
+    run = run_under_oclgrind([sys.executable, case_script, tmp_path / "case.npz", "--seed",
+                              int(rng.integers(1 << 31)), "--mapping", mapping], timeout=300,
+                             checks=("--data-races",))
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.diagnostics == []
+    case = np.load(tmp_path / "case.npz")
+    ref = clgrid.reference.grid(case["uvw"], case["vis"], CASE_N, CASE_CELL, small_stack())
+    assert relative_error(case["gridded"], ref) <= 1e-5
+
+
+@pytest.mark.parametrize("footprint_wg", [16, 48, 256])
+def test_footprint_mapping_with_any_work_group(queue, rng, stack, footprint_wg):
+    """As many work-items as tile columns (a footprint row per pass), a count that divides
+    no footprint width, and more than a tile has cells."""
+    uvw, vis = random_visibilities(rng, 600, N, CELL, 300, npol=2)
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(SMALL_TILES, footprint_wg=footprint_wg),
+                               mapping="footprint")
+    assert gridder.strategy.local_size() == (footprint_wg, 1)
 
 
 # -- each device stage against numpy ------------------------------------------
@@ -258,7 +297,9 @@ def test_work_group_follows_tile_and_row_split(queue, stack):
     gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue,
                              tuning={"tile_u": 16, "tile_v": 32, "regsz": 4, "shmsz": 4})
     assert gridder.strategy.local_size() == (16, 4)
-    assert TiledGridding.work_group_shape({"tile_u": 32, "tile_v": 16, "regsz": 16, "shmsz": 0}) == (32, 1)
+    rows = {"mapping": "rows", "tile_u": 32, "tile_v": 16, "regsz": 16, "shmsz": 0, "footprint_wg": 64}
+    assert TiledGridding.work_group_shape(rows) == (32, 1)
+    assert TiledGridding.work_group_shape(dict(rows, mapping="footprint")) == (64, 1)
 
 
 @pytest.mark.parametrize("tuning, words", [
@@ -267,6 +308,8 @@ def test_work_group_follows_tile_and_row_split(queue, stack):
     ({"tile_factor": 1.5}, "tile_factor"),
     ({"sort_wg": 96}, "power of two"),
     ({"chunk": 0}, "chunk = 0"),
+    ({"mapping": "columns"}, "choose one of"),
+    ({"mapping": "footprint", "tile_u": 32, "footprint_wg": 16}, "footprint_wg = 16 must be >= tile_u"),
 ])
 def test_bad_parameters_are_refused_by_name(queue, stack, tuning, words):
     with pytest.raises(TuningTableError, match=words):

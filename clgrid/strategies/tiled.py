@@ -9,7 +9,9 @@ and benchmarks can time each one (``stages`` holds the events of the last call):
 3. prefix sum of the counts: where each tile's bucket starts;
 4. sort: put every visibility's packed plan, index and bucket into each of its buckets;
 5. tiles: persistent work-groups pull chunks of the sorted entries through a global
-   counter and accumulate each tile in registers and local memory (grid_tiled.cl);
+   counter and accumulate each tile on chip (grid_tiled.cl): in registers and local
+   memory rows owned by the work-items (``mapping = "rows"``, the seeds'), or in local
+   memory with the work-items spread over each footprint (``"footprint"``);
 6. central box: the same over the tiles around the grid centre, with its own chunk;
 7. untiled: the atomic strategy's kernel for visibilities centred outside the tiled part.
 
@@ -36,6 +38,7 @@ __all__ = ["TiledGridding", "TiledDevicePlan", "footprint_tile_range", "tiles_ac
 INT32_MAX = 2 ** 31 - 1
 EMPTY_BOX = np.array([INT32_MAX, -INT32_MAX - 1, INT32_MAX, -INT32_MAX - 1], np.int32)  # u_min, u_max, v_min, v_max
 ZERO = np.zeros(1, np.int32)
+MAPPINGS = ("rows", "footprint")   # how a tile's work-items share its cells (grid_tiled.cl)
 
 
 def first_tile_cell(grid_size: int, tile: int) -> int:
@@ -79,6 +82,7 @@ class TiledGridding(Strategy):
     name = "tiled"
     template = "grid_tiled.cl"
     kernel_layout = "u_rows"
+    work_group_parameters = ("tile_u", "tile_v", "regsz", "shmsz", "footprint_wg")
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)
@@ -94,7 +98,10 @@ class TiledGridding(Strategy):
 
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
-        """A work-item per column of a tile, each owning regsz + shmsz of its rows."""
+        """``rows``: a work-item per column of a tile, each owning regsz + shmsz of its rows;
+        ``footprint``: footprint_wg work-items sharing whatever the footprints cover."""
+        if tuning["mapping"] == "footprint":
+            return (tuning["footprint_wg"], 1)
         rows = tuning["regsz"] + tuning["shmsz"]
         if rows < 1 or tuning["tile_v"] % rows:
             raise TuningTableError(f"tiled: tile_v = {tuning['tile_v']} must be a multiple of "
@@ -103,7 +110,8 @@ class TiledGridding(Strategy):
 
     def check_tuning(self) -> None:
         t = self.tuning
-        positive = ("tile_u", "tile_v", "chunk", "central_chunk", "groups_per_cu", "sort_run", "sort_wg")
+        positive = ("tile_u", "tile_v", "chunk", "central_chunk", "groups_per_cu", "sort_run", "sort_wg",
+                    "footprint_wg")
         bad = [k for k in positive if t[k] < 1] + [k for k in ("regsz", "shmsz") if t[k] < 0]
         if bad:
             raise TuningTableError(f"tiled: {', '.join(f'{k} = {t[k]}' for k in bad)} out of range")
@@ -111,9 +119,25 @@ class TiledGridding(Strategy):
             raise TuningTableError(f"tiled: sort_wg = {t['sort_wg']} must be a power of two")
         if not 0.0 <= t["tile_factor"] <= 1.0:
             raise TuningTableError(f"tiled: tile_factor = {t['tile_factor']} must be in [0, 1]")
+        if t["mapping"] not in MAPPINGS:
+            raise TuningTableError(f"tiled: mapping = {t['mapping']!r}; choose one of {list(MAPPINGS)}")
+        if t["mapping"] == "footprint" and t["footprint_wg"] < t["tile_u"]:
+            raise TuningTableError(f"tiled: footprint_wg = {t['footprint_wg']} must be >= tile_u = "
+                                   f"{t['tile_u']} (a work-item per column of the widest footprint row)")
+
+    def local_memory(self, npol: int) -> int:
+        """Bytes of local memory grid_tiles takes: the batch of prepared visibilities, plus the
+        whole tile (``footprint``) or its shmsz rows (``rows``)."""
+        t = self.tuning
+        complex_size = np.dtype(self.complex_dtype).itemsize
+        entry = -(-(13 * 4) // complex_size) * complex_size + 2 * npol * complex_size   # tile_visibility
+        cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * int(
+            np.prod(self.local_size()))
+        return int(np.prod(self.local_size())) * entry + cells * npol * complex_size
 
     def template_params(self, npol: int) -> dict:
-        return dict(super().template_params(npol), wg_v=self.local_size()[1], max_tiles=self.max_tiles,
+        wg_u, wg_v = self.local_size()
+        return dict(super().template_params(npol), wg_u=wg_u, wg_v=wg_v, max_tiles=self.max_tiles,
                     tile_factor_4096=round(self.tuning["tile_factor"] * 4096))
 
     @cached_property
@@ -199,6 +223,8 @@ class TiledGridding(Strategy):
     def enqueue_tiles(self, plan: TiledDevicePlan, npol: int, grid_buffer, central: bool) -> list:
         """Grid the buckets of the tiles outside the central box, or (``central``) inside it."""
         t = self.tuning
+        self.check_local_memory(self.local_memory(npol), f"{t['tile_u']}x{t['tile_v']} tiles, mapping "
+                                f"{t['mapping']!r}, {npol} polarisations: use smaller tiles")
         first, end = (self.max_tiles, self.num_buckets) if central else (0, self.max_tiles)
         taken = plan.taken[int(central)]
         local = self.local_size()

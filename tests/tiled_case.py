@@ -1,0 +1,36 @@
+"""A small tiled gridding case for Oclgrind (``oclgrind python3 tests/tiled_case.py OUT.npz
+--seed SEED --mapping footprint``): the child writes inputs and the grid to OUT.npz and
+the test compares them with the reference.  Tiles of 8 x 8 cells on a 48^2 grid with
+supports 3 to 5 make footprints that cover 1 to 4 tiles, partly; a central box of
+radius 1 runs the second launch too.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import clgrid  # noqa: E402
+from fpga_case import CELL, N, grid_on_host_zeros, random_inputs, small_stack  # noqa: E402
+
+TUNING = {"tile_u": 8, "tile_v": 8, "regsz": 2, "shmsz": 2, "central_radius": 1, "chunk": 6,
+          "central_chunk": 5, "groups_per_cu": 2, "footprint_wg": 16, "sort_run": 3, "sort_wg": 16,
+          "atomic": "xchg"}   # all-atomic flushes: the CAS loop's first plain read is a benign race
+
+if __name__ == "__main__":
+    args = argparse.ArgumentParser(description="grid a random case with the tiled strategy, save to OUT")
+    args.add_argument("out")
+    args.add_argument("--seed", type=int, default=0)
+    args.add_argument("--num-vis", type=int, default=40)
+    args.add_argument("--npol", type=int, default=2)
+    args.add_argument("--mapping", default="footprint")
+    args = args.parse_args()
+    stack = small_stack()
+    uvw, vis, _ = random_inputs(np.random.default_rng(args.seed), args.num_vis, args.npol, stack)
+    uvw[: args.num_vis // 2, :2] *= 0.1     # a dense centre: consecutive entries in the same tile
+    gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device="oclgrind",
+                             tuning={**TUNING, "mapping": args.mapping}, on_dropped="raise")
+    np.savez(args.out, uvw=uvw, vis=vis, gridded=grid_on_host_zeros(gridder, uvw, vis))
