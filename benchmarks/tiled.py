@@ -13,7 +13,7 @@ Throughput is in grid-point additions per second (one complex multiply-add per k
 point), also given as the time per 31.4 M visibilities.  The error is measured
 against the float64 reference on a random subset of the visibilities.  At full size
 a short sweep of the tiled parameters follows (group by group from the table's values:
-tile shapes, chunk sizes, central box, work-groups, sort runs, w-plane order), and
+tile shapes of both mappings, chunk sizes, central box, work-groups, sort runs, w-plane order), and
 the best is printed as an entry for platforms/.  The compact table comes last; every
 number, the environment and the peak host memory go to DIR/tiled.json.
 """
@@ -34,16 +34,21 @@ from clgrid.gridder import Gridder, PreparedVisibilities  # noqa: E402
 from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
 
 SKA_VISIBILITIES = 31_395_840
-SHAPES = [   # (tile_u, tile_v, regsz, shmsz): work-groups of tile_u x tile_v / (regsz + shmsz)
-    (32, 16, 8, 8), (32, 16, 16, 0), (32, 32, 8, 8), (32, 32, 16, 0), (32, 8, 8, 0), (64, 16, 8, 8),
-    (16, 16, 8, 0), (16, 16, 4, 4), (16, 32, 8, 8), (16, 32, 16, 0), (8, 16, 4, 0), (8, 32, 8, 0),
+ROW_SHAPES = [   # mapping "rows" (tile_u, tile_v, regsz, shmsz): work-groups of tile_u x tile_v / (regsz + shmsz)
+    (32, 16, 8, 8), (32, 16, 16, 0), (32, 32, 8, 8), (32, 8, 8, 0), (16, 16, 8, 0), (16, 16, 4, 4), (16, 32, 8, 8),
+]
+FOOTPRINT_SHAPES = [   # mapping "footprint" (tile_u, tile_v, footprint_wg): the tile in local memory
+    (16, 16, 32), (32, 32, 32), (32, 32, 64), (32, 32, 128), (64, 32, 64), (64, 64, 64), (64, 64, 128),
+    (128, 32, 128),
 ]
 SWEEP = [   # one group at a time, from the table's values, keeping the best so far
-    [dict(zip(("tile_u", "tile_v", "regsz", "shmsz"), shape)) for shape in SHAPES],
-    [{"chunk": c} for c in (32, 128, 512)],
+    [dict(zip(("mapping", "tile_u", "tile_v", "regsz", "shmsz"), ("rows",) + shape)) for shape in ROW_SHAPES]
+    + [dict(zip(("mapping", "tile_u", "tile_v", "footprint_wg"), ("footprint",) + shape))
+       for shape in FOOTPRINT_SHAPES],
+    [{"chunk": c} for c in (32, 128, 512, 2048)],
     [{"central_radius": r} for r in (-1, 2, 6)],
     [{"central_chunk": c} for c in (32, 128, 512)],
-    [{"groups_per_cu": g} for g in (8, 16, 32)],
+    [{"groups_per_cu": g} for g in (4, 8, 16, 32)],
     [{"sort_run": r} for r in (4, 16, 64)],
     [{"plane_order": o} for o in (True, False)],
 ]
@@ -103,7 +108,8 @@ def sweep(workload, samples, plan, queue, repeats, seconds):
             except Exception as exc:   # a combination the device refuses is reported, not fatal
                 trials.append(dict(params=trial, failed=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
                 continue
-            trials.append(dict(params=trial, median_s=seconds_taken))
+            trials.append(dict(params=trial, median_s=seconds_taken, stages_s=result["median_s"],
+                               max_entries=result["max_entries"]))
             if best_s is None or seconds_taken < best_s:
                 best, best_s = trial, seconds_taken
     return best, best_s, trials
