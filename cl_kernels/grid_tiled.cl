@@ -13,7 +13,8 @@
    "footprint"  the tile lives in local memory and, for each visibility, the work-items
                 spread over just the cells its footprint covers in the tile (rows of the
                 covered rectangle side by side, ROWS_PER_PASS = WG / width at a time),
-                with a barrier between visibilities.  Not in the seeds: it keeps the
+                with a barrier between visibilities unless the next one's cells fall to
+                the same work-items.  Not in the seeds: it keeps the
                 work-items busy whatever the support, and lets tiles grow (fewer sort
                 entries) without more idle work.
 
@@ -24,7 +25,7 @@
    Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so
    neighbouring work-items read consecutive values.
    Template variables: double, atomic, npol, oversample, grid_size, mapping, regsz,
-   shmsz, wg_u, wg_v (and those of tile_grid.cl and tile_sort.cl). #}
+   shmsz, footprint_unroll, wg_u, wg_v (and those of tile_grid.cl and tile_sort.cl). #}
 {% include "common.cl" %}
 #define NPOL {{ npol }}
 #define OVERSAMPLE {{ oversample }}
@@ -126,6 +127,16 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
 {% endmacro %}
 {% else %}
 #define TILE_CELL(i, pol) tile[(pol) * TILE_U * TILE_V + (i)]
+#define FOOTPRINT_UNROLL {{ footprint_unroll }}
+
+/* Whether footprint b's cells in the tile fall to the same work-items as a's do, so that
+   b can follow a without a barrier: same tile, same columns, rows in step (consecutive
+   time steps of a baseline often land on the same cell). */
+inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
+{
+    return a.bucket == b->bucket && a.cu0 == b->cu0 && a.covered_u == b->covered_u
+           && (a.cv0 - b->cv0) % a.rows_per_pass == 0;
+}
 
 {# Every cell of the tile, shared out among the work-items: caller(cell, row, column). #}
 {% macro owned_cells() %}
@@ -221,21 +232,34 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
 {% endcall %}
                 }
 {% else %}
-                /* work-item lid covers column cu0 + c of rows cv0 + r, cv0 + r + rows_per_pass, ... */
+                /* work-item lid covers column cu0 + c of rows cv0 + r, cv0 + r + rows_per_pass, ...,
+                   FOOTPRINT_UNROLL rows at a time: their kernel loads are issued together */
                 const int r = (int)((lid + 0.5f) * t.inv_covered_u);
                 const int c = lid - r * t.covered_u;
                 if (r < t.rows_per_pass) {
                     const int u = t.cu0 + c;
                     const int column = t.row0 + t.step * u;
-                    for (int v = t.cv0 + r; v <= t.cv1; v += t.rows_per_pass) {
-                        const complex_t k = TAP(t, column, v);
+                    for (int v = t.cv0 + r; v <= t.cv1; v += FOOTPRINT_UNROLL * t.rows_per_pass) {
+                        complex_t k[FOOTPRINT_UNROLL];
                         #pragma unroll
-                        for (int pol = 0; pol < NPOL; ++pol)
-                            TILE_CELL(v * TILE_U + u, pol) = add_weighted(TILE_CELL(v * TILE_U + u, pol),
-                                                                          t.re[pol], t.im[pol], k);
+                        for (int m = 0; m < FOOTPRINT_UNROLL; ++m)
+                            if (v + m * t.rows_per_pass <= t.cv1)
+                                k[m] = TAP(t, column, v + m * t.rows_per_pass);
+                        #pragma unroll
+                        for (int m = 0; m < FOOTPRINT_UNROLL; ++m) {
+                            const int cell = (v + m * t.rows_per_pass) * TILE_U + u;
+                            if (v + m * t.rows_per_pass <= t.cv1) {
+                                #pragma unroll
+                                for (int pol = 0; pol < NPOL; ++pol)
+                                    TILE_CELL(cell, pol) = add_weighted(TILE_CELL(cell, pol), t.re[pol], t.im[pol],
+                                                                        k[m]);
+                            }
+                        }
                     }
                 }
-                barrier(CLK_LOCAL_MEM_FENCE);   /* the next footprint may give these cells to others */
+                /* the next footprint may give these cells to other work-items (or the tile is flushed) */
+                if (e + 1 < n && !same_work_items(t, batch + e + 1))
+                    barrier(CLK_LOCAL_MEM_FENCE);
 {% endif %}
             }
             barrier(CLK_LOCAL_MEM_FENCE);   /* the batch and chunk_first are rewritten next */

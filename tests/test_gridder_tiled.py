@@ -131,21 +131,22 @@ def test_footprints_across_tile_borders(queue, rng, tiles_per_vis, mapping):
 
 def test_single_tile_and_empty_tiles(queue, rng, mapping):
     stack = random_stack(rng, [2, 3, 5], 8)
-    one_tile = {"tile_u": 64, "tile_v": 64, "regsz": 4, "shmsz": 4, "central_radius": -1}
+    # 64 x 64 tiles of one polarisation fit in the 48 KiB of local memory of NVIDIA GPUs
+    one_tile = {"tile_u": 64, "tile_v": 64, "regsz": 8, "shmsz": 8, "central_radius": -1}
     uvw = on_cells(rng.integers(N // 2 - 20, N // 2 + 20, 300), rng.integers(N // 2 - 20, N // 2 + 20, 300),
                    rng.uniform(-300, 300, 300))
     uvw[:, :2] += rng.uniform(-0.4, 0.4, (300, 2)) / (N * CELL)   # off the cell centres: every oversample offset
-    vis = rng.normal(size=(300, 2)) + 1j * rng.normal(size=(300, 2))
+    vis = rng.normal(size=(300, 1)) + 1j * rng.normal(size=(300, 1))
     gridder = grid_and_compare(queue, stack, uvw, vis, tuning=one_tile, mapping=mapping)
     assert gridder.prepare(uvw, vis).device_plan.max_entries == 300     # all in the centre tile
     # two far-apart clusters: the tiles between them are empty buckets
     uvw[:, :2] *= 0.5
     uvw[:150, :2] += 30 / (N * CELL)
     uvw[150:, :2] -= 30 / (N * CELL)
-    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(one_tile, tile_u=8, tile_v=8),
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(one_tile, tile_u=8, tile_v=8, regsz=4, shmsz=4),
                                mapping=mapping)
     plan = gridder.prepare(uvw, vis).device_plan
-    gridder.strategy.grid(plan, 2, gridder.grid_buffer(2))
+    gridder.strategy.grid(plan, 1, gridder.grid_buffer(1))
     counts = np.diff(read(queue, plan.offsets, np.int32, gridder.strategy.num_buckets + 1))
     box = read(queue, plan.box, np.int32, 4)
     first = N // 2 - 4
@@ -209,6 +210,19 @@ def test_footprint_mapping_with_any_work_group(queue, rng, stack, footprint_wg):
     gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(SMALL_TILES, footprint_wg=footprint_wg),
                                mapping="footprint")
     assert gridder.strategy.local_size() == (footprint_wg, 1)
+
+
+@pytest.mark.parametrize("unroll", [1, 3])
+def test_footprint_mapping_on_tracks(queue, rng, stack, unroll):
+    """Time steps of a baseline that stay on one cell follow each other without a barrier
+    (grid_tiled.cl, same_work_items); those that move on need one."""
+    cells = N // 2 + rng.integers(-40, 40, (60, 2))
+    steps = np.repeat(cells, rng.integers(1, 6, 60), axis=0)            # runs on the same cell
+    uvw = on_cells(steps[:, 0], steps[:, 1], rng.uniform(-300, 300))
+    uvw[:, :2] += rng.uniform(-0.4, 0.4, (len(uvw), 2)) / (N * CELL)
+    vis = rng.normal(size=(len(uvw), 2)) + 1j * rng.normal(size=(len(uvw), 2))
+    grid_and_compare(queue, stack, uvw, vis, tuning=dict(SMALL_TILES, footprint_unroll=unroll, plane_order=False),
+                     mapping="footprint")
 
 
 # -- each device stage against numpy ------------------------------------------

@@ -31,6 +31,7 @@ if __name__ == "__main__":
     stack = small_stack()
     uvw, vis, _ = random_inputs(np.random.default_rng(args.seed), args.num_vis, args.npol, stack)
     uvw[: args.num_vis // 2, :2] *= 0.1     # a dense centre: consecutive entries in the same tile
+    uvw[1: args.num_vis // 2: 2] = uvw[: args.num_vis // 2 - 1: 2]   # pairs on the same cell: no barrier between
     gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device="oclgrind",
                              tuning={**TUNING, "mapping": args.mapping}, on_dropped="raise")
     np.savez(args.out, uvw=uvw, vis=vis, gridded=grid_on_host_zeros(gridder, uvw, vis))

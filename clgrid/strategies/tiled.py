@@ -111,7 +111,7 @@ class TiledGridding(Strategy):
     def check_tuning(self) -> None:
         t = self.tuning
         positive = ("tile_u", "tile_v", "chunk", "central_chunk", "groups_per_cu", "sort_run", "sort_wg",
-                    "footprint_wg")
+                    "footprint_wg", "footprint_unroll")
         bad = [k for k in positive if t[k] < 1] + [k for k in ("regsz", "shmsz") if t[k] < 0]
         if bad:
             raise TuningTableError(f"tiled: {', '.join(f'{k} = {t[k]}' for k in bad)} out of range")
