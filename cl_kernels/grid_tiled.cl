@@ -109,20 +109,19 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
 /* Whether the tile's row or column i holds a tap of the footprint (k0 or j0 as `first`). */
 #define IN_FOOTPRINT(t, first, i) ((uint)((first) + (i)) < (uint)(t).width)
 
-{# The rows a work-item owns: caller(cell, row, column, n) with `cell` the accumulator of
-   polarisation `pol` (a name the caller's code defines), `row` the row in the tile and
-   `n` the row's number among the work-item's REGSZ + SHMSZ. #}
+{# The rows a work-item owns: caller(cell, row) with `cell` the accumulator of
+   polarisation `pol` (a name the caller's code defines) and `row` the row in the tile. #}
 {% macro owned_cells() %}
 {% if regsz %}
     #pragma unroll
     for (int r = 0; r < REGSZ; ++r) {
-        {{ caller("reg[r][pol]", "r * WG_V + y", "x", "r") }}
+        {{ caller("reg[r][pol]", "r * WG_V + y", "x") }}
     }
 {% endif %}
 {% if shmsz %}
     #pragma unroll
     for (int r = 0; r < SHMSZ; ++r) {
-        {{ caller("SHM_CELL(r, pol)", "(REGSZ + r) * WG_V + y", "x", "REGSZ + r") }}
+        {{ caller("SHM_CELL(r, pol)", "(REGSZ + r) * WG_V + y", "x") }}
     }
 {% endif %}
 {% endmacro %}
@@ -139,10 +138,10 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
            && (a.cv0 - b->cv0) % a.rows_per_pass == 0;
 }
 
-{# Every cell of the tile, shared out among the work-items: caller(cell, row, column, n). #}
+{# Every cell of the tile, shared out among the work-items: caller(cell, row, column). #}
 {% macro owned_cells() %}
     for (int i = lid; i < TILE_U * TILE_V; i += WG) {
-        {{ caller("TILE_CELL(i, pol)", "i / TILE_U", "i % TILE_U", "i") }}
+        {{ caller("TILE_CELL(i, pol)", "i / TILE_U", "i % TILE_U") }}
     }
 {% endmacro %}
 {% endif %}
@@ -176,7 +175,7 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
     const int x = get_local_id(0), y = get_local_id(1);
     const int lid = y * WG_U + x;
     const size_t pol_stride = (size_t)GRID_SIZE * GRID_SIZE;
-{% call(cell, row, column, n) owned_cells() %}
+{% call(cell, row, column) owned_cells() %}
         #pragma unroll
         for (int pol = 0; pol < NPOL; ++pol)
             {{ cell }} = 0;
@@ -186,7 +185,7 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
 
 {# A flushed cell that is not zero was touched by a footprint, so it lies on the grid. #}
 {% macro flush_tile() %}
-{% call(cell, row, column, n) owned_cells() %}
+{% call(cell, row, column) owned_cells() %}
         #pragma unroll
         for (int pol = 0; pol < NPOL; ++pol)
             if ({{ cell }}.x != 0 || {{ cell }}.y != 0) {
@@ -222,17 +221,13 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
                 }
 {% if mapping == "rows" %}
                 if (IN_FOOTPRINT(t, t.k0, x)) {
-                    /* all the rows' kernel loads first, so that they are in flight together */
                     const int column = t.row0 + t.step * x;
-                    complex_t c[REGSZ + SHMSZ];
-                    #pragma unroll
-                    for (int n = 0; n < REGSZ + SHMSZ; ++n)
-                        c[n] = IN_FOOTPRINT(t, t.j0, n * WG_V + y) ? TAP(t, column, n * WG_V + y) : (complex_t)(0);
-{% call(cell, row, column, n) owned_cells() %}
+{% call(cell, row, column) owned_cells() %}
         if (IN_FOOTPRINT(t, t.j0, {{ row }})) {
+            const complex_t c = TAP(t, column, {{ row }});
             #pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
-                {{ cell }} = add_weighted({{ cell }}, t.re[pol], t.im[pol], c[{{ n }}]);
+                {{ cell }} = add_weighted({{ cell }}, t.re[pol], t.im[pol], c);
         }
 {% endcall %}
                 }
