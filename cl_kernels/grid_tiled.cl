@@ -45,12 +45,13 @@
 /* One sorted entry (a visibility in one tile), prepared once for the whole work-group. */
 typedef struct {
     int bucket;
+    int origin_u, origin_v;   /* first cell of the tile */
     int k0;                   /* tap k + support of the tile's first column */
     int j0;                   /* tap j + support of the tile's first row */
     int width;                /* 2 * support + 1: taps per side, and the length of a u_rows row */
     int row0;                 /* u_rows index of the tile's first column in quarter row 0 */
     int step;                 /* +1 or -1: index step from a column to the next (off_u < 0 reads backwards) */
-    int q0;                   /* quarter row of the tile's row r is |q0 + r * OVERSAMPLE| */
+    int off_v0;               /* off_v - support * OVERSAMPLE: quarter row of tap j is |off_v0 + (j + support) * OVERSAMPLE| */
 {% if mapping == "footprint" %}
     int cu0, cv0, cv1;        /* the footprint in the tile: columns cu0.., rows cv0..cv1 */
     int covered_u;            /* columns it covers */
@@ -71,13 +72,15 @@ inline tile_visibility prepare_visibility(tile_grid g, int4 packed, int2 vis_buc
     const int2 origin = tile_origin(g, vis_bucket.y);
     tile_visibility t;
     t.bucket = vis_bucket.y;
+    t.origin_u = origin.x;
+    t.origin_v = origin.y;
     t.k0 = origin.x - p.grid_u + s;
     t.j0 = origin.y - p.grid_v + s;
     t.width = 2 * s + 1;
     t.step = p.off_u < 0 ? -1 : 1;
     t.row0 = kernel_start[p.plane] + (int)abs(p.off_u) * kernel_side[p.plane] * t.width + s
              + t.step * (origin.x - p.grid_u);
-    t.q0 = p.off_v + (t.j0 - s) * OVERSAMPLE;
+    t.off_v0 = p.off_v - s * OVERSAMPLE;
 {% if mapping == "footprint" %}
     t.cu0 = max(0, -t.k0);
     t.cv0 = max(0, -t.j0);
@@ -100,8 +103,8 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
     return (complex_t)(mad(re.x, c.x, mad(re.y, c.y, sum.x)), mad(im.x, c.x, mad(im.y, c.y, sum.y)));
 }
 
-/* Kernel value of the tile's row r in the column whose u_rows index (quarter row 0) is `column`. */
-#define TAP(t, column, r) kernels[(column) + (int)abs((t).q0 + (r) * OVERSAMPLE) * (t).width]
+/* Kernel value of tap j (jj = j + support) in the column whose u_rows index (quarter row 0) is `column`. */
+#define TAP(t, column, jj) kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]
 
 {% if mapping == "rows" %}
 /* A work-item's r-th row in local memory, laid out so that neighbouring work-items use neighbouring banks. */
@@ -214,7 +217,7 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
                 if (t.bucket != bucket) {
 {{ flush_tile() }}
                     bucket = t.bucket;
-                    origin = tile_origin(g, bucket);
+                    origin = (int2)(t.origin_u, t.origin_v);
 {% if mapping == "footprint" %}
                     barrier(CLK_LOCAL_MEM_FENCE);   /* the tile is zero again before anyone adds */
 {% endif %}
@@ -224,7 +227,7 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
                     const int column = t.row0 + t.step * x;
 {% call(cell, row, column) owned_cells() %}
         if (IN_FOOTPRINT(t, t.j0, {{ row }})) {
-            const complex_t c = TAP(t, column, {{ row }});
+            const complex_t c = TAP(t, column, t.j0 + {{ row }});
             #pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
                 {{ cell }} = add_weighted({{ cell }}, t.re[pol], t.im[pol], c);
@@ -244,7 +247,7 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
                         #pragma unroll
                         for (int m = 0; m < FOOTPRINT_UNROLL; ++m)
                             if (v + m * t.rows_per_pass <= t.cv1)
-                                k[m] = TAP(t, column, v + m * t.rows_per_pass);
+                                k[m] = TAP(t, column, t.j0 + v + m * t.rows_per_pass);
                         #pragma unroll
                         for (int m = 0; m < FOOTPRINT_UNROLL; ++m) {
                             const int cell = (v + m * t.rows_per_pass) * TILE_U + u;

@@ -130,7 +130,8 @@ class TiledGridding(Strategy):
         whole tile (``footprint``) or its shmsz rows (``rows``)."""
         t = self.tuning
         complex_size = np.dtype(self.complex_dtype).itemsize
-        entry = -(-(13 * 4) // complex_size) * complex_size + 2 * npol * complex_size   # tile_visibility
+        words = 16 if t["mapping"] == "footprint" else 9   # tile_visibility's ints (and float)
+        entry = -(-(words * 4) // complex_size) * complex_size + 2 * npol * complex_size
         cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * int(
             np.prod(self.local_size()))
         return int(np.prod(self.local_size())) * entry + cells * npol * complex_size
