@@ -36,18 +36,17 @@ from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
 
 SKA_VISIBILITIES = 31_395_840
 ROW_SHAPES = [   # mapping "rows" (tile_u, tile_v, regsz, shmsz): work-groups of tile_u x tile_v / (regsz + shmsz)
-    (16, 16, 8, 0), (32, 16, 16, 0), (32, 8, 8, 0), (16, 16, 4, 4),
+    (16, 16, 8, 0), (16, 16, 4, 4), (32, 16, 16, 0), (32, 8, 8, 0),
 ]
 FOOTPRINT_SHAPES = [   # mapping "footprint" (tile_u, tile_v, footprint_wg): the tile in local memory
-    (16, 16, 32), (32, 32, 64), (32, 32, 128), (64, 32, 128),
+    (16, 16, 32), (32, 32, 32), (32, 32, 64), (64, 32, 64),
 ]
-GROUPS_PER_CU = (16, 32, 64, 128)   # the tile stage hides latency with resident work-groups: try many
 SWEEP = [   # one group at a time, from the table's values, keeping the best so far
-    [dict(zip(("mapping", "tile_u", "tile_v", "regsz", "shmsz", "groups_per_cu"), ("rows",) + shape + (g,)))
-     for shape in ROW_SHAPES for g in GROUPS_PER_CU]
-    + [dict(zip(("mapping", "tile_u", "tile_v", "footprint_wg", "groups_per_cu"), ("footprint",) + shape + (g,)))
-       for shape in FOOTPRINT_SHAPES for g in GROUPS_PER_CU],
-    [{"footprint_unroll": u} for u in (1, 2, 4, 8)],   # no effect unless the best so far is "footprint"
+    [dict(zip(("mapping", "tile_u", "tile_v", "regsz", "shmsz"), ("rows",) + shape)) for shape in ROW_SHAPES]
+    + [dict(zip(("mapping", "tile_u", "tile_v", "footprint_wg"), ("footprint",) + shape))
+       for shape in FOOTPRINT_SHAPES],
+    [{"footprint_unroll": u} for u in (2, 4, 8)],   # no effect unless the best so far is "footprint"
+    [{"groups_per_cu": g} for g in (16, 32, 64)],
     [{"chunk": c} for c in (32, 128, 512)],
     [{"central_radius": r} for r in (-1, 2, 6)],
     [{"sort_run": r} for r in (4, 16, 64)],
