@@ -1,0 +1,82 @@
+"""Where the tiled gridder's tile stage spends its time: the rendered kernel, edited.
+
+    python3 benchmarks/tiled_probe.py --device nvidia --scale 0.25 --out DIR
+
+Each mapping ("rows" 16 x 16 tiles, "footprint" 32 x 32) runs on the SKA-like set
+(clgrid/benchsets.py, ``--scale`` of its baselines) as it is and with grid_tiled.cl
+edited after rendering: "l1" makes every kernel read fall in the first 2048 values
+(all cache hits: what the tile stage costs without kernel traffic), "noflush" turns
+the tile flushes into no-ops (what the atomic flushes cost).  The grids of the edited
+kernels are wrong on purpose; only their times mean something.  Median of 3 runs
+after a warm-up, per stage, to DIR/tiled_probe.json.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import clgrid.strategies.base as strategy_base  # noqa: E402
+from clgrid import benchsets, runtime  # noqa: E402
+from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
+from tiled import time_method  # noqa: E402
+
+TAP = "kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]"
+FLUSH = "{\n    atomic_add_real(grid + 2 * cell, value.x);"
+EDITS = {
+    "l1": (TAP, "kernels[((column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width) & 2047]"),
+    "noflush": (FLUSH, "{\n    if (value.x != 1.5e-38f) return;\n    atomic_add_real(grid + 2 * cell, value.x);"),
+}
+MAPPINGS = {
+    "rows": dict(mapping="rows", tile_u=16, tile_v=16, regsz=8, shmsz=0, central_radius=-1),
+    "footprint": dict(mapping="footprint", tile_u=32, tile_v=32, footprint_wg=32, central_radius=-1),
+}
+
+
+def edited_render(render, edits):
+    """``render`` with the named ``edits`` applied to grid_tiled.cl."""
+    def render_edited(template, **params):
+        source = render(template, **params)
+        if template == "grid_tiled.cl":
+            for name in edits:
+                old, new = EDITS[name]
+                if old not in source:
+                    raise RuntimeError(f"edit {name!r} no longer matches grid_tiled.cl")
+                source = source.replace(old, new)
+        return source
+    return render_edited
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--scale", type=float, default=0.25, help="fraction of the SKA-like set's baselines")
+    ap.add_argument("--grid-size", type=int, default=18000)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    queue = runtime.get_queue(args.device)
+    workload = benchsets.ska_like(scale=args.scale, grid_size=args.grid_size)
+    samples = flatten_samples(workload.uvw, workload.vis)
+    plan = plan_visibilities(samples, workload.grid_size, workload.cell_size, workload.kernels, "ignore")
+    render = strategy_base.render
+    results = []
+    for mapping, tuning in MAPPINGS.items():
+        for edits in ((), ("l1",), ("noflush",), ("l1", "noflush")):
+            strategy_base.render = edited_render(render, edits)
+            gridder, result = time_method(workload, samples, plan, queue, "tiled", tuning, 3)
+            del gridder
+            stages = {k: v * 1e3 for k, v in result["median_s"].items()}
+            results.append(dict(mapping=mapping, edits=list(edits), median_ms=stages,
+                                tile_gpa_per_s=plan.grid_point_additions / result["median_s"]["tiles"]))
+            print(f"{mapping:9s} {'+'.join(edits) or 'as is':11s} tiles {stages['tiles']:8.3f} ms "
+                  f"({results[-1]['tile_gpa_per_s'] / 1e9:6.1f} GGPA/s)  total {stages['total']:8.3f} ms", flush=True)
+    strategy_base.render = render
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    Path(args.out, "tiled_probe.json").write_text(json.dumps(
+        dict(device=queue.device.name, scale=args.scale, visibilities=plan.num_kept, results=results), indent=1))
+
+
+if __name__ == "__main__":
+    main()
