@@ -150,7 +150,8 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
 {% endif %}
 
 __kernel __attribute__((reqd_work_group_size(WG_U, WG_V, 1)))
-void grid_tiles(__global const int4 *restrict entries, __global const int2 *restrict entry_vis_bucket,
+void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or (!sort_copies_plan) the plan */
+                __global const int2 *restrict entry_vis_bucket,
                 __global const complex_t *restrict vis,          /* [num_vis][NPOL], weighted */
                 __global const complex_t *restrict kernels,      /* KernelStack.u_rows() */
                 __global const int *restrict kernel_start, __global const int *restrict kernel_side,
@@ -209,8 +210,13 @@ void grid_tiles(__global const int4 *restrict entries, __global const int2 *rest
         for (int at = first; at < last; at += BATCH) {
             const int n = min(BATCH, last - at);
             if (lid < n)
+{% if sort_copies_plan %}
                 batch[lid] = prepare_visibility(g, entries[at + lid], entry_vis_bucket[at + lid], vis,
                                                 kernel_start, kernel_side, support);
+{% else %}
+                batch[lid] = prepare_visibility(g, entries[entry_vis_bucket[at + lid].x], entry_vis_bucket[at + lid],
+                                                vis, kernel_start, kernel_side, support);
+{% endif %}
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int e = 0; e < n; ++e) {
                 const tile_visibility t = batch[e];

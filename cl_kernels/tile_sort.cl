@@ -3,7 +3,11 @@
    their footprints touch, in two passes of one kernel (count, then place at offsets
    from a prefix sum of the counts, clgrid/scan.py).  Visibilities outside the tiled
    part of the grid (tile_factor) are copied out for the atomic kernel instead.
-   Template variables: sort_wg, sort_run (and those of tile_grid.cl, plan.cl). #}
+   With sort_copies_plan, each entry carries a copy of its visibility's plan (seed 000
+   §4.2: the tile kernel reads w-plane and offsets from the sorted stream); without, an
+   entry is only (visibility, bucket) and the tile kernel reads the plan by index.
+   Template variables: sort_wg, sort_run, sort_copies_plan (and those of tile_grid.cl,
+   plan.cl). #}
 #define SORT_WG {{ sort_wg }}
 #define SORT_RUN {{ sort_run }}
 
@@ -66,7 +70,9 @@ inline void bucket_run(tile_grid g, int4 tiles, int first, int n, int place,
             const int bucket = bucket_of(g, tu, tv);
             const int at = atomic_add(tally + bucket, n);
             for (int m = 0; place && m < n; ++m) {
+{% if sort_copies_plan %}
                 entries[at + m] = plan[first + m];
+{% endif %}
                 entry_vis_bucket[at + m] = (int2)(first + m, bucket);
             }
         }

@@ -202,6 +202,14 @@ def test_oclgrind_finds_no_races_or_memory_errors(rng, mapping, tmp_path):
     assert relative_error(case["gridded"], ref) <= 1e-5
 
 
+@pytest.mark.parametrize("precision", ["single", "double"])
+def test_entries_without_plan_copies(queue, rng, stack, mapping, precision):
+    """sort_copies_plan = false: the tile kernel reads each entry's plan by its index."""
+    uvw, vis = random_visibilities(rng, 900, N, CELL, 300, npol=2)
+    uvw[:500, :2] *= 0.1
+    grid_and_compare(queue, stack, uvw, vis, precision, dict(SMALL_TILES, sort_copies_plan=False), mapping=mapping)
+
+
 @pytest.mark.parametrize("footprint_wg", [16, 48, 256])
 def test_footprint_mapping_with_any_work_group(queue, rng, stack, footprint_wg):
     """As many work-items as tile columns (a footprint row per pass), a count that divides
@@ -257,6 +265,7 @@ def numpy_buckets(packed, supports, strategy):
     dict(SMALL_TILES, sort_run=4),
     {"tile_u": 8, "tile_v": 32, "regsz": 8, "shmsz": 0, "central_radius": -1, "tile_factor": 0.6,
      "sort_run": 1, "plane_order": False},
+    dict(SMALL_TILES, sort_copies_plan=False),
 ])
 def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
     uvw, vis = random_visibilities(rng, 700, N, CELL, 300, npol=2, fill=0.7)
@@ -287,10 +296,13 @@ def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
 
     cl.wait_for_events(strategy.enqueue_sort(plan, 2))
     total = offsets[-1]
-    entries = read(queue, plan.entries, np.int32, 4 * plan.max_entries).reshape(-1, 4)[:total]
     vis_bucket = read(queue, plan.entry_vis_bucket, np.int32, 2 * plan.max_entries).reshape(-1, 2)[:total]
     assert np.all(np.repeat(np.arange(nb + 1), counts) == vis_bucket[:, 1])   # each entry in its bucket
-    np.testing.assert_array_equal(entries, packed[vis_bucket[:, 0]])          # carrying its plan
+    if strategy.tuning["sort_copies_plan"]:                                   # carrying its plan
+        entries = read(queue, plan.entries, np.int32, 4 * plan.max_entries).reshape(-1, 4)[:total]
+        np.testing.assert_array_equal(entries, packed[vis_bucket[:, 0]])
+    else:
+        assert plan.entries.size == 4
     got = vis_bucket[np.lexsort(vis_bucket.T[::-1])]
     np.testing.assert_array_equal(got, buckets[np.lexsort(buckets.T[::-1])])  # and nothing else
     untiled = np.count_nonzero(~tiled)

@@ -68,7 +68,8 @@ class TiledDevicePlan(DevicePlan):
     tally: cl.Buffer              # int per bucket (+1): counts, then the next free slot
     offsets: cl.Buffer            # int per bucket (+1): where each bucket starts; last = all entries
     untiled_tally: cl.Buffer      # int: untiled visibilities counted, then placed
-    entries: cl.Buffer            # int4 per entry: the packed plan (Plan.packed) of the visibility
+    entries: cl.Buffer            # int4 per entry: the packed plan (Plan.packed) of the visibility, if
+                                  # sort_copies_plan (else unused: the tile kernel reads the plan)
     entry_vis_bucket: cl.Buffer   # int2 per entry: visibility index, bucket
     untiled_plan: cl.Buffer       # int4 per untiled visibility, for the atomic kernel
     untiled_vis: cl.Buffer        # complex per untiled visibility and polarisation
@@ -186,7 +187,7 @@ class TiledGridding(Strategy):
         return TiledDevicePlan(
             base.packed, base.vis, base.num_vis,
             box=buffer(16), tally=buffer(4 * (self.num_buckets + 1)), offsets=buffer(4 * (self.num_buckets + 1)),
-            untiled_tally=buffer(4), entries=buffer(16 * max_entries), entry_vis_bucket=buffer(8 * max_entries),
+            untiled_tally=buffer(4), entries=buffer(16 * max_entries if t["sort_copies_plan"] else 4), entry_vis_bucket=buffer(8 * max_entries),
             untiled_plan=buffer(16 * untiled), untiled_vis=buffer(complex_size * plan.npol * untiled),
             taken=(buffer(4), buffer(4)), max_entries=max_entries)
 
@@ -232,7 +233,8 @@ class TiledGridding(Strategy):
         groups = t["groups_per_cu"] * self.facts.compute_units
         k = self.device_kernels
         return [self._zero(taken, 4), self.kernel("grid_tiles", npol)(
-            self.queue, (groups * local[0], local[1]), local, plan.entries, plan.entry_vis_bucket, plan.vis,
+            self.queue, (groups * local[0], local[1]), local,
+            plan.entries if t["sort_copies_plan"] else plan.packed, plan.entry_vis_bucket, plan.vis,
             k.values, k.starts, k.sides, k.supports, plan.box, plan.offsets, np.int32(first), np.int32(end),
             np.int32(t["central_chunk"] if central else t["chunk"]), taken, grid_buffer)]
 
