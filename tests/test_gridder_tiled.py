@@ -187,13 +187,15 @@ def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precisio
     grid_and_compare(queue, stack, uvw, vis, precision, tuning, grid_size=n, mapping=mapping)
 
 
-def test_oclgrind_finds_no_races_or_memory_errors(rng, mapping, tmp_path):
+@pytest.mark.parametrize("plan_copies", [1, 0])
+def test_oclgrind_finds_no_races_or_memory_errors(rng, mapping, plan_copies, tmp_path):
     """Out-of-bounds accesses and data races (local memory and the grid) on a small case.
     Without --uninitialized: Oclgrind 1.x treats clEnqueueFillBuffer's zeros (the tallies)
     as uninitialised and stops at LLVM's ``freeze`` instruction."""
     case_script = Path(__file__).with_name("tiled_case.py")
     run = run_under_oclgrind([sys.executable, case_script, tmp_path / "case.npz", "--seed",
-                              int(rng.integers(1 << 31)), "--mapping", mapping], timeout=300,
+                              int(rng.integers(1 << 31)), "--mapping", mapping, "--plan-copies", plan_copies],
+                             timeout=300,
                              checks=("--data-races",))
     assert run.returncode == 0, run.output[-3000:]
     assert run.diagnostics == []

@@ -27,11 +27,12 @@ if __name__ == "__main__":
     args.add_argument("--num-vis", type=int, default=40)
     args.add_argument("--npol", type=int, default=2)
     args.add_argument("--mapping", default="footprint")
+    args.add_argument("--plan-copies", type=int, default=1, help="sort_copies_plan (1) or not (0)")
     args = args.parse_args()
     stack = small_stack()
     uvw, vis, _ = random_inputs(np.random.default_rng(args.seed), args.num_vis, args.npol, stack)
     uvw[: args.num_vis // 2, :2] *= 0.1     # a dense centre: consecutive entries in the same tile
     uvw[1: args.num_vis // 2: 2] = uvw[: args.num_vis // 2 - 1: 2]   # pairs on the same cell: no barrier between
-    gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device="oclgrind",
-                             tuning={**TUNING, "mapping": args.mapping}, on_dropped="raise")
+    tuning = {**TUNING, "mapping": args.mapping, "sort_copies_plan": bool(args.plan_copies)}
+    gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device="oclgrind", tuning=tuning, on_dropped="raise")
     np.savez(args.out, uvw=uvw, vis=vis, gridded=grid_on_host_zeros(gridder, uvw, vis))
