@@ -14,7 +14,7 @@ point), also given as the time per 31.4 M visibilities.  The error is measured
 against the float64 reference on a random subset of the visibilities.  At full size
 a short sweep of the tiled parameters follows (group by group from the table's values:
 tile shapes of both mappings with work-groups per unit, unroll, chunk sizes, central box,
-sort runs, w-plane order, plan copies), and the best is printed as an entry for platforms/.  The
+sort runs, w-plane order, plan copies, windows), and the best is printed as an entry for platforms/.  The
 compact table comes last; every
 number, the environment and the peak host memory go to DIR/tiled.json.
 """
@@ -52,6 +52,7 @@ SWEEP = [   # one group at a time, from the table's values, keeping the best so 
     [{"sort_run": r} for r in (4, 16, 64)],
     [{"plane_order": o} for o in (True, False)],
     [{"sort_copies_plan": c} for c in (True, False)],
+    [{"window_support": w} for w in (-1, 3, 4, 5, 6)],
 ]
 
 

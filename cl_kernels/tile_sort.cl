@@ -45,10 +45,28 @@ void tile_bounding_box(__global const int4 *restrict plan, __global const int *r
 }
 
 #define NOT_TILED ((int4)(0, -1, 0, -1))
+#define UNTILED 0   /* the family of a visibility's buckets: none (the atomic kernel's), */
+#define TILES 1     /* every tile its footprint touches, */
+#define WINDOW 2    /* or the one window that holds it (tile_grid.cl) */
+
+/* Take n slots for the run [first, first + n) in `bucket` with one atomic; copy them there if `place`. */
+inline void claim_run(int bucket, int first, int n, int place, __global const int4 *restrict plan,
+                      __global int *tally, __global int4 *restrict entries,
+                      __global int2 *restrict entry_vis_bucket)
+{
+    const int at = atomic_add(tally + bucket, n);
+    for (int m = 0; place && m < n; ++m) {
+{% if sort_copies_plan %}
+        entries[at + m] = plan[first + m];
+{% endif %}
+        entry_vis_bucket[at + m] = (int2)(first + m, bucket);
+    }
+}
 
 /* Take n slots for the run of visibilities [first, first + n) in every bucket of
-   `tiles` (or among the untiled ones) with one atomic each; copy them there if `place`. */
-inline void bucket_run(tile_grid g, int4 tiles, int first, int n, int place,
+   `tiles` (family TILES), in its window (WINDOW: tiles.x, tiles.z) or among the untiled
+   ones, with one atomic each; copy them there if `place`. */
+inline void bucket_run(tile_grid g, int family, int4 tiles, int first, int n, int place,
                        __global const int4 *restrict plan, __global const complex_t *restrict vis,
                        __global int *tally, __global int *untiled_tally,
                        __global int4 *restrict entries, __global int2 *restrict entry_vis_bucket,
@@ -56,26 +74,20 @@ inline void bucket_run(tile_grid g, int4 tiles, int first, int n, int place,
 {
     if (n == 0)
         return;
-    if (tiles.x > tiles.y) {
+    if (family == UNTILED) {
         const int at = atomic_add(untiled_tally, n);
         for (int m = 0; place && m < n; ++m) {
             untiled_plan[at + m] = plan[first + m];
             for (int pol = 0; pol < NPOL; ++pol)
                 untiled_vis[(size_t)(at + m) * NPOL + pol] = vis[(size_t)(first + m) * NPOL + pol];
         }
-        return;
+    } else if (family == WINDOW) {
+        claim_run(window_bucket(g, tiles.x, tiles.z), first, n, place, plan, tally, entries, entry_vis_bucket);
+    } else {
+        for (int tv = tiles.z; tv <= tiles.w; ++tv)
+            for (int tu = tiles.x; tu <= tiles.y; ++tu)
+                claim_run(bucket_of(g, tu, tv), first, n, place, plan, tally, entries, entry_vis_bucket);
     }
-    for (int tv = tiles.z; tv <= tiles.w; ++tv)
-        for (int tu = tiles.x; tu <= tiles.y; ++tu) {
-            const int bucket = bucket_of(g, tu, tv);
-            const int at = atomic_add(tally + bucket, n);
-            for (int m = 0; place && m < n; ++m) {
-{% if sort_copies_plan %}
-                entries[at + m] = plan[first + m];
-{% endif %}
-                entry_vis_bucket[at + m] = (int2)(first + m, bucket);
-            }
-        }
 }
 
 /* Count (place == 0: tally = zeroed counts) or place (place == 1: tally = bucket
@@ -96,17 +108,22 @@ __kernel void bucket_visibilities(__global const int4 *restrict plan, __global c
         return;
     const int end = min(first + SORT_RUN, num_vis);
     int4 run_tiles = NOT_TILED;
+    int run_family = UNTILED;
     int run_first = first;
     for (int i = first; i < end; ++i) {
         const planned_vis p = decode_plan(plan[i]);
-        const int4 tiles = is_tiled(g, p) ? footprint_tiles(p, support[p.plane]) : NOT_TILED;
-        if (any(tiles != run_tiles)) {
-            bucket_run(g, run_tiles, run_first, i - run_first, place, plan, vis, tally, untiled_tally,
-                       entries, entry_vis_bucket, untiled_plan, untiled_vis);
+        const int s = support[p.plane];
+        const int family = !is_tiled(g, p) ? UNTILED : s <= WINDOW_SUPPORT ? WINDOW : TILES;
+        const int4 tiles = family == UNTILED ? NOT_TILED : family == WINDOW ? footprint_window(p, s)
+                                                                            : footprint_tiles(p, s);
+        if (family != run_family || any(tiles != run_tiles)) {
+            bucket_run(g, run_family, run_tiles, run_first, i - run_first, place, plan, vis, tally,
+                       untiled_tally, entries, entry_vis_bucket, untiled_plan, untiled_vis);
+            run_family = family;
             run_tiles = tiles;
             run_first = i;
         }
     }
-    bucket_run(g, run_tiles, run_first, end - run_first, place, plan, vis, tally, untiled_tally,
+    bucket_run(g, run_family, run_tiles, run_first, end - run_first, place, plan, vis, tally, untiled_tally,
                entries, entry_vis_bucket, untiled_plan, untiled_vis);
 }

@@ -212,6 +212,23 @@ def test_entries_without_plan_copies(queue, rng, stack, mapping, precision):
     grid_and_compare(queue, stack, uvw, vis, precision, dict(SMALL_TILES, sort_copies_plan=False), mapping=mapping)
 
 
+@pytest.mark.parametrize("window_support", [3, 7])
+def test_small_supports_go_whole_into_windows(queue, rng, stack, mapping, window_support):
+    """Footprints up to 2 window_support + 1 wide are one entry each, in the window that
+    holds them; wider ones go to every tile they touch (the stack's supports are 3..12)."""
+    uvw, vis = random_visibilities(rng, 1000, N, CELL, 300, npol=2)
+    uvw[:400, :2] *= 0.1
+    tuning = dict(SMALL_TILES, window_support=window_support)
+    gridder = grid_and_compare(queue, stack, uvw, vis, tuning=tuning, mapping=mapping)
+    prepared = gridder.prepare(uvw, vis)
+    support = prepared.plan.support
+    assert 0 < np.count_nonzero(support <= window_support) < len(support)
+    gridder.strategy.grid(prepared.device_plan, 2, gridder.grid_buffer(2))
+    counts = np.diff(read(queue, prepared.device_plan.offsets, np.int32, gridder.strategy.num_buckets + 1))
+    assert counts[gridder.strategy.windows_base:].sum() == np.count_nonzero(support <= window_support)
+    assert gridder.strategy.stages["windows"]
+
+
 @pytest.mark.parametrize("footprint_wg", [16, 48, 256])
 def test_footprint_mapping_with_any_work_group(queue, rng, stack, footprint_wg):
     """As many work-items as tile columns (a footprint row per pass), a count that divides
@@ -252,8 +269,16 @@ def numpy_buckets(packed, supports, strategy):
     tiled = ((c - reach(c - box[0]) <= gu) & (gu <= c + reach(box[1] - c))
              & (c - reach(c - box[2]) <= gv) & (gv <= c + reach(box[3] - c)) & (f > 0))
     r = t["central_radius"]
+    ws = t["window_support"]
+    step_u, step_v = t["tile_u"] - 2 * ws, t["tile_v"] - 2 * ws
+    wu0, wv0 = (box[0] - u0) // step_u if ws >= 0 else 0, (box[2] - v0) // step_v if ws >= 0 else 0
+    nwu = (box[1] - u0) // step_u - wu0 + 1 if ws >= 0 else 0
     buckets = []
     for i in np.flatnonzero(tiled):
+        if s[i] <= ws:   # the one window that holds the footprint
+            wu, wv = (gu[i] - s[i] - u0) // step_u, (gv[i] - s[i] - v0) // step_v
+            buckets.append((i, strategy.windows_base + (wv - wv0) * nwu + wu - wu0))
+            continue
         for tv in range((gv[i] - s[i] - v0) // t["tile_v"], (gv[i] + s[i] - v0) // t["tile_v"] + 1):
             for tu in range((gu[i] - s[i] - u0) // t["tile_u"], (gu[i] + s[i] - u0) // t["tile_u"] + 1):
                 if max(abs(tu), abs(tv)) <= r:
@@ -268,6 +293,7 @@ def numpy_buckets(packed, supports, strategy):
     {"tile_u": 8, "tile_v": 32, "regsz": 8, "shmsz": 0, "central_radius": -1, "tile_factor": 0.6,
      "sort_run": 1, "plane_order": False},
     dict(SMALL_TILES, sort_copies_plan=False),
+    dict(SMALL_TILES, window_support=5, tile_factor=0.8),
 ])
 def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
     uvw, vis = random_visibilities(rng, 700, N, CELL, 300, npol=2, fill=0.7)
@@ -337,6 +363,7 @@ def test_work_group_follows_tile_and_row_split(queue, stack):
     ({"sort_wg": 96}, "power of two"),
     ({"chunk": 0}, "chunk = 0"),
     ({"mapping": "columns"}, "choose one of"),
+    ({"window_support": 16, "tile_u": 32, "tile_v": 32}, "leaves no room"),
     ({"mapping": "footprint", "tile_u": 32, "footprint_wg": 16}, "footprint_wg = 16 must be >= tile_u"),
 ])
 def test_bad_parameters_are_refused_by_name(queue, stack, tuning, words):

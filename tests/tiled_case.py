@@ -2,7 +2,7 @@
 --seed SEED --mapping footprint``): the child writes inputs and the grid to OUT.npz and
 the test compares them with the reference.  Tiles of 8 x 8 cells on a 48^2 grid with
 supports 3 to 5 make footprints that cover 1 to 4 tiles, partly; a central box of
-radius 1 runs the second launch too.
+radius 1 runs the second launch too, and windows (support 3) the third.
 """
 
 import argparse
@@ -18,6 +18,7 @@ from fpga_case import CELL, N, grid_on_host_zeros, random_inputs, small_stack  #
 
 TUNING = {"tile_u": 8, "tile_v": 8, "regsz": 2, "shmsz": 2, "central_radius": 1, "chunk": 6,
           "central_chunk": 5, "groups_per_cu": 2, "footprint_wg": 16, "sort_run": 3, "sort_wg": 16,
+          "window_support": 3,   # windows 2 cells apart take the supports of 3
           "atomic": "xchg"}   # all-atomic flushes: the CAS loop's first plain read is a benign race
 
 if __name__ == "__main__":

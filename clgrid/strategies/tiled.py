@@ -13,6 +13,8 @@ and benchmarks can time each one (``stages`` holds the events of the last call):
    memory rows owned by the work-items (``mapping = "rows"``, the seeds'), or in local
    memory with the work-items spread over each footprint (``"footprint"``);
 6. central box: the same over the tiles around the grid centre, with its own chunk;
+   windows: the same over overlapping tile-sized windows, each visibility of support up
+   to window_support sorted into the one window that holds its whole footprint;
 7. untiled: the atomic strategy's kernel for visibilities centred outside the tiled part.
 
 The tiling is fixed relative to the grid (tile (0, 0) centred on the grid centre),
@@ -39,6 +41,7 @@ INT32_MAX = 2 ** 31 - 1
 EMPTY_BOX = np.array([INT32_MAX, -INT32_MAX - 1, INT32_MAX, -INT32_MAX - 1], np.int32)  # u_min, u_max, v_min, v_max
 ZERO = np.zeros(1, np.int32)
 MAPPINGS = ("rows", "footprint")   # how a tile's work-items share its cells (grid_tiled.cl)
+PARTS = ("tiles", "central box", "windows")   # bucket ranges, each gridded by its own launch
 
 
 def first_tile_cell(grid_size: int, tile: int) -> int:
@@ -53,11 +56,11 @@ def footprint_tile_range(centre, support, grid_size: int, tile: int):
     return (centre - support - origin) // tile, (centre + support - origin) // tile
 
 
-def tiles_across(grid_size: int, tile: int) -> int:
-    """Tiles needed along one axis to cover the whole grid."""
-    first, _ = footprint_tile_range(0, 0, grid_size, tile)
-    _, last = footprint_tile_range(grid_size - 1, 0, grid_size, tile)
-    return int(last - first + 1)
+def tiles_across(grid_size: int, tile: int, step: int | None = None) -> int:
+    """Tiles (or windows, ``step`` cells apart) needed along one axis to cover the whole grid."""
+    step = step or tile
+    origin = first_tile_cell(grid_size, tile)
+    return int((grid_size - 1 - origin) // step - (0 - origin) // step + 1)
 
 
 @dataclass
@@ -73,7 +76,7 @@ class TiledDevicePlan(DevicePlan):
     entry_vis_bucket: cl.Buffer   # int2 per entry: visibility index, bucket
     untiled_plan: cl.Buffer       # int4 per untiled visibility, for the atomic kernel
     untiled_vis: cl.Buffer        # complex per untiled visibility and polarisation
-    taken: tuple                  # one int counter per tile pass (tiles, central box)
+    taken: dict                   # one int counter per tile pass (PARTS)
     max_entries: int
 
 
@@ -90,7 +93,12 @@ class TiledGridding(Strategy):
         t = self.tuning
         self.max_tiles = tiles_across(grid_size, t["tile_u"]) * tiles_across(grid_size, t["tile_v"])
         box_side = 2 * t["central_radius"] + 1
-        self.num_buckets = self.max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
+        self.windows_base = self.max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
+        self.num_buckets = self.windows_base
+        if t["window_support"] >= 0:
+            steps = [tile - 2 * t["window_support"] for tile in (t["tile_u"], t["tile_v"])]
+            self.num_buckets += tiles_across(grid_size, t["tile_u"], steps[0]) * tiles_across(
+                grid_size, t["tile_v"], steps[1])
         if self.num_buckets >= INT32_MAX:
             raise TuningTableError(f"tiled: {self.num_buckets} tiles of {t['tile_u']}x{t['tile_v']} on a "
                                    f"{grid_size}^2 grid overflow 32-bit bucket numbers; use larger tiles")
@@ -120,6 +128,10 @@ class TiledGridding(Strategy):
             raise TuningTableError(f"tiled: sort_wg = {t['sort_wg']} must be a power of two")
         if not 0.0 <= t["tile_factor"] <= 1.0:
             raise TuningTableError(f"tiled: tile_factor = {t['tile_factor']} must be in [0, 1]")
+        if t["window_support"] >= 0 and 2 * t["window_support"] >= min(t["tile_u"], t["tile_v"]):
+            raise TuningTableError(f"tiled: window_support = {t['window_support']} leaves no room to step "
+                                   f"windows of {t['tile_u']}x{t['tile_v']}: 2 * window_support must be < "
+                                   f"tile_u and tile_v")
         if t["mapping"] not in MAPPINGS:
             raise TuningTableError(f"tiled: mapping = {t['mapping']!r}; choose one of {list(MAPPINGS)}")
         if t["mapping"] == "footprint" and t["footprint_wg"] < t["tile_u"]:
@@ -140,6 +152,7 @@ class TiledGridding(Strategy):
     def template_params(self, npol: int) -> dict:
         wg_u, wg_v = self.local_size()
         return dict(super().template_params(npol), wg_u=wg_u, wg_v=wg_v, max_tiles=self.max_tiles,
+                    windows_base=self.windows_base,
                     tile_factor_4096=round(self.tuning["tile_factor"] * 4096))
 
     @cached_property
@@ -154,13 +167,14 @@ class TiledGridding(Strategy):
     # -- upload ---------------------------------------------------------------
 
     def max_entries(self, plan) -> int:
-        """Entries the sort writes when every visibility is tiled: the tiles each footprint touches."""
+        """Entries the sort writes when every visibility is tiled: the tiles each footprint
+        touches, or one window for supports up to window_support."""
         t = self.tuning
         count = 1
         for centre, tile in ((plan.grid_u, t["tile_u"]), (plan.grid_v, t["tile_v"])):
             first, last = footprint_tile_range(centre, plan.support, self.grid_size, tile)
             count = count * (last - first + 1)
-        return int(np.sum(count))
+        return int(np.sum(np.where(plan.support <= t["window_support"], 1, count)))
 
     def arrange(self, plan, samples):
         """By w-plane when ``plane_order`` (seed 003 §3.6): neighbours read the same kernel plane."""
@@ -189,7 +203,7 @@ class TiledGridding(Strategy):
             box=buffer(16), tally=buffer(4 * (self.num_buckets + 1)), offsets=buffer(4 * (self.num_buckets + 1)),
             untiled_tally=buffer(4), entries=buffer(16 * max_entries if t["sort_copies_plan"] else 4), entry_vis_bucket=buffer(8 * max_entries),
             untiled_plan=buffer(16 * untiled), untiled_vis=buffer(complex_size * plan.npol * untiled),
-            taken=(buffer(4), buffer(4)), max_entries=max_entries)
+            taken={part: buffer(4) for part in PARTS}, max_entries=max_entries)
 
     # -- stages ---------------------------------------------------------------
 
@@ -222,21 +236,22 @@ class TiledGridding(Strategy):
         cursors = cl.enqueue_copy(self.queue, plan.tally, plan.offsets, byte_count=4 * (self.num_buckets + 1))
         return [cursors, self._zero(plan.untiled_tally, 4), self._bucket(plan, npol, place=True)]
 
-    def enqueue_tiles(self, plan: TiledDevicePlan, npol: int, grid_buffer, central: bool) -> list:
-        """Grid the buckets of the tiles outside the central box, or (``central``) inside it."""
+    def enqueue_tiles(self, plan: TiledDevicePlan, npol: int, grid_buffer, part: str = "tiles") -> list:
+        """Grid the buckets of one of PARTS: the tiles outside the central box, those inside it,
+        or the windows."""
         t = self.tuning
         self.check_local_memory(self.local_memory(npol), f"{t['tile_u']}x{t['tile_v']} tiles, mapping "
                                 f"{t['mapping']!r}, {npol} polarisations: use smaller tiles")
-        first, end = (self.max_tiles, self.num_buckets) if central else (0, self.max_tiles)
-        taken = plan.taken[int(central)]
+        first, end = {"tiles": (0, self.max_tiles), "central box": (self.max_tiles, self.windows_base),
+                      "windows": (self.windows_base, self.num_buckets)}[part]
         local = self.local_size()
         groups = t["groups_per_cu"] * self.facts.compute_units
         k = self.device_kernels
-        return [self._zero(taken, 4), self.kernel("grid_tiles", npol)(
+        return [self._zero(plan.taken[part], 4), self.kernel("grid_tiles", npol)(
             self.queue, (groups * local[0], local[1]), local,
             plan.entries if t["sort_copies_plan"] else plan.packed, plan.entry_vis_bucket, plan.vis,
             k.values, k.starts, k.sides, k.supports, plan.box, plan.offsets, np.int32(first), np.int32(end),
-            np.int32(t["central_chunk"] if central else t["chunk"]), taken, grid_buffer)]
+            np.int32(t["central_chunk"] if part == "central box" else t["chunk"]), plan.taken[part], grid_buffer)]
 
     def enqueue_untiled(self, plan: TiledDevicePlan, npol: int, grid_buffer) -> list:
         """The atomic kernel over the visibilities the sort left untiled (waits to learn how many)."""
@@ -253,9 +268,11 @@ class TiledGridding(Strategy):
                   "count": self.enqueue_count(plan, npol),
                   "prefix sum": self.enqueue_prefix_sum(plan),
                   "sort": self.enqueue_sort(plan, npol),
-                  "tiles": self.enqueue_tiles(plan, npol, grid_buffer, central=False)}
+                  "tiles": self.enqueue_tiles(plan, npol, grid_buffer)}
         if self.tuning["central_radius"] >= 0:
-            stages["central box"] = self.enqueue_tiles(plan, npol, grid_buffer, central=True)
+            stages["central box"] = self.enqueue_tiles(plan, npol, grid_buffer, "central box")
+        if self.tuning["window_support"] >= 0:
+            stages["windows"] = self.enqueue_tiles(plan, npol, grid_buffer, "windows")
         if not self.tiles_everything:
             stages["untiled"] = self.enqueue_untiled(plan, npol, grid_buffer)
         self.stages = stages
