@@ -18,7 +18,7 @@ from fpga_case import CELL as CASE_CELL, N as CASE_N, small_stack
 N, CELL = 128, 2e-3
 TOLERANCE = {"single": 1e-5, "double": 1e-12}
 SMALL_TILES = {"tile_u": 16, "tile_v": 16, "regsz": 4, "shmsz": 4, "central_radius": 1, "chunk": 8,
-               "central_chunk": 24}
+               "central_chunk": 24, "window_support": -1}   # windows only where a test asks for them
 
 
 @pytest.fixture(scope="module", params=[8, 4], ids=["os8", "os4"])
@@ -116,7 +116,7 @@ def test_dense_centre_goes_through_the_central_box(queue, rng, stack, mapping):
 @pytest.mark.parametrize("tiles_per_vis", [2, 4])
 def test_footprints_across_tile_borders(queue, rng, tiles_per_vis, mapping):
     stack = random_stack(rng, [3], 4)
-    tuning = {"tile_u": 16, "tile_v": 16, "regsz": 8, "shmsz": 8, "central_radius": -1}
+    tuning = {"tile_u": 16, "tile_v": 16, "regsz": 8, "shmsz": 8, "central_radius": -1, "window_support": -1}
     borders = N // 2 - 8 + 16 * rng.integers(-3, 4, 60)          # first cells of tiles
     inside = N // 2 + 16 * rng.integers(-3, 4, 60)               # tile middles
     cells_v = borders + rng.integers(-3, 3, 60) if tiles_per_vis == 4 else inside
@@ -132,7 +132,7 @@ def test_footprints_across_tile_borders(queue, rng, tiles_per_vis, mapping):
 def test_single_tile_and_empty_tiles(queue, rng, mapping):
     stack = random_stack(rng, [2, 3, 5], 8)
     # 64 x 64 tiles of one polarisation fit in the 48 KiB of local memory of NVIDIA GPUs
-    one_tile = {"tile_u": 64, "tile_v": 64, "regsz": 8, "shmsz": 8, "central_radius": -1}
+    one_tile = {"tile_u": 64, "tile_v": 64, "regsz": 8, "shmsz": 8, "central_radius": -1, "window_support": -1}
     uvw = on_cells(rng.integers(N // 2 - 20, N // 2 + 20, 300), rng.integers(N // 2 - 20, N // 2 + 20, 300),
                    rng.uniform(-300, 300, 300))
     uvw[:, :2] += rng.uniform(-0.4, 0.4, (300, 2)) / (N * CELL)   # off the cell centres: every oversample offset
@@ -183,7 +183,7 @@ def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precisio
                    grid_size=n)
     uvw[:, :2] += rng.uniform(-0.5, 0.5, (150, 2)) / (n * CELL)
     vis = rng.normal(size=(150, 1)) + 1j * rng.normal(size=(150, 1))
-    tuning = {"tile_u": 8, "tile_v": 16, "regsz": 2, "shmsz": 2, "central_radius": 2}
+    tuning = {"tile_u": 8, "tile_v": 16, "regsz": 2, "shmsz": 2, "central_radius": 2, "window_support": -1}
     grid_and_compare(queue, stack, uvw, vis, precision, tuning, grid_size=n, mapping=mapping)
 
 
@@ -291,7 +291,7 @@ def numpy_buckets(packed, supports, strategy):
 @pytest.mark.parametrize("tuning", [
     dict(SMALL_TILES, sort_run=4),
     {"tile_u": 8, "tile_v": 32, "regsz": 8, "shmsz": 0, "central_radius": -1, "tile_factor": 0.6,
-     "sort_run": 1, "plane_order": False},
+     "sort_run": 1, "plane_order": False, "window_support": -1},
     dict(SMALL_TILES, sort_copies_plan=False),
     dict(SMALL_TILES, window_support=5, tile_factor=0.8),
 ])
