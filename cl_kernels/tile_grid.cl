@@ -2,13 +2,13 @@
    Tiles are TILE_U x TILE_V cells and tile (0, 0) has the grid centre in its middle
    (seed 003 §3.3), so tile (tu, tv) starts at cell (TILE0_U + tu * TILE_U, TILE0_V +
    tv * TILE_V); tu and tv are negative left of and below the centre.
-   Buckets: the tiles of the active grid row by row, then the windows, then the tiles of
-   the central box.  Windows are TILE_U x TILE_V regions like tiles but overlapping, one every
+   Buckets: the tiles of the active grid row by row, then the tiles of the central box,
+   then the windows: TILE_U x TILE_V regions like tiles but overlapping, one every
    WINDOW_STEP cells, so that a footprint of support up to WINDOW_SUPPORT fits wholly in
    one of them (the one starting at or just before its first cell) and is one entry
    instead of one per tile it touches.
    Template variables: grid_size, tile_u, tile_v, max_tiles, central_radius, tile_factor_4096,
-   window_support, central_base. #}
+   window_support, windows_base. #}
 #define TILE_U {{ tile_u }}
 #define TILE_V {{ tile_v }}
 #define TILE0_U (GRID_SIZE / 2 - TILE_U / 2)
@@ -20,8 +20,7 @@
 #define WINDOW_SUPPORT {{ window_support }}    /* supports up to this go to one window; none if < 0 */
 #define WINDOW_STEP_U (TILE_U - 2 * WINDOW_SUPPORT)
 #define WINDOW_STEP_V (TILE_V - 2 * WINDOW_SUPPORT)
-#define WINDOWS_BASE MAX_TILES                 /* bucket of the first window */
-#define CENTRAL_BASE {{ central_base }}        /* bucket of the first tile of the central box */
+#define WINDOWS_BASE {{ windows_base }}        /* bucket of the first window */
 
 /* floor(a / b) for b > 0 */
 inline int floor_div(int a, int b)
@@ -98,7 +97,7 @@ inline bool in_central_box(int tu, int tv)
 inline int bucket_of(tile_grid g, int tu, int tv)
 {
     if (in_central_box(tu, tv))
-        return CENTRAL_BASE + (tv + CENTRAL_RADIUS) * BOX_SIDE + tu + CENTRAL_RADIUS;
+        return MAX_TILES + (tv + CENTRAL_RADIUS) * BOX_SIDE + tu + CENTRAL_RADIUS;
     return (tv - g.tv0) * g.nu + tu - g.tu0;
 }
 
@@ -106,12 +105,13 @@ inline int bucket_of(tile_grid g, int tu, int tv)
 inline int2 tile_origin(tile_grid g, int bucket)
 {
     int tu, tv;
-    if (bucket >= CENTRAL_BASE) {
-        tu = (bucket - CENTRAL_BASE) % BOX_SIDE - CENTRAL_RADIUS;
-        tv = (bucket - CENTRAL_BASE) / BOX_SIDE - CENTRAL_RADIUS;
-    } else if (bucket >= WINDOWS_BASE) {
+    if (WINDOW_SUPPORT >= 0 && bucket >= WINDOWS_BASE) {
         const int wu = g.wu0 + (bucket - WINDOWS_BASE) % g.nwu, wv = g.wv0 + (bucket - WINDOWS_BASE) / g.nwu;
         return (int2)(TILE0_U + wu * WINDOW_STEP_U, TILE0_V + wv * WINDOW_STEP_V);
+    }
+    if (bucket >= MAX_TILES) {
+        tu = (bucket - MAX_TILES) % BOX_SIDE - CENTRAL_RADIUS;
+        tv = (bucket - MAX_TILES) / BOX_SIDE - CENTRAL_RADIUS;
     } else {
         tu = g.tu0 + bucket % g.nu;
         tv = g.tv0 + bucket / g.nu;

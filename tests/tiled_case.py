@@ -2,7 +2,7 @@
 --seed SEED --mapping footprint``): the child writes inputs and the grid to OUT.npz and
 the test compares them with the reference.  Tiles of 8 x 8 cells on a 48^2 grid with
 supports 3 to 5 make footprints that cover 1 to 4 tiles, partly; a central box of
-radius 1 runs the second launch too, and windows take the supports of 3.
+radius 1 runs the second launch too, and windows (support 3) the third.
 """
 
 import argparse

@@ -12,10 +12,9 @@ and benchmarks can time each one (``stages`` holds the events of the last call):
    counter and accumulate each tile on chip (grid_tiled.cl): in registers and local
    memory rows owned by the work-items (``mapping = "rows"``, the seeds'), or in local
    memory with the work-items spread over each footprint (``"footprint"``);
-   With window_support, the same launch takes overlapping tile-sized windows, each
-   visibility of support up to window_support sorted into the one window that holds
-   its whole footprint;
 6. central box: the same over the tiles around the grid centre, with its own chunk;
+   windows: the same over overlapping tile-sized windows, each visibility of support up
+   to window_support sorted into the one window that holds its whole footprint;
 7. untiled: the atomic strategy's kernel for visibilities centred outside the tiled part.
 
 The tiling is fixed relative to the grid (tile (0, 0) centred on the grid centre),
@@ -42,7 +41,7 @@ INT32_MAX = 2 ** 31 - 1
 EMPTY_BOX = np.array([INT32_MAX, -INT32_MAX - 1, INT32_MAX, -INT32_MAX - 1], np.int32)  # u_min, u_max, v_min, v_max
 ZERO = np.zeros(1, np.int32)
 MAPPINGS = ("rows", "footprint")   # how a tile's work-items share its cells (grid_tiled.cl)
-PARTS = ("tiles", "central box")   # bucket ranges, each gridded by its own launch (tiles: and windows)
+PARTS = ("tiles", "central box", "windows")   # bucket ranges, each gridded by its own launch
 
 
 def first_tile_cell(grid_size: int, tile: int) -> int:
@@ -94,13 +93,12 @@ class TiledGridding(Strategy):
         t = self.tuning
         self.max_tiles = tiles_across(grid_size, t["tile_u"]) * tiles_across(grid_size, t["tile_v"])
         box_side = 2 * t["central_radius"] + 1
-        self.windows_base = self.max_tiles   # buckets: tiles, windows (one launch), central box
-        self.central_base = self.windows_base
+        self.windows_base = self.max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
+        self.num_buckets = self.windows_base
         if t["window_support"] >= 0:
             steps = [tile - 2 * t["window_support"] for tile in (t["tile_u"], t["tile_v"])]
-            self.central_base += tiles_across(grid_size, t["tile_u"], steps[0]) * tiles_across(
+            self.num_buckets += tiles_across(grid_size, t["tile_u"], steps[0]) * tiles_across(
                 grid_size, t["tile_v"], steps[1])
-        self.num_buckets = self.central_base + (box_side ** 2 if t["central_radius"] >= 0 else 0)
         if self.num_buckets >= INT32_MAX:
             raise TuningTableError(f"tiled: {self.num_buckets} tiles of {t['tile_u']}x{t['tile_v']} on a "
                                    f"{grid_size}^2 grid overflow 32-bit bucket numbers; use larger tiles")
@@ -154,7 +152,7 @@ class TiledGridding(Strategy):
     def template_params(self, npol: int) -> dict:
         wg_u, wg_v = self.local_size()
         return dict(super().template_params(npol), wg_u=wg_u, wg_v=wg_v, max_tiles=self.max_tiles,
-                    central_base=self.central_base,
+                    windows_base=self.windows_base,
                     tile_factor_4096=round(self.tuning["tile_factor"] * 4096))
 
     @cached_property
@@ -239,12 +237,13 @@ class TiledGridding(Strategy):
         return [cursors, self._zero(plan.untiled_tally, 4), self._bucket(plan, npol, place=True)]
 
     def enqueue_tiles(self, plan: TiledDevicePlan, npol: int, grid_buffer, part: str = "tiles") -> list:
-        """Grid the buckets of one of PARTS: the tiles outside the central box and the windows,
-        or the tiles inside the central box."""
+        """Grid the buckets of one of PARTS: the tiles outside the central box, those inside it,
+        or the windows."""
         t = self.tuning
         self.check_local_memory(self.local_memory(npol), f"{t['tile_u']}x{t['tile_v']} tiles, mapping "
                                 f"{t['mapping']!r}, {npol} polarisations: use smaller tiles")
-        first, end = {"tiles": (0, self.central_base), "central box": (self.central_base, self.num_buckets)}[part]
+        first, end = {"tiles": (0, self.max_tiles), "central box": (self.max_tiles, self.windows_base),
+                      "windows": (self.windows_base, self.num_buckets)}[part]
         local = self.local_size()
         groups = t["groups_per_cu"] * self.facts.compute_units
         k = self.device_kernels
@@ -272,6 +271,8 @@ class TiledGridding(Strategy):
                   "tiles": self.enqueue_tiles(plan, npol, grid_buffer)}
         if self.tuning["central_radius"] >= 0:
             stages["central box"] = self.enqueue_tiles(plan, npol, grid_buffer, "central box")
+        if self.tuning["window_support"] >= 0:
+            stages["windows"] = self.enqueue_tiles(plan, npol, grid_buffer, "windows")
         if not self.tiles_everything:
             stages["untiled"] = self.enqueue_untiled(plan, npol, grid_buffer)
         self.stages = stages
