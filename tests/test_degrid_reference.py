@@ -81,7 +81,7 @@ def test_reference_degrid_is_the_adjoint_of_reference_grid(rng, stack, npol):
     kw = dict(grid_size=N, cell_size=CELL, kernels=stack, flags=flags, on_dropped="ignore")
     degridded, report = clgrid.reference.degrid(grid, uvw, return_report=True, **kw)
     gridded = clgrid.reference.grid(uvw, vis, **kw)
-    assert report["off_grid"] > 0 and report["degridded"] > 200
+    assert report["off_grid"] > 0 and report["degridded"] > 150   # 192..249 over 150 seeds, mean 216
     lhs, rhs = inner(degridded, vis), inner(grid, gridded)
     assert abs(lhs - rhs) <= 1e-12 * abs(rhs)
 
