@@ -56,6 +56,17 @@ SWEEP = [   # one group at a time, from the table's values, keeping the best so 
 ]
 
 
+def planned(workload):
+    """The workload's samples and their float64 plan (off-grid visibilities dropped)."""
+    samples = flatten_samples(workload.uvw, workload.vis)
+    return samples, plan_visibilities(samples, workload.grid_size, workload.cell_size, workload.kernels, "ignore")
+
+
+def failure(exc) -> str:
+    """One line for a configuration the device or the table refused."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+
+
 def event_seconds(events) -> float:
     return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
 
@@ -108,7 +119,7 @@ def sweep(workload, samples, plan, queue, repeats, seconds):
                 del gridder
                 seconds_taken = result["median_s"]["total"]
             except Exception as exc:   # a combination the device refuses is reported, not fatal
-                trials.append(dict(params=trial, failed=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
+                trials.append(dict(params=trial, failed=failure(exc)))
                 continue
             trials.append(dict(params=trial, median_s=seconds_taken, stages_s=result["median_s"],
                                max_entries=result["max_entries"]))
@@ -137,8 +148,7 @@ def main():
     rows = []
     for workload in sets:
         t0 = time.perf_counter()
-        samples = flatten_samples(workload.uvw, workload.vis)
-        plan = plan_visibilities(samples, workload.grid_size, workload.cell_size, workload.kernels, "ignore")
+        samples, plan = planned(workload)
         plan_s = time.perf_counter() - t0
         subset = np.sort(rng.choice(plan.num_samples, min(args.error_subset, plan.num_samples), replace=False))
         for method in ("atomic", "tiled"):

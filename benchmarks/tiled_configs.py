@@ -18,8 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clgrid import benchsets, runtime  # noqa: E402
-from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
-from tiled import time_method  # noqa: E402
+from tiled import failure, planned, time_method  # noqa: E402
 
 
 def main():
@@ -33,15 +32,14 @@ def main():
     args = ap.parse_args()
     queue = runtime.get_queue(args.device)
     workload = benchsets.ska_like(scale=args.scale, grid_size=args.grid_size)
-    samples = flatten_samples(workload.uvw, workload.vis)
-    plan = plan_visibilities(samples, workload.grid_size, workload.cell_size, workload.kernels, "ignore")
+    samples, plan = planned(workload)
     results = []
     for overrides in json.loads(args.configs):
         try:
             gridder, result = time_method(workload, samples, plan, queue, "tiled", overrides, args.repeats)
             del gridder
         except Exception as exc:   # a combination the device refuses is reported, not fatal
-            results.append(dict(tuning=overrides, failed=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+            results.append(dict(tuning=overrides, failed=failure(exc)))
             print(overrides, results[-1]["failed"], flush=True)
             continue
         ms = {k: v * 1e3 for k, v in result["median_s"].items()}

@@ -20,8 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid.strategies.base as strategy_base  # noqa: E402
 from clgrid import benchsets, runtime  # noqa: E402
-from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
-from tiled import time_method  # noqa: E402
+from tiled import planned, time_method  # noqa: E402
 
 TAP = "kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]"
 FLUSH = "{\n    atomic_add_real(grid + 2 * cell, value.x);"
@@ -58,8 +57,7 @@ def main():
     args = ap.parse_args()
     queue = runtime.get_queue(args.device)
     workload = benchsets.ska_like(scale=args.scale, grid_size=args.grid_size)
-    samples = flatten_samples(workload.uvw, workload.vis)
-    plan = plan_visibilities(samples, workload.grid_size, workload.cell_size, workload.kernels, "ignore")
+    samples, plan = planned(workload)
     render = strategy_base.render
     results = []
     for mapping, tuning in MAPPINGS.items():

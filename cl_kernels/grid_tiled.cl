@@ -112,8 +112,8 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
 /* Whether the tile's row or column i holds a tap of the footprint (k0 or j0 as `first`). */
 #define IN_FOOTPRINT(t, first, i) ((uint)((first) + (i)) < (uint)(t).width)
 
-{# The rows a work-item owns: caller(cell, row) with `cell` the accumulator of
-   polarisation `pol` (a name the caller's code defines) and `row` the row in the tile. #}
+{# The rows a work-item owns: caller(cell, row, column) with `cell` the accumulator of
+   polarisation `pol` (a name the caller's code defines), `row` and `column` its place in the tile. #}
 {% macro owned_cells() %}
 {% if regsz %}
     #pragma unroll
@@ -210,13 +210,8 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
         for (int at = first; at < last; at += BATCH) {
             const int n = min(BATCH, last - at);
             if (lid < n)
-{% if sort_copies_plan %}
-                batch[lid] = prepare_visibility(g, entries[at + lid], entry_vis_bucket[at + lid], vis,
-                                                kernel_start, kernel_side, support);
-{% else %}
-                batch[lid] = prepare_visibility(g, entries[entry_vis_bucket[at + lid].x], entry_vis_bucket[at + lid],
-                                                vis, kernel_start, kernel_side, support);
-{% endif %}
+                batch[lid] = prepare_visibility(g, entries[{{ "at + lid" if sort_copies_plan else "entry_vis_bucket[at + lid].x" }}],
+                                                entry_vis_bucket[at + lid], vis, kernel_start, kernel_side, support);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int e = 0; e < n; ++e) {
                 const tile_visibility t = batch[e];
@@ -251,17 +246,19 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                     for (int v = t.cv0 + r; v <= t.cv1; v += FOOTPRINT_UNROLL * t.rows_per_pass) {
                         complex_t k[FOOTPRINT_UNROLL];
                         #pragma unroll
-                        for (int m = 0; m < FOOTPRINT_UNROLL; ++m)
-                            if (v + m * t.rows_per_pass <= t.cv1)
-                                k[m] = TAP(t, column, t.j0 + v + m * t.rows_per_pass);
+                        for (int m = 0; m < FOOTPRINT_UNROLL; ++m) {
+                            const int row = v + m * t.rows_per_pass;
+                            if (row <= t.cv1)
+                                k[m] = TAP(t, column, t.j0 + row);
+                        }
                         #pragma unroll
                         for (int m = 0; m < FOOTPRINT_UNROLL; ++m) {
-                            const int cell = (v + m * t.rows_per_pass) * TILE_U + u;
-                            if (v + m * t.rows_per_pass <= t.cv1) {
+                            const int row = v + m * t.rows_per_pass;
+                            if (row <= t.cv1) {
                                 #pragma unroll
                                 for (int pol = 0; pol < NPOL; ++pol)
-                                    TILE_CELL(cell, pol) = add_weighted(TILE_CELL(cell, pol), t.re[pol], t.im[pol],
-                                                                        k[m]);
+                                    TILE_CELL(row * TILE_U + u, pol) = add_weighted(TILE_CELL(row * TILE_U + u, pol),
+                                                                                    t.re[pol], t.im[pol], k[m]);
                             }
                         }
                     }

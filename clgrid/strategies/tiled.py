@@ -201,7 +201,8 @@ class TiledGridding(Strategy):
         return TiledDevicePlan(
             base.packed, base.vis, base.num_vis,
             box=buffer(16), tally=buffer(4 * (self.num_buckets + 1)), offsets=buffer(4 * (self.num_buckets + 1)),
-            untiled_tally=buffer(4), entries=buffer(16 * max_entries if t["sort_copies_plan"] else 4), entry_vis_bucket=buffer(8 * max_entries),
+            untiled_tally=buffer(4), entries=buffer(16 * max_entries if t["sort_copies_plan"] else 4),
+            entry_vis_bucket=buffer(8 * max_entries),
             untiled_plan=buffer(16 * untiled), untiled_vis=buffer(complex_size * plan.npol * untiled),
             taken={part: buffer(4) for part in PARTS}, max_entries=max_entries)
 
