@@ -15,6 +15,7 @@ import pyopencl as cl
 
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds
 from .plan import flatten_samples
+from .runtime import fill_zeros
 from .strategies import GRIDDING_METHODS
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
@@ -53,8 +54,7 @@ class Gridder(GridOperation):
         """Enqueue zeroing and gridding into the device grid; returns the OpenCL events."""
         npol = prepared.plan.npol
         grid_buffer = self.grid_buffer(npol)
-        zero = cl.enqueue_fill_buffer(self.queue, grid_buffer, np.zeros(1, self.strategy.real_dtype),
-                                      0, self._grid_bytes(npol))
+        zero = fill_zeros(self.queue, grid_buffer, self._grid_bytes(npol), self.strategy.real_dtype)
         if prepared.device_plan is None:
             return [zero]
         return [zero, *self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[zero])]

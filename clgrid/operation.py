@@ -73,7 +73,8 @@ class GridOperation:
             raise DeviceCapabilityError(
                 f"a {npol}-polarisation {self.grid_size}^2 {self.precision} grid needs "
                 f"{need / 2**30:.2f} GiB; {facts.name} allows {facts.max_allocation / 2**30:.2f} GiB "
-                f"per buffer ({facts.global_memory / 2**30:.2f} GiB in all)")
+                f"per buffer ({facts.global_memory / 2**30:.2f} GiB in all): grid fewer polarisations "
+                f"per call, in single precision, or on a smaller grid")
 
     def grid_buffer(self, npol: int) -> cl.Buffer:
         """The device grid for ``npol`` polarisations, kept between calls."""

@@ -12,13 +12,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import pyopencl as cl
 
 from .errors import DeviceCapabilityError
 
-__all__ = ["devices", "select_device", "get_queue", "DeviceFacts", "device_facts"]
+__all__ = ["devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts"]
 
 _queues: dict = {}
+
+# NVIDIA's clEnqueueFillBuffer hangs or fails on fills of 2**31 bytes or more on Pascal
+# and Volta GPUs (pyopencl issue #395), so buffers are filled in pieces.  (On an H100,
+# driver 580.159, one fill of a 2.6 GB grid works.)
+FILL_PIECE_BYTES = 2 ** 30
+# NVIDIA's OpenCL reports a quarter of the memory as its largest buffer (21.25 GB on an
+# 80 GB H100, driver 580.159), but there a buffer past 8 GiB fails at its first use, by
+# a fill or by a kernel (8.5 GB worked; 8.7 GB failed with error -9999 and took the
+# context with it), so clgrid refuses such buffers up front.
+NVIDIA_MAX_BUFFER_BYTES = 2 ** 33
 
 
 def devices() -> list:
@@ -86,6 +97,18 @@ def get_queue(spec=None) -> cl.CommandQueue:
     return _queues[key]
 
 
+def fill_zeros(queue: cl.CommandQueue, buffer, nbytes: int, dtype, wait_for=None) -> cl.Event:
+    """Zero the first ``nbytes`` of ``buffer`` (a multiple of dtype's size) in fills of at most
+    FILL_PIECE_BYTES, each after the last; returns the last fill's event."""
+    zero = np.zeros(1, dtype)
+    piece = FILL_PIECE_BYTES - FILL_PIECE_BYTES % zero.nbytes
+    event = cl.enqueue_marker(queue, wait_for=wait_for) if nbytes == 0 else None
+    for offset in range(0, int(nbytes), piece):
+        event = cl.enqueue_fill_buffer(queue, buffer, zero, offset, min(piece, int(nbytes) - offset),
+                                       wait_for=[event] if event else wait_for)
+    return event
+
+
 @dataclass(frozen=True)
 class DeviceFacts:
     """What clgrid needs to know about a device to render and launch kernels."""
@@ -111,11 +134,14 @@ class DeviceFacts:
 
 def device_facts(device) -> DeviceFacts:
     ext = tuple(device.extensions.split())
+    max_allocation = device.max_mem_alloc_size
+    if "NVIDIA" in device.platform.name:
+        max_allocation = min(max_allocation, NVIDIA_MAX_BUFFER_BYTES)
     return DeviceFacts(
         platform=device.platform.name.strip(), vendor=device.vendor.strip(), name=device.name.strip(),
         type=cl.device_type.to_string(device.type), driver=device.driver_version,
         compute_units=device.max_compute_units, global_memory=device.global_mem_size,
-        max_allocation=device.max_mem_alloc_size, local_memory=device.local_mem_size,
+        max_allocation=max_allocation, local_memory=device.local_mem_size,
         max_work_group_size=device.max_work_group_size,
         fp64="cl_khr_fp64" in ext or device.double_fp_config != 0,
         int64_atomics="cl_khr_int64_base_atomics" in ext, images=bool(device.image_support),

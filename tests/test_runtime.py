@@ -94,3 +94,39 @@ def test_tracks_from_a_real_layout_match_the_reference(queue, rng):
     for precision, tol in (("single", 1e-5), ("double", 1e-12)):
         gridder = clgrid.Gridder(n, cell, stack, device=queue, precision=precision)
         assert relative_error(gridder.grid(uvw, vis, freqs=freqs), ref) <= tol
+
+
+@pytest.mark.parametrize("nbytes", [0, 8, 4096 * 3 + 8, 4096 * 5])
+def test_fill_zeros_in_pieces_zeroes_exactly_the_prefix(queue, rng, monkeypatch, nbytes):
+    """Fills go in pieces (NVIDIA fails on one large fill); every piece lands, nothing past nbytes."""
+    monkeypatch.setattr(runtime, "FILL_PIECE_BYTES", 4096)
+    poison = rng.normal(size=4096 * 6 // 8).astype(np.float64) + 7.0   # no zeros
+    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=poison)
+    event = runtime.fill_zeros(queue, buffer, nbytes, np.float64)
+    out = np.empty_like(poison)
+    cl.enqueue_copy(queue, out, buffer, wait_for=[event]).wait()
+    assert np.all(out[:nbytes // 8] == 0)
+    assert np.array_equal(out[nbytes // 8:], poison[nbytes // 8:])
+
+
+def fake_device(platform: str, max_alloc: int):
+    """The device attributes device_facts reads, for a platform this machine lacks."""
+    from types import SimpleNamespace
+    return SimpleNamespace(
+        platform=SimpleNamespace(name=platform), vendor="v", name="d", type=cl.device_type.GPU,
+        driver_version="1", max_compute_units=1, global_mem_size=4 * max_alloc, max_mem_alloc_size=max_alloc,
+        local_mem_size=49152, max_work_group_size=1024, extensions="", double_fp_config=0, image_support=0)
+
+
+def test_nvidia_buffers_are_capped_at_8_gib_and_a_bigger_grid_is_refused(queue, monkeypatch):
+    assert runtime.device_facts(fake_device("NVIDIA CUDA", 21_254_373_376)).max_allocation == 2 ** 33
+    assert runtime.device_facts(fake_device("NVIDIA CUDA", 2 ** 30)).max_allocation == 2 ** 30
+    assert runtime.device_facts(fake_device("Portable Computing Language", 2 ** 40)).max_allocation == 2 ** 40
+    stack = clgrid.KernelStack.w_projection(grid_size=64, cell_size=1e-3, w_max=10, num_planes=2, oversample=4,
+                                            max_support=3)
+    gridder = clgrid.Gridder(64, 1e-3, stack, method="atomic", device=queue)
+    monkeypatch.setattr(gridder.strategy, "facts", runtime.device_facts(fake_device("NVIDIA CUDA", 21e9)))
+    monkeypatch.setattr(gridder, "grid_size", 18000)
+    with pytest.raises(clgrid.errors.DeviceCapabilityError, match="needs 9.66 GiB.*8.00 GiB per buffer"):
+        gridder._check_grid_fits(4)
+    gridder._check_grid_fits(1)   # 2.41 GiB fits

@@ -9,6 +9,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..plan import Plan, Samples, track_keys
+from ..runtime import fill_zeros
 from .base import DevicePlan, Strategy
 
 
@@ -93,8 +94,7 @@ class MovingWindowDegridding(Strategy):
         max_items = min(t["group_items"], self.facts.local_memory // (values * itemsize),
                         kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
                                                    self.queue.device))
-        events = [cl.enqueue_fill_buffer(self.queue, plan.vis, np.zeros(1, self.real_dtype), 0,
-                                         plan.num_vis * npol * itemsize, wait_for=wait_for)]
+        events = [fill_zeros(self.queue, plan.vis, plan.num_vis * npol * itemsize, self.real_dtype, wait_for)]
         k = self.device_kernels
         for launch in plan.launches:
             lx, ly, tx, ty = tile_window(launch.window, t["group_u"], max_items)

@@ -30,6 +30,7 @@ from itertools import chain
 import numpy as np
 import pyopencl as cl
 
+from ..runtime import fill_zeros
 from ..scan import ExclusiveScan
 from ..tuning import TuningTableError
 from .atomic import AtomicGridding
@@ -39,7 +40,6 @@ __all__ = ["TiledGridding", "TiledDevicePlan", "footprint_tile_range", "tiles_ac
 
 INT32_MAX = 2 ** 31 - 1
 EMPTY_BOX = np.array([INT32_MAX, -INT32_MAX - 1, INT32_MAX, -INT32_MAX - 1], np.int32)  # u_min, u_max, v_min, v_max
-ZERO = np.zeros(1, np.int32)
 MAPPINGS = ("rows", "footprint")   # how a tile's work-items share its cells (grid_tiled.cl)
 PARTS = ("tiles", "central box", "windows")   # bucket ranges, each gridded by its own launch
 
@@ -224,7 +224,7 @@ class TiledGridding(Strategy):
             plan.entry_vis_bucket, plan.untiled_plan, plan.untiled_vis, np.int32(place))
 
     def _zero(self, buffer, nbytes) -> cl.Event:
-        return cl.enqueue_fill_buffer(self.queue, buffer, ZERO, 0, nbytes)
+        return fill_zeros(self.queue, buffer, nbytes, np.int32)
 
     def enqueue_count(self, plan: TiledDevicePlan, npol: int) -> list:
         return [self._zero(plan.tally, 4 * (self.num_buckets + 1)), self._zero(plan.untiled_tally, 4),
