@@ -27,11 +27,12 @@ def main():
     ap.add_argument("--device", default=None)
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the SKA-like set's baselines")
     ap.add_argument("--grid-size", type=int, default=18000)
+    ap.add_argument("--npol", type=int, default=1, help="polarisations (4 needs --grid-size 16000 on NVIDIA: 8 GiB buffers)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     queue = runtime.get_queue(args.device)
-    workload = benchsets.ska_like(scale=args.scale, grid_size=args.grid_size)
+    workload = benchsets.ska_like(scale=args.scale, grid_size=args.grid_size, npol=args.npol)
     samples, plan = planned(workload)
     results = []
     for overrides in json.loads(args.configs):
@@ -48,7 +49,8 @@ def main():
               f"ms; {results[-1]['gpa_per_s'] / 1e9:.1f} GGPA/s", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "tiled_configs.json").write_text(json.dumps(
-        dict(device=queue.device.name, scale=args.scale, visibilities=plan.num_kept, results=results), indent=1))
+        dict(device=queue.device.name, scale=args.scale, npol=args.npol, grid_size=args.grid_size,
+             visibilities=plan.num_kept, results=results), indent=1))
 
 
 if __name__ == "__main__":

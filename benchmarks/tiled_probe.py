@@ -9,12 +9,22 @@ edited after rendering: "l1" makes every kernel read fall in the first 2048 valu
 the tile flushes into no-ops (what the atomic flushes cost).  The grids of the edited
 kernels are wrong on purpose; only their times mean something.  Median of 3 runs
 after a warm-up, per stage, to DIR/tiled_probe.json.
+
+The bandwidth part reads buffers of 8 MB to 1 GB over and over with a plain coalesced
+kernel: the device's read bandwidth from L2 (buffers that fit in it) and from memory.
+Every grid-point addition of one polarisation reads one complex kernel value, so the
+L2 figure over its size bounds the tile and window launches unless reads hit L1.
+
+    python3 benchmarks/tiled_probe.py --device nvidia --parts bandwidth --out DIR
 """
 
 import argparse
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -48,15 +58,61 @@ def edited_render(render, edits):
     return render_edited
 
 
+READ_KERNEL = """
+__kernel void read_passes(__global const float2 *restrict a, const int n, const int passes,
+                          __global float *out)
+{
+    float2 sum = (float2)(0, 0);
+    for (int p = 0; p < passes; ++p)   /* each pass starts elsewhere: no two alike */
+        for (int i = get_global_id(0); i < n; i += get_global_size(0))
+            sum += a[(i + p * 4096) % n];
+    out[get_global_id(0)] = sum.x + sum.y;
+}
+"""
+
+
+def read_bandwidth(queue, sizes_mb=(8, 16, 32, 64, 256, 1024), repeats=3):
+    """Bytes per second read from a buffer of each size, 2 GB in all per run (median)."""
+    kernel = cl.Kernel(cl.Program(queue.context, READ_KERNEL).build(), "read_passes")
+    items = 2048 * queue.device.max_compute_units
+    out = cl.Buffer(queue.context, cl.mem_flags.WRITE_ONLY, 4 * items)
+    rates = {}
+    for mb in sizes_mb:
+        n = mb * 2 ** 20 // 8
+        buffer = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY, 8 * n)
+        cl.enqueue_fill_buffer(queue, buffer, np.float32(1), 0, 8 * n)
+        passes = max(1, 2048 // mb)
+        seconds = []
+        for _ in range(repeats + 1):
+            event = kernel(queue, (items,), (256,), buffer, np.int32(n), np.int32(passes), out)
+            event.wait()
+            seconds.append((event.profile.end - event.profile.start) * 1e-9)
+        rates[mb] = 8 * n * passes / float(np.median(seconds[1:]))
+        print(f"read {mb:5d} MB x {passes:4d}: {rates[mb] / 1e12:6.2f} TB/s", flush=True)
+    return rates
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default=None)
     ap.add_argument("--scale", type=float, default=0.25, help="fraction of the SKA-like set's baselines")
     ap.add_argument("--grid-size", type=int, default=18000)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--parts", nargs="+", choices=("edits", "bandwidth"), default=("edits", "bandwidth"))
     args = ap.parse_args()
     queue = runtime.get_queue(args.device)
-    workload = benchsets.ska_like(scale=args.scale, grid_size=args.grid_size)
+    report = dict(device=queue.device.name, scale=args.scale)
+    if "bandwidth" in args.parts:
+        report["read_bytes_per_s_by_mb"] = read_bandwidth(queue)
+    if "edits" in args.parts:
+        report.update(edited_kernels(queue, args.scale, args.grid_size))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    Path(args.out, "tiled_probe.json").write_text(json.dumps(report, indent=1))
+
+
+def edited_kernels(queue, scale, grid_size) -> dict:
+    """Each mapping as is and with EDITS applied; the stage times of each."""
+    workload = benchsets.ska_like(scale=scale, grid_size=grid_size)
     samples, plan = planned(workload)
     render = strategy_base.render
     results = []
@@ -71,9 +127,7 @@ def main():
             print(f"{mapping:9s} {'+'.join(edits) or 'as is':11s} tiles {stages['tiles']:8.3f} ms "
                   f"({results[-1]['tile_gpa_per_s'] / 1e9:6.1f} GGPA/s)  total {stages['total']:8.3f} ms", flush=True)
     strategy_base.render = render
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    Path(args.out, "tiled_probe.json").write_text(json.dumps(
-        dict(device=queue.device.name, scale=args.scale, visibilities=plan.num_kept, results=results), indent=1))
+    return dict(visibilities=plan.num_kept, results=results)
 
 
 if __name__ == "__main__":
