@@ -347,6 +347,18 @@ def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
 
 # -- parameters ----------------------------------------------------------------
 
+@pytest.mark.parametrize("tuning", [{}, {"regsz": 4, "shmsz": 4, "tile_u": 16, "tile_v": 16},
+                                    {"mapping": "footprint", "tile_u": 32, "tile_v": 32, "footprint_wg": 32}])
+@pytest.mark.parametrize("npol, precision", [(1, "single"), (4, "double")])
+def test_local_memory_known_before_the_build_is_what_the_kernel_takes(queue, stack, tuning, npol, precision):
+    """local_memory counts tile_visibility's words by hand: it must follow the struct."""
+    strategy = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning,
+                              precision=precision).strategy
+    kernel = strategy.kernel("grid_tiles", npol)
+    built = kernel.get_work_group_info(cl.kernel_work_group_info.LOCAL_MEM_SIZE, queue.device)
+    assert strategy.local_memory(npol) == built
+
+
 def test_work_group_follows_tile_and_row_split(queue, stack):
     gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue,
                              tuning={"tile_u": 16, "tile_v": 32, "regsz": 4, "shmsz": 4})
