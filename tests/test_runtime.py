@@ -8,7 +8,7 @@ import clgrid
 from clgrid import codegen, runtime
 from clgrid.strategies.base import check_precision
 
-from conftest import random_visibilities, relative_error
+from conftest import relative_error
 
 
 def test_devices_lists_pocl_and_names_select_it():

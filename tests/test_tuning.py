@@ -3,7 +3,6 @@
 import shutil
 import warnings
 
-import numpy as np
 import pytest
 
 import clgrid

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..kernels import KernelStack
 from ..plan import Plan, Samples
 from .base import DevicePlan, Strategy
 
