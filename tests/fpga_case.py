@@ -58,6 +58,16 @@ def direct_degrid(uvw, grid, stack, cell=CELL):
     return out
 
 
+def case_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments every Oclgrind case script takes: OUT, seed, visibilities, polarisations."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("out")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-vis", type=int, default=40)
+    parser.add_argument("--npol", type=int, default=2)
+    return parser
+
+
 def grid_on_host_zeros(gridder, uvw, vis):
     """Grid into a device grid zeroed by a copy from the host, not by `Gridder.execute`'s
     clEnqueueFillBuffer: Oclgrind 21.10 marks filled memory as uninitialised, which
@@ -73,11 +83,7 @@ def grid_on_host_zeros(gridder, uvw, vis):
 
 
 if __name__ == "__main__":
-    args = argparse.ArgumentParser(description="grid and degrid a random case on Oclgrind, save to OUT")
-    args.add_argument("out")
-    args.add_argument("--seed", type=int, default=0)
-    args.add_argument("--num-vis", type=int, default=40)
-    args.add_argument("--npol", type=int, default=2)
+    args = case_arguments("grid and degrid a random case on Oclgrind, save to OUT")
     args.add_argument("--tile", type=int, default=GRID_TUNING["tile"])
     args = args.parse_args()
     stack = small_stack()

@@ -1,5 +1,7 @@
 """Device selection, program building and the template line mapping."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pyopencl as cl
 import pytest
@@ -111,7 +113,6 @@ def test_fill_zeros_in_pieces_zeroes_exactly_the_prefix(queue, rng, monkeypatch,
 
 def fake_device(platform: str, max_alloc: int):
     """The device attributes device_facts reads, for a platform this machine lacks."""
-    from types import SimpleNamespace
     return SimpleNamespace(
         platform=SimpleNamespace(name=platform), vendor="v", name="d", type=cl.device_type.GPU,
         driver_version="1", max_compute_units=1, global_mem_size=4 * max_alloc, max_mem_alloc_size=max_alloc,

@@ -5,7 +5,6 @@ supports 3 to 5 make footprints that cover 1 to 4 tiles, partly; a central box o
 radius 1 runs the second launch too, and windows (support 3) the third.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
-from fpga_case import CELL, N, grid_on_host_zeros, random_inputs, small_stack  # noqa: E402
+from fpga_case import CELL, N, case_arguments, grid_on_host_zeros, random_inputs, small_stack  # noqa: E402
 
 TUNING = {"tile_u": 8, "tile_v": 8, "regsz": 2, "shmsz": 2, "central_radius": 1, "chunk": 6,
           "central_chunk": 5, "groups_per_cu": 2, "footprint_wg": 16, "sort_run": 3, "sort_wg": 16,
@@ -22,11 +21,7 @@ TUNING = {"tile_u": 8, "tile_v": 8, "regsz": 2, "shmsz": 2, "central_radius": 1,
           "atomic": "xchg"}   # all-atomic flushes: the CAS loop's first plain read is a benign race
 
 if __name__ == "__main__":
-    args = argparse.ArgumentParser(description="grid a random case with the tiled strategy, save to OUT")
-    args.add_argument("out")
-    args.add_argument("--seed", type=int, default=0)
-    args.add_argument("--num-vis", type=int, default=40)
-    args.add_argument("--npol", type=int, default=2)
+    args = case_arguments("grid a random case with the tiled strategy, save to OUT")
     args.add_argument("--mapping", default="footprint")
     args.add_argument("--plan-copies", type=int, default=1, help="sort_copies_plan (1) or not (0)")
     args = args.parse_args()

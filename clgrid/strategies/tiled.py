@@ -145,11 +145,11 @@ class TiledGridding(Strategy):
         a test holds it to what the built kernel reports)."""
         t = self.tuning
         complex_size = np.dtype(self.complex_dtype).itemsize
+        items = int(np.prod(self.local_size()))
         words = 16 if t["mapping"] == "footprint" else 9   # tile_visibility's ints (and float)
         entry = -(-(words * 4) // complex_size) * complex_size + 2 * npol * complex_size
-        cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * int(
-            np.prod(self.local_size()))
-        return int(np.prod(self.local_size())) * entry + cells * npol * complex_size + 4
+        cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
+        return items * entry + cells * npol * complex_size + 4
 
     def template_params(self, npol: int) -> dict:
         wg_u, wg_v = self.local_size()
