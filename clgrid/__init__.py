@@ -6,7 +6,8 @@ from .runtime import devices
 from .gridder import Gridder
 from .degridder import Degridder
 from .kernels import KernelStack
+from .wgridding import WGridder, dirty2vis, vis2dirty
 
 __version__ = "0.1.0"
-__all__ = ["Gridder", "Degridder", "KernelStack", "devices", "reference", "ClgridError", "DeviceCapabilityError",
+__all__ = ["Gridder", "Degridder", "KernelStack", "WGridder", "vis2dirty", "dirty2vis", "devices", "reference", "ClgridError", "DeviceCapabilityError",
            "DroppedVisibilitiesError", "KernelBuildError", "__version__"]

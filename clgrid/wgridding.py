@@ -1,0 +1,474 @@
+"""Imaging accurate to ``epsilon``: `vis2dirty` / `dirty2vis` with ducc0.wgridder's keywords,
+meaning and normalisation, and `WGridder`, the operator behind them kept for major cycles.
+
+Conventions (measured against ducc0 0.42 with a direct sum; tests/test_vis2dirty.py holds
+them).  With ``u, v, w = uvw * freq / c`` (wavelengths) after the flips (``flip_u`` negates
+u, ...), pixel ``(ix, iy)`` of the ``(npix_x, npix_y)`` image is at
+
+    x = (ix - npix_x // 2) * pixsize_x + s_u * center_x,   y = (iy - npix_y // 2) * pixsize_y + s_v * center_y
+
+with ``s_u = -1`` when ``flip_u`` (so a flip mirrors the image about its centre, centre
+offset included), ``n = sqrt(1 - x^2 - y^2)``, and
+
+    vis2dirty:  dirty[ix, iy] = Re sum_k wgt_k vis_k exp(+2 pi i (u_k x + v_k y - w_k (n - 1))) / n
+    dirty2vis:  vis_k = wgt_k sum_{ix, iy} dirty[ix, iy] exp(-2 pi i (u_k x + v_k y - w_k (n - 1))) / n
+
+(the adjoint pair).  The ``/ n`` is there with ``divide_by_n`` and ``do_wgridding``; without
+``do_wgridding`` the w term and ``/ n`` are both absent.  The image is not divided by the
+sum of weights.  x goes with u and the first axis; y with v and the second.  Masked
+(mask == 0) or zero-weight visibilities do not count; dirty2vis returns 0 for them.
+
+How: the kernel (clgrid.accuracy) spreads each visibility over W x W cells of a grid
+padded by sigma, and with w over W of a stack of w-planes spaced so that the image's
+range of ``n - 1`` is oversampled by sigma too (w-gridding, "improved w-stacking": Ye et
+al. 2021, Arras et al. 2021).  Each plane is transformed, multiplied by its w phase and
+summed; the sum is divided by the kernel's Fourier transform in u, v and w.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from .accuracy import KernelChoice, choose_kernel, kernel_transform
+from .atomics import atomic_unavailable, build_options_for
+from .codegen import build_program, render
+from .fft import HostFFT
+from .runtime import device_facts, fill_zeros, get_queue
+from .strategies.base import check_precision
+from .tuning import resolve_tuning
+
+__all__ = ["WGridder", "vis2dirty", "dirty2vis", "Geometry", "PointPlan", "plan_points"]
+
+SPEED_OF_LIGHT = 299792458.0
+MIN_NPIX = 16
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Image and grid: what every plan of one operator shares."""
+
+    npix_x: int
+    npix_y: int
+    pixsize_x: float
+    pixsize_y: float
+    center_x: float        # already multiplied by the u/v flip sign
+    center_y: float
+    nu: int                # padded grid
+    nv: int
+    kernel: KernelChoice
+    do_wgridding: bool
+    w_min: float = 0.0     # wavelengths, after the w flip
+    dw: float = 1.0        # w-plane spacing
+    num_planes: int = 1
+    nshift: float = 0.0    # (n - 1) = nshift + t, |t| <= t_half over the image
+
+    @property
+    def w_start(self) -> float:
+        """w of plane 0."""
+        return self.w_min - self.kernel.support / 2 * self.dw
+
+    def image_lm(self):
+        x = (np.arange(self.npix_x) - self.npix_x // 2) * self.pixsize_x + self.center_x
+        y = (np.arange(self.npix_y) - self.npix_y // 2) * self.pixsize_y + self.center_y
+        return x, y
+
+
+@dataclass
+class PointPlan:
+    """Where each kept visibility goes, sorted by its first w-plane.
+
+    ``index`` picks the kept visibilities from the flattened (nrow * nchan) input in this
+    order; ``first`` (n, 4) int32 holds the first u cell, first v cell (both modulo the
+    grid) and first plane; ``frac`` (n, 4) the offset of the first tap from the
+    visibility in cells (planes), in [-W/2, -W/2 + 1); ``plane_start[p]`` is where the
+    visibilities whose first plane is p begin; ``phase`` the factor gridding applies
+    (centre shift and nshift), conjugated by degridding.
+    """
+
+    index: np.ndarray
+    first: np.ndarray
+    frac: np.ndarray
+    plane_start: np.ndarray
+    phase: np.ndarray
+
+    @property
+    def num_vis(self) -> int:
+        return len(self.index)
+
+    def active(self, plane: int, support: int) -> tuple[int, int]:
+        """(start, count) of the visibilities with a tap on ``plane``."""
+        lo = self.plane_start[max(0, plane - support + 1)]
+        hi = self.plane_start[min(plane + 1, len(self.plane_start) - 1)]
+        return int(lo), int(hi - lo)
+
+
+def plan_points(u, v, w, geometry: Geometry) -> PointPlan:
+    """Host planning in float64 for the analytic path: cells, offsets and plane order.
+
+    ``u, v, w`` in wavelengths (flips applied) of the kept visibilities only.  This is
+    the one function to replace by the device Plan (clgrid.plan) when the two paths meet:
+    it needs, per point, the first tap and its offset on each axis, and an order in which
+    the points of one w-plane are contiguous.
+    """
+    g, support = geometry, geometry.kernel.support
+    half = support / 2.0
+    pos_u = u * (g.nu * g.pixsize_x)
+    pos_v = v * (g.nv * g.pixsize_y)
+    first_u, first_v = np.ceil(pos_u - half), np.ceil(pos_v - half)
+    if g.do_wgridding:
+        pos_w = (w - g.w_start) / g.dw
+        first_w = np.ceil(pos_w - half)
+        frac_w = first_w - pos_w
+    else:
+        first_w = np.zeros_like(u)
+        frac_w = np.zeros_like(u)
+    order = np.argsort(first_w, kind="stable")
+    first = np.zeros((len(u), 4), np.int32)
+    first[:, 0] = np.mod(first_u, g.nu)[order]
+    first[:, 1] = np.mod(first_v, g.nv)[order]
+    first[:, 2] = first_w[order]
+    frac = np.zeros((len(u), 4), np.float64)
+    frac[:, 0] = (first_u - pos_u)[order]
+    frac[:, 1] = (first_v - pos_v)[order]
+    frac[:, 2] = frac_w[order]
+    plane_start = np.searchsorted(first[:, 2], np.arange(g.num_planes + 1), side="left")
+    phase = np.exp(2j * np.pi * (u * g.center_x + v * g.center_y - w * g.nshift))[order] \
+        if (g.center_x or g.center_y or g.nshift) else None
+    return PointPlan(order, first, frac, plane_start, phase)
+
+
+def _good_size(n: int) -> int:
+    """The smallest even size >= n with only small prime factors (fast FFTs)."""
+    import scipy.fft
+
+    m = scipy.fft.next_fast_len(int(n))
+    while m % 2:
+        m = scipy.fft.next_fast_len(m + 1)
+    return m
+
+
+def _n_minus_one_range(x, y):
+    """Smallest and largest ``n - 1`` over the image box (x and y pixel centres)."""
+    cx = 0.0 if x[0] <= 0 <= x[-1] else min(abs(x[0]), abs(x[-1]))
+    cy = 0.0 if y[0] <= 0 <= y[-1] else min(abs(y[0]), abs(y[-1]))
+    far = max(x[0] ** 2, x[-1] ** 2) + max(y[0] ** 2, y[-1] ** 2)
+    if far >= 1.0:
+        raise ValueError("the image reaches beyond the horizon (x^2 + y^2 >= 1 at a corner): "
+                         "lower pixsize_x/pixsize_y, npix or the centre offset")
+    return math.sqrt(1.0 - far) - 1.0, math.sqrt(1.0 - cx * cx - cy * cy) - 1.0
+
+
+class WGridder:
+    """The imaging operator for one set of points: ``vis2dirty(vis, wgt)`` and
+    ``dirty2vis(dirty, wgt)``, with the plan, device program, grid and FFT kept between
+    calls (a major cycle calls both many times)."""
+
+    def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
+                 epsilon: float, do_wgridding: bool = False, mask=None, flip_u: bool = False,
+                 flip_v: bool = False, flip_w: bool = False, divide_by_n: bool = True,
+                 center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
+                 sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
+                 verbosity: int = 0, tuning: dict | None = None):
+        uvw = np.asarray(uvw, np.float64)
+        freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
+        if uvw.ndim != 2 or uvw.shape[1] != 3:
+            raise ValueError(f"uvw must have shape (nrow, 3), got {uvw.shape}")
+        if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
+            raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
+        if not np.all(np.isfinite(uvw)):
+            raise ValueError("uvw has NaN or infinite entries")
+        for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
+            if int(n) != n or n < MIN_NPIX or n % 2:
+                raise ValueError(f"{name} must be an even integer >= {MIN_NPIX}, got {n!r}")
+        for name, p in (("pixsize_x", pixsize_x), ("pixsize_y", pixsize_y)):
+            if not (np.isfinite(p) and p > 0):
+                raise ValueError(f"{name} must be a positive angle in radians, got {p!r}")
+        self.nrow, self.nchan = uvw.shape[0], freq.size
+        self.shape = (self.nrow, self.nchan)
+        self.npix_x, self.npix_y = int(npix_x), int(npix_y)
+        self.precision = precision
+        self.divide_by_n = bool(divide_by_n) and bool(do_wgridding)
+        self.verbosity = verbosity
+        self.real = np.float64 if precision == "double" else np.float32
+        self.complex = np.complex128 if precision == "double" else np.complex64
+
+        keep = np.ones(self.shape, bool)
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.shape != self.shape:
+                raise ValueError(f"mask must have shape (nrow, nchan) = {self.shape}, got {mask.shape}")
+            keep &= mask != 0
+        self.keep = keep
+        signs = np.array([-1.0 if flip_u else 1.0, -1.0 if flip_v else 1.0, -1.0 if flip_w else 1.0])
+        rows, chans = np.nonzero(keep)
+        scale = freq[chans] / SPEED_OF_LIGHT
+        u, v, w = ((uvw[rows] * signs).T * scale)
+        self.flat_index = np.flatnonzero(keep.reshape(-1))
+
+        cx, cy = signs[0] * center_x, signs[1] * center_y
+        x = (np.arange(self.npix_x) - self.npix_x // 2) * pixsize_x + cx
+        y = (np.arange(self.npix_y) - self.npix_y // 2) * pixsize_y + cy
+        t_lo, t_hi = _n_minus_one_range(x, y) if do_wgridding else (0.0, 0.0)
+        nshift = 0.5 * (t_lo + t_hi)
+        t_half = max(0.5 * (t_hi - t_lo), 1e-12)
+        w_min, w_max = (float(w.min()), float(w.max())) if w.size else (0.0, 0.0)
+        ndim = 3 if do_wgridding else 2
+        nvis = max(u.size, 1)
+
+        def sizes(choice):
+            nu, nv = _good_size(choice.sigma * self.npix_x), _good_size(choice.sigma * self.npix_y)
+            if not do_wgridding:
+                return nu, nv, 1.0, 1
+            dw = 1.0 / (2.0 * choice.sigma * t_half)
+            return nu, nv, dw, int(math.ceil((w_max - w_min) / dw)) + choice.support
+
+        def cost(choice):
+            # Spreading: one complex multiply-add per footprint cell per plane it touches;
+            # FFT: 5 N log2 N per plane; both in the same rough units.
+            nu, nv, _, planes = sizes(choice)
+            spread = nvis * choice.support ** ndim * 8.0
+            return spread + planes * 5.0 * nu * nv * math.log2(nu * nv)
+
+        choice = choose_kernel(epsilon, precision, ndim, cost=cost, sigma_min=sigma_min, sigma_max=sigma_max)
+        nu, nv, dw, planes = sizes(choice)
+        self.geometry = Geometry(self.npix_x, self.npix_y, float(pixsize_x), float(pixsize_y), float(cx),
+                                 float(cy), nu, nv, choice, bool(do_wgridding), w_min, dw, planes,
+                                 nshift if do_wgridding else 0.0)
+        self.plan = plan_points(u, v, w, self.geometry)
+        self._correction = self._grid_correction(x, y, nshift)
+        self._setup_device(device, tuning)
+        self.fft = HostFFT(nthreads)
+        if verbosity:
+            print(f"clgrid.WGridder: {self.plan.num_vis} visibilities, grid {nu}x{nv}, support "
+                  f"{choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, {planes} w-plane(s)")
+
+    # -- set-up -------------------------------------------------------------------------
+    def _grid_correction(self, x, y, nshift):
+        """Per-pixel divisor: the kernel's transform in u, v (and w), times n if asked."""
+        g, k = self.geometry, self.geometry.kernel
+        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
+        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
+        corr = np.multiply.outer(cu, cv)
+        self._t = None
+        if g.do_wgridding:
+            n = np.sqrt(1.0 - x[:, None] ** 2 - y[None, :] ** 2)
+            self._t = (n - 1.0) - nshift
+            corr = corr * kernel_transform(g.dw * self._t, k.support, k.beta)
+            if self.divide_by_n:
+                corr = corr * n
+        return corr
+
+    def _setup_device(self, device, tuning):
+        self.queue = get_queue(device)
+        facts = device_facts(self.queue.device)
+        check_precision(self.precision, facts, atomics=True)
+        params = resolve_tuning("atomic", tuning, facts)
+        path = params.get("atomic", "cas")
+        if atomic_unavailable(path, facts, self.precision == "double"):
+            path = "cas"
+        source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path,
+                        support=self.geometry.kernel.support, use_w=self.geometry.do_wgridding)
+        program = build_program(self.queue.context, source,
+                                tuple(params.get("build_options", ())) + build_options_for(path))
+        self._spread = cl.Kernel(program, "spread")
+        self._interp = cl.Kernel(program, "interp")
+        ctx, mf = self.queue.context, cl.mem_flags
+        p = self.plan
+        n = max(p.num_vis, 1)
+        real4 = np.zeros((n, 4), self.real)
+        real4[:p.num_vis] = p.frac
+        first = np.zeros((n, 4), np.int32)
+        first[:p.num_vis] = p.first
+        self._first = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=first)
+        self._frac = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=real4)
+        self._vis = cl.Buffer(ctx, mf.READ_WRITE, n * np.dtype(self.complex).itemsize)
+        g = self.geometry
+        self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
+        self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
+        self._wg = 64
+
+    def _launch(self, kernel, plane: int, wait_for=None):
+        start, count = self.plan.active(plane, self.geometry.kernel.support)
+        if count == 0:
+            return None
+        g = self.geometry
+        size = -(-count // self._wg) * self._wg
+        args = (self._first, self._frac, self._vis if kernel is self._spread else self._grid,
+                self._grid if kernel is self._spread else self._vis, np.int32(g.nu), np.int32(g.nv),
+                np.int32(plane), np.int32(start), np.int32(count), self.real(g.kernel.beta))
+        return kernel(self.queue, (size,), (self._wg,), *args, wait_for=wait_for)
+
+    def _crop_rows(self):
+        g = self.geometry
+        return ((np.arange(g.npix_x) - g.npix_x // 2) % g.nu)[:, None], \
+            ((np.arange(g.npix_y) - g.npix_y // 2) % g.nv)[None, :]
+
+    def _check_values(self, name, a, shape):
+        if a.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+
+    def _weights(self, wgt):
+        if wgt is None:
+            return None
+        wgt = np.asarray(wgt)
+        self._check_values("wgt", wgt, self.shape)
+        return wgt.reshape(-1)[self.flat_index][self.plan.index].astype(np.float64)
+
+    def _zero_data_warning(self, what):
+        warnings.warn(f"clgrid: no visibility is unmasked with non-zero weight; {what} is zero",
+                      stacklevel=3)
+
+    # -- the operator ---------------------------------------------------------------------
+    def vis2dirty(self, vis, wgt=None) -> np.ndarray:
+        """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation."""
+        vis = np.asarray(vis)
+        self._check_values("vis", vis, self.shape)
+        p, g = self.plan, self.geometry
+        values = vis.reshape(-1)[self.flat_index][p.index].astype(np.complex128)
+        weights = self._weights(wgt)
+        if weights is not None:
+            values *= weights
+        if p.phase is not None:
+            values *= p.phase
+        if p.num_vis == 0 or not np.any(values):
+            self._zero_data_warning("the image")
+            return np.zeros((g.npix_x, g.npix_y), self.real)
+        if not np.all(np.isfinite(values)):
+            raise ValueError("vis (or wgt) has NaN or infinite entries where not masked")
+        cl.enqueue_copy(self.queue, self._vis, values.astype(self.complex))
+        rows, cols = self._crop_rows()
+        image = np.zeros((g.npix_x, g.npix_y), self.complex)
+        phase, step = self._plane_phases()
+        grid = np.empty((g.nu, g.nv), self.complex)
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
+                event = self._launch(self._spread, plane, [zero])
+                cl.enqueue_copy(self.queue, grid, self._grid, wait_for=[event])
+                sub = self.fft.backward(grid)[rows, cols]
+                image += sub if phase is None else sub * phase
+            if phase is not None:
+                phase *= step
+        return (image.real / self._correction).astype(self.real)
+
+    def _plane_phases(self):
+        """exp(-2 pi i w_p t) for plane 0 and the factor from one plane to the next."""
+        g = self.geometry
+        if not g.do_wgridding:
+            return None, None
+        # complex128 in either precision: a running product in complex64 drifts.
+        return np.exp(-2j * np.pi * g.w_start * self._t), np.exp(-2j * np.pi * g.dw * self._t)
+
+    def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
+        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
+        dirty = np.asarray(dirty)
+        g, p = self.geometry, self.plan
+        self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
+        if not np.all(np.isfinite(dirty)):
+            raise ValueError("dirty has NaN or infinite entries")
+        out = np.zeros(self.shape, self.complex)
+        if p.num_vis == 0:
+            self._zero_data_warning("every visibility")
+            return out
+        image = dirty.astype(np.float64) / self._correction
+        fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real).wait()
+        rows, cols = self._crop_rows()
+        phase, step = self._plane_phases()
+        grid = np.zeros((g.nu, g.nv), self.complex)
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                grid[:] = 0
+                grid[rows, cols] = image if phase is None else image * phase.conj()
+                grid = self.fft.forward(grid)
+                upload = cl.enqueue_copy(self.queue, self._grid, np.ascontiguousarray(grid, self.complex))
+                self._launch(self._interp, plane, [upload]).wait()
+            if phase is not None:
+                phase *= step
+        values = np.empty(max(p.num_vis, 1), self.complex)
+        cl.enqueue_copy(self.queue, values, self._vis).wait()
+        values = values[:p.num_vis].astype(np.complex128)
+        if p.phase is not None:
+            values *= p.phase.conj()
+        weights = self._weights(wgt)
+        if weights is not None:
+            values *= weights
+        flat = out.reshape(-1)
+        flat[self.flat_index[p.index]] = values
+        return out
+
+
+def _precision_of(dtype, name, kinds):
+    dtype = np.dtype(dtype)
+    for precision, allowed in kinds.items():
+        if dtype == allowed:
+            return precision
+    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {dtype}")
+
+
+def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
+              do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
+              center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
+              dirty=None, device=None, **ignored):
+    """ducc0.wgridder.vis2dirty's call on an OpenCL device; see the module docstring.
+
+    ``vis`` complex64 or complex128 sets the precision; the image is float32 or float64
+    (npix_x, npix_y).  ``dirty``, if given, receives the result.  ``allow_nshift`` and
+    ``double_precision_accumulation`` are accepted and have no effect.
+    """
+    _refuse_unknown(ignored)
+    vis = np.asarray(vis)
+    precision = _precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
+    op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
+                  flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
+                  device, nthreads, verbosity)
+    image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
+    if dirty is not None:
+        dirty[...] = image
+        return dirty
+    return image
+
+
+def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, epsilon,
+              do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
+              center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
+              vis=None, device=None, npix_x=0, npix_y=0, **ignored):
+    """ducc0.wgridder.dirty2vis's call on an OpenCL device: visibilities (nrow, nchan) of
+    ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
+    _refuse_unknown(ignored)
+    dirty = np.asarray(dirty)
+    precision = _precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
+    if dirty.ndim != 2:
+        raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")
+    for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):
+        if n and n != have:
+            raise ValueError(f"{name}={n} does not match dirty's shape {dirty.shape}")
+    op = WGridder(uvw, freq, dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding,
+                  mask, flip_u, flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max,
+                  precision, device, nthreads, verbosity)
+    result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))
+    if vis is not None:
+        vis[...] = result
+        return vis
+    return result
+
+
+def _checked_wgt(wgt, real_dtype):
+    if wgt is None:
+        return None
+    wgt = np.asarray(wgt)
+    if not np.issubdtype(wgt.dtype, np.floating):
+        raise TypeError(f"wgt must be a float array, got {wgt.dtype}")
+    if not np.all(np.isfinite(wgt)):
+        raise ValueError("wgt has NaN or infinite entries")
+    return wgt
+
+
+def _refuse_unknown(ignored):
+    unknown = set(ignored) - {"allow_nshift", "double_precision_accumulation"}
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
