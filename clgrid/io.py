@@ -2,7 +2,17 @@
 
 The ``io`` extra brings pyuvdata; Measurement Sets also need python-casacore.  The
 result is in the shapes `Gridder.grid` takes, so people can grid or benchmark their
-own data: ``Gridder.grid(d.uvw, d.vis, weights=d.weights, flags=d.flags, freqs=d.freqs)``.
+own data: ``Gridder.grid(d.uvw, d.vis, weights=d.weights, flags=d.flags, freqs=d.freqs)``,
+or image it: ``clgrid.vis2dirty(uvw=d.uvw.reshape(-1, 3), freq=d.freqs, vis=...)``.
+
+Sign convention.  clgrid (like ducc0.wgridder) takes a point source of flux S at
+direction (l, m), l towards east and m towards north, to have visibilities
+``V = S exp(-2 pi i (u l + v m + w (n - 1)))``.  Data rephased by pyuvdata (3.2) to a
+field centre fit that form exactly (peak 1.0 of 1.0, w term included) at (-l, -m) with
+the file's uvw: the source is rotated 180 degrees about the phase centre, u and v
+reversed while w is right (tests/test_vis2dirty.py makes such a file and checks it).
+Conjugating the data moves the source back but reverses w as well, which defocuses it
+off-centre.  So `read_measurement` reverses u and v and keeps w and the data.
 """
 
 from __future__ import annotations
@@ -37,7 +47,8 @@ class Measurement:
 def read_measurement(path, by_baseline: bool = True, **read_kwargs) -> Measurement:
     """Read a file pyuvdata understands; ``read_kwargs`` go to ``UVData.from_file``.
 
-    Weights are pyuvdata's ``nsample_array``.  With ``by_baseline`` and a regular
+    Weights are pyuvdata's ``nsample_array``.  ``uvw`` is the file's with u and v
+    reversed into clgrid's sign convention (module docstring); ``vis`` is the file's.  With ``by_baseline`` and a regular
     baseline-time layout, rows are ordered baseline-major as the moving-window
     strategies want; otherwise rows keep the file's order.
     """
@@ -52,7 +63,7 @@ def read_measurement(path, by_baseline: bool = True, **read_kwargs) -> Measureme
     data = np.asarray(uvd.data_array).reshape(uvd.Nblts, uvd.Nfreqs, uvd.Npols)
     flags = np.asarray(uvd.flag_array).reshape(data.shape)
     weights = np.asarray(uvd.nsample_array, np.float64).reshape(data.shape)
-    uvw = np.asarray(uvd.uvw_array, np.float64)
+    uvw = np.asarray(uvd.uvw_array, np.float64) * np.array([-1.0, -1.0, 1.0])  # module docstring
     ant1, ant2, times = (np.asarray(a) for a in (uvd.ant_1_array, uvd.ant_2_array, uvd.time_array))
     pols = tuple(int(p) for p in uvd.polarization_array)
     if by_baseline and uvd.Nblts == uvd.Nbls * uvd.Ntimes:
