@@ -142,6 +142,18 @@ def plan_points(u, v, w, geometry: Geometry) -> PointPlan:
     return PointPlan(order, first, frac, plane_start, phase)
 
 
+def _smooth_transform(s, support: int, beta: float):
+    """`kernel_transform` at many points (one per pixel for w): through a Chebyshev
+    interpolant of degree 64 on the points' range, exact to rounding there (the transform
+    is entire and |s| <= 1/2), instead of a quadrature per pixel."""
+    lo, hi = float(np.min(s)), float(np.max(s))
+    if hi - lo < 1e-12:
+        return np.full(np.shape(s), kernel_transform(lo, support, beta))
+    cheb = np.polynomial.Chebyshev.interpolate(lambda x: kernel_transform(x, support, beta), 64,
+                                               domain=[lo, hi])
+    return cheb(s)
+
+
 def _good_size(n: int) -> int:
     """The smallest even size >= n with only small prime factors (fast FFTs)."""
     import scipy.fft
@@ -258,7 +270,7 @@ class WGridder:
         if g.do_wgridding:
             n = np.sqrt(1.0 - x[:, None] ** 2 - y[None, :] ** 2)
             self._t = (n - 1.0) - nshift
-            corr = corr * kernel_transform(g.dw * self._t, k.support, k.beta)
+            corr = corr * _smooth_transform(g.dw * self._t, k.support, k.beta)
             if self.divide_by_n:
                 corr = corr * n
         return corr
