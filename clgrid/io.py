@@ -5,13 +5,13 @@ result is in the shapes `Gridder.grid` takes, so people can grid or benchmark th
 own data: ``Gridder.grid(d.uvw, d.vis, weights=d.weights, flags=d.flags, freqs=d.freqs)``,
 or image it: ``clgrid.vis2dirty(uvw=d.uvw.reshape(-1, 3), freq=d.freqs, vis=...)``.
 
-Sign convention.  clgrid (like ducc0.wgridder) takes a point source of flux S at
-direction (l, m), l towards east and m towards north, to have visibilities
-``V = S exp(-2 pi i (u l + v m + w (n - 1)))``.  Data rephased by pyuvdata (3.2) to a
-field centre fit that form exactly (peak 1.0 of 1.0, w term included) at (-l, -m) with
-the file's uvw: the source is rotated 180 degrees about the phase centre, u and v
-reversed while w is right (tests/test_vis2dirty.py makes such a file and checks it).
-Conjugating the data moves the source back but reverses w as well, which defocuses it
+Sign convention (README "Data conventions"; tests/test_conventions.py simulates a point
+source from antenna positions to check it).  clgrid (like ducc0.wgridder) focuses a point
+source of flux S at direction (l, m), l towards east and m towards north, when
+``V = S exp(-2 pi i (u l + v m - w (n - 1)))``.  pyuvdata's convention (``V_12 = <X_1^* X_2>``,
+``uvw = xyz(ant2) - xyz(ant1)``, and the sign of its ``phase()``) gives
+``V = S exp(+2 pi i (u l + v m + w (n - 1)))`` with its uvw: u and v reversed, w the same.
+Conjugating the data would move the source back but reverse w as well, which defocuses it
 off-centre.  So `read_measurement` reverses u and v and keeps w and the data.
 """
 
