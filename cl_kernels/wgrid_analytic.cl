@@ -5,7 +5,8 @@
     (interp).  The grid is periodic and indexed [u][v]: cell (iu, iv) at iu * NV + iv, and
     footprints wrap around its edges, which is exact for a discrete image (clgrid.accuracy
     says why the kernel is what it is).
-    Template variables: double, atomic, support (W), use_w (bool). #}
+    Template variables: double, atomic, support (W), use_w (bool), degree and coef (the
+    kernel's per-tap polynomials, (degree + 1) x W). #}
 {% include "common.cl" %}
 #define SUPPORT {{ support }}
 {% if double %}
@@ -14,27 +15,36 @@ typedef double4 real4_t;
 typedef float4 real4_t;
 {% endif %}
 
-/* psi(x) = exp(beta (sqrt(1 - x^2) - 1)) on |x| < 1, else 0. */
-inline real_t es_kernel(const real_t x, const real_t beta)
-{
-    const real_t r = (real_t)1 - x * x;
-    return r > (real_t)0 ? exp(beta * (sqrt(r) - (real_t)1)) : (real_t)0;
-}
+/* The kernel psi(x) = exp(beta (sqrt(1 - x^2) - 1)) as one polynomial per tap, highest
+   power first (clgrid.accuracy.horner_coefficients): Horner's rule instead of exp and
+   sqrt, the same few multiply-adds for every tap, which vectorise. */
+#define DEGREE {{ degree }}
+__constant real_t COEF[DEGREE + 1][SUPPORT] = {
+{% for row in coef %}    { {% for c in row %}{{ "%.17g" % c }}{{ "" if double else "f" }}, {% endfor %}},
+{% endfor %}};
 
 /* Kernel values of one visibility along one axis: tap j sits (frac + j) cells from it,
    frac in [-W/2, -W/2 + 1). */
-inline void taps(real_t *k, const real_t frac, const real_t beta)
+inline void taps(real_t *k, const real_t frac)
 {
-    const real_t scale = (real_t)2 / (real_t)SUPPORT;
+    const real_t z = (real_t)2 * frac + (real_t)(SUPPORT - 1);
     for (int j = 0; j < SUPPORT; ++j)
-        k[j] = es_kernel((frac + (real_t)j) * scale, beta);
+        k[j] = COEF[0][j];
+    for (int d = 1; d <= DEGREE; ++d)
+        for (int j = 0; j < SUPPORT; ++j)
+            k[j] = k[j] * z + COEF[d][j];
 }
 
-/* The visibility's weight on w-plane `plane` (1 without w-gridding). */
-inline real_t plane_weight(const int4 first, const real4_t frac, const int plane, const real_t beta)
+/* The visibility's weight on w-plane `plane` (1 without w-gridding): tap plane - first. */
+inline real_t plane_weight(const int4 first, const real4_t frac, const int plane)
 {
 {% if use_w %}
-    return es_kernel((frac.z + (real_t)(plane - first.z)) * ((real_t)2 / (real_t)SUPPORT), beta);
+    const real_t z = (real_t)2 * frac.z + (real_t)(SUPPORT - 1);
+    const int j = plane - first.z;
+    real_t k = COEF[0][j];
+    for (int d = 1; d <= DEGREE; ++d)
+        k = k * z + COEF[d][j];
+    return k;
 {% else %}
     return (real_t)1;
 {% endif %}
@@ -54,9 +64,9 @@ __kernel void spread(__global const int4 *restrict first,     /* [n]: first cell
     const int4 f = first[k];
     const real4_t x = frac[k];
     real_t ku[SUPPORT], kv[SUPPORT];
-    taps(ku, x.x, beta);
-    taps(kv, x.y, beta);
-    const complex_t v = vis[k] * plane_weight(f, x, plane, beta);
+    taps(ku, x.x);
+    taps(kv, x.y);
+    const complex_t v = vis[k] * plane_weight(f, x, plane);
     int iu = f.x;
     for (int a = 0; a < SUPPORT; ++a, ++iu) {
         if (iu >= nu)
@@ -86,8 +96,8 @@ __kernel void interp(__global const int4 *restrict first,
     const int4 f = first[k];
     const real4_t x = frac[k];
     real_t ku[SUPPORT], kv[SUPPORT];
-    taps(ku, x.x, beta);
-    taps(kv, x.y, beta);
+    taps(ku, x.x);
+    taps(kv, x.y);
     complex_t sum = (complex_t)(0, 0);
     int iu = f.x;
     for (int a = 0; a < SUPPORT; ++a, ++iu) {
@@ -103,5 +113,5 @@ __kernel void interp(__global const int4 *restrict first,
         }
         sum += rsum * ku[a];
     }
-    vis[k] += sum * plane_weight(f, x, plane, beta);
+    vis[k] += sum * plane_weight(f, x, plane);
 }

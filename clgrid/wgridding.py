@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from .accuracy import KernelChoice, choose_kernel, kernel_transform
+from .accuracy import KernelChoice, choose_kernel, horner_coefficients, kernel_transform
 from .atomics import atomic_unavailable, build_options_for
 from .codegen import build_program, render
 from .fft import HostFFT
@@ -283,8 +283,11 @@ class WGridder:
         path = params.get("atomic", "cas")
         if atomic_unavailable(path, facts, self.precision == "double"):
             path = "cas"
+        kernel = self.geometry.kernel
+        coef = horner_coefficients(kernel.support, kernel.beta)
         source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path,
-                        support=self.geometry.kernel.support, use_w=self.geometry.do_wgridding)
+                        support=kernel.support, use_w=self.geometry.do_wgridding, degree=len(coef) - 1,
+                        coef=coef.tolist())
         program = build_program(self.queue.context, source,
                                 tuple(params.get("build_options", ())) + build_options_for(path))
         self._spread = cl.Kernel(program, "spread")
