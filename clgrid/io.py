@@ -42,6 +42,8 @@ class Measurement:
     antenna2: np.ndarray
     times: np.ndarray
     polarizations: tuple
+    phase_center: tuple | None = None          # (ra, dec) in radians and the frame name
+    antenna_diameter: float | None = None      # metres, the largest, when the file has it
 
 
 def read_measurement(path, by_baseline: bool = True, **read_kwargs) -> Measurement:
@@ -66,6 +68,7 @@ def read_measurement(path, by_baseline: bool = True, **read_kwargs) -> Measureme
     uvw = np.asarray(uvd.uvw_array, np.float64) * np.array([-1.0, -1.0, 1.0])  # module docstring
     ant1, ant2, times = (np.asarray(a) for a in (uvd.ant_1_array, uvd.ant_2_array, uvd.time_array))
     pols = tuple(int(p) for p in uvd.polarization_array)
+    extra = dict(phase_center=_phase_center(uvd), antenna_diameter=_diameter(uvd))
     if by_baseline and uvd.Nblts == uvd.Nbls * uvd.Ntimes:
         order = np.lexsort((times, ant2, ant1))
         shape = (uvd.Nbls, uvd.Ntimes)
@@ -74,5 +77,24 @@ def read_measurement(path, by_baseline: bool = True, **read_kwargs) -> Measureme
             return a[order].reshape(shape + a.shape[1:])
 
         return Measurement(regrid(uvw), regrid(data), regrid(weights), regrid(flags), freqs,
-                           regrid(ant1), regrid(ant2), regrid(times), pols)
-    return Measurement(uvw, data, weights, flags, freqs, ant1, ant2, times, pols)
+                           regrid(ant1), regrid(ant2), regrid(times), pols, **extra)
+    return Measurement(uvw, data, weights, flags, freqs, ant1, ant2, times, pols, **extra)
+
+
+def _phase_center(uvd):
+    """(ra, dec, frame) of the one sidereal phase centre, else None."""
+    catalog = getattr(uvd, "phase_center_catalog", None) or {}
+    ids = np.unique(np.asarray(uvd.phase_center_id_array)) if uvd.phase_center_id_array is not None else []
+    if len(ids) != 1 or int(ids[0]) not in catalog:
+        return None
+    entry = catalog[int(ids[0])]
+    if entry.get("cat_type") != "sidereal":
+        return None
+    return float(entry["cat_lon"]), float(entry["cat_lat"]), str(entry.get("cat_frame") or "icrs")
+
+
+def _diameter(uvd):
+    diameters = getattr(uvd.telescope, "antenna_diameters", None)
+    if diameters is None or not np.size(diameters):
+        return None
+    return float(np.max(diameters))

@@ -339,8 +339,10 @@ class WGridder:
                       stacklevel=3)
 
     # -- the operator ---------------------------------------------------------------------
-    def vis2dirty(self, vis, wgt=None) -> np.ndarray:
-        """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation."""
+    def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
+        """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
+        ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
+        ``update``); there are ``geometry.num_planes`` of them."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape)
         p, g = self.plan, self.geometry
@@ -369,6 +371,8 @@ class WGridder:
                 image += sub if phase is None else sub * phase
             if phase is not None:
                 phase *= step
+            if progress is not None:
+                progress(1)
         return (image.real / self._correction).astype(self.real)
 
     def _plane_phases(self):
