@@ -127,7 +127,9 @@ def plan_points(u, v, w, geometry: Geometry) -> PointPlan:
     else:
         first_w = np.zeros_like(u)
         frac_w = np.zeros_like(u)
-    order = np.argsort(first_w, kind="stable")
+    # by first plane (a plane's visibilities contiguous), then first u cell (rows of the
+    # grid in order: cache-friendly atomics, and the row lists of the "rows" spread)
+    order = np.lexsort((np.mod(first_u, g.nu), first_w))
     first = np.zeros((len(u), 4), np.int32)
     first[:, 0] = np.mod(first_u, g.nu)[order]
     first[:, 1] = np.mod(first_v, g.nv)[order]
@@ -279,7 +281,7 @@ class WGridder:
         self.queue = get_queue(device)
         facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
-        params = resolve_tuning("atomic", tuning, facts)
+        params = resolve_tuning("atomic", None, facts)
         path = params.get("atomic", "cas")
         if atomic_unavailable(path, facts, self.precision == "double"):
             path = "cas"
@@ -306,6 +308,54 @@ class WGridder:
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
         self._wg = 64
+        wparams = resolve_tuning("wgridding", tuning, facts)
+        self.spread_mode = wparams["spread"]
+        if self.spread_mode not in ("atomic", "rows"):
+            raise ValueError(f"tuning [wgridding] spread must be 'atomic' or 'rows', got {self.spread_mode!r}")
+        if self.spread_mode == "rows":
+            self._setup_rows(program, n)
+
+    def _setup_rows(self, program, n):
+        """Kernel values of every visibility, once (they depend on the plan only), and
+        where each (first plane, first u cell) run of visibilities begins."""
+        g, p, ctx, mf = self.geometry, self.plan, self.queue.context, cl.mem_flags
+        support = g.kernel.support
+        taps = (3 if g.do_wgridding else 2) * support
+        self._tap = cl.Buffer(ctx, mf.READ_WRITE, n * taps * np.dtype(self.real).itemsize)
+        if p.num_vis:
+            size = -(-p.num_vis // self._wg) * self._wg
+            cl.Kernel(program, "compute_taps")(self.queue, (size,), (self._wg,), self._frac, self._tap,
+                                               np.int32(p.num_vis))
+        key = p.first[:, 2].astype(np.int64) * (g.nu + 1) + p.first[:, 0]
+        cells = np.arange(g.num_planes)[:, None] * (g.nu + 1) + np.arange(g.nu + 1)[None, :]
+        row_start = np.searchsorted(key, cells.reshape(-1), side="left").astype(np.int32)
+        self._row_start = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=row_start)
+        self._spread_rows = cl.Kernel(program, "spread_rows")
+        self._interp_taps = cl.Kernel(program, "interp_taps")
+        self._rows_wg = 8
+
+    def _launch_spread(self, plane: int, wait_for=None):
+        if self.spread_mode == "atomic":
+            return self._launch(self._spread, plane, wait_for)
+        g = self.geometry
+        if self.plan.active(plane, g.kernel.support)[1] == 0:
+            return None
+        size = -(-g.nu // self._rows_wg) * self._rows_wg
+        return self._spread_rows(self.queue, (size,), (self._rows_wg,), self._first, self._tap, self._vis,
+                                 self._grid, self._row_start, np.int32(g.nu), np.int32(g.nv), np.int32(plane),
+                                 wait_for=wait_for)
+
+    def _launch_interp(self, plane: int, wait_for=None):
+        if self.spread_mode == "atomic":
+            return self._launch(self._interp, plane, wait_for)
+        start, count = self.plan.active(plane, self.geometry.kernel.support)
+        if count == 0:
+            return None
+        g = self.geometry
+        size = -(-count // self._wg) * self._wg
+        return self._interp_taps(self.queue, (size,), (self._wg,), self._first, self._tap, self._grid, self._vis,
+                                 np.int32(g.nu), np.int32(g.nv), np.int32(plane), np.int32(start),
+                                 np.int32(count), wait_for=wait_for)
 
     def _launch(self, kernel, plane: int, wait_for=None):
         start, count = self.plan.active(plane, self.geometry.kernel.support)
@@ -317,11 +367,6 @@ class WGridder:
                 self._grid if kernel is self._spread else self._vis, np.int32(g.nu), np.int32(g.nv),
                 np.int32(plane), np.int32(start), np.int32(count), self.real(g.kernel.beta))
         return kernel(self.queue, (size,), (self._wg,), *args, wait_for=wait_for)
-
-    def _crop_rows(self):
-        g = self.geometry
-        return ((np.arange(g.npix_x) - g.npix_x // 2) % g.nu)[:, None], \
-            ((np.arange(g.npix_y) - g.npix_y // 2) % g.nv)[None, :]
 
     def _check_values(self, name, a, shape):
         if a.shape != shape:
@@ -358,30 +403,38 @@ class WGridder:
         if not np.all(np.isfinite(values)):
             raise ValueError("vis (or wgt) has NaN or infinite entries where not masked")
         cl.enqueue_copy(self.queue, self._vis, values.astype(self.complex))
-        rows, cols = self._crop_rows()
-        image = np.zeros((g.npix_x, g.npix_y), self.complex)
+        image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
         grid = np.empty((g.nu, g.nv), self.complex)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
-                event = self._launch(self._spread, plane, [zero])
+                event = self._launch_spread(plane, [zero])
                 cl.enqueue_copy(self.queue, grid, self._grid, wait_for=[event])
-                sub = self.fft.backward(grid)[rows, cols]
-                image += sub if phase is None else sub * phase
+                sub = self.fft.backward(grid, g.npix_x, g.npix_y)
+                if phase is not None:
+                    np.multiply(sub, phase, out=sub, casting="same_kind")
+                image += sub.real
             if phase is not None:
                 phase *= step
             if progress is not None:
                 progress(1)
-        return (image.real / self._correction).astype(self.real)
+        image /= self._correction
+        return image.astype(self.real)
 
     def _plane_phases(self):
-        """exp(-2 pi i w_p t) for plane 0 and the factor from one plane to the next."""
+        """exp(-2 pi i w_p t) for plane 0 (a fresh copy: callers advance it) and the factor
+        from one plane to the next; kept with the operator up to 4 M pixels (64 MiB each)."""
         g = self.geometry
         if not g.do_wgridding:
             return None, None
-        # complex128 in either precision: a running product in complex64 drifts.
-        return np.exp(-2j * np.pi * g.w_start * self._t), np.exp(-2j * np.pi * g.dw * self._t)
+        cached = getattr(self, "_phases", None)
+        if cached is None:
+            # complex128 in either precision: a running product in complex64 drifts.
+            cached = (np.exp(-2j * np.pi * g.w_start * self._t), np.exp(-2j * np.pi * g.dw * self._t))
+            if g.npix_x * g.npix_y <= 1 << 22:
+                self._phases = cached
+        return cached[0].copy(), cached[1]
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
@@ -396,16 +449,13 @@ class WGridder:
             return out
         image = dirty.astype(np.float64) / self._correction
         fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real).wait()
-        rows, cols = self._crop_rows()
         phase, step = self._plane_phases()
-        grid = np.zeros((g.nu, g.nv), self.complex)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
-                grid[:] = 0
-                grid[rows, cols] = image if phase is None else image * phase.conj()
-                grid = self.fft.forward(grid)
+                sub = image.astype(self.complex) if phase is None else (image * phase.conj()).astype(self.complex)
+                grid = self.fft.forward(sub, g.nu, g.nv)
                 upload = cl.enqueue_copy(self.queue, self._grid, np.ascontiguousarray(grid, self.complex))
-                self._launch(self._interp, plane, [upload]).wait()
+                self._launch_interp(plane, [upload]).wait()
             if phase is not None:
                 phase *= step
         values = np.empty(max(p.num_vis, 1), self.complex)
