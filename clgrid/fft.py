@@ -77,3 +77,62 @@ class HostFFT:
                              workers=self.workers)
         return scipy.fft.fft(embed(half, nv, 1), axis=1, norm="backward", overwrite_x=True,
                              workers=self.workers)
+
+
+def import_vkfft():
+    """pyvkfft's OpenCL backend (the ``vkfft`` extra), or ImportError saying why not.
+
+    A pyvkfft built here by a compiler whose runtime library (Intel's libsvml) lives in
+    the interpreter's library folder and not on the loader's path is loaded by
+    preloading that library from there first."""
+    try:
+        import pyvkfft.opencl as vk
+        return vk
+    except ImportError:
+        raise ImportError("the device FFT needs pyvkfft built for OpenCL: "
+                          "VKFFT_BACKEND=opencl pip install 'clgrid[vkfft]' (with the OpenCL headers: "
+                          "apt-get install opencl-headers ocl-icd-opencl-dev)") from None
+    except OSError as first:
+        import ctypes
+        import sysconfig
+        from pathlib import Path
+
+        libdir = Path(sysconfig.get_config_var("LIBDIR") or "")
+        exc = first
+        for _ in range(8):          # each preload may name the next missing library
+            missing = str(exc).split(":")[0].strip()
+            candidate = libdir / missing
+            if not candidate.is_file():
+                raise ImportError(f"pyvkfft is installed but cannot load: {first}") from None
+            try:
+                ctypes.CDLL(str(candidate), mode=ctypes.RTLD_GLOBAL)
+                import pyvkfft.opencl as vk
+                return vk
+            except OSError as again:
+                exc = again
+        raise ImportError(f"pyvkfft is installed but cannot load: {first}") from None
+
+
+class DeviceFFT:
+    """In-place unnormalised 2-D C2C transforms of a device grid through pyvkfft (VkFFT's
+    OpenCL backend), on the operator's queue: ``backward`` exponent ``+``, ``forward``
+    ``-``, as `HostFFT`, but on a pyopencl Buffer holding (nu, nv) complex values."""
+
+    def __init__(self, queue, nu: int, nv: int, dtype):
+        import pyopencl.array as cla
+
+        vk = import_vkfft()
+        self.queue, self.shape, self.dtype = queue, (int(nu), int(nv)), np.dtype(dtype)
+        self._app = vk.VkFFTApp(self.shape, self.dtype, queue=queue, ndim=2, norm=0, inplace=True)
+        self._array = cla
+
+    def _wrap(self, buffer):
+        return self._array.Array(self.queue, self.shape, self.dtype, data=buffer)
+
+    def backward(self, buffer):
+        a = self._wrap(buffer)
+        self._app.ifft(a, a)
+
+    def forward(self, buffer):
+        a = self._wrap(buffer)
+        self._app.fft(a, a)

@@ -37,7 +37,7 @@ import pyopencl as cl
 from .accuracy import KernelChoice, choose_kernel, horner_coefficients, kernel_transform
 from .atomics import atomic_unavailable, build_options_for
 from .codegen import build_program, render
-from .fft import HostFFT
+from .fft import DeviceFFT, HostFFT
 from .runtime import device_facts, fill_zeros, get_queue
 from .strategies.base import check_precision
 from .tuning import resolve_tuning
@@ -255,8 +255,8 @@ class WGridder:
                                  nshift if do_wgridding else 0.0)
         self.plan = plan_points(u, v, w, self.geometry)
         self._correction = self._grid_correction(x, y, nshift)
-        self._setup_device(device, tuning)
         self.fft = HostFFT(nthreads)
+        self._setup_device(device, tuning)
         if verbosity:
             print(f"clgrid.WGridder: {self.plan.num_vis} visibilities, grid {nu}x{nv}, support "
                   f"{choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, {planes} w-plane(s)")
@@ -314,6 +314,43 @@ class WGridder:
             raise ValueError(f"tuning [wgridding] spread must be 'atomic' or 'rows', got {self.spread_mode!r}")
         if self.spread_mode == "rows":
             self._setup_rows(program, n)
+        self.fft_mode = wparams["fft"]
+        if self.fft_mode not in ("host", "vkfft"):
+            raise ValueError(f"tuning [wgridding] fft must be 'host' or 'vkfft', got {self.fft_mode!r}")
+        self.device_fft = None
+        if self.fft_mode == "vkfft":
+            try:
+                self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
+            except ImportError as exc:
+                warnings.warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
+                self.fft_mode = "host"
+        if self.device_fft is not None:
+            self._setup_planes(facts)
+
+    def _setup_planes(self, facts):
+        """The image side on the device (device FFT): correction, w phases, accumulator."""
+        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+        phase_double = bool(facts.fp64)
+        source = render("wgrid_planes.cl", double=self.precision == "double", use_w=g.do_wgridding,
+                        phase_double=phase_double)
+        program = build_program(ctx, source)
+        self._accumulate = cl.Kernel(program, "accumulate")
+        self._finish = cl.Kernel(program, "finish")
+        self._load_plane = cl.Kernel(program, "load_plane")
+        pdt = np.float64 if phase_double else np.float32
+        t = self._t if self._t is not None else np.zeros((g.npix_x, g.npix_y))
+        a0 = np.mod(g.w_start * t, 1.0)
+        s = g.dw * t
+
+        def upload(a, dtype):
+            return cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a, dtype))
+
+        self._a0, self._s = upload(a0, pdt), upload(s, pdt)
+        self._scale = upload(1.0 / self._correction, self.real)
+        npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
+        self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
+        self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
+        self._npix_bytes = npix_bytes
 
     def _setup_rows(self, program, n):
         """Kernel values of every visibility, once (they depend on the plan only), and
@@ -403,6 +440,8 @@ class WGridder:
         if not np.all(np.isfinite(values)):
             raise ValueError("vis (or wgt) has NaN or infinite entries where not masked")
         cl.enqueue_copy(self.queue, self._vis, values.astype(self.complex))
+        if self.device_fft is not None:
+            return self._vis2dirty_device(progress)
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
         grid = np.empty((g.nu, g.nv), self.complex)
@@ -421,6 +460,56 @@ class WGridder:
                 progress(1)
         image /= self._correction
         return image.astype(self.real)
+
+    def _plane_args(self, plane):
+        g = self.geometry
+        return (np.int32(g.nu), np.int32(g.nv), np.int32(g.npix_x), np.int32(g.npix_y), np.int32(plane))
+
+    def _vis2dirty_device(self, progress):
+        """Spread, transform and crop every plane on the device; one image comes back."""
+        g, q = self.geometry, self.queue
+        fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
+                self._launch_spread(plane, [zero])
+                self.device_fft.backward(self._grid)
+                self._accumulate(q, (g.npix_x, g.npix_y), None, self._grid, self._image_acc, self._a0,
+                                 self._s, *self._plane_args(plane))
+            if progress is not None:
+                q.finish()
+                progress(1)
+        count = g.npix_x * g.npix_y
+        self._finish(q, (count,), None, self._image_acc, self._scale, self._image_out, np.int32(count))
+        image = np.empty((g.npix_x, g.npix_y), self.real)
+        cl.enqueue_copy(q, image, self._image_out).wait()
+        return image
+
+    def _dirty2vis_device(self, dirty):
+        g, q = self.geometry, self.queue
+        cl.enqueue_copy(q, self._image_out, np.ascontiguousarray(dirty, self.real))
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                fill_zeros(q, self._grid, self._grid_bytes, self.real)
+                self._load_plane(q, (g.npix_x, g.npix_y), None, self._image_out, self._scale, self._a0, self._s,
+                                 self._grid, *self._plane_args(plane))
+                self.device_fft.forward(self._grid)
+                self._launch_interp(plane)
+        q.finish()
+
+    def _dirty2vis_host(self, dirty):
+        """Each plane made on the host, transformed there and sent to the device."""
+        g = self.geometry
+        image = dirty.astype(np.float64) / self._correction
+        phase, step = self._plane_phases()
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                sub = image.astype(self.complex) if phase is None else (image * phase.conj()).astype(self.complex)
+                grid = self.fft.forward(sub, g.nu, g.nv)
+                upload = cl.enqueue_copy(self.queue, self._grid, np.ascontiguousarray(grid, self.complex))
+                self._launch_interp(plane, [upload]).wait()
+            if phase is not None:
+                phase *= step
 
     def _plane_phases(self):
         """exp(-2 pi i w_p t) for plane 0 (a fresh copy: callers advance it) and the factor
@@ -447,17 +536,11 @@ class WGridder:
         if p.num_vis == 0:
             self._zero_data_warning("every visibility")
             return out
-        image = dirty.astype(np.float64) / self._correction
         fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real).wait()
-        phase, step = self._plane_phases()
-        for plane in range(g.num_planes):
-            if self.plan.active(plane, g.kernel.support)[1]:
-                sub = image.astype(self.complex) if phase is None else (image * phase.conj()).astype(self.complex)
-                grid = self.fft.forward(sub, g.nu, g.nv)
-                upload = cl.enqueue_copy(self.queue, self._grid, np.ascontiguousarray(grid, self.complex))
-                self._launch_interp(plane, [upload]).wait()
-            if phase is not None:
-                phase *= step
+        if self.device_fft is not None:
+            self._dirty2vis_device(dirty)
+        else:
+            self._dirty2vis_host(dirty)
         values = np.empty(max(p.num_vis, 1), self.complex)
         cl.enqueue_copy(self.queue, values, self._vis).wait()
         values = values[:p.num_vis].astype(np.complex128)
@@ -482,19 +565,21 @@ def _precision_of(dtype, name, kinds):
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
-              dirty=None, device=None, **ignored):
+              dirty=None, device=None, tuning=None, **ignored):
     """ducc0.wgridder.vis2dirty's call on an OpenCL device; see the module docstring.
 
     ``vis`` complex64 or complex128 sets the precision; the image is float32 or float64
     (npix_x, npix_y).  ``dirty``, if given, receives the result.  ``allow_nshift`` and
-    ``double_precision_accumulation`` are accepted and have no effect.
+    ``double_precision_accumulation`` are accepted and have no effect.  ``device`` and
+    ``tuning`` (overrides of the table's ``[wgridding]`` section: ``spread``, ``fft``) are
+    clgrid's own.
     """
     _refuse_unknown(ignored)
     vis = np.asarray(vis)
     precision = _precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
     op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
                   flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
-                  device, nthreads, verbosity)
+                  device, nthreads, verbosity, tuning)
     image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
     if dirty is not None:
         dirty[...] = image
@@ -505,7 +590,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
 def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, epsilon,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
-              vis=None, device=None, npix_x=0, npix_y=0, **ignored):
+              vis=None, device=None, npix_x=0, npix_y=0, tuning=None, **ignored):
     """ducc0.wgridder.dirty2vis's call on an OpenCL device: visibilities (nrow, nchan) of
     ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
     _refuse_unknown(ignored)
@@ -518,7 +603,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
             raise ValueError(f"{name}={n} does not match dirty's shape {dirty.shape}")
     op = WGridder(uvw, freq, dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding,
                   mask, flip_u, flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max,
-                  precision, device, nthreads, verbosity)
+                  precision, device, nthreads, verbosity, tuning)
     result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))
     if vis is not None:
         vis[...] = result
