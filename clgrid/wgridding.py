@@ -223,6 +223,11 @@ class WGridder:
         scale = freq[chans] / SPEED_OF_LIGHT
         u, v, w = ((uvw[rows] * signs).T * scale)
         self.flat_index = np.flatnonzero(keep.reshape(-1))
+        # The image is real, so V at (u, v, w) is conj(V) at (-u, -v, -w): with w-gridding
+        # every point goes to w >= 0 (conjugated where it moved), which halves the range
+        # of w the planes must cover (as ducc0 does).
+        flipped = (w < 0) if do_wgridding else np.zeros(w.shape, bool)
+        u, v, w = (np.where(flipped, -a, a) for a in (u, v, w))
 
         cx, cy = signs[0] * center_x, signs[1] * center_y
         x = (np.arange(self.npix_x) - self.npix_x // 2) * pixsize_x + cx
@@ -254,6 +259,7 @@ class WGridder:
                                  float(cy), nu, nv, choice, bool(do_wgridding), w_min, dw, planes,
                                  nshift if do_wgridding else 0.0)
         self.plan = plan_points(u, v, w, self.geometry)
+        self._conj = flipped[self.plan.index] if np.any(flipped) else None
         self._correction = self._grid_correction(x, y, nshift)
         self.fft = HostFFT(nthreads)
         self._setup_device(device, tuning)
@@ -432,6 +438,8 @@ class WGridder:
         weights = self._weights(wgt)
         if weights is not None:
             values *= weights
+        if self._conj is not None:
+            np.conjugate(values, out=values, where=self._conj)
         if p.phase is not None:
             values *= p.phase
         if p.num_vis == 0 or not np.any(values):
@@ -546,6 +554,8 @@ class WGridder:
         values = values[:p.num_vis].astype(np.complex128)
         if p.phase is not None:
             values *= p.phase.conj()
+        if self._conj is not None:
+            np.conjugate(values, out=values, where=self._conj)
         weights = self._weights(wgt)
         if weights is not None:
             values *= weights
