@@ -1,7 +1,9 @@
 """vis2dirty / dirty2vis against ducc0.wgridder on MeerKAT-like tracks, same run, same data.
 
-Times (wall clock, host arrays in and out): clgrid's one call (plan + operator built
-each time), clgrid's operator reused (a major cycle's cost), and ducc0 with --nthreads.
+Times (wall clock, host arrays in and out; median of --repeats, the variants interleaved
+so that a shared machine's drifting load falls on all alike): clgrid's one call (plan +
+operator built each time), clgrid's operator reused (a major cycle's cost), and ducc0
+with --nthreads; ratio_* = clgrid / ducc0.
 Errors: clgrid and ducc0 at --epsilon against ducc0 at 1e-12 in double (--oracle).
 
     python benchmarks/wgridding.py --num-vis 4000000 --npix 4096 --epsilon 1e-4 --single --oracle
@@ -28,15 +30,6 @@ def tracks(num_vis: int, freq: float, declination: float = -0.5):
     return uvw[:num_vis], np.array([freq])
 
 
-def timed(fn, repeats):
-    times, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)), out
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-vis", type=int, default=4_000_000)
@@ -46,7 +39,7 @@ def main(argv=None):
     p.add_argument("--no-w", action="store_true", help="do_wgridding=False")
     p.add_argument("--device", default=None)
     p.add_argument("--nthreads", type=int, default=os.cpu_count())
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--oracle", action="store_true", help="errors against ducc0 at epsilon=1e-12")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
@@ -64,19 +57,34 @@ def main(argv=None):
     res = {"num_vis": len(uvw), "npix": a.npix, "epsilon": a.epsilon, "single": a.single, "w": not a.no_w,
            "nthreads": a.nthreads, "w_range": float(np.ptp(uvw[:, 2]) * freq[0] / 299792458.0)}
 
-    res["ducc0_vis2dirty_s"], ref_img = timed(lambda: wg.vis2dirty(vis=vis, npix_x=a.npix, npix_y=a.npix, **common),
-                                              a.repeats)
-    res["ducc0_dirty2vis_s"], ref_vis = timed(lambda: wg.dirty2vis(dirty=dirty, **common), a.repeats)
-    res["clgrid_vis2dirty_call_s"], img = timed(
-        lambda: clgrid.vis2dirty(vis=vis, npix_x=a.npix, npix_y=a.npix, device=a.device, **common), a.repeats)
-    res["clgrid_dirty2vis_call_s"], got_vis = timed(
-        lambda: clgrid.dirty2vis(dirty=dirty, device=a.device, **common), a.repeats)
     t = time.perf_counter()
     op = clgrid.WGridder(uvw, freq, a.npix, a.npix, pix, pix, a.epsilon, not a.no_w,
                          precision="single" if a.single else "double", device=a.device, nthreads=a.nthreads)
     res["clgrid_operator_setup_s"] = time.perf_counter() - t
-    res["clgrid_vis2dirty_reused_s"], _ = timed(lambda: op.vis2dirty(vis), a.repeats)
-    res["clgrid_dirty2vis_reused_s"], _ = timed(lambda: op.dirty2vis(dirty), a.repeats)
+    runs = {
+        "ducc0_vis2dirty_s": lambda: wg.vis2dirty(vis=vis, npix_x=a.npix, npix_y=a.npix, **common),
+        "ducc0_dirty2vis_s": lambda: wg.dirty2vis(dirty=dirty, **common),
+        "clgrid_vis2dirty_call_s": lambda: clgrid.vis2dirty(vis=vis, npix_x=a.npix, npix_y=a.npix,
+                                                            device=a.device, **common),
+        "clgrid_dirty2vis_call_s": lambda: clgrid.dirty2vis(dirty=dirty, device=a.device, **common),
+        "clgrid_vis2dirty_reused_s": lambda: op.vis2dirty(vis),
+        "clgrid_dirty2vis_reused_s": lambda: op.dirty2vis(dirty),
+    }
+    # Interleaved: each repeat runs every variant once, so that a shared machine's load,
+    # which drifts over seconds, falls on all of them alike; medians over the repeats.
+    outputs = {k: fn() for k, fn in runs.items()}             # warm-up (program builds)
+    samples = {k: [] for k in runs}
+    for _ in range(a.repeats):
+        for k, fn in runs.items():
+            t = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - t)
+    res.update({k: float(np.median(v)) for k, v in samples.items()})
+    ref_img, ref_vis = outputs["ducc0_vis2dirty_s"], outputs["ducc0_dirty2vis_s"]
+    img, got_vis = outputs["clgrid_vis2dirty_call_s"], outputs["clgrid_dirty2vis_call_s"]
+    for side in ("vis2dirty", "dirty2vis"):
+        for how in ("call", "reused"):
+            res[f"ratio_{side}_{how}"] = res[f"clgrid_{side}_{how}_s"] / res[f"ducc0_{side}_s"]
     g = op.geometry
     res["kernel"] = {"support": g.kernel.support, "sigma": g.kernel.sigma, "grid": [g.nu, g.nv],
                      "planes": g.num_planes}

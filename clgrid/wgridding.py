@@ -511,9 +511,16 @@ class WGridder:
         g = self.geometry
         image = dirty.astype(np.float64) / self._correction
         phase, step = self._plane_phases()
+        if phase is not None:                    # the conjugate phases, advanced in place
+            np.conjugate(phase, out=phase)
+            step = step.conj()
+        sub = np.empty((g.npix_x, g.npix_y), self.complex)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
-                sub = image.astype(self.complex) if phase is None else (image * phase.conj()).astype(self.complex)
+                if phase is None:
+                    sub[...] = image
+                else:
+                    np.multiply(image, phase, out=sub, casting="same_kind")
                 grid = self.fft.forward(sub, g.nu, g.nv)
                 upload = cl.enqueue_copy(self.queue, self._grid, np.ascontiguousarray(grid, self.complex))
                 self._launch_interp(plane, [upload]).wait()
