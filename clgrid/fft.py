@@ -136,3 +136,48 @@ class DeviceFFT:
     def forward(self, buffer):
         a = self._wrap(buffer)
         self._app.fft(a, a)
+
+
+class MappedHostFFT:
+    """The host's threaded FFT (scipy.fft) run in place on a device buffer mapped into host
+    memory: on a CPU device (PoCL) mapping copies nothing, so the operator's device-side
+    crop, w phase and grid correction (cl_kernels/wgrid_planes.cl) apply with no host
+    copy of a plane at all.  ``backward`` transforms every column, then only the rows the
+    image keeps; ``forward`` only the rows the image filled, then every column."""
+
+    def __init__(self, queue, nu: int, nv: int, dtype, npix_x: int, workers: int | None = None):
+        self.queue, self.shape, self.dtype = queue, (int(nu), int(nv)), np.dtype(dtype)
+        self.workers = int(workers) if workers and workers > 0 else (os.cpu_count() or 1)
+        self.row_blocks = [grid for grid, _ in _blocks(int(nu), int(npix_x)) if grid.stop > grid.start]
+
+    def _transform(self, buffer, forward: bool):
+        import pyopencl as cl
+        import scipy.fft
+
+        flags = cl.map_flags.READ | cl.map_flags.WRITE
+        grid, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, self.shape, self.dtype, is_blocking=True)
+        try:
+            fft = scipy.fft.fft if forward else scipy.fft.ifft
+            norm = "backward" if forward else "forward"           # unscaled either way
+
+            def in_place(view, axis):
+                out = fft(view, axis=axis, norm=norm, overwrite_x=True, workers=self.workers)
+                if not np.shares_memory(out, view):
+                    view[...] = out
+
+            if forward:
+                for rows in self.row_blocks:
+                    in_place(grid[rows], 1)
+                in_place(grid, 0)
+            else:
+                in_place(grid, 0)
+                for rows in self.row_blocks:
+                    in_place(grid[rows], 1)
+        finally:
+            grid.base.release(self.queue)
+
+    def backward(self, buffer):
+        self._transform(buffer, forward=False)
+
+    def forward(self, buffer):
+        self._transform(buffer, forward=True)

@@ -37,7 +37,7 @@ import pyopencl as cl
 from .accuracy import KernelChoice, choose_kernel, horner_coefficients, kernel_transform
 from .atomics import atomic_unavailable, build_options_for
 from .codegen import build_program, render
-from .fft import DeviceFFT, HostFFT
+from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .runtime import device_facts, fill_zeros, get_queue
 from .strategies.base import check_precision
 from .tuning import resolve_tuning
@@ -322,9 +322,11 @@ class WGridder:
         if self.spread_mode == "rows":
             self._setup_rows(program, n)
         self.fft_mode = wparams["fft"]
-        if self.fft_mode not in ("host", "vkfft"):
-            raise ValueError(f"tuning [wgridding] fft must be 'host' or 'vkfft', got {self.fft_mode!r}")
+        if self.fft_mode not in ("host", "mapped", "vkfft"):
+            raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
         self.device_fft = None
+        if self.fft_mode == "mapped":
+            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft.workers)
         if self.fft_mode == "vkfft":
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
