@@ -28,6 +28,7 @@ summed; the sum is divided by the kernel's Fourier transform in u, v and w.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -144,7 +145,7 @@ def plan_points(u, v, w, geometry: Geometry) -> PointPlan:
     return PointPlan(order, first, frac, plane_start, phase)
 
 
-def _smooth_transform(s, support: int, beta: float):
+def _smooth_transform(s, support: int, beta: float, workers: int = 1):
     """`kernel_transform` at many points (one per pixel for w): through a Chebyshev
     interpolant of degree 24 on the points' range, exact to rounding there (degree 20 to 64
     differ by 1e-15 of the peak: the quadrature's own rounding) (the transform
@@ -154,7 +155,27 @@ def _smooth_transform(s, support: int, beta: float):
         return np.full(np.shape(s), kernel_transform(lo, support, beta))
     cheb = np.polynomial.Chebyshev.interpolate(lambda x: kernel_transform(x, support, beta), 24,
                                                domain=[lo, hi])
-    return cheb(s)
+    out = np.empty(np.shape(s))
+
+    def rows(r):
+        out[r] = cheb(s[r])
+
+    _in_row_chunks(workers, len(out), rows)
+    return out
+
+
+def _in_row_chunks(workers: int, n: int, fn) -> None:
+    """``fn(rows)`` over ``workers`` slices of ``range(n)`` in threads: numpy releases the
+    GIL in elementwise work on large arrays, so per-pixel host work uses every core (the
+    planes' phases, products and sums; the grid correction)."""
+    if workers <= 1 or n < 2 * workers:
+        fn(slice(0, n))
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    bounds = np.linspace(0, n, workers + 1).astype(int)
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(fn, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]))
 
 
 def _good_size(n: int) -> int:
@@ -261,6 +282,7 @@ class WGridder:
                                  nshift if do_wgridding else 0.0)
         self.plan = plan_points(u, v, w, self.geometry)
         self._conj = flipped[self.plan.index] if np.any(flipped) else None
+        self._workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
         self._correction = self._grid_correction(x, y, nshift)
         self.fft = HostFFT(nthreads)
         self._setup_device(device, tuning)
@@ -279,7 +301,7 @@ class WGridder:
         if g.do_wgridding:
             n = np.sqrt(1.0 - x[:, None] ** 2 - y[None, :] ** 2)
             self._t = (n - 1.0) - nshift
-            corr = corr * _smooth_transform(g.dw * self._t, k.support, k.beta)
+            corr = corr * _smooth_transform(g.dw * self._t, k.support, k.beta, self._workers)
             if self.divide_by_n:
                 corr = corr * n
         return corr
@@ -462,10 +484,15 @@ class WGridder:
                 event = self._launch_spread(plane, [zero])
                 cl.enqueue_copy(self.queue, grid, self._grid, wait_for=[event])
                 sub = self.fft.backward(grid, g.npix_x, g.npix_y)
-                if phase is not None:
-                    np.multiply(sub, phase, out=sub, casting="same_kind")
-                image += sub.real
-            if phase is not None:
+
+                def rows(r, sub=sub):
+                    if phase is not None:
+                        np.multiply(sub[r], phase[r], out=sub[r], casting="same_kind")
+                        phase[r] *= step[r]
+                    image[r] += sub[r].real
+
+                _in_row_chunks(self._workers, g.npix_x, rows)
+            elif phase is not None:
                 phase *= step
             if progress is not None:
                 progress(1)
@@ -519,14 +546,18 @@ class WGridder:
         sub = np.empty((g.npix_x, g.npix_y), self.complex)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
-                if phase is None:
-                    sub[...] = image
-                else:
-                    np.multiply(image, phase, out=sub, casting="same_kind")
+                def rows(r):
+                    if phase is None:
+                        sub[r] = image[r]
+                    else:
+                        np.multiply(image[r], phase[r], out=sub[r], casting="same_kind")
+                        phase[r] *= step[r]
+
+                _in_row_chunks(self._workers, g.npix_x, rows)
                 grid = self.fft.forward(sub, g.nu, g.nv)
                 upload = cl.enqueue_copy(self.queue, self._grid, np.ascontiguousarray(grid, self.complex))
                 self._launch_interp(plane, [upload]).wait()
-            if phase is not None:
+            elif phase is not None:
                 phase *= step
 
     def _plane_phases(self):
@@ -538,7 +569,13 @@ class WGridder:
         cached = getattr(self, "_phases", None)
         if cached is None:
             # complex128 in either precision: a running product in complex64 drifts.
-            cached = (np.exp(-2j * np.pi * g.w_start * self._t), np.exp(-2j * np.pi * g.dw * self._t))
+            cached = (np.empty(self._t.shape, np.complex128), np.empty(self._t.shape, np.complex128))
+
+            def rows(r):
+                cached[0][r] = np.exp(-2j * np.pi * g.w_start * self._t[r])
+                cached[1][r] = np.exp(-2j * np.pi * g.dw * self._t[r])
+
+            _in_row_chunks(self._workers, g.npix_x, rows)
             if g.npix_x * g.npix_y <= 1 << 22:
                 self._phases = cached
         return cached[0].copy(), cached[1]
