@@ -1,10 +1,11 @@
 """The FFT seam of the w-gridding operator: unnormalised 2-D transforms of a padded grid,
 with the crop to (or the zero-padding from) the image folded in.
 
-`HostFFT` runs scipy.fft with threads on host arrays, in the grid's own precision
-(complex64 stays complex64), and transforms the second axis only where the image needs
-it: of the ``nu`` rows (``nv`` columns) of the grid, only ``npix_x`` (``npix_y``) survive
-the crop, so the second pass works on those alone (1 / sigma of the work of a full pass).
+`HostFFT` runs scipy.fft with threads in place on host arrays, in the grid's own
+precision (complex64 stays complex64), and transforms the second axis only where the
+image needs it: of the ``nu`` rows of the grid only ``npix_x`` survive the crop, so the
+second pass works on those alone (1 / sigma of the work of a full pass); the crop itself
+is views, never a copy.
 A device FFT slots in as another class with the same two methods; the operator calls
 nothing else.
 """
@@ -53,30 +54,52 @@ def embed(a: np.ndarray, n: int, axis: int, dtype=None) -> np.ndarray:
 
 
 class HostFFT:
-    """``backward``: ``sum_g G[g] exp(+2 pi i g a / N)``, cropped to the image;
-    ``forward``: its adjoint, the image zero-padded to the grid, exponent ``-``.
-    Both unscaled."""
+    """scipy.fft in place on a host grid, with the crop folded in: ``backward`` is
+    ``sum_g G[g] exp(+2 pi i g a / N)`` (unscaled) on every column, then on the rows the
+    image keeps only, and returns where each block of the image lies in the grid (views,
+    no copies); ``forward`` is the adjoint's transform (exponent ``-``) of a grid whose
+    only non-zero rows are the image's: those rows, then every column."""
 
     def __init__(self, workers: int | None = None):
         self.workers = int(workers) if workers and workers > 0 else (os.cpu_count() or 1)
 
-    def backward(self, grid: np.ndarray, npix_x: int, npix_y: int) -> np.ndarray:
-        """(nu, nv) grid -> (npix_x, npix_y) image."""
+    def _in_place(self, view, axis, forward):
         import scipy.fft
 
-        half = scipy.fft.ifft(grid, axis=1, norm="forward", overwrite_x=True, workers=self.workers)
-        half = crop(half, npix_y, 1)
-        return crop(scipy.fft.ifft(half, axis=0, norm="forward", overwrite_x=True, workers=self.workers),
-                    npix_x, 0)
+        fft = scipy.fft.fft if forward else scipy.fft.ifft
+        out = fft(view, axis=axis, norm="backward" if forward else "forward", overwrite_x=True,
+                  workers=self.workers)
+        if not np.shares_memory(out, view):
+            view[...] = out
 
-    def forward(self, image: np.ndarray, nu: int, nv: int) -> np.ndarray:
-        """(npix_x, npix_y) image -> (nu, nv) grid."""
-        import scipy.fft
+    def backward(self, grid: np.ndarray, npix_x: int, npix_y: int) -> list:
+        """Transform ``grid`` (nu, nv) in place; returns ``[(image_index, grid_view), ...]``:
+        ``image[image_index]`` is ``grid_view`` (4 blocks: the crop's quadrants)."""
+        nu, nv = grid.shape
+        self._in_place(grid, 0, False)
+        blocks = []
+        for rows, image_rows in _blocks(nu, npix_x):
+            if rows.stop <= rows.start:
+                continue
+            self._in_place(grid[rows], 1, False)
+            for cols, image_cols in _blocks(nv, npix_y):
+                if cols.stop > cols.start:
+                    blocks.append(((image_rows, image_cols), grid[rows, cols]))
+        return blocks
 
-        half = scipy.fft.fft(embed(image, nu, 0), axis=0, norm="backward", overwrite_x=True,
-                             workers=self.workers)
-        return scipy.fft.fft(embed(half, nv, 1), axis=1, norm="backward", overwrite_x=True,
-                             workers=self.workers)
+    def image_blocks(self, grid: np.ndarray, npix_x: int, npix_y: int) -> list:
+        """The same ``(image_index, grid_view)`` pairs as `backward`, with no transform."""
+        nu, nv = grid.shape
+        return [((ir, ic), grid[r, c]) for r, ir in _blocks(nu, npix_x) for c, ic in _blocks(nv, npix_y)
+                if r.stop > r.start and c.stop > c.start]
+
+    def forward(self, grid: np.ndarray, npix_x: int) -> None:
+        """Transform ``grid`` (nu, nv) in place, the image's rows first (the others are 0)."""
+        nu = grid.shape[0]
+        for rows, _ in _blocks(nu, npix_x):
+            if rows.stop > rows.start:
+                self._in_place(grid[rows], 1, True)
+        self._in_place(grid, 0, True)
 
 
 def import_vkfft():

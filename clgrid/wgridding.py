@@ -483,13 +483,19 @@ class WGridder:
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
                 cl.enqueue_copy(self.queue, grid, self._grid, wait_for=[event])
-                sub = self.fft.backward(grid, g.npix_x, g.npix_y)
+                blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
 
-                def rows(r, sub=sub):
+                def rows(r, blocks=blocks):
+                    for (bi, bj), view in blocks:
+                        lo, hi = max(r.start, bi.start), min(r.stop, bi.stop)
+                        if lo >= hi:
+                            continue
+                        part = view[lo - bi.start:hi - bi.start]
+                        if phase is not None:
+                            np.multiply(part, phase[lo:hi, bj], out=part, casting="same_kind")
+                        image[lo:hi, bj] += part.real
                     if phase is not None:
-                        np.multiply(sub[r], phase[r], out=sub[r], casting="same_kind")
                         phase[r] *= step[r]
-                    image[r] += sub[r].real
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
             elif phase is not None:
@@ -543,19 +549,28 @@ class WGridder:
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
             step = step.conj()
-        sub = np.empty((g.npix_x, g.npix_y), self.complex)
+        grid = np.empty((g.nu, g.nv), self.complex)
+        blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
+                grid[...] = 0
+
                 def rows(r):
-                    if phase is None:
-                        sub[r] = image[r]
-                    else:
-                        np.multiply(image[r], phase[r], out=sub[r], casting="same_kind")
+                    for (bi, bj), view in blocks:
+                        lo, hi = max(r.start, bi.start), min(r.stop, bi.stop)
+                        if lo >= hi:
+                            continue
+                        part = view[lo - bi.start:hi - bi.start]
+                        if phase is None:
+                            part[...] = image[lo:hi, bj]
+                        else:
+                            np.multiply(image[lo:hi, bj], phase[lo:hi, bj], out=part, casting="same_kind")
+                    if phase is not None:
                         phase[r] *= step[r]
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
-                grid = self.fft.forward(sub, g.nu, g.nv)
-                upload = cl.enqueue_copy(self.queue, self._grid, np.ascontiguousarray(grid, self.complex))
+                self.fft.forward(grid, g.npix_x)
+                upload = cl.enqueue_copy(self.queue, self._grid, grid)
                 self._launch_interp(plane, [upload]).wait()
             elif phase is not None:
                 phase *= step
