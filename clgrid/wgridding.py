@@ -297,13 +297,21 @@ class WGridder:
         cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
         cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
         corr = np.multiply.outer(cu, cv)
-        self._t = None
+        self._t = self._radial = None
         if g.do_wgridding:
-            n = np.sqrt(1.0 - x[:, None] ** 2 - y[None, :] ** 2)
-            self._t = (n - 1.0) - nshift
-            corr = corr * _smooth_transform(g.dw * self._t, k.support, k.beta, self._workers)
+            # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
+            # distinct |x| and |y| (a quarter of the image when it is centred) and spread
+            # back by indexing.
+            ax, ix = np.unique(np.abs(x), return_inverse=True)
+            ay, iy = np.unique(np.abs(y), return_inverse=True)
+            self._radial = np.ix_(ix.reshape(-1), iy.reshape(-1))
+            n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
+            self._t_small = (n - 1.0) - nshift
+            self._t = self._t_small[self._radial]
+            wcorr = _smooth_transform(g.dw * self._t_small, k.support, k.beta, self._workers)
             if self.divide_by_n:
-                corr = corr * n
+                wcorr = wcorr * n
+            corr = corr * wcorr[self._radial]
         return corr
 
     def _setup_device(self, device, tuning):
@@ -584,13 +592,15 @@ class WGridder:
         cached = getattr(self, "_phases", None)
         if cached is None:
             # complex128 in either precision: a running product in complex64 drifts.
-            cached = (np.empty(self._t.shape, np.complex128), np.empty(self._t.shape, np.complex128))
+            t = self._t_small
+            small = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
 
             def rows(r):
-                cached[0][r] = np.exp(-2j * np.pi * g.w_start * self._t[r])
-                cached[1][r] = np.exp(-2j * np.pi * g.dw * self._t[r])
+                small[0][r] = np.exp(-2j * np.pi * g.w_start * t[r])
+                small[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
 
-            _in_row_chunks(self._workers, g.npix_x, rows)
+            _in_row_chunks(self._workers, t.shape[0], rows)
+            cached = (small[0][self._radial], small[1][self._radial])
             if g.npix_x * g.npix_y <= 1 << 22:
                 self._phases = cached
         return cached[0].copy(), cached[1]
