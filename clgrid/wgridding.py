@@ -485,12 +485,11 @@ class WGridder:
             return self._vis2dirty_device(progress)
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
-        grid = np.empty((g.nu, g.nv), self.complex)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
-                cl.enqueue_copy(self.queue, grid, self._grid, wait_for=[event])
+                grid = self._map_grid([event])
                 blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
 
                 def rows(r, blocks=blocks):
@@ -506,6 +505,8 @@ class WGridder:
                         phase[r] *= step[r]
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
+                del blocks
+                grid.base.release(self.queue)
             elif phase is not None:
                 phase *= step
             if progress is not None:
@@ -557,11 +558,11 @@ class WGridder:
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
             step = step.conj()
-        grid = np.empty((g.nu, g.nv), self.complex)
-        blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
+                grid = self._map_grid()
                 grid[...] = 0
+                blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
 
                 def rows(r):
                     for (bi, bj), view in blocks:
@@ -578,10 +579,19 @@ class WGridder:
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
                 self.fft.forward(grid, g.npix_x)
-                upload = cl.enqueue_copy(self.queue, self._grid, grid)
-                self._launch_interp(plane, [upload]).wait()
+                del blocks
+                grid.base.release(self.queue)
+                self._launch_interp(plane).wait()
             elif phase is not None:
                 phase *= step
+
+    def _map_grid(self, wait_for=None):
+        """The device grid as a host array (mapped: on a CPU device no copy is made; on a
+        GPU the driver moves it).  Release with ``grid.base.release(queue)``."""
+        g = self.geometry
+        grid, _ = cl.enqueue_map_buffer(self.queue, self._grid, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                        (g.nu, g.nv), self.complex, wait_for=wait_for, is_blocking=True)
+        return grid
 
     def _plane_phases(self):
         """exp(-2 pi i w_p t) for plane 0 (a fresh copy: callers advance it) and the factor
