@@ -22,7 +22,18 @@ How: the kernel (clgrid.accuracy) spreads each visibility over W x W cells of a 
 padded by sigma, and with w over W of a stack of w-planes spaced so that the image's
 range of ``n - 1`` is oversampled by sigma too (w-gridding, "improved w-stacking": Ye et
 al. 2021, Arras et al. 2021).  Each plane is transformed, multiplied by its w phase and
-summed; the sum is divided by the kernel's Fourier transform in u, v and w.
+summed; the sum is divided by the kernel's Fourier transform in u, v and w.  Points
+with w < 0 are moved to (-u, -v, -w) and conjugated first (the image is real), which
+halves the range of w the planes cover.
+
+Where the work runs is the tuning table's ``[wgridding]`` choice (platforms/*.toml, or
+``tuning=``): ``spread = "atomic"`` (a work-item per visibility, float atomic adds: GPUs)
+or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed once per
+operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,
+the crop as views, per-pixel work on ``nthreads`` threads), ``"mapped"`` (the same FFT,
+with crop, w phase and correction by device kernels, cl_kernels/wgrid_planes.cl) or
+``"vkfft"`` (pyvkfft on the device with those kernels: nothing per plane crosses to the
+host).  Kernel values come from per-tap polynomials (clgrid.accuracy.horner_coefficients).
 """
 
 from __future__ import annotations
