@@ -3,10 +3,15 @@ sky has it."""
 
 import warnings
 
+import os
+
 import numpy as np
 import pytest
 
 from clgrid import cli
+
+# PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
+DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 
 pytest.importorskip("pyuvdata", reason="reading measurement files needs the io extra")
 fits = pytest.importorskip("astropy.io.fits")
@@ -36,7 +41,7 @@ def test_image_writes_a_fits_with_the_source_at_its_sky_position(point_file, tmp
     out = tmp_path / "image.fits"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert cli.main(["image", str(path), "-o", str(out), "--epsilon", "1e-5", "--device", "pocl",
+        assert cli.main(["image", str(path), "-o", str(out), "--epsilon", "1e-5", "--device", DEVICE,
                          "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "primary beam" in printed and "finest fringe" in printed     # the defaults, said

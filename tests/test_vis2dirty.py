@@ -6,10 +6,15 @@ Error is ducc0's measure: relative L2 of the whole image (or of all visibilities
 
 import warnings
 
+import os
+
 import numpy as np
 import pytest
 
 import clgrid
+
+# PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
+DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 from conftest import relative_error
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
@@ -40,8 +45,8 @@ def both(rng, **kw):
     d2v = {k: v for k, v in args.items() if k not in ("npix_x", "npix_y")}
     ref_vis = ducc0_wgridder.dirty2vis(dirty=dirty, wgt=wgt, epsilon=1e-12, **d2v)
     cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
-    got = clgrid.vis2dirty(vis=vis.astype(cd), wgt=wgt.astype(rd), epsilon=eps, device="pocl", **args)
-    got_vis = clgrid.dirty2vis(dirty=dirty.astype(rd), wgt=wgt.astype(rd), epsilon=eps, device="pocl", **d2v)
+    got = clgrid.vis2dirty(vis=vis.astype(cd), wgt=wgt.astype(rd), epsilon=eps, device=DEVICE, **args)
+    got_vis = clgrid.dirty2vis(dirty=dirty.astype(rd), wgt=wgt.astype(rd), epsilon=eps, device=DEVICE, **d2v)
     assert got.dtype == rd and got.shape == ref.shape and got_vis.dtype == cd
     return relative_error(got, ref), relative_error(got_vis, ref_vis)
 
@@ -86,7 +91,7 @@ def test_against_direct_transform(rng):
     ref = direct_image(uvw, freq, vis, wgt, **geometry)
     for eps in (1e-10, 1e-4):
         got = clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, wgt=wgt, epsilon=eps, do_wgridding=True,
-                               device="pocl", **geometry)
+                               device=DEVICE, **geometry)
         assert relative_error(got, ref) <= eps
 
 
@@ -97,7 +102,7 @@ def test_adjoint(rng, single):
     mask = (rng.uniform(size=vis.shape) > 0.2).astype(np.uint8)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-4 if single else 1e-10, do_wgridding=True, mask=mask,
                          center_x=0.01, flip_u=True, precision="single" if single else "double",
-                         device="pocl", **IMAGE)
+                         device=DEVICE, **IMAGE)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(rd)
     lhs = np.vdot(op.dirty2vis(dirty, wgt), vis.astype(cd)).real    # <dirty2vis(D), V>
     image = op.vis2dirty(vis.astype(cd), wgt)
@@ -114,12 +119,12 @@ def test_mask_and_weights_as_ducc0(rng):
     mask = (rng.uniform(size=vis.shape) > 0.5).astype(np.uint8)
     args = dict(uvw=uvw, freq=freq, vis=vis, wgt=wgt, mask=mask, do_wgridding=True, **IMAGE)
     ref = ducc0_wgridder.vis2dirty(epsilon=1e-12, **args)
-    assert relative_error(clgrid.vis2dirty(epsilon=1e-8, device="pocl", **args), ref) <= 1e-8
+    assert relative_error(clgrid.vis2dirty(epsilon=1e-8, device=DEVICE, **args), ref) <= 1e-8
 
 
 def test_all_masked_or_zero_weight_gives_zeros_and_a_warning(rng):
     uvw, freq, vis, wgt = wide_field(rng, nrow=50)
-    args = dict(uvw=uvw, freq=freq, vis=vis, epsilon=1e-5, do_wgridding=True, device="pocl", **IMAGE)
+    args = dict(uvw=uvw, freq=freq, vis=vis, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
     for extra in (dict(mask=np.zeros(vis.shape, np.uint8)), dict(wgt=np.zeros(vis.shape))):
         with pytest.warns(UserWarning, match="zero"):
             image = clgrid.vis2dirty(**args, **extra)
@@ -133,7 +138,7 @@ def test_all_masked_or_zero_weight_gives_zeros_and_a_warning(rng):
 ])
 def test_bad_input_refused_by_name(rng, bad, match):
     uvw, freq, vis, wgt = wide_field(rng, nrow=10)
-    args = dict(uvw=uvw, freq=freq, vis=vis, epsilon=1e-5, device="pocl", **IMAGE)
+    args = dict(uvw=uvw, freq=freq, vis=vis, epsilon=1e-5, device=DEVICE, **IMAGE)
     if bad.pop("single", False):
         args["vis"] = vis.astype(np.complex64)
     if "vis_shape" in bad:
@@ -209,12 +214,12 @@ def test_rephased_point_source_lands_on_its_pixel_with_its_flux(point_source):
     # an image centred on where the source should be; mirrored, it would be 17 degrees away
     image = clgrid.vis2dirty(uvw=m.uvw, freq=m.freqs, vis=m.vis[..., 0], wgt=wgt, npix_x=64, npix_y=64,
                              pixsize_x=px, pixsize_y=px, center_x=l0, center_y=m0, epsilon=1e-6,
-                             do_wgridding=True, divide_by_n=False, device="pocl")
+                             do_wgridding=True, divide_by_n=False, device=DEVICE)
     peak = np.unravel_index(np.argmax(image), image.shape)
     assert abs(peak[0] - 32) <= 4 and abs(peak[1] - 32) <= 4, peak   # within 0.01 degrees
     assert image.max() / wgt.sum() == pytest.approx(1.0, abs=0.01)
     # w reversed (what conjugating the data instead would do) defocuses it: w is checked too
     wrong_w = clgrid.vis2dirty(uvw=m.uvw, freq=m.freqs, vis=m.vis[..., 0], wgt=wgt, npix_x=64, npix_y=64,
                                pixsize_x=px, pixsize_y=px, center_x=l0, center_y=m0, epsilon=1e-6,
-                               do_wgridding=True, divide_by_n=False, flip_w=True, device="pocl")
+                               do_wgridding=True, divide_by_n=False, flip_w=True, device=DEVICE)
     assert wrong_w.max() < 0.97 * image.max()

@@ -2,10 +2,15 @@
 not pick on PoCL ("atomic"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
 crop, w phase and grid correction on the device, which the table picks on GPUs."""
 
+import os
+
 import numpy as np
 import pytest
 
 import clgrid
+
+# PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
+DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 from conftest import relative_error
 from test_vis2dirty import IMAGE, wide_field
 
@@ -34,9 +39,9 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
     ref = ducc0_wgridder.vis2dirty(vis=vis, wgt=wgt, epsilon=1e-12, **args)
     ref_vis = ducc0_wgridder.dirty2vis(dirty=dirty, wgt=wgt, epsilon=1e-12, **d2v)
     cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
-    got = clgrid.vis2dirty(vis=vis.astype(cd), wgt=wgt.astype(rd), epsilon=epsilon, device="pocl",
+    got = clgrid.vis2dirty(vis=vis.astype(cd), wgt=wgt.astype(rd), epsilon=epsilon, device=DEVICE,
                            tuning=tuning, **args)
-    got_vis = clgrid.dirty2vis(dirty=dirty.astype(rd), wgt=wgt.astype(rd), epsilon=epsilon, device="pocl",
+    got_vis = clgrid.dirty2vis(dirty=dirty.astype(rd), wgt=wgt.astype(rd), epsilon=epsilon, device=DEVICE,
                                tuning=tuning, **d2v)
     return relative_error(got, ref), relative_error(got_vis, ref_vis)
 
@@ -57,7 +62,7 @@ def test_device_fft_against_ducc0(rng, epsilon, single, wgrid):
 
 def _device_side_matches_host(rng, fft):
     uvw, freq, vis, wgt = wide_field(rng, nrow=600)
-    ops = {mode: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device="pocl", tuning={"fft": mode},
+    ops = {mode: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, tuning={"fft": mode},
                                  **IMAGE) for mode in ("host", fft)}
     assert ops[fft].fft_mode == fft and ops["host"].fft_mode == "host"
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
