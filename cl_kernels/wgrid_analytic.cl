@@ -226,3 +226,48 @@ __kernel void interp_taps(__global const int4 *restrict first,
     vis[k] += sum;
 {% endif %}
 }
+
+
+/* -- The data in and out, on the device: the kept visibilities in plan order from the
+   caller's (nrow * nchan) array, weighted, conjugated where the point moved to -uvw
+   (src < 0: index -src - 1) and phase-shifted (centre and nshift); scatter_vis is its
+   adjoint, into a zeroed (nrow * nchan) array. */
+__kernel void gather_vis(__global const complex_t *restrict vis_in, __global const real_t *restrict wgt,
+                         __global const int *restrict src, __global const complex_t *restrict phase,
+                         __global complex_t *restrict out, const int count, const int use_wgt,
+                         const int use_phase)
+{
+    const int k = get_global_id(0);
+    if (k >= count)
+        return;
+    const int s = src[k];
+    const int i = s < 0 ? -s - 1 : s;
+    complex_t v = vis_in[i];
+    if (use_wgt)
+        v *= wgt[i];
+    if (s < 0)
+        v.y = -v.y;
+    if (use_phase)
+        v = cmul(v, phase[k]);
+    out[k] = v;
+}
+
+__kernel void scatter_vis(__global const complex_t *restrict values, __global const real_t *restrict wgt,
+                          __global const int *restrict src, __global const complex_t *restrict phase,
+                          __global complex_t *restrict out, const int count, const int use_wgt,
+                          const int use_phase)
+{
+    const int k = get_global_id(0);
+    if (k >= count)
+        return;
+    const int s = src[k];
+    const int i = s < 0 ? -s - 1 : s;
+    complex_t v = values[k];
+    if (use_phase)
+        v = cmul_conj(v, phase[k]);
+    if (s < 0)
+        v.y = -v.y;
+    if (use_wgt)
+        v *= wgt[i];
+    out[i] = v;
+}

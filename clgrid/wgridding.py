@@ -366,6 +366,7 @@ class WGridder:
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
         self._wg = 64
+        self._setup_data(program)
         wparams = resolve_tuning("wgridding", tuning, facts)
         self.spread_mode = wparams["spread"]
         if self.spread_mode not in ("atomic", "rows"):
@@ -411,6 +412,47 @@ class WGridder:
         self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._npix_bytes = npix_bytes
+
+    def _setup_data(self, program):
+        """Where each kept visibility comes from in the caller's (nrow * nchan) array (negative:
+        conjugated), and its phase factor, for gather_vis / scatter_vis on the device."""
+        p, ctx, mf = self.plan, self.queue.context, cl.mem_flags
+        total = self.nrow * self.nchan
+        if total >= 1 << 31:
+            raise ValueError(f"nrow * nchan = {total} visibilities: at most 2^31 - 1 per operator")
+        src = self.flat_index[p.index].astype(np.int64)
+        if self._conj is not None:
+            src = np.where(self._conj, -src - 1, src)
+        n = max(p.num_vis, 1)
+        src_buf = np.zeros(n, np.int32)
+        src_buf[:p.num_vis] = src
+        self._src = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=src_buf)
+        phase = np.ones(n, self.complex)
+        if p.phase is not None:
+            phase[:p.num_vis] = p.phase
+        self._phase_dev = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=phase)
+        self._vis_full = cl.Buffer(ctx, mf.READ_WRITE, max(total, 1) * np.dtype(self.complex).itemsize)
+        self._wgt_full = cl.Buffer(ctx, mf.READ_ONLY, max(total, 1) * np.dtype(self.real).itemsize)
+        self._gather = cl.Kernel(program, "gather_vis")
+        self._scatter = cl.Kernel(program, "scatter_vis")
+
+    def _data_launch(self, kernel, use_wgt):
+        p = self.plan
+        size = -(-max(p.num_vis, 1) // self._wg) * self._wg
+        source, target = (self._vis_full, self._vis) if kernel is self._gather else (self._vis, self._vis_full)
+        return kernel(self.queue, (size,), (self._wg,), source, self._wgt_full, self._src, self._phase_dev,
+                      target, np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None))
+
+    def _upload_wgt(self, wgt):
+        """``wgt`` to the device; False when there is none (every weight 1)."""
+        if wgt is None:
+            return False
+        wgt = np.asarray(wgt)
+        self._check_values("wgt", wgt, self.shape)
+        if not np.all(np.isfinite(wgt)) and not np.all(np.isfinite(wgt.reshape(-1)[self.flat_index])):
+            raise ValueError("wgt has NaN or infinite entries where not masked")
+        cl.enqueue_copy(self.queue, self._wgt_full, np.ascontiguousarray(wgt, self.real))
+        return True
 
     def _setup_rows(self, program, n):
         """Kernel values of every visibility, once (they depend on the plan only), and
@@ -469,13 +511,6 @@ class WGridder:
         if a.shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
 
-    def _weights(self, wgt):
-        if wgt is None:
-            return None
-        wgt = np.asarray(wgt)
-        self._check_values("wgt", wgt, self.shape)
-        return wgt.reshape(-1)[self.flat_index][self.plan.index].astype(np.float64)
-
     def _zero_data_warning(self, what):
         warnings.warn(f"clgrid: no visibility is unmasked with non-zero weight; {what} is zero",
                       stacklevel=3)
@@ -488,20 +523,17 @@ class WGridder:
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape)
         p, g = self.plan, self.geometry
-        values = vis.reshape(-1)[self.flat_index][p.index].astype(np.complex128)
-        weights = self._weights(wgt)
-        if weights is not None:
-            values *= weights
-        if self._conj is not None:
-            np.conjugate(values, out=values, where=self._conj)
-        if p.phase is not None:
-            values *= p.phase
-        if p.num_vis == 0 or not np.any(values):
+        zero_weight = wgt is not None and not np.any(np.asarray(wgt).reshape(-1)[self.flat_index])
+        if p.num_vis == 0 or zero_weight or not np.any(vis):
             self._zero_data_warning("the image")
             return np.zeros((g.npix_x, g.npix_y), self.real)
-        if not np.all(np.isfinite(values)):
-            raise ValueError("vis (or wgt) has NaN or infinite entries where not masked")
-        cl.enqueue_copy(self.queue, self._vis, values.astype(self.complex))
+        if not np.all(np.isfinite(vis)) and not np.all(np.isfinite(vis.reshape(-1)[self.flat_index])):
+            raise ValueError("vis has NaN or infinite entries where not masked")
+        # the caller's array goes up as it is; the device picks, weights, conjugates and
+        # phase-shifts the kept visibilities (gather_vis)
+        use_wgt = self._upload_wgt(wgt)
+        cl.enqueue_copy(self.queue, self._vis_full, np.ascontiguousarray(vis, self.complex))
+        self._data_launch(self._gather, use_wgt)
         if self.device_fft is not None:
             return self._vis2dirty_device(progress)
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
@@ -652,18 +684,10 @@ class WGridder:
             self._dirty2vis_device(dirty)
         else:
             self._dirty2vis_host(dirty)
-        values = np.empty(max(p.num_vis, 1), self.complex)
-        cl.enqueue_copy(self.queue, values, self._vis).wait()
-        values = values[:p.num_vis].astype(np.complex128)
-        if p.phase is not None:
-            values *= p.phase.conj()
-        if self._conj is not None:
-            np.conjugate(values, out=values, where=self._conj)
-        weights = self._weights(wgt)
-        if weights is not None:
-            values *= weights
-        flat = out.reshape(-1)
-        flat[self.flat_index[p.index]] = values
+        use_wgt = self._upload_wgt(wgt)
+        fill_zeros(self.queue, self._vis_full, out.nbytes, self.real)
+        self._data_launch(self._scatter, use_wgt)
+        cl.enqueue_copy(self.queue, out, self._vis_full).wait()
         return out
 
 
