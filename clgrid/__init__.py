@@ -6,7 +6,8 @@ from .runtime import devices
 from .gridder import Gridder
 from .degridder import Degridder
 from .kernels import KernelStack
+from .device_plan import Plan
 
 __version__ = "0.1.0"
-__all__ = ["Gridder", "Degridder", "KernelStack", "devices", "reference", "ClgridError", "DeviceCapabilityError",
+__all__ = ["Gridder", "Degridder", "KernelStack", "Plan", "devices", "reference", "ClgridError", "DeviceCapabilityError",
            "DroppedVisibilitiesError", "KernelBuildError", "__version__"]

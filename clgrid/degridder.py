@@ -1,10 +1,11 @@
 """`Degridder`: the public entry point for degridding on an OpenCL device.
 
 Degridding is the adjoint of gridding (`reference.degrid` defines it): visibilities
-are predicted from a grid.  The host validates and plans as for gridding, the
-strategy orders the visibilities for its kernel (by cell, or track by track), the
-grid is uploaded once per call, and the results come back in the caller's order and
-shape, with flagged and dropped samples zero.
+are predicted from a grid.  A call plans positions (or takes a `Plan`, shared with
+gridders of the same geometry), uploads the grid (unless it is a device array
+already), lets the strategy degrid in its order of the plan, and scatters the
+results back to the caller's order and shape on the device, with flagged and
+dropped samples zero.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import time
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 
-from .operation import GridOperation, PreparedVisibilities
-from .plan import check_grid, flatten_positions
+from .device_sum import DeviceSum
+from .operation import GridOperation, PreparedVisibilities, with_values
 from .strategies import DEGRIDDING_METHODS
+from .values import ValueKernels, check_vis
 
 __all__ = ["Degridder"]
 
@@ -27,7 +30,7 @@ class Degridder(GridOperation):
     Parameters as for `clgrid.Gridder`; ``method`` is one of ``Degridder.methods``:
     "gather" (default; any visibility order) or "moving_window" (uvw ordered by
     baseline, shape (nbaseline, ntime, 3): each baseline's time track reuses grid
-    values).
+    values).  One Degridder may be shared by threads (its calls are serialised).
     """
 
     strategies = DEGRIDDING_METHODS
@@ -35,47 +38,111 @@ class Degridder(GridOperation):
     default_method = "gather"
     done = "degridded"
 
-    def prepare(self, uvw, npol: int, flags=None, freqs=None) -> PreparedVisibilities:
-        """Validate, plan and upload the positions of ``npol``-polarisation visibilities."""
+    def prepare(self, plan, npol: int, flags=None, freqs=None) -> PreparedVisibilities:
+        """Plan (unless ``plan`` is a `Plan`) and arrange the positions of ``npol``-polarisation
+        visibilities, with room for them on the device."""
         if npol not in (1, 2, 4):
             raise ValueError(f"npol must be 1, 2 or 4, got {npol!r}")
-        return self.prepare_samples(flatten_positions(uvw, npol, flags, freqs))
+        plan, _ = self._plan_for(plan, freqs, flags)
+        with self._lock:
+            return self._prepare_output(plan, npol)
 
-    def load_grid(self, grid) -> cl.Event:
-        """Check ``grid`` (npol, N, N) and copy it to the device grid; returns the event."""
-        grid = check_grid(grid, self.grid_size)
-        self._check_grid_fits(grid.shape[0])
-        host = np.ascontiguousarray(grid, self.strategy.complex_dtype)
-        return cl.enqueue_copy(self.queue, self.grid_buffer(grid.shape[0]), host, is_blocking=False)
+    def _prepare_output(self, plan, npol: int) -> PreparedVisibilities:
+        plan.check_npol(npol)
+        self._check_grid_fits(npol)
+        if not plan.num_kept:
+            return PreparedVisibilities(plan, None, npol)
+        arranged = self.arranged(plan, npol)
+        values = self.scratch("values", arranged.num_vis * npol * np.dtype(self.strategy.complex_dtype).itemsize)
+        return PreparedVisibilities(plan, with_values(arranged, values), npol)
 
-    def execute(self, prepared: PreparedVisibilities, wait_for=None) -> list:
+    def load_grid(self, grid, wait_for=None) -> tuple:
+        """``(grid buffer, npol, event, non-finite count)``: a host grid (npol, N, N) copied to
+        the device grid, or a device array used in place; the count of cells with NaN or
+        inf (a device scalar, read when the call ends) is taken on the device."""
+        if isinstance(grid, cla.Array):
+            npol = self.check_device_grid(grid, "grid")
+            buffer, event = grid.data, cl.enqueue_marker(self.queue, wait_for=wait_for)
+        else:
+            grid = np.asarray(grid)
+            if not np.iscomplexobj(grid):
+                raise TypeError(f"grid must be complex (complex64 or complex128), got dtype {grid.dtype}")
+            if grid.ndim != 3 or grid.shape[1:] != (self.grid_size,) * 2 or grid.shape[0] not in (1, 2, 4):
+                raise ValueError(f"grid must have shape (npol, {self.grid_size}, {self.grid_size}), npol "
+                                 f"1, 2 or 4; got {grid.shape}")
+            npol = grid.shape[0]
+            self._check_grid_fits(npol)
+            buffer = self.grid_buffer(npol)
+            host = np.ascontiguousarray(grid, self.strategy.complex_dtype)
+            event = cl.enqueue_copy(self.queue, buffer, host, is_blocking=False, wait_for=wait_for)
+        cells = npol * self.grid_size ** 2
+        real = "double" if self.precision == "double" else "float"
+        not_finite = DeviceSum.of(self.queue.context, np.int64, "(isfinite(g[i].x) && isfinite(g[i].y)) ? 0 : 1",
+                                  f"__global const {real}2 *g")(self.queue, cells, buffer, wait_for=[event])
+        return buffer, npol, event, not_finite
+
+    def execute(self, prepared: PreparedVisibilities, grid_buffer=None, wait_for=None) -> list:
         """Enqueue degridding from the loaded grid into the prepared visibilities; returns the events."""
         if prepared.device_plan is None:
             return []
-        npol = prepared.plan.npol
-        return self.strategy.degrid(prepared.device_plan, npol, self.grid_buffer(npol), wait_for=wait_for)
+        npol = prepared.npol
+        grid_buffer = self.grid_buffer(npol) if grid_buffer is None else grid_buffer
+        return self.strategy.degrid(prepared.device_plan, npol, grid_buffer, wait_for=wait_for)
 
-    def fetch(self, prepared: PreparedVisibilities, wait_for=None) -> np.ndarray:
-        """The degridded visibilities in the caller's order and shape (zero where not degridded)."""
-        plan = prepared.plan
-        values = np.empty((plan.num_kept, plan.npol), self.strategy.complex_dtype)
-        if plan.num_kept:
-            cl.enqueue_copy(self.queue, values, prepared.device_plan.vis, wait_for=wait_for).wait()
-        return prepared.samples.unflatten(plan.sample, values)
+    def fetch(self, prepared: PreparedVisibilities, out=None, vis_dtype=None, wait_for=None):
+        """The degridded visibilities in the caller's order and shape (zero where not
+        degridded): scattered on the device, then copied into a numpy array (or left in
+        ``out`` when it is a device array)."""
+        plan, npol = prepared.plan, prepared.npol
+        shape = plan.sample_shape + (npol,)
+        dtype = np.dtype(vis_dtype or self.strategy.complex_dtype)
+        if isinstance(out, cla.Array):
+            check_vis(out, plan.sample_shape, "out")
+            if out.shape[-1] != npol or not out.flags.c_contiguous:
+                raise ValueError(f"out must be a C-contiguous array of shape {shape}, got {out.shape}")
+            target = out
+        else:
+            target = cla.empty(self.queue, shape, dtype if out is None else np.asarray(out).dtype)
+        target.fill(0, wait_for=wait_for)   # the queue is in order: the scatter comes after
+        if prepared.device_plan is not None:
+            flags = plan.device_pol_flags()
+            kernels = ValueKernels.of(self.queue.context, self.precision == "double", npol, target.dtype,
+                                      "none", np.float32, flags is not None, plan.weight_sum.dtype)
+            n = prepared.device_plan.num_vis
+            kernels.scatter(self.queue, (n,), None, prepared.device_plan.vis,
+                            None if flags is None else flags.data, prepared.device_plan.source, np.int32(n),
+                            target.data)
+        if isinstance(out, cla.Array):
+            return out
+        if out is None:
+            return target.get()
+        out[...] = target.get()
+        return out
 
-    def degrid(self, grid, uvw, flags=None, freqs=None, return_report: bool = False):
-        """Degrid ``grid`` (npol, N, N), indexed [pol, v, u], at ``uvw``.
+    def degrid(self, grid, plan, flags=None, freqs=None, *, out=None, wait_for=None,
+               return_report: bool = False):
+        """Degrid ``grid`` (npol, N, N), indexed [pol, v, u], at the plan's positions.
 
-        ``uvw`` (..., 3): wavelengths, or metres when ``freqs`` (Hz) is given.  Returns
-        complex visibilities of shape (..., npol), or (..., nchan, npol) with freqs;
-        ``flags`` broadcast to that shape.  With ``return_report=True`` returns
-        ``(vis, report)``; the report is also kept in ``last_report``.
+        ``plan`` is a `Plan` from `plan` (pass no ``flags``/``freqs`` then) or ``uvw``
+        (..., 3) to plan first: wavelengths, or metres when ``freqs`` (Hz) is given.
+        ``grid`` may be a numpy array or a device array on this operator's context.
+        Returns complex visibilities of shape (..., npol), or (..., nchan, npol) with
+        freqs, in the grid's precision; ``flags`` broadcast to that shape.  ``out``: a
+        numpy or device array of that shape to write into.  With ``return_report=True``
+        returns ``(vis, report)``; the report is also kept in ``last_report``.
         """
-        t0 = time.perf_counter()
-        loaded = self.load_grid(grid)                 # the copy overlaps the planning
-        prepared = self.prepare(uvw, np.shape(grid)[0], flags, freqs)
-        t_plan = time.perf_counter()
-        events = self.execute(prepared, wait_for=[loaded])
-        vis = self.fetch(prepared, wait_for=events[-1:] or [loaded])
-        report = self._keep_report(prepared.plan.degrid_report(), t0, t_plan, events)
+        started = time.perf_counter()
+        with self._lock:
+            grid_buffer, npol, loaded, not_finite = self.load_grid(grid, wait_for)  # the copy overlaps planning
+            plan, plan_seconds = self._plan_for(plan, freqs, flags)
+            prepared = self._prepare_output(plan, npol)
+            events = self.execute(prepared, grid_buffer, wait_for=[loaded])
+            self.last_events = events
+            vis = self.fetch(prepared, out, wait_for=events[-1:] or [loaded])
+            bad = int(not_finite.get())
+            if bad:
+                raise ValueError(f"grid contains NaN or inf ({bad} cells)")
+            report = self._keep_report(dict(plan.counts_report(self.done),
+                                            grid_point_reads=plan.footprint_cells * npol),
+                                       started, plan_seconds, events)
         return (vis, report) if return_report else vis

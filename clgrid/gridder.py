@@ -1,9 +1,11 @@
 """`Gridder`: the public entry point for gridding on an OpenCL device.
 
-It validates and plans on the host (`plan.py`), uploads the plan and the weighted
-visibilities, zeroes the grid on the device, lets the chosen strategy enqueue its
-kernels, and copies the grid back.  The report of the last call (counts of what was
-gridded and dropped, ``norm``, timings) is kept in ``last_report``.
+A call plans positions (or takes a `Plan` made before: `Gridder.plan`), gathers its
+visibilities into the strategy's order on the device, weighted and with flagged ones
+zero (`clgrid.values`), zeroes the grid (unless accumulating), lets the strategy
+enqueue its kernels and copies the grid back (or leaves it in a device array).  The
+report of the last call (counts of what was gridded and dropped, ``norm``, timings)
+is kept in ``last_report``.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import time
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 
-from .operation import GridOperation, PreparedVisibilities, kernel_seconds
-from .plan import flatten_samples
+from .operation import GridOperation, PreparedVisibilities, kernel_seconds, with_values
 from .runtime import fill_zeros
 from .strategies import GRIDDING_METHODS
+from .values import ValueKernels, check_vis, check_weights, to_device
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
 
@@ -31,7 +34,8 @@ class Gridder(GridOperation):
     kernels : the `KernelStack` to convolve with.
     method : gridding strategy, one of ``Gridder.methods`` (default "atomic").
     device : None (``$CLGRID_DEVICE``, else a GPU, else PoCL), a name such as "pocl"
-        or "nvidia", or a pyopencl Device, Context or CommandQueue.
+        or "nvidia", or a pyopencl Device, Context or (in-order) CommandQueue, with or
+        without profiling (without it, ``kernel_seconds`` in the report is None).
     precision : "single" (complex64 grid) or "double" (complex128; needs fp64).
     tuning : overrides of the tuning table's parameters for this strategy.
     on_dropped : "warn", "raise" or "ignore" for visibilities off the grid or beyond
@@ -39,6 +43,8 @@ class Gridder(GridOperation):
     binary : a precompiled program (from ``clgrid emit`` and an offline compiler such
         as ``aoc``, or `Strategy.save_binary`) to load instead of building the source;
         its ``.json`` description must sit beside it and match this call.
+
+    One Gridder may be shared by threads (its calls are serialised).
     """
 
     strategies = GRIDDING_METHODS
@@ -46,34 +52,108 @@ class Gridder(GridOperation):
     default_method = "atomic"
     done = "gridded"
 
-    def prepare(self, uvw, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
-        """Validate, plan and upload visibilities, ready for `execute` (any number of times)."""
-        return self.prepare_samples(flatten_samples(uvw, vis, weights, flags, freqs))
+    def prepare(self, plan, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
+        """Plan (unless ``plan`` is a `Plan`) and put one call's values on the device, in the
+        strategy's order, ready for `execute` (any number of times)."""
+        plan, _ = self._plan_for(plan, freqs, flags)
+        with self._lock:
+            return self._prepare_values(plan, vis, weights)
 
-    def execute(self, prepared: PreparedVisibilities) -> list:
-        """Enqueue zeroing and gridding into the device grid; returns the OpenCL events."""
-        npol = prepared.plan.npol
-        grid_buffer = self.grid_buffer(npol)
-        zero = fill_zeros(self.queue, grid_buffer, self._grid_bytes(npol), self.strategy.real_dtype)
+    def _prepare_values(self, plan, vis, weights, wait_for=None) -> PreparedVisibilities:
+        npol = check_vis(vis, plan.sample_shape)
+        plan.check_npol(npol)
+        self._check_grid_fits(npol)
+        weights, mode = check_weights(weights, plan.sample_shape, npol)
+        if not plan.num_kept:
+            return PreparedVisibilities(plan, None, npol, np.zeros(npol))
+        arranged = self.arranged(plan, npol)
+        queue = self.queue
+        vis_d = to_device(queue, vis, "vis")
+        weights_d = None if weights is None else to_device(queue, weights, "weights")
+        flags_d = plan.device_pol_flags()
+        kernels = ValueKernels.of(queue.context, self.precision == "double", npol, vis_d.dtype, mode,
+                                  np.float32 if weights_d is None else weights_d.dtype, flags_d is not None,
+                                  plan.weight_sum.dtype)
+        itemsize = np.dtype(self.strategy.complex_dtype).itemsize
+        values = self.scratch("values", arranged.num_vis * npol * itemsize)
+        bad = cla.zeros(queue, 2, np.int32)
+        n = arranged.num_vis
+        kernels.gather(queue, (n,), None, vis_d.data, None if weights_d is None else weights_d.data,
+                       None if flags_d is None else flags_d.data, arranged.source, np.int32(n), values,
+                       bad.data, wait_for=wait_for)
+        norm = np.array([kernels.norm(queue, plan.num_kept, plan.weight_sum.data, plan.sample.data,
+                                      None if weights_d is None else weights_d.data,
+                                      None if flags_d is None else flags_d.data, np.int32(p)).get()
+                         for p in range(npol)], np.float64)
+        not_finite, bad_weights = (int(c) for c in bad.get())
+        if bad_weights:
+            raise ValueError(f"weights must be finite and >= 0 where not flagged ({bad_weights} are not)")
+        if not_finite:
+            raise ValueError(f"vis contains NaN or inf in unflagged data ({not_finite} values)")
+        return PreparedVisibilities(plan, with_values(arranged, values), npol, norm)
+
+    def execute(self, prepared: PreparedVisibilities, grid_buffer=None, accumulate: bool = False,
+                wait_for=None) -> list:
+        """Enqueue zeroing (unless ``accumulate``) and gridding into the device grid (or
+        ``grid_buffer``); returns the OpenCL events, the strategy's after the zeroing."""
+        npol = prepared.npol
+        grid_buffer = self.grid_buffer(npol) if grid_buffer is None else grid_buffer
+        if accumulate:
+            start = cl.enqueue_marker(self.queue, wait_for=wait_for)
+        else:
+            start = fill_zeros(self.queue, grid_buffer, self._grid_bytes(npol), self.strategy.real_dtype,
+                               wait_for)
         if prepared.device_plan is None:
-            return [zero]
-        return [zero, *self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[zero])]
+            return [start]
+        return [start, *self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[start])]
 
-    def grid(self, uvw, vis, weights=None, flags=None, freqs=None, return_report: bool = False):
+    def grid(self, plan, vis, weights=None, flags=None, freqs=None, *, out=None, accumulate: bool = False,
+             wait_for=None, return_report: bool = False):
         """Grid visibilities; returns the ``(npol, N, N)`` complex grid, indexed ``[pol, v, u]``.
 
-        ``uvw`` (..., 3): wavelengths, or metres when ``freqs`` (Hz) is given.
-        ``vis`` (..., npol) or with freqs (..., nchan, npol); npol is 1, 2 or 4.
-        ``weights`` and ``flags`` broadcast to the shape of ``vis``.
-        With ``return_report=True`` returns ``(grid, report)``; the report is also
-        kept in ``last_report``.
+        ``plan`` is a `Plan` from `plan` (values only: pass no ``flags``/``freqs``), or
+        ``uvw`` (..., 3) to plan first: wavelengths, or metres when ``freqs`` (Hz) is
+        given.  ``vis`` (..., npol) or with freqs (..., nchan, npol), npol 1, 2 or 4,
+        complex64 or complex128.  ``weights``: one per sample (shaped like ``vis``
+        without its polarisation axis, as ducc0's ``wgt``) or one per visibility,
+        broadcasting.  ``vis`` and ``weights`` may be `pyopencl.array.Array` on this
+        operator's context.  ``out``: a numpy array or device array of the grid's shape
+        and dtype to write into (a device ``out`` stays on the device: no copy back);
+        ``accumulate=True`` adds to what ``out`` holds.  With ``return_report=True``
+        returns ``(grid, report)``; the report is also kept in ``last_report``.
         """
-        t0 = time.perf_counter()
-        prepared = self.prepare(uvw, vis, weights, flags, freqs)
-        t_plan = time.perf_counter()
-        events = self.execute(prepared)
-        npol = prepared.plan.npol
-        out = np.empty((npol, self.grid_size, self.grid_size), self.strategy.complex_dtype)
-        cl.enqueue_copy(self.queue, out, self.grid_buffer(npol), wait_for=events[-1:]).wait()
-        report = self._keep_report(prepared.plan.report(), t0, t_plan, events[1:])
-        return (out, report) if return_report else out
+        started = time.perf_counter()
+        plan, plan_seconds = self._plan_for(plan, freqs, flags)
+        with self._lock:
+            prepared = self._prepare_values(plan, vis, weights, wait_for)
+            npol = prepared.npol
+            shape = (npol, self.grid_size, self.grid_size)
+            dtype = self.strategy.complex_dtype
+            if isinstance(out, cla.Array):
+                if self.check_device_grid(out, "out") != npol:
+                    raise ValueError(f"out has {out.shape[0]} polarisations, vis {npol}")
+                grid_buffer = out.data
+            else:
+                if out is not None and (np.shape(out) != shape or np.asarray(out).dtype != dtype):
+                    raise ValueError(f"out must be a {np.dtype(dtype)} array of shape {shape}, got "
+                                     f"{np.asarray(out).dtype} {np.shape(out)}")
+                grid_buffer = self.grid_buffer(npol)
+                if accumulate and out is not None:
+                    cl.enqueue_copy(self.queue, grid_buffer, np.ascontiguousarray(out))
+            accumulate = accumulate and out is not None
+            events = self.execute(prepared, grid_buffer, accumulate)
+            self.last_events = events
+            if isinstance(out, cla.Array):
+                result = out
+            else:
+                result = np.empty(shape, dtype) if out is None or not out.flags.c_contiguous else out
+                cl.enqueue_copy(self.queue, result, grid_buffer, wait_for=events[-1:]).wait()
+                if out is not None and result is not out:
+                    out[...] = result
+                    result = out
+            self.queue.finish()
+            report = self._keep_report(dict(plan.counts_report(self.done),
+                                            grid_point_additions=plan.footprint_cells * npol,
+                                            norm=prepared.norm),
+                                       started, plan_seconds, events[1:])
+        return (result, report) if return_report else result

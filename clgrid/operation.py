@@ -1,21 +1,27 @@
-"""What `Gridder` and `Degridder` share: checked geometry, a device queue, a strategy,
-the device grid, planning and the report.
+"""What `Gridder` and `Degridder` share: checked geometry, one device queue, a strategy,
+the device grid, planning, values per call and the report.
 
-Both directions plan visibilities the same way (`plan.py`), then let their strategy
-order them and put them on the device; they differ only in what goes in and out.
+Both directions plan positions the same way (`clgrid.device_plan`), let their
+strategy order the plan once (cached in the plan) and bring values with each call
+(`clgrid.values`).  One operator may be shared by threads: a lock serialises its
+calls, since they share the device grid and scratch buffers (calls on different
+operators run side by side).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 
+from .device_plan import Geometry, Plan, make_plan
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
-from .plan import Plan, Samples, check_arguments
+from .plan import check_arguments
 from .runtime import get_queue
 from .strategies.base import DevicePlan
 
@@ -24,12 +30,13 @@ __all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds"]
 
 @dataclass
 class PreparedVisibilities:
-    """Planned visibilities already on the device, in the strategy's order: run them with
-    ``execute`` (any number of times)."""
+    """A plan with one call's values on the device, in the strategy's order: run it with
+    ``execute`` (any number of times, as benchmarks do)."""
 
     plan: Plan
     device_plan: DevicePlan | None
-    samples: Samples
+    npol: int
+    norm: np.ndarray | None = None
 
 
 class GridOperation:
@@ -57,11 +64,56 @@ class GridOperation:
         self.precision = precision
         self._check_grid_fits(1)
         self._grid_buffers: dict = {}
+        self._scratch: dict = {}
+        self._lock = threading.RLock()
         self.last_report: dict | None = None
+        self.last_events: list = []
 
     @property
     def device(self):
         return self.queue.device
+
+    @property
+    def geometry(self) -> Geometry:
+        """What a plan must have been made for to serve this operator."""
+        return Geometry(self.grid_size, self.cell_size, self.kernels, self.strategy.interpolation,
+                        self.strategy.tuning.get("time_block", 0))
+
+    # -- planning ---------------------------------------------------------------
+
+    def plan(self, uvw, freqs=None, flags=None) -> Plan:
+        """Plan positions once, for any number of calls with new values.
+
+        ``uvw`` (..., 3): wavelengths, or metres when ``freqs`` (Hz) is given; a numpy
+        array or a float64 `pyopencl.array.Array` on this operator's context.
+        ``flags`` shaped like the samples ``(..., [nchan])`` flag every polarisation
+        of a sample (ducc0's ``mask`` is the negation), with a trailing polarisation
+        axis each one.  The plan serves every `Gridder` and `Degridder` of the same
+        geometry on the same context.  Planning runs on the device in float64,
+        bit-identical to the reference, where the device has fp64 (``plan.planned_on``).
+        """
+        where = "host" if (self.strategy.host_planning or not self.strategy.facts.fp64) else "device"
+        with self._lock:
+            return make_plan(self.queue, self.geometry, uvw, freqs, flags, self.on_dropped, self.done,
+                             where=where, hold=self.strategy.hold_positions)
+
+    def _plan_for(self, plan_or_uvw, freqs, flags) -> tuple:
+        """``(plan, seconds planning took)``: a given plan is checked, uvw planned."""
+        if isinstance(plan_or_uvw, Plan):
+            if freqs is not None or flags is not None:
+                raise ValueError("freqs and flags belong to the plan: pass them to plan(), not with a Plan")
+            plan_or_uvw.check_usable_by(self.geometry, self.queue.context)
+            return plan_or_uvw, 0.0
+        started = time.perf_counter()
+        plan = self.plan(plan_or_uvw, freqs, flags)
+        return plan, time.perf_counter() - started
+
+    def arranged(self, plan: Plan, npol: int) -> DevicePlan:
+        """The strategy's order of ``plan`` (made once, kept in the plan)."""
+        key = (self.strategy.arrangement_key(), npol)
+        return plan.arranged(key, lambda p: self.strategy.arrange(p, npol))
+
+    # -- device buffers ---------------------------------------------------------
 
     def _grid_bytes(self, npol: int) -> int:
         return npol * self.grid_size ** 2 * np.dtype(self.strategy.complex_dtype).itemsize
@@ -79,29 +131,50 @@ class GridOperation:
     def grid_buffer(self, npol: int) -> cl.Buffer:
         """The device grid for ``npol`` polarisations, kept between calls."""
         if npol not in self._grid_buffers:
+            self._check_grid_fits(npol)
             self._grid_buffers[npol] = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE,
                                                  self._grid_bytes(npol))
         return self._grid_buffers[npol]
 
-    def prepare_samples(self, samples: Samples) -> PreparedVisibilities:
-        """Plan validated samples, let the strategy order them, and upload them (one
-        validation, then as many operations as wanted, as benchmarks do)."""
-        self._check_grid_fits(samples.npol)
-        plan = self.strategy.plan(samples, self.cell_size, self.on_dropped, done=self.done)
-        plan = self.strategy.arrange(plan, samples)
-        device_plan = self.strategy.upload(plan, samples) if plan.num_kept else None
-        return PreparedVisibilities(plan, device_plan, samples)
+    def scratch(self, name: str, nbytes: int) -> cl.Buffer:
+        """A device buffer of at least ``nbytes`` kept between calls (one per name)."""
+        nbytes = max(int(nbytes), 16)
+        buffer = self._scratch.get(name)
+        if buffer is None or buffer.size < nbytes:
+            buffer = self._scratch[name] = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, nbytes)
+        return buffer
 
-    def _keep_report(self, counts: dict, started: float, planned: float, kernel_events: list) -> dict:
+    def check_device_grid(self, grid: cla.Array, name: str) -> int:
+        """npol of a device grid given as ``out`` or input, or a clear error."""
+        if grid.context.int_ptr != self.queue.context.int_ptr:
+            raise ValueError(f"{name} is a device array of another OpenCL context than the operator's")
+        if (grid.ndim != 3 or grid.shape[1:] != (self.grid_size,) * 2 or grid.shape[0] not in (1, 2, 4)
+                or grid.dtype != self.strategy.complex_dtype or not grid.flags.c_contiguous):
+            raise ValueError(f"{name} must be a C-contiguous {np.dtype(self.strategy.complex_dtype)} array of "
+                             f"shape (npol, {self.grid_size}, {self.grid_size}), npol 1, 2 or 4; got "
+                             f"{grid.dtype} {grid.shape}")
+        return grid.shape[0]
+
+    # -- reports ------------------------------------------------------------------
+
+    def _keep_report(self, counts: dict, started: float, plan_seconds: float, kernel_events: list) -> dict:
         """The counts plus who did the work and how long it took; kept in ``last_report``."""
         report = dict(counts, method=self.method, precision=self.precision,
-                      device=self.device.name.strip(), plan_seconds=planned - started,
+                      device=self.device.name.strip(), plan_seconds=plan_seconds,
                       kernel_seconds=kernel_seconds(kernel_events),
                       total_seconds=time.perf_counter() - started)
         self.last_report = report
         return report
 
 
-def kernel_seconds(events) -> float:
-    """Device time of finished events, from OpenCL profiling."""
-    return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
+def kernel_seconds(events):
+    """Device time of finished events, from OpenCL profiling; None on a queue without it."""
+    try:
+        return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
+    except cl.Error:   # PROFILING_INFO_NOT_AVAILABLE: the caller's queue does not profile
+        return None
+
+
+def with_values(device_plan: DevicePlan, vis: cl.Buffer) -> DevicePlan:
+    """The arranged plan with one call's values (the arrangement itself stays untouched)."""
+    return replace(device_plan, vis=vis)

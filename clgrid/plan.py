@@ -1,6 +1,6 @@
 """Planning: validate inputs and turn them into integer grid work, once, in float64.
 
-Every gridder and degridder, on every device, reads the same `Plan`: grid cell,
+Every gridder and degridder, on every device, reads the same positions: grid cell,
 oversample offsets, w-plane and conjugation per visibility, computed here with the
 exact float64 arithmetic of the reference (seed 003 Listing 1).  A device therefore
 never lands a visibility on a neighbouring oversample sample through float32
@@ -20,8 +20,8 @@ from .interpolation import (INTERPOLATIONS, continuous_positions, footprint_supp
                             interpolated_norm_sums)
 from .kernels import KernelStack, offset_range
 
-__all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Plan", "flatten_samples",
-           "flatten_positions", "check_grid", "grid_indices", "plan_visibilities",
+__all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Positions", "flatten_samples",
+           "flatten_positions", "check_grid", "grid_indices", "plan_visibilities", "check_coordinates",
            "check_grid_geometry", "check_arguments", "sorted_by_cell", "track_keys"]
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
@@ -121,7 +121,7 @@ def _broadcast(name, a, shape):
                          f"visibility shape {shape}") from None
 
 
-def _check_coordinates(uvw, freqs):
+def check_coordinates(uvw, freqs):
     """Validated uvw (float64, (..., 3)) and freqs (float64 Hz or None), and nchan."""
     uvw = _as_real_array("uvw", uvw)
     if uvw.ndim < 2 or uvw.shape[-1] != 3:
@@ -167,7 +167,7 @@ def flatten_samples(uvw, vis, weights=None, flags=None, freqs=None) -> Samples:
     ``weights``/``flags`` broadcast to the visibility shape.  NaN or inf is an error
     in unflagged data and allowed where flagged (real data often carries it there).
     """
-    uvw, freqs, nchan = _check_coordinates(uvw, freqs)
+    uvw, freqs, nchan = check_coordinates(uvw, freqs)
     vis = np.asarray(vis)
     if not np.iscomplexobj(vis):
         raise TypeError(f"vis must be complex (complex64 or complex128), got dtype {vis.dtype}")
@@ -206,7 +206,7 @@ def flatten_positions(uvw, npol: int, flags=None, freqs=None) -> Samples:
     ``uvw`` and ``freqs`` as for `flatten_samples`; the visibilities will have shape
     (..., npol) or (..., nchan, npol), and ``flags`` broadcast to that shape.
     """
-    uvw, freqs, nchan = _check_coordinates(uvw, freqs)
+    uvw, freqs, nchan = check_coordinates(uvw, freqs)
     shape = uvw.shape[:-1] + ((nchan,) if nchan is not None else ()) + (npol,)
     flags = _check_flags(flags, shape)
     usable = ~flags.all(axis=1)
@@ -236,12 +236,14 @@ def grid_indices(uvw, grid_size, cell_size, kernels: KernelStack):
 
 
 @dataclass
-class Plan:
-    """The work one gridding or degridding call does, in the caller's sample order.
+class Positions:
+    """Planned positions as host arrays, in the caller's sample order: what the float64
+    reference grids, and what strategies that order visibilities on the host read
+    (`clgrid.device_plan.Plan.host`).
 
     Arrays are for the kept samples only; ``sample`` maps them back to the
-    flattened inputs.  ``norm`` is sum(weight * sum Re kernel) per polarisation,
-    the normalisation of seed 003 Listing 1.  ``position`` (num_kept, 3) float64, for
+    flattened inputs.  ``weight_sum`` is each one's sum of Re kernel, and ``norm``
+    sum(weight * weight_sum) per polarisation, the normalisation of seed 003 Listing 1.  ``position`` (num_kept, 3) float64, for
     interpolated kernels only (`clgrid.interpolation`): ``(frac_u, frac_v, z)``; the
     weights then come from it, ``support`` is the footprint S and the offsets are unused.
     """
@@ -262,6 +264,20 @@ class Plan:
     num_beyond_stack: int
     norm: np.ndarray = field(repr=False)
     position: np.ndarray | None = field(default=None, repr=False)
+    weight_sum: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_packed(cls, grid_size: int, sample, packed, support, weight_sum, num_samples: int,
+                    counts: dict) -> "Positions":
+        """Positions from the device form (`packed`), one polarisation, norm of unit weights."""
+        packed = np.asarray(packed, np.int32).reshape(-1, 4)
+        z, w = packed[:, 2], packed[:, 3]
+        return cls(grid_size, 1, sample, packed[:, 0].copy(), packed[:, 1].copy(),
+                   ((z << 16) >> 16).astype(np.int32), (z >> 16).astype(np.int32),
+                   (w & 0x7FFFFFFF).astype(np.int32), w < 0, support, num_samples=num_samples,
+                   num_flagged=counts["flagged"], num_off_grid=counts["off_grid"],
+                   num_beyond_stack=counts["beyond_kernel_stack"], norm=np.array([weight_sum.sum()]),
+                   weight_sum=weight_sum)
 
     @property
     def num_kept(self) -> int:
@@ -289,9 +305,10 @@ class Plan:
         out[:, 3] = self.plane.astype(np.int64) | (self.conj.astype(np.int64) << 31)
         return out.view(np.int32)
 
-    def take(self, order: np.ndarray) -> "Plan":
+    def take(self, order: np.ndarray) -> "Positions":
         """The same work with the kept visibilities in ``order`` (a permutation)."""
-        names = _PER_VISIBILITY + (("position",) if self.position is not None else ())
+        names = _PER_VISIBILITY + tuple(name for name in ("position", "weight_sum")
+                                        if getattr(self, name) is not None)
         return replace(self, **{name: getattr(self, name)[order] for name in names})
 
     def _counts(self, done: str) -> dict:
@@ -311,7 +328,7 @@ class Plan:
 _PER_VISIBILITY = ("sample", "grid_u", "grid_v", "off_u", "off_v", "plane", "conj", "support")
 
 
-def sorted_by_cell(plan: Plan, tile: int = 1) -> Plan:
+def sorted_by_cell(plan: Positions, tile: int = 1) -> Positions:
     """The plan ordered by (w-plane, grid_v, grid_u), stably: neighbouring visibilities
     then read the same kernel plane and overlapping grid rows (seed 001, "Input ordering").
 
@@ -330,7 +347,7 @@ def sorted_by_cell(plan: Plan, tile: int = 1) -> Plan:
     return plan.take(np.argsort(key, kind="stable"))
 
 
-def track_keys(plan: Plan, samples: Samples) -> np.ndarray:
+def track_keys(plan: Positions, samples) -> np.ndarray:
     """Track of each kept visibility: one per (baseline, channel), time along it.
 
     The last leading axis of the caller's uvw is time, the others are baselines:
@@ -343,7 +360,7 @@ def track_keys(plan: Plan, samples: Samples) -> np.ndarray:
 
 
 def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernels: KernelStack,
-                      on_dropped: str = "warn", done: str = "gridded", interpolation: str = "nearest") -> Plan:
+                      on_dropped: str = "warn", done: str = "gridded", interpolation: str = "nearest") -> Positions:
     """Index every usable sample, drop and count the ones that cannot be gridded.
 
     A sample is *off the grid* when any cell of its kernel footprint is outside
@@ -353,7 +370,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     ``done`` names the work in the message ("gridded" or "degridded").
     ``interpolation="linear"`` plans for kernels interpolated in (u, v, w)
     (`clgrid.interpolation`): footprints of the interpolated support, the sampler's
-    positions in ``Plan.position`` and the norm of the interpolated weights.
+    positions in ``Positions.position`` and the norm of the interpolated weights.
     """
     if on_dropped not in ON_DROPPED:
         raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
@@ -387,10 +404,11 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
         position = None
         sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
     norm = (samples.weights[sample] * sums[:, None]).sum(axis=0)
-    plan = Plan(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),
+    plan = Positions(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),
                 ou_k, ov_k, plane_k, conj[keep], support[keep].astype(np.int32),
                 num_samples=samples.uvw.shape[0], num_flagged=int((~samples.usable).sum()),
-                num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm, position=position)
+                num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm, position=position,
+                     weight_sum=np.asarray(sums, np.float64))
     if plan.num_dropped and on_dropped != "ignore":
         msg = (f"{plan.num_dropped} of {plan.num_samples} visibilities not {done}: "
                f"{num_off} off the {grid_size}^2 grid, {num_beyond} beyond the last w-plane "

@@ -1,9 +1,10 @@
 """Gridding and degridding strategies: each a small class saying which template to render
 and how to launch.
 
-A strategy receives a `Plan` already on the device (`DevicePlan`) and the device grid;
-everything else (validation, planning, transfers, reports) belongs to `Gridder` and
-`Degridder`, shared by all strategies.
+A strategy orders a `clgrid.Plan` for its kernels once (`arrange`, cached in the plan:
+a `DevicePlan`) and launches them with one call's values in that order (``grid`` or
+``degrid``, returning events); everything else (validation, planning, values,
+transfers, reports) belongs to `Gridder` and `Degridder`, shared by all strategies.
 """
 
 from .atomic import AtomicGridding

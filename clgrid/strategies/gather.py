@@ -1,15 +1,18 @@
 """Gather degridding (seed 001): a team of work-items per visibility gathers grid x kernel
-over the footprint and reduces; visibilities sorted by w-plane and cell on the host."""
+over the footprint and reduces; visibilities sorted by w-plane and cell tile on the device."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
+from ..counting_sort import CountingSort
 from ..errors import DeviceCapabilityError
-from ..plan import Plan, Samples, sorted_by_cell
 from .base import DevicePlan, Strategy
 
 REDUCTIONS = ("local", "subgroup")
+MAX_SORT_KEYS = 2 ** 24   # counts of a counting sort: 64 MiB of scratch at most
 
 
 class GatherDegridding(Strategy):
@@ -42,9 +45,26 @@ class GatherDegridding(Strategy):
     def work_group_shape(tuning: dict) -> tuple:
         return (tuning["lanes_per_vis"] * tuning["teams_per_group"],)
 
-    def arrange(self, plan: Plan, samples: Samples) -> Plan:
-        """Sorted by w-plane and cell (in tiles of ``sort_tile`` cells) when ``sort`` says so."""
-        return sorted_by_cell(plan, self.tuning["sort_tile"]) if self.tuning["sort"] else plan
+    @cached_property
+    def cell_sort(self) -> CountingSort:
+        """Orders plans by w-plane, then by tile of ``sort_tile`` cells (rows of tiles), on
+        the device; by tile alone where planes times tiles would be too many keys."""
+        tile = self.tuning["sort_tile"]
+        per_row = -(-self.grid_size // tile)
+        tiles = per_row * per_row
+        tile_key = f"(p.y / {tile}) * {per_row} + p.x / {tile}"
+        if self.kernels.num_planes * tiles <= MAX_SORT_KEYS:
+            return CountingSort(self.queue, f"(p.w & 0x7fffffff) * {tiles} + {tile_key}",
+                                self.kernels.num_planes * tiles)
+        return CountingSort(self.queue, tile_key, tiles)
+
+    def arrange(self, plan, npol: int) -> DevicePlan:
+        """Sorted by w-plane and cell tile on the device when ``sort`` says so (seed 001,
+        "Input ordering"): neighbours read the same kernel plane and grid rows."""
+        if not self.tuning["sort"]:
+            return DevicePlan(plan.packed.data, None, plan.num_kept, plan.sample.data)
+        packed, source, _ = self.cell_sort(plan.packed.data, plan.sample.data, plan.num_kept)
+        return DevicePlan(packed, None, plan.num_kept, source)
 
     def template_params(self, npol: int) -> dict:
         return dict(super().template_params(npol), subgroups=self.tuning["reduction"] == "subgroup")
