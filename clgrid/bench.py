@@ -202,7 +202,7 @@ def run_benchmark(workload: Workload, device=None, method: str = "atomic", preci
             operation = Degridder(*geometry, method=method[len(DEGRID_PREFIX):], device=queue,
                                   precision=precision, tuning=tuning, on_dropped="ignore")
             grid = workload.random_grid()
-            operation.load_grid(grid).wait()
+            operation.load_grid(grid)[2].wait()
             prepared = operation.prepare(workload.uvw, grid.shape[0])
         else:
             operation = Gridder(*geometry, method=method, device=queue, precision=precision, tuning=tuning,
@@ -212,7 +212,7 @@ def run_benchmark(workload: Workload, device=None, method: str = "atomic", preci
         times = device_times(operation, prepared, repeats, warmup)
         result.median_s = float(np.median(times))
         result.min_s, result.max_s = float(min(times)), float(max(times))
-        result.grid_point_additions = prepared.plan.grid_point_additions
+        result.grid_point_additions = prepared.grid_point_additions
         result.gpa_per_s = result.grid_point_additions / result.median_s
         result.vis_per_s = prepared.plan.num_kept / result.median_s
         peak = next((p for name, p in PEAK_GFLOPS.items() if name in result.device), None)

@@ -38,6 +38,11 @@ class PreparedVisibilities:
     npol: int
     norm: np.ndarray | None = None
 
+    @property
+    def grid_point_additions(self) -> int:
+        """Complex multiply-adds into (or reads of) grid points: seed 004's GGPAPS count."""
+        return self.plan.footprint_cells * self.npol
+
 
 class GridOperation:
     """Base of `Gridder` and `Degridder`; ``strategies`` maps method names to strategy classes."""

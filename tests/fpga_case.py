@@ -73,7 +73,7 @@ def grid_on_host_zeros(gridder, uvw, vis):
     clEnqueueFillBuffer: Oclgrind 21.10 marks filled memory as uninitialised, which
     would flag every read-modify-write of the grid."""
     prepared = gridder.prepare(uvw, vis)
-    npol = prepared.plan.npol
+    npol = prepared.npol
     out = np.zeros((npol, N, N), gridder.strategy.complex_dtype)
     grid_buffer = gridder.grid_buffer(npol)
     cl.enqueue_copy(gridder.queue, grid_buffer, out)

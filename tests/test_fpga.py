@@ -44,7 +44,7 @@ def degrid_poisoned(degridder, grid, uvw):
     """Degrid into an output buffer filled with NaN first."""
     prepared = degridder.prepare(uvw, grid.shape[0])
     poison(degridder.queue, prepared.device_plan.vis, degridder.strategy.real_dtype)
-    loaded = degridder.load_grid(grid)
+    loaded = degridder.load_grid(grid)[2]
     return degridder.fetch(prepared, degridder.execute(prepared, wait_for=[loaded]))
 
 

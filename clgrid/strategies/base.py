@@ -183,6 +183,7 @@ class Strategy:
         raise NotImplementedError
 
     def template_params(self, npol: int) -> dict:
+        """This strategy's template variables (`program_parameters`, the one place they come from)."""
         return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
 
     def _choose_atomic_path(self) -> None:

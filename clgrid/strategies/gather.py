@@ -66,8 +66,10 @@ class GatherDegridding(Strategy):
         packed, source, _ = self.cell_sort(plan.packed.data, plan.sample.data, plan.num_kept)
         return DevicePlan(packed, None, plan.num_kept, source)
 
-    def template_params(self, npol: int) -> dict:
-        return dict(super().template_params(npol), subgroups=self.tuning["reduction"] == "subgroup")
+    @classmethod
+    def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels),
+                    subgroups=tuning["reduction"] == "subgroup")
 
     def kernel_arguments(self, plan: DevicePlan) -> tuple:
         """What the kernel reads its weights from: the tables by offset."""

@@ -125,8 +125,10 @@ class MovingWindowGridding(Strategy):
     def work_group_shape(tuning: dict) -> tuple:
         return (tuning["work_group_size"],)
 
-    def template_params(self, npol: int) -> dict:
-        return dict(super().template_params(npol), offset_range=offset_range(self.kernels.oversample))
+    @classmethod
+    def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels),
+                    offset_range=offset_range(kernels.oversample))
 
     @property
     def hold_positions(self):

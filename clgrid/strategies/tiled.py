@@ -93,19 +93,27 @@ class TiledGridding(Strategy):
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)
         t = self.tuning
-        self.max_tiles = tiles_across(grid_size, t["tile_u"]) * tiles_across(grid_size, t["tile_v"])
-        box_side = 2 * t["central_radius"] + 1
-        self.windows_base = self.max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
-        self.num_buckets = self.windows_base
-        if t["window_support"] >= 0:
-            steps = [tile - 2 * t["window_support"] for tile in (t["tile_u"], t["tile_v"])]
-            self.num_buckets += tiles_across(grid_size, t["tile_u"], steps[0]) * tiles_across(
-                grid_size, t["tile_v"], steps[1])
+        self.max_tiles, self.windows_base, self.num_buckets = self.buckets(t, grid_size)
         if self.num_buckets >= INT32_MAX:
             raise TuningTableError(f"tiled: {self.num_buckets} tiles of {t['tile_u']}x{t['tile_v']} on a "
                                    f"{grid_size}^2 grid overflow 32-bit bucket numbers; use larger tiles")
         self.scan = ExclusiveScan(queue, wg=t["sort_wg"])
         self.stages: dict = {}
+
+    @staticmethod
+    def buckets(tuning: dict, grid_size: int) -> tuple:
+        """``(max_tiles, windows_base, num_buckets)``: buckets are numbered tiles first, then
+        the central box's tiles, then the windows."""
+        t = tuning
+        max_tiles = tiles_across(grid_size, t["tile_u"]) * tiles_across(grid_size, t["tile_v"])
+        box_side = 2 * t["central_radius"] + 1
+        windows_base = max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
+        num_buckets = windows_base
+        if t["window_support"] >= 0:
+            steps = [tile - 2 * t["window_support"] for tile in (t["tile_u"], t["tile_v"])]
+            num_buckets += tiles_across(grid_size, t["tile_u"], steps[0]) * tiles_across(
+                grid_size, t["tile_v"], steps[1])
+        return max_tiles, windows_base, num_buckets
 
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
@@ -153,11 +161,13 @@ class TiledGridding(Strategy):
         cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
         return items * entry + cells * npol * complex_size + 4
 
-    def template_params(self, npol: int) -> dict:
-        wg_u, wg_v = self.local_size()
-        return dict(super().template_params(npol), wg_u=wg_u, wg_v=wg_v, max_tiles=self.max_tiles,
-                    windows_base=self.windows_base,
-                    tile_factor_4096=round(self.tuning["tile_factor"] * 4096))
+    @classmethod
+    def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
+        wg_u, wg_v = cls.work_group_shape(tuning)
+        max_tiles, windows_base, _ = cls.buckets(tuning, grid_size)
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), wg_u=wg_u,
+                    wg_v=wg_v, max_tiles=max_tiles, windows_base=windows_base,
+                    tile_factor_4096=round(tuning["tile_factor"] * 4096))
 
     @cached_property
     def untiled_strategy(self) -> AtomicGridding:
