@@ -67,9 +67,10 @@ class Degridder(GridOperation):
             grid = np.asarray(grid)
             if not np.iscomplexobj(grid):
                 raise TypeError(f"grid must be complex (complex64 or complex128), got dtype {grid.dtype}")
-            if grid.ndim != 3 or grid.shape[1:] != (self.grid_size,) * 2 or grid.shape[0] not in (1, 2, 4):
-                raise ValueError(f"grid must have shape (npol, {self.grid_size}, {self.grid_size}), npol "
-                                 f"1, 2 or 4; got {grid.shape}")
+            if grid.ndim != 3 or grid.shape[1:] != (self.grid_size,) * 2:
+                raise ValueError(f"grid must have shape (npol, {self.grid_size}, {self.grid_size}), got {grid.shape}")
+            if grid.shape[0] not in (1, 2, 4):
+                raise ValueError(f"grid must have 1, 2 or 4 polarisations on its first axis, got {grid.shape[0]}")
             npol = grid.shape[0]
             self._check_grid_fits(npol)
             buffer = self.grid_buffer(npol)
@@ -89,13 +90,13 @@ class Degridder(GridOperation):
         grid_buffer = self.grid_buffer(npol) if grid_buffer is None else grid_buffer
         return self.strategy.degrid(prepared.device_plan, npol, grid_buffer, wait_for=wait_for)
 
-    def fetch(self, prepared: PreparedVisibilities, out=None, vis_dtype=None, wait_for=None):
+    def fetch(self, prepared: PreparedVisibilities, wait_for=None, out=None):
         """The degridded visibilities in the caller's order and shape (zero where not
         degridded): scattered on the device, then copied into a numpy array (or left in
         ``out`` when it is a device array)."""
         plan, npol = prepared.plan, prepared.npol
         shape = plan.sample_shape + (npol,)
-        dtype = np.dtype(vis_dtype or self.strategy.complex_dtype)
+        dtype = np.dtype(self.strategy.complex_dtype)
         if isinstance(out, cla.Array):
             check_vis(out, plan.sample_shape, "out")
             if out.shape[-1] != npol or not out.flags.c_contiguous:
@@ -138,7 +139,7 @@ class Degridder(GridOperation):
             prepared = self._prepare_output(plan, npol)
             events = self.execute(prepared, grid_buffer, wait_for=[loaded])
             self.last_events = events
-            vis = self.fetch(prepared, out, wait_for=events[-1:] or [loaded])
+            vis = self.fetch(prepared, events[-1:] or [loaded], out)
             bad = int(not_finite.get())
             if bad:
                 raise ValueError(f"grid contains NaN or inf ({bad} cells)")

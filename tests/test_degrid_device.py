@@ -58,7 +58,8 @@ def degrid_poisoned(degridder, grid, uvw, flags=None, freqs=None):
         cl.enqueue_fill_buffer(degridder.queue, buf, np.array([np.nan], degridder.strategy.real_dtype),
                                0, buf.size).wait()
     events = degridder.execute(prepared, wait_for=[degridder.load_grid(grid)[2]])
-    return degridder.fetch(prepared, wait_for=events), prepared.plan.counts_report("degridded")
+    return degridder.fetch(prepared, wait_for=events), dict(prepared.plan.counts_report("degridded"),
+                                                           grid_point_reads=prepared.grid_point_additions)
 
 
 def check(vis, ref, precision):
