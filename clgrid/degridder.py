@@ -17,11 +17,15 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from .device_sum import DeviceSum
-from .operation import GridOperation, PreparedVisibilities, with_values
+from .device_plan import Plan
+from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
 from .strategies import DEGRIDDING_METHODS
 from .values import ValueKernels, check_vis
 
 __all__ = ["Degridder"]
+
+COUNTS = ("samples", "degridded", "flagged", "off_grid", "beyond_kernel_stack", "grid_point_reads",
+          "plan_seconds", "kernel_seconds")
 
 
 class Degridder(GridOperation):
@@ -135,15 +139,39 @@ class Degridder(GridOperation):
         started = time.perf_counter()
         with self._lock:
             grid_buffer, npol, loaded, not_finite = self.load_grid(grid, wait_for)  # the copy overlaps planning
-            plan, plan_seconds = self._plan_for(plan, freqs, flags)
-            prepared = self._prepare_output(plan, npol)
-            events = self.execute(prepared, grid_buffer, wait_for=[loaded])
-            self.last_events = events
-            vis = self.fetch(prepared, events[-1:] or [loaded], out)
-            bad = int(not_finite.get())
-            if bad:
-                raise ValueError(f"grid contains NaN or inf ({bad} cells)")
-            report = self._keep_report(dict(plan.counts_report(self.done),
-                                            grid_point_reads=plan.footprint_cells * npol),
-                                       started, plan_seconds, events)
+            if isinstance(plan, Plan):
+                return self._degrid_plan(plan, npol, grid_buffer, loaded, not_finite, out, started, 0.0,
+                                         return_report)
+            shape = tuple(getattr(plan, "shape", np.shape(plan)))
+            nchan = None if freqs is None else np.size(freqs)
+            rows = self.row_chunks(shape, nchan, npol)
+            if not rows:
+                plan, seconds = self._plan_for(plan, freqs, flags)
+                return self._degrid_plan(plan, npol, grid_buffer, loaded, not_finite, out, started, seconds,
+                                         return_report)
+            # streamed: the data do not fit the device at once; each chunk of rows in turn
+            sample_shape = shape[:-1] + ((nchan,) if nchan is not None else ())
+            vis = np.zeros(sample_shape + (npol,), self.strategy.complex_dtype) if out is None else out
+            totals = None
+            for r in rows:
+                part, report = self._degrid_plan(*self._plan_for(plan[r], freqs, rows_of(flags, vis.shape, r))[:1],
+                                                 npol, grid_buffer, loaded, not_finite, vis[r], started, 0.0, True)
+                totals = report if totals is None else {
+                    k: totals[k] + report[k] if k in COUNTS and report[k] is not None else report[k] for k in report}
+            totals["total_seconds"] = time.perf_counter() - started
+            self.last_report = totals
+        return (vis, totals) if return_report else vis
+
+    def _degrid_plan(self, plan, npol, grid_buffer, loaded, not_finite, out, started, plan_seconds,
+                     return_report):
+        """Degrid the loaded grid at ``plan``'s positions into ``out`` (or a new host array)."""
+        prepared = self._prepare_output(plan, npol)
+        events = self.execute(prepared, grid_buffer, wait_for=[loaded])
+        self.last_events = events
+        vis = self.fetch(prepared, events[-1:] or [loaded], out)
+        bad = int(not_finite.get())
+        if bad:
+            raise ValueError(f"grid contains NaN or inf ({bad} cells)")
+        report = self._keep_report(dict(plan.counts_report(self.done), grid_point_reads=prepared.grid_point_additions),
+                                   started, plan_seconds, events)
         return (vis, report) if return_report else vis

@@ -16,7 +16,8 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .operation import GridOperation, PreparedVisibilities, kernel_seconds, with_values
+from .device_plan import Plan
+from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from .runtime import fill_zeros
 from .strategies import GRIDDING_METHODS
 from .values import ValueKernels, check_vis, check_weights, to_device
@@ -120,40 +121,98 @@ class Gridder(GridOperation):
         operator's context.  ``out``: a numpy array or device array of the grid's shape
         and dtype to write into (a device ``out`` stays on the device: no copy back);
         ``accumulate=True`` adds to what ``out`` holds.  With ``return_report=True``
-        returns ``(grid, report)``; the report is also kept in ``last_report``.
+        returns ``(grid, report)``; the report is also kept in ``last_report``.  Host
+        data larger than the device (`samples_per_chunk`) streams through it in chunks
+        of rows (`grid_chunks`), each upload overlapping the last chunk's kernels.
         """
+        if not isinstance(plan, Plan) and not isinstance(vis, cla.Array):
+            shape = tuple(getattr(plan, "shape", np.shape(plan)))
+            rows = self.row_chunks(shape, None if freqs is None else np.size(freqs), np.shape(vis)[-1])
+            if rows:
+                vis_shape = np.shape(vis)
+                return self.grid_chunks(((plan[r], vis[r], rows_of(weights, vis_shape, r),
+                                          rows_of(flags, vis_shape, r)) for r in rows),
+                                        freqs=freqs, out=out, accumulate=accumulate,
+                                        return_report=return_report)
+        return self.grid_chunks([(plan, vis, weights, flags)], freqs=freqs, out=out, accumulate=accumulate,
+                                wait_for=wait_for, return_report=return_report)
+
+    def grid_chunks(self, chunks, freqs=None, *, out=None, accumulate: bool = False, wait_for=None,
+                    return_report: bool = False):
+        """Grid a stream of ``(uvw, vis, weights, flags)`` chunks into one grid (as `grid`
+        does with a whole data set larger than the device: each chunk is planned, gridded
+        and added, and the next chunk's upload overlaps this one's kernels).  The first
+        element of a chunk may be a `Plan` (then flags must be None).  Returns the grid,
+        and the summed report with ``return_report=True``."""
         started = time.perf_counter()
-        plan, plan_seconds = self._plan_for(plan, freqs, flags)
+        chunks = iter(chunks)
         with self._lock:
-            prepared = self._prepare_values(plan, vis, weights, wait_for)
-            npol = prepared.npol
-            shape = (npol, self.grid_size, self.grid_size)
-            dtype = self.strategy.complex_dtype
-            if isinstance(out, cla.Array):
-                if self.check_device_grid(out, "out") != npol:
-                    raise ValueError(f"out has {out.shape[0]} polarisations, vis {npol}")
-                grid_buffer = out.data
-            else:
-                if out is not None and (np.shape(out) != shape or np.asarray(out).dtype != dtype):
-                    raise ValueError(f"out must be a {np.dtype(dtype)} array of shape {shape}, got "
-                                     f"{np.asarray(out).dtype} {np.shape(out)}")
-                grid_buffer = self.grid_buffer(npol)
-                if accumulate and out is not None:
-                    cl.enqueue_copy(self.queue, grid_buffer, np.ascontiguousarray(out))
-            accumulate = accumulate and out is not None
-            events = self.execute(prepared, grid_buffer, accumulate)
+            staged = self._stage(next(chunks, None))
+            if staged is None:
+                raise ValueError("grid_chunks needs at least one chunk")
+            first, totals, plan_seconds, kernel_events = True, None, 0.0, []
+            while staged is not None:
+                positions, vis, weights, flags = staged
+                plan, seconds = self._plan_for(positions, freqs, flags)
+                plan_seconds += seconds
+                prepared = self._prepare_values(plan, vis, weights, wait_for if first else None)
+                if first:
+                    npol, grid_buffer = prepared.npol, self._output_grid(out, prepared.npol, accumulate)
+                elif prepared.npol != npol:
+                    raise ValueError(f"chunks of {npol} and {prepared.npol} polarisations")
+                events = self.execute(prepared, grid_buffer, accumulate=accumulate and out is not None or not first)
+                kernel_events += events[1:]
+                counts = dict(plan.counts_report(self.done), grid_point_additions=prepared.grid_point_additions,
+                              norm=prepared.norm)
+                totals = counts if totals is None else {k: totals[k] + counts[k] for k in totals}
+                first = False
+                staged = self._stage(next(chunks, None))   # uploads while this chunk's kernels run
             self.last_events = events
-            if isinstance(out, cla.Array):
-                result = out
-            else:
-                result = np.empty(shape, dtype) if out is None or not out.flags.c_contiguous else out
-                cl.enqueue_copy(self.queue, result, grid_buffer, wait_for=events[-1:]).wait()
-                if out is not None and result is not out:
-                    out[...] = result
-                    result = out
-            self.queue.finish()
-            report = self._keep_report(dict(plan.counts_report(self.done),
-                                            grid_point_additions=plan.footprint_cells * npol,
-                                            norm=prepared.norm),
-                                       started, plan_seconds, events[1:])
+            result = self._deliver(out, grid_buffer, npol, events)
+            report = self._keep_report(totals, started, plan_seconds, kernel_events)
         return (result, report) if return_report else result
+
+    def _stage(self, chunk):
+        """A chunk with its uvw and visibilities uploaded through the transfer queue (host
+        arrays; device arrays and plans pass through)."""
+        if chunk is None:
+            return None
+        positions, vis, weights, flags = (tuple(chunk) + (None, None))[:4]
+        if isinstance(positions, Plan) or isinstance(vis, cla.Array):
+            return positions, vis, weights, flags
+        vis = np.asarray(vis)
+        if vis.dtype not in (np.complex64, np.complex128):
+            return positions, vis, weights, flags            # refused by name when prepared
+        queue = self.transfer_queue
+        return (cla.to_device(queue, np.ascontiguousarray(positions, np.float64)),
+                cla.to_device(queue, np.ascontiguousarray(vis)), weights, flags)
+
+    def _output_grid(self, out, npol: int, accumulate: bool):
+        """The device buffer a call grids into: ``out``'s own when it is a device array,
+        else the operator's grid, holding a host ``out`` when accumulating."""
+        shape = (npol, self.grid_size, self.grid_size)
+        dtype = self.strategy.complex_dtype
+        if isinstance(out, cla.Array):
+            if self.check_device_grid(out, "out") != npol:
+                raise ValueError(f"out has {out.shape[0]} polarisations, vis {npol}")
+            return out.data
+        if out is not None and (np.shape(out) != shape or np.asarray(out).dtype != dtype):
+            raise ValueError(f"out must be a {np.dtype(dtype)} array of shape {shape}, got "
+                             f"{np.asarray(out).dtype} {np.shape(out)}")
+        grid_buffer = self.grid_buffer(npol)
+        if accumulate and out is not None:
+            cl.enqueue_copy(self.queue, grid_buffer, np.ascontiguousarray(out))
+        return grid_buffer
+
+    def _deliver(self, out, grid_buffer, npol: int, events):
+        """The grid for the caller: ``out`` itself, or a new host array copied back."""
+        if isinstance(out, cla.Array):
+            self.queue.finish()
+            return out
+        shape = (npol, self.grid_size, self.grid_size)
+        result = np.empty(shape, self.strategy.complex_dtype) if out is None or not out.flags.c_contiguous else out
+        cl.enqueue_copy(self.queue, result, grid_buffer, wait_for=events[-1:]).wait()
+        if out is not None and result is not out:
+            out[...] = result
+            result = out
+        return result

@@ -25,7 +25,14 @@ from .plan import check_arguments
 from .runtime import get_queue
 from .strategies.base import DevicePlan
 
-__all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds"]
+__all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds", "rows_of"]
+
+# Device bytes a (row, channel) sample can take while planned and gridded (uvw, the
+# planning scratch and plan, values in and in order, sort entries), beyond 64 per
+# polarisation: a conservative bound, so streamed chunks leave room to spare.
+BYTES_PER_SAMPLE = 256
+BYTES_PER_VISIBILITY = 64
+HEADROOM_BYTES = 256 * 2 ** 20
 
 
 @dataclass
@@ -73,6 +80,8 @@ class GridOperation:
         self._lock = threading.RLock()
         self.last_report: dict | None = None
         self.last_events: list = []
+        self.chunk_samples: int | None = None   # samples per streamed chunk; None: what fits the device
+        self._transfer_queue = None
 
     @property
     def device(self):
@@ -98,9 +107,44 @@ class GridOperation:
         bit-identical to the reference, where the device has fp64 (``plan.planned_on``).
         """
         where = "host" if (self.strategy.host_planning or not self.strategy.facts.fp64) else "device"
+        shape = tuple(getattr(uvw, "shape", np.shape(uvw)))
+        nsample = int(np.prod(shape[:-1])) * (1 if freqs is None else int(np.size(freqs)))
+        if nsample > self.samples_per_chunk(1):
+            raise ValueError(f"{nsample} samples do not fit {self.strategy.facts.name} in one plan (at most "
+                             f"{self.samples_per_chunk(1)}): plan them in parts, or let grid(uvw, vis) and "
+                             f"degrid(grid, uvw) stream them")
         with self._lock:
             return make_plan(self.queue, self.geometry, uvw, freqs, flags, self.on_dropped, self.done,
                              where=where, hold=self.strategy.hold_positions)
+
+    def samples_per_chunk(self, npol: int) -> int:
+        """(row, channel) samples that one plan and one call's values may hold on the device:
+        ``chunk_samples`` if set, else half the memory the grid leaves (the other half
+        takes the next chunk's upload), within the largest buffer."""
+        if self.chunk_samples:
+            return int(self.chunk_samples)
+        facts = self.strategy.facts
+        free = facts.global_memory - self._grid_bytes(npol) - HEADROOM_BYTES
+        per_sample = BYTES_PER_SAMPLE + BYTES_PER_VISIBILITY * npol
+        return int(max(1, min(free // 2 // per_sample, facts.max_allocation // 16, 2 ** 31 - 1)))
+
+    def row_chunks(self, shape: tuple, nchan, npol: int):
+        """Slices of the first axis of uvw ``shape`` that fit the device one at a time, or
+        None when all of it fits (rows, or whole baselines of tracks, are never split)."""
+        per_row = int(np.prod(shape[1:-1])) * (nchan or 1)
+        total = shape[0] * per_row
+        limit = self.samples_per_chunk(npol)
+        if total <= limit:
+            return None
+        rows = max(1, limit // max(per_row, 1))
+        return [slice(start, min(start + rows, shape[0])) for start in range(0, shape[0], rows)]
+
+    @property
+    def transfer_queue(self) -> cl.CommandQueue:
+        """A second queue on the context: a streamed chunk's upload overlaps the last one's kernels."""
+        if self._transfer_queue is None:
+            self._transfer_queue = cl.CommandQueue(self.queue.context, self.queue.device)
+        return self._transfer_queue
 
     def _plan_for(self, plan_or_uvw, freqs, flags) -> tuple:
         """``(plan, seconds planning took)``: a given plan is checked, uvw planned."""
@@ -178,6 +222,19 @@ def kernel_seconds(events):
         return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
     except cl.Error:   # PROFILING_INFO_NOT_AVAILABLE: the caller's queue does not profile
         return None
+
+
+def rows_of(a, shape: tuple, rows: slice):
+    """Rows ``rows`` of ``a`` (None, or an array broadcasting to ``shape`` or to ``shape``
+    without its last axis: weights and flags per visibility or per sample)."""
+    if a is None:
+        return None
+    a = np.asarray(a)
+    target = shape if a.ndim == len(shape) else shape[:-1]
+    try:
+        return np.broadcast_to(a, target)[rows]
+    except ValueError:
+        return a     # the call refuses it by name
 
 
 def with_values(device_plan: DevicePlan, vis: cl.Buffer) -> DevicePlan:

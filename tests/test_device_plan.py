@@ -235,3 +235,33 @@ def test_threads_sharing_one_operator_get_their_own_results(rng, stack, queue, k
     for t in threads:
         t.join()
     assert not wrong
+
+
+@pytest.mark.parametrize("method", ["tiled", "moving_window"])
+def test_data_larger_than_the_device_stream_through_it_in_chunks(rng, stack, queue, method):
+    uvw = meerkat_uvw(rng, nbaseline=30, ntime=20)
+    freqs = np.array([1.0e9, 1.1e9])
+    metres = uvw * (clgrid.plan.SPEED_OF_LIGHT / 1.1e9)
+    vis = rng.normal(size=(30, 20, 2, 2)) + 1j * rng.normal(size=(30, 20, 2, 2))
+    weights = rng.uniform(0.5, 2.0, (30, 20, 2))
+    flags = rng.random((30, 20, 2, 2)) < 0.1
+    gridder = make("grid", method, stack, queue)
+    whole, whole_report = gridder.grid(metres, vis, weights, flags, freqs, return_report=True)
+    gridder.chunk_samples = 7 * 20 * 2                            # 7 baselines at a time: 5 chunks
+    assert len(gridder.row_chunks(metres.shape, 2, 2)) == 5
+    with pytest.raises(ValueError, match="do not fit"):
+        gridder.plan(metres, freqs)
+    streamed, report = gridder.grid(metres, vis, weights, flags, freqs, return_report=True)
+    assert relative_error(streamed, whole) < 1e-13
+    for key in ("samples", "gridded", "flagged", "off_grid", "beyond_kernel_stack", "grid_point_additions"):
+        assert report[key] == whole_report[key], key
+    np.testing.assert_allclose(report["norm"], whole_report["norm"], rtol=1e-13)
+
+    degridder = make("degrid", "gather" if method == "tiled" else "moving_window", stack, queue)
+    grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
+    whole, whole_report = degridder.degrid(grid, metres, flags, freqs, return_report=True)
+    degridder.chunk_samples = 7 * 20 * 2
+    streamed, report = degridder.degrid(grid, metres, flags, freqs, return_report=True)
+    np.testing.assert_array_equal(streamed, whole)               # each visibility on its own: identical
+    for key in ("samples", "degridded", "flagged", "off_grid", "beyond_kernel_stack", "grid_point_reads"):
+        assert report[key] == whole_report[key], key
