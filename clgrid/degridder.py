@@ -79,7 +79,13 @@ class Degridder(GridOperation):
             self._check_grid_fits(npol)
             buffer = self.grid_buffer(npol)
             host = np.ascontiguousarray(grid, self.strategy.complex_dtype)
-            event = cl.enqueue_copy(self.queue, buffer, host, is_blocking=False, wait_for=wait_for)
+            if self.staging is not None:
+                if wait_for:
+                    cl.wait_for_events(wait_for)
+                self.staging.upload(host, buffer)
+                event = cl.enqueue_marker(self.queue)
+            else:
+                event = cl.enqueue_copy(self.queue, buffer, host, is_blocking=False, wait_for=wait_for)
         cells = npol * self.grid_size ** 2
         real = "double" if self.precision == "double" else "float"
         not_finite = DeviceSum.of(self.queue.context, np.int64, "(isfinite(g[i].x) && isfinite(g[i].y)) ? 0 : 1",
@@ -119,10 +125,16 @@ class Degridder(GridOperation):
                             target.data)
         if isinstance(out, cla.Array):
             return out
-        if out is None:
-            return target.get()
-        out[...] = target.get()
-        return out
+        result = np.empty(shape, target.dtype) if out is None or not out.flags.c_contiguous else out
+        if self.staging is not None:
+            self.queue.finish()
+            self.staging.download(target.data, result)
+        else:
+            target.get(ary=result)
+        if out is not None and result is not out:
+            out[...] = result
+            return out
+        return result
 
     def degrid(self, grid, plan, flags=None, freqs=None, *, out=None, wait_for=None,
                return_report: bool = False):

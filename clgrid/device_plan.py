@@ -35,6 +35,7 @@ from .errors import DroppedVisibilitiesError
 from .kernels import KernelStack, offset_range
 from .plan import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, plan_visibilities)
 from .scan import ExclusiveScan
+from .transfer import to_device_array
 
 __all__ = ["Geometry", "Plan", "make_plan", "split_flags", "as_host"]
 
@@ -243,14 +244,14 @@ class _Planner:
             return cls._by_context[key]
 
 
-def _device_uvw(queue, uvw) -> tuple:
-    """uvw as a float64 device array of shape (..., 3), and its host copy if it had one."""
+def _device_uvw(queue, uvw, staging) -> cla.Array:
+    """uvw as a float64 device array of shape (..., 3) (uploaded through ``staging``)."""
     if isinstance(uvw, cla.Array):
         if uvw.dtype != np.float64 or uvw.shape[-1:] != (3,) or uvw.ndim < 2 or not uvw.flags.c_contiguous:
             raise ValueError(f"a device uvw must be a C-contiguous float64 array of shape (..., 3), got "
                              f"{uvw.dtype} {uvw.shape}")
         return uvw
-    return cla.to_device(queue, np.ascontiguousarray(uvw, np.float64))
+    return to_device_array(queue, np.ascontiguousarray(uvw, np.float64), staging)
 
 
 def _kernel_tables(queue, kernels: KernelStack, real_dtype):
@@ -264,11 +265,12 @@ def _kernel_tables(queue, kernels: KernelStack, real_dtype):
 
 
 def make_plan(queue, geometry: Geometry, uvw, freqs=None, flags=None, on_dropped: str = "warn",
-              done: str = "gridded", where: str = "device", hold=None) -> Plan:
+              done: str = "gridded", where: str = "device", hold=None, staging=None) -> Plan:
     """Plan ``uvw`` ((..., 3) wavelengths, or metres with ``freqs`` in Hz) for ``geometry``.
 
     ``where`` is "device" (fp64 devices) or "host"; ``hold`` (host only) transforms the
-    `Samples` before planning (the moving window's w held over time blocks).
+    `Samples` before planning (the moving window's w held over time blocks); ``staging``
+    (`clgrid.transfer.Staging`) carries host uvw to the device.
     """
     host_uvw = None if isinstance(uvw, cla.Array) else uvw
     shape = tuple(uvw.shape) if isinstance(uvw, cla.Array) else np.shape(uvw)
@@ -287,15 +289,15 @@ def make_plan(queue, geometry: Geometry, uvw, freqs=None, flags=None, on_dropped
         plan = _plan_on_host(queue, geometry, as_host(uvw), freqs, usable, sample_shape, leading, nchan,
                              pol_flags, on_dropped, done, hold)
     else:
-        plan = _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags)
+        plan = _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags, staging)
     _report_dropped(plan, on_dropped, done)
     return plan
 
 
-def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags) -> Plan:
+def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags, staging) -> Plan:
     planner = _Planner.of(queue)
     kernels = geometry.kernels
-    uvw_d = _device_uvw(queue, uvw)
+    uvw_d = _device_uvw(queue, uvw, staging)
     scale = None if freqs is None else cla.to_device(queue, freqs / SPEED_OF_LIGHT)
     usable_d = None if usable is None else cla.to_device(queue, usable.astype(np.uint8))
     supports, weight_sums = _kernel_tables(queue, kernels, np.float64)

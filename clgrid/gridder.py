@@ -20,6 +20,7 @@ from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from .runtime import fill_zeros
 from .strategies import GRIDDING_METHODS
+from .transfer import to_device_array
 from .values import ValueKernels, check_vis, check_weights, to_device
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
@@ -69,8 +70,8 @@ class Gridder(GridOperation):
             return PreparedVisibilities(plan, None, npol, np.zeros(npol))
         arranged = self.arranged(plan, npol)
         queue = self.queue
-        vis_d = to_device(queue, vis, "vis")
-        weights_d = None if weights is None else to_device(queue, weights, "weights")
+        vis_d = to_device(queue, vis, "vis", self.staging)
+        weights_d = None if weights is None else to_device(queue, weights, "weights", self.staging)
         flags_d = plan.device_pol_flags()
         kernels = ValueKernels.of(queue.context, self.precision == "double", npol, vis_d.dtype, mode,
                                   np.float32 if weights_d is None else weights_d.dtype, flags_d is not None,
@@ -184,8 +185,8 @@ class Gridder(GridOperation):
         if vis.dtype not in (np.complex64, np.complex128):
             return positions, vis, weights, flags            # refused by name when prepared
         queue = self.transfer_queue
-        return (cla.to_device(queue, np.ascontiguousarray(positions, np.float64)),
-                cla.to_device(queue, np.ascontiguousarray(vis)), weights, flags)
+        return (to_device_array(queue, np.asarray(positions, np.float64), self.staging),
+                to_device_array(queue, vis, self.staging), weights, flags)
 
     def _output_grid(self, out, npol: int, accumulate: bool):
         """The device buffer a call grids into: ``out``'s own when it is a device array,
@@ -211,7 +212,10 @@ class Gridder(GridOperation):
             return out
         shape = (npol, self.grid_size, self.grid_size)
         result = np.empty(shape, self.strategy.complex_dtype) if out is None or not out.flags.c_contiguous else out
-        cl.enqueue_copy(self.queue, result, grid_buffer, wait_for=events[-1:]).wait()
+        if self.staging is not None:
+            self.staging.download(grid_buffer, result, wait_for=events[-1:])
+        else:
+            cl.enqueue_copy(self.queue, result, grid_buffer, wait_for=events[-1:]).wait()
         if out is not None and result is not out:
             out[...] = result
             result = out

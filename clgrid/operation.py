@@ -23,6 +23,7 @@ from .errors import DeviceCapabilityError
 from .kernels import KernelStack
 from .plan import check_arguments
 from .runtime import get_queue
+from .transfer import Staging
 from .strategies.base import DevicePlan
 
 __all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds", "rows_of"]
@@ -82,6 +83,7 @@ class GridOperation:
         self.last_events: list = []
         self.chunk_samples: int | None = None   # samples per streamed chunk; None: what fits the device
         self._transfer_queue = None
+        self._staging = False     # made when first needed
 
     @property
     def device(self):
@@ -115,7 +117,7 @@ class GridOperation:
                              f"degrid(grid, uvw) stream them")
         with self._lock:
             return make_plan(self.queue, self.geometry, uvw, freqs, flags, self.on_dropped, self.done,
-                             where=where, hold=self.strategy.hold_positions)
+                             where=where, hold=self.strategy.hold_positions, staging=self.staging)
 
     def samples_per_chunk(self, npol: int) -> int:
         """(row, channel) samples that one plan and one call's values may hold on the device:
@@ -138,6 +140,14 @@ class GridOperation:
             return None
         rows = max(1, limit // max(per_row, 1))
         return [slice(start, min(start + rows, shape[0])) for start in range(0, shape[0], rows)]
+
+    @property
+    def staging(self):
+        """Pinned staging for host arrays (`clgrid.transfer`), on devices with memory of their
+        own; None on those that share the host's (they copy directly)."""
+        if self._staging is False:
+            self._staging = Staging(self.transfer_queue) if Staging.worth_it(self.device) else None
+        return self._staging
 
     @property
     def transfer_queue(self) -> cl.CommandQueue:

@@ -18,6 +18,7 @@ import pyopencl.array as cla
 
 from .codegen import build_program, render
 from .device_sum import DeviceSum
+from .transfer import to_device_array
 
 __all__ = ["check_vis", "check_weights", "to_device", "ValueKernels"]
 
@@ -68,15 +69,16 @@ def check_weights(weights, sample_shape: tuple, npol: int):
     return np.ascontiguousarray(weights), mode
 
 
-def to_device(queue, a, name: str):
-    """``a`` as a device array on ``queue``'s context (uploaded if it is a host array)."""
+def to_device(queue, a, name: str, staging=None):
+    """``a`` as a device array on ``queue``'s context (uploaded, through ``staging`` where
+    given, if it is a host array)."""
     if isinstance(a, cla.Array):
         if a.context.int_ptr != queue.context.int_ptr:
             raise ValueError(f"{name} is a device array of another OpenCL context than the operator's")
         if not a.flags.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous")
         return a
-    return cla.to_device(queue, np.ascontiguousarray(a))
+    return to_device_array(queue, a, staging)
 
 
 class ValueKernels:
