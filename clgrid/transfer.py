@@ -22,7 +22,9 @@ import pyopencl.array as cla
 
 __all__ = ["Staging", "to_device_array"]
 
-PIECE_BYTES = 16 * 2 ** 20
+# Pieces of 64 MiB: each costs about 0.7 ms of thread dispatch on the H100 machine, so smaller
+# pieces lose more than the overlap gains (16 MiB: 32 ms for a whole grid() call, 64 MiB: 22 ms).
+PIECE_BYTES = 64 * 2 ** 20
 _pool = None
 _pool_lock = threading.Lock()
 
@@ -50,7 +52,8 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 
 class Staging:
-    """Two pinned buffers of ``piece`` bytes on ``queue``'s context, for `upload` and `download`."""
+    """Two pinned buffers of ``piece`` bytes (128 MiB of pinned host memory by default) on
+    ``queue``'s context, for `upload` and `download`."""
 
     def __init__(self, queue: cl.CommandQueue, piece: int = PIECE_BYTES):
         self.queue = queue
