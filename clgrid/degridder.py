@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pyopencl as cl
 
+from .checks import check_degridded
 from .operation import GridOperation, PreparedVisibilities
 from .plan import check_grid, flatten_positions
 from .strategies import DEGRIDDING_METHODS
@@ -78,4 +79,6 @@ class Degridder(GridOperation):
         events = self.execute(prepared, wait_for=[loaded])
         vis = self.fetch(prepared, wait_for=events[-1:] or [loaded])
         report = self._keep_report(prepared.plan.degrid_report(), t0, t_plan, events)
+        check_degridded(self, prepared.device_plan and prepared.device_plan.vis,       # overflow, empty input
+                        prepared.plan.num_kept * prepared.plan.npol, report)
         return (vis, report) if return_report else vis

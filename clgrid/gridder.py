@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pyopencl as cl
 
+from .checks import check_gridded
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds
 from .plan import flatten_samples
 from .runtime import fill_zeros
@@ -76,4 +77,5 @@ class Gridder(GridOperation):
         out = np.empty((npol, self.grid_size, self.grid_size), self.strategy.complex_dtype)
         cl.enqueue_copy(self.queue, out, self.grid_buffer(npol), wait_for=events[-1:]).wait()
         report = self._keep_report(prepared.plan.report(), t0, t_plan, events[1:])
+        check_gridded(self, self.grid_buffer(npol), npol, prepared.samples, report)   # overflow, empty input
         return (out, report) if return_report else out
