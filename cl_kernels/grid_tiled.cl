@@ -24,7 +24,8 @@
    003 §3.4) is this kernel launched a second time, over the central tiles' buckets.
    Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so
    neighbouring work-items read consecutive values.
-   Template variables: double, atomic, npol, oversample, grid_size, mapping, regsz,
+   In deterministic mode a tile is also flushed at the end of each chunk (see there).
+   Template variables: double, atomic, deterministic, npol, oversample, grid_size, mapping, regsz,
    shmsz, footprint_unroll, wg_u, wg_v (and those of tile_grid.cl and tile_sort.cl). #}
 {% include "common.cl" %}
 #define NPOL {{ npol }}
@@ -160,7 +161,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                 const int first_bucket, const int end_bucket,    /* grid the buckets [first, end) */
                 const int chunk,                                 /* entries taken from the counter at a time */
                 __global int *taken,                             /* the counter, zeroed by the host */
-                __global real_t *grid)                           /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
+                __global grid_real_t *grid)                           /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
 {
     __local tile_visibility batch[BATCH];
     __local int chunk_first;
@@ -270,6 +271,12 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
             }
             barrier(CLK_LOCAL_MEM_FENCE);   /* the batch and chunk_first are rewritten next */
         }
+{% if deterministic %}
+        /* Deterministic mode: a chunk's sums, not whatever chunks this work-group happened
+           to take, are what reach the grid, so every flushed value is the same each run. */
+{{ flush_tile() }}
+        bucket = -1;
+{% endif %}
     }
 {{ flush_tile() }}
 }

@@ -49,7 +49,7 @@ def _overflow_advice(precision: str, largest: float, what: str) -> str:
     return f"double precision holds values up to {limit:.3g}: scale the visibilities or weights down"
 
 
-def check_gridded(operation, grid_buffer: cl.Buffer, npol: int, samples, report: dict, wait_for=None) -> None:
+def check_gridded(operation, grid_buffer: cl.Buffer, npol: int, prepared, report: dict, wait_for=None) -> None:
     """Raise if the device grid overflowed; warn if nothing (or only zero weight) was gridded.
 
     ``largest`` in the message bounds what a cell can sum to: every weighted visibility
@@ -60,7 +60,7 @@ def check_gridded(operation, grid_buffer: cl.Buffer, npol: int, samples, report:
     if bad:
         kmax = max(float(np.abs(p).max()) for p in operation.kernels.planes)
         with np.errstate(over="ignore", invalid="ignore"):
-            largest = float(np.nansum(np.abs(samples.vis))) * kmax
+            largest = float(np.nansum(np.abs(prepared.samples.vis))) * kmax * 2.0 ** -prepared.value_exponent
         raise NonFiniteResultError(
             f"the {operation.precision}-precision grid holds {bad} inf or NaN values although every "
             f"input was finite: overflow. {_overflow_advice(operation.precision, largest, 'cell sums')}")

@@ -9,11 +9,13 @@ gridded and dropped, ``norm``, timings) is kept in ``last_report``.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pyopencl as cl
 
 from .checks import check_gridded
+from .deterministic import FixedPointGrid
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds
 from .plan import flatten_samples
 from .runtime import fill_zeros
@@ -40,6 +42,9 @@ class Gridder(GridOperation):
     binary : a precompiled program (from ``clgrid emit`` and an offline compiler such
         as ``aoc``, or `Strategy.save_binary`) to load instead of building the source;
         its ``.json`` description must sit beside it and match this call.
+    deterministic : bit-identical grids from run to run (same device and parameters):
+        accumulate in 64-bit fixed point instead of float atomics (`clgrid.deterministic`
+        states its precision; it needs 64-bit integer atomics).
     """
 
     strategies = GRIDDING_METHODS
@@ -47,14 +52,23 @@ class Gridder(GridOperation):
     default_method = "atomic"
     done = "gridded"
 
+    def __init__(self, *args, deterministic: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fixed_point = FixedPointGrid(self) if deterministic and self.strategy.atomics else None
+
     def prepare(self, uvw, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
         """Validate, plan and upload visibilities, ready for `execute` (any number of times)."""
-        return self.prepare_samples(flatten_samples(uvw, vis, weights, flags, freqs))
+        samples, exponent = flatten_samples(uvw, vis, weights, flags, freqs), 0
+        if self.fixed_point:
+            samples, exponent = self.fixed_point.scale_values(samples)
+        return replace(self.prepare_samples(samples), value_exponent=exponent)
 
     def execute(self, prepared: PreparedVisibilities) -> list:
         """Enqueue zeroing and gridding into the device grid; returns the OpenCL events."""
         npol = prepared.plan.npol
         grid_buffer = self.grid_buffer(npol)
+        if self.fixed_point:
+            return self.fixed_point.execute(prepared, grid_buffer)
         zero = fill_zeros(self.queue, grid_buffer, self._grid_bytes(npol), self.strategy.real_dtype)
         if prepared.device_plan is None:
             return [zero]
@@ -77,5 +91,5 @@ class Gridder(GridOperation):
         out = np.empty((npol, self.grid_size, self.grid_size), self.strategy.complex_dtype)
         cl.enqueue_copy(self.queue, out, self.grid_buffer(npol), wait_for=events[-1:]).wait()
         report = self._keep_report(prepared.plan.report(), t0, t_plan, events[1:])
-        check_gridded(self, self.grid_buffer(npol), npol, prepared.samples, report)   # overflow, empty input
+        check_gridded(self, self.grid_buffer(npol), npol, prepared, report)   # overflow, empty input
         return (out, report) if return_report else out

@@ -30,6 +30,7 @@ class PreparedVisibilities:
     plan: Plan
     device_plan: DevicePlan | None
     samples: Samples
+    value_exponent: int = 0    # the uploaded values are the samples' times 2^value_exponent (deterministic mode)
 
 
 class GridOperation:

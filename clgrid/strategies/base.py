@@ -85,6 +85,7 @@ class Strategy:
     counts: tuple = ()         # tuning parameters that count things, so must be >= 1
     work_group_parameters = ("wg_u", "wg_v")  # the tuning parameters that set `local_size`
     interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.interpolation)
+    deterministic = False      # grid into 64-bit fixed point (clgrid.deterministic sets it)
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
@@ -165,7 +166,8 @@ class Strategy:
         raise NotImplementedError
 
     def template_params(self, npol: int) -> dict:
-        return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
+        return dict(self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels),
+                    deterministic=self.deterministic)
 
     def _choose_atomic_path(self) -> None:
         """Replace an atomic path the device lacks by compare-and-swap, saying so."""

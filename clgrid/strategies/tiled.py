@@ -160,7 +160,9 @@ class TiledGridding(Strategy):
     @cached_property
     def untiled_strategy(self) -> AtomicGridding:
         """The atomic strategy, with its own table entry, for what tile_factor leaves untiled."""
-        return AtomicGridding(self.queue, self.grid_size, self.kernels, self.precision)
+        strategy = AtomicGridding(self.queue, self.grid_size, self.kernels, self.precision)
+        strategy.deterministic = self.deterministic
+        return strategy
 
     @property
     def tiles_everything(self) -> bool:
