@@ -149,7 +149,8 @@ class TiledGridding(Strategy):
         words = 16 if t["mapping"] == "footprint" else 9   # tile_visibility's ints (and float)
         entry = -(-(words * 4) // complex_size) * complex_size + 2 * npol * complex_size
         cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
-        return items * entry + cells * npol * complex_size + 4
+        cell_size = 16 if self.deterministic else complex_size   # two longs a cell in fixed point
+        return items * entry + cells * npol * cell_size + 4
 
     def template_params(self, npol: int) -> dict:
         wg_u, wg_v = self.local_size()
