@@ -20,7 +20,7 @@ from .errors import EmptyInputWarning, NonFiniteResultError
 
 __all__ = ["count_nonfinite", "check_gridded", "check_degridded"]
 
-WORK_ITEMS = 1 << 14   # enough to keep any device busy; each strides through the buffer
+GROUPS, GROUP_SIZE = 256, 64   # enough to keep any device busy; each group reads one contiguous block
 
 
 def count_nonfinite(queue: cl.CommandQueue, buffer: cl.Buffer, count: int, real_dtype, wait_for=None) -> int:
@@ -32,8 +32,10 @@ def count_nonfinite(queue: cl.CommandQueue, buffer: cl.Buffer, count: int, real_
     found = np.zeros(1, np.uint32)
     found_buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=found)
     kernel = cl.Kernel(program, "count_nonfinite")
-    event = kernel(queue, (min(WORK_ITEMS, int(count)),), None, buffer, np.uint64(count), found_buffer,
-                   wait_for=wait_for)
+    groups = min(GROUPS, -(-int(count) // GROUP_SIZE))
+    block = -(-int(count) // groups)
+    event = kernel(queue, (groups * GROUP_SIZE,), (GROUP_SIZE,), buffer, np.uint64(count), np.uint64(block),
+                   found_buffer, wait_for=wait_for)
     cl.enqueue_copy(queue, found, found_buffer, wait_for=[event]).wait()
     return int(found[0])
 
