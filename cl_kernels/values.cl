@@ -36,11 +36,11 @@ __kernel void gather_weighted(__global const vis_t *restrict vis, __global const
     for (int p = 0; p < NPOL; ++p) {
         const int k = s * NPOL + p;
 {% if weights == "pol" %}
-        real_t w = weights[k];
+        weight_t w = weights[k];
 {% elif weights == "sample" %}
-        real_t w = weights[s];
+        weight_t w = weights[s];
 {% else %}
-        real_t w = 1;
+        weight_t w = 1;
 {% endif %}
 {% if flags %}
         if (flags[k])
@@ -53,7 +53,7 @@ __kernel void gather_weighted(__global const vis_t *restrict vis, __global const
                 atomic_inc(&bad[1]);
             else if (!isfinite(v.x) || !isfinite(v.y))
                 atomic_inc(&bad[0]);
-            value = (complex_t)((real_t)v.x * w, (real_t)v.y * w);
+            value = (complex_t)((real_t)(v.x * w), (real_t)(v.y * w));   /* in the caller's precision, then rounded */
         }
         out[i * NPOL + p] = value;
     }

@@ -1,6 +1,6 @@
 """clgrid: gridding and degridding of radio visibilities with W-projection on OpenCL."""
 
-from . import reference, tuning
+from . import baseline_order, imaging, interpolation, io, reference, tuning
 from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, KernelBuildError
 from .runtime import devices
 from .gridder import Gridder
@@ -9,5 +9,6 @@ from .kernels import KernelStack
 from .device_plan import Plan
 
 __version__ = "0.1.0"
-__all__ = ["Gridder", "Degridder", "KernelStack", "Plan", "devices", "reference", "ClgridError", "DeviceCapabilityError",
+__all__ = ["Gridder", "Degridder", "KernelStack", "Plan", "devices", "reference", "imaging", "io", "interpolation",
+           "baseline_order", "ClgridError", "DeviceCapabilityError",
            "DroppedVisibilitiesError", "KernelBuildError", "__version__"]

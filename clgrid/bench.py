@@ -147,16 +147,17 @@ class BenchResult:
 
     def row(self) -> str:
         if self.failed:
-            return f"{self.device[:28]:28s} {self.method:20s} {self.precision:6s} FAILED: {self.failed}"
+            return f"{self.device[:28]:28s} {self.method:22s} {self.precision:6s} FAILED: {self.failed}"
         w = self.workload
-        return (f"{self.device[:28]:28s} {self.method:20s} {self.precision:6s} {w['dataset']:8s} "
+        spread = f"{self.min_s * 1e3:.3f}-{self.max_s * 1e3:.3f}"
+        return (f"{self.device[:28]:28s} {self.method:22s} {self.precision:6s} {w['dataset']:8s} "
                 f"{w['num_vis']:>10,d} {2 * w['supports'][1] + 1:>4d}^2 {w['npol']:>2d} "
-                f"{self.median_s * 1e3:>10.3f} {self.gpa_per_s / 1e9:>9.2f} "
+                f"{self.median_s * 1e3:>10.3f} {spread:>19s} {self.gpa_per_s / 1e9:>9.2f} "
                 f"{self.vis_per_s / 1e6:>9.2f} {self.error:>9.1e}")
 
 
-HEADER = (f"{'device':28s} {'method':20s} {'prec':6s} {'dataset':8s} {'vis':>10s} {'kernel':>6s} "
-          f"{'np':>2s} {'median ms':>10s} {'GGPA/s':>9s} {'Mvis/s':>9s} {'rel.err':>9s}")
+HEADER = (f"{'device':28s} {'method':22s} {'prec':6s} {'dataset':8s} {'vis':>10s} {'kernel':>6s} "
+          f"{'np':>2s} {'median ms':>10s} {'min-max ms':>19s} {'GGPA/s':>9s} {'Mvis/s':>9s} {'rel.err':>9s}")
 
 
 def device_times(operation, prepared, repeats: int, warmup: int = 1) -> list:
@@ -184,13 +185,14 @@ def relative_error(result, reference) -> float:
 
 def run_benchmark(workload: Workload, device=None, method: str = "atomic", precision: str = "single",
                   repeats: int = 5, warmup: int = 1, error_subset: int = 20000,
-                  tuning: dict | None = None) -> BenchResult:
+                  tuning: dict | None = None, deterministic: bool = False) -> BenchResult:
     """Time one strategy on one workload; errors are reported in the result, not raised.
 
     ``method`` is a gridding method or ``degrid-<method>``; for degridding the
     throughput counts grid points read and visibilities predicted from a random grid.
     The error is against the reference with the strategy's own kernel interpolation
-    (nearest samples, or linear for ``texture``).
+    (nearest samples, or linear for ``texture``).  ``deterministic`` grids in fixed
+    point (`clgrid.deterministic`); its time includes the conversion to float.
     """
     queue = get_queue(device)
     result = BenchResult(device=queue.device.name.strip(), method=method, precision=precision,
@@ -206,7 +208,7 @@ def run_benchmark(workload: Workload, device=None, method: str = "atomic", preci
             prepared = operation.prepare(workload.uvw, grid.shape[0])
         else:
             operation = Gridder(*geometry, method=method, device=queue, precision=precision, tuning=tuning,
-                                on_dropped="ignore")
+                                on_dropped="ignore", deterministic=deterministic)
             prepared = operation.prepare(workload.uvw, workload.vis)
         result.tuning = dict(operation.strategy.tuning)
         times = device_times(operation, prepared, repeats, warmup)
@@ -252,5 +254,10 @@ def environment() -> dict:
 
 
 def write_json(path, results, env, comparison=()) -> None:
-    Path(path).write_text(json.dumps({"environment": env, "results": [asdict(r) for r in results],
-                                      "cpu_libraries": list(comparison)}, indent=1, default=float))
+    """Write every result; through a temporary file and a rename, so that an interrupted
+    write never leaves half a file (`clgrid bench` rewrites it after every run)."""
+    path = Path(path)
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps({"environment": env, "results": [asdict(r) for r in results],
+                                "cpu_libraries": list(comparison)}, indent=1, default=float))
+    os.replace(part, path)

@@ -16,7 +16,8 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .device_sum import DeviceSum
+from .checks import check_degridded, count_nonfinite
+from .errors import NonFiniteResultError
 from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
 from .strategies import DEGRIDDING_METHODS
@@ -61,9 +62,9 @@ class Degridder(GridOperation):
         return PreparedVisibilities(plan, with_values(arranged, values), npol)
 
     def load_grid(self, grid, wait_for=None) -> tuple:
-        """``(grid buffer, npol, event, non-finite count)``: a host grid (npol, N, N) copied to
-        the device grid, or a device array used in place; the count of cells with NaN or
-        inf (a device scalar, read when the call ends) is taken on the device."""
+        """``(grid buffer, npol, event)``: a host grid (npol, N, N) copied to the device grid,
+        or a device array used in place; refused if it holds NaN or inf (counted on the
+        device; a finite grid that overflows the operator's precision is named as such)."""
         if isinstance(grid, cla.Array):
             npol = self.check_device_grid(grid, "grid")
             buffer, event = grid.data, cl.enqueue_marker(self.queue, wait_for=wait_for)
@@ -86,11 +87,14 @@ class Degridder(GridOperation):
                 event = cl.enqueue_marker(self.queue)
             else:
                 event = cl.enqueue_copy(self.queue, buffer, host, is_blocking=False, wait_for=wait_for)
-        cells = npol * self.grid_size ** 2
-        real = "double" if self.precision == "double" else "float"
-        not_finite = DeviceSum.of(self.queue.context, np.int64, "(isfinite(g[i].x) && isfinite(g[i].y)) ? 0 : 1",
-                                  f"__global const {real}2 *g")(self.queue, cells, buffer, wait_for=[event])
-        return buffer, npol, event, not_finite
+        not_finite = count_nonfinite(self.queue, buffer, 2 * npol * self.grid_size ** 2, self.strategy.real_dtype,
+                                     wait_for=[event])
+        if not_finite and not isinstance(grid, cla.Array) and np.all(np.isfinite(grid)):
+            raise NonFiniteResultError(f"the grid's values overflow {self.precision} precision ({not_finite} "
+                                       f"become inf): use precision='double', or scale the grid down")
+        if not_finite:
+            raise ValueError(f"grid contains NaN or inf ({not_finite} values)")
+        return buffer, npol, event
 
     def execute(self, prepared: PreparedVisibilities, grid_buffer=None, wait_for=None) -> list:
         """Enqueue degridding from the loaded grid into the prepared visibilities; returns the events."""
@@ -150,40 +154,36 @@ class Degridder(GridOperation):
         """
         started = time.perf_counter()
         with self._lock:
-            grid_buffer, npol, loaded, not_finite = self.load_grid(grid, wait_for)  # the copy overlaps planning
+            grid_buffer, npol, loaded = self.load_grid(grid, wait_for)
             if isinstance(plan, Plan):
-                return self._degrid_plan(plan, npol, grid_buffer, loaded, not_finite, out, started, 0.0,
-                                         return_report)
+                return self._degrid_plan(plan, npol, grid_buffer, loaded, out, started, 0.0, return_report)
             shape = tuple(getattr(plan, "shape", np.shape(plan)))
             nchan = None if freqs is None else np.size(freqs)
             rows = self.row_chunks(shape, nchan, npol)
             if not rows:
                 plan, seconds = self._plan_for(plan, freqs, flags)
-                return self._degrid_plan(plan, npol, grid_buffer, loaded, not_finite, out, started, seconds,
-                                         return_report)
+                return self._degrid_plan(plan, npol, grid_buffer, loaded, out, started, seconds, return_report)
             # streamed: the data do not fit the device at once; each chunk of rows in turn
             sample_shape = shape[:-1] + ((nchan,) if nchan is not None else ())
             vis = np.zeros(sample_shape + (npol,), self.strategy.complex_dtype) if out is None else out
             totals = None
             for r in rows:
                 part, report = self._degrid_plan(*self._plan_for(plan[r], freqs, rows_of(flags, vis.shape, r))[:1],
-                                                 npol, grid_buffer, loaded, not_finite, vis[r], started, 0.0, True)
+                                                 npol, grid_buffer, loaded, vis[r], started, 0.0, True)
                 totals = report if totals is None else {
                     k: totals[k] + report[k] if k in COUNTS and report[k] is not None else report[k] for k in report}
             totals["total_seconds"] = time.perf_counter() - started
             self.last_report = totals
         return (vis, totals) if return_report else vis
 
-    def _degrid_plan(self, plan, npol, grid_buffer, loaded, not_finite, out, started, plan_seconds,
-                     return_report):
+    def _degrid_plan(self, plan, npol, grid_buffer, loaded, out, started, plan_seconds, return_report):
         """Degrid the loaded grid at ``plan``'s positions into ``out`` (or a new host array)."""
         prepared = self._prepare_output(plan, npol)
         events = self.execute(prepared, grid_buffer, wait_for=[loaded])
         self.last_events = events
         vis = self.fetch(prepared, events[-1:] or [loaded], out)
-        bad = int(not_finite.get())
-        if bad:
-            raise ValueError(f"grid contains NaN or inf ({bad} cells)")
         report = self._keep_report(dict(plan.counts_report(self.done), grid_point_reads=prepared.grid_point_additions),
                                    started, plan_seconds, events)
+        check_degridded(self, prepared.device_plan and prepared.device_plan.vis,       # overflow, empty input
+                        plan.num_kept * npol, report)
         return (vis, report) if return_report else vis

@@ -16,6 +16,8 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from .checks import check_gridded
+from .deterministic import FixedPointGrid
 from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from .runtime import fill_zeros
@@ -45,6 +47,9 @@ class Gridder(GridOperation):
     binary : a precompiled program (from ``clgrid emit`` and an offline compiler such
         as ``aoc``, or `Strategy.save_binary`) to load instead of building the source;
         its ``.json`` description must sit beside it and match this call.
+    deterministic : bit-identical grids from run to run (same device and parameters):
+        accumulate in 64-bit fixed point instead of float atomics (`clgrid.deterministic`
+        states its precision; it needs 64-bit integer atomics).
 
     One Gridder may be shared by threads (its calls are serialised).
     """
@@ -53,6 +58,10 @@ class Gridder(GridOperation):
     methods = tuple(GRIDDING_METHODS)
     default_method = "atomic"
     done = "gridded"
+
+    def __init__(self, *args, deterministic: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fixed_point = FixedPointGrid(self) if deterministic and self.strategy.atomics else None
 
     def prepare(self, plan, vis, weights=None, flags=None, freqs=None) -> PreparedVisibilities:
         """Plan (unless ``plan`` is a `Plan`) and put one call's values on the device, in the
@@ -92,7 +101,15 @@ class Gridder(GridOperation):
             raise ValueError(f"weights must be finite and >= 0 where not flagged ({bad_weights} are not)")
         if not_finite:
             raise ValueError(f"vis contains NaN or inf in unflagged data ({not_finite} values)")
-        return PreparedVisibilities(plan, with_values(arranged, values), npol, norm)
+        exponent = self.fixed_point.scale(values, n * npol) if self.fixed_point else 0
+
+        def magnitude():
+            return sum(kernels.magnitude(queue, plan.num_kept, vis_d.data, plan.sample.data,
+                                         None if weights_d is None else weights_d.data,
+                                         None if flags_d is None else flags_d.data, np.int32(p)).get()
+                       for p in range(npol))
+
+        return PreparedVisibilities(plan, with_values(arranged, values), npol, norm, exponent, magnitude)
 
     def execute(self, prepared: PreparedVisibilities, grid_buffer=None, accumulate: bool = False,
                 wait_for=None) -> list:
@@ -100,6 +117,8 @@ class Gridder(GridOperation):
         ``grid_buffer``); returns the OpenCL events, the strategy's after the zeroing."""
         npol = prepared.npol
         grid_buffer = self.grid_buffer(npol) if grid_buffer is None else grid_buffer
+        if self.fixed_point:
+            return self.fixed_point.execute(prepared, grid_buffer, accumulate, wait_for)
         if accumulate:
             start = cl.enqueue_marker(self.queue, wait_for=wait_for)
         else:
@@ -171,7 +190,17 @@ class Gridder(GridOperation):
             self.last_events = events
             result = self._deliver(out, grid_buffer, npol, events)
             report = self._keep_report(totals, started, plan_seconds, kernel_events)
+            check_gridded(self, grid_buffer, npol, report,                      # overflow, empty input
+                          bound=lambda: self.value_bound(prepared))
         return (result, report) if return_report else result
+
+    def value_bound(self, prepared) -> float:
+        """What one cell can sum to at most, for the last chunk: sum |Re v| + |Im v| of its
+        weighted visibilities times the largest kernel value (read for error messages)."""
+        if prepared.magnitude is None:
+            return 0.0
+        kmax = max(float(np.abs(p).max()) for p in self.kernels.planes)
+        return float(prepared.magnitude()) * kmax
 
     def _stage(self, chunk):
         """A chunk with its uvw and visibilities uploaded through the transfer queue (host

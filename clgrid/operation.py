@@ -45,6 +45,8 @@ class PreparedVisibilities:
     device_plan: DevicePlan | None
     npol: int
     norm: np.ndarray | None = None
+    value_exponent: int = 0    # the values on the device are the caller's times 2^value_exponent (deterministic)
+    magnitude: object = None   # () -> sum of |Re| + |Im| of the weighted values, in the caller's precision
 
     @property
     def grid_point_additions(self) -> int:

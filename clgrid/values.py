@@ -104,6 +104,16 @@ class ValueKernels:
             f"{sum_type} norm_term(int i, __global const {sum_type} *weight_sum, __global const int *sample, "
             f"__global const {weight_type} *weights, __global const uchar *flags, const int p)\n"
             f"{{ const int s = sample[i]; return weight_sum[i] * ({flagged}({sum_type})({weight})); }}\n")
+        vis_type = "double2" if params["vis_double"] else "float2"
+        self.magnitude = DeviceSum.of(   # sum |Re| + |Im| of weighted values, in the caller's precision
+            context, sum_dtype, "magnitude(i, vis, sample, weights, flags, p)",
+            f"__global const {vis_type} *vis, __global const int *sample, "
+            f"__global const {weight_type} *weights, __global const uchar *flags, const int p",
+            f"{sum_type} magnitude(int i, __global const {vis_type} *vis, __global const int *sample, "
+            f"__global const {weight_type} *weights, __global const uchar *flags, const int p)\n"
+            f"{{ const int s = sample[i]; const {vis_type} v = vis[s * {npol} + p];\n"
+            f"  const {sum_type} w = {flagged}({sum_type})({weight});\n"
+            f"  return w == 0 ? 0 : fabs(({sum_type})v.x * w) + fabs(({sum_type})v.y * w); }}\n")
 
     @classmethod
     def of(cls, context, *key) -> "ValueKernels":

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 
+import clgrid
 from clgrid import bench, cli, plots
 
 
@@ -55,3 +56,44 @@ def test_degridding_and_lofar_workloads(queue):
     assert result.peak_fraction is None                   # PoCL's peak is not in the table
     assert set(bench.benchmark_methods()) >= {"atomic", "moving_window", "degrid-gather",
                                               "degrid-moving_window"}
+
+
+def test_bench_refuses_bad_arguments_by_name_before_device_work(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "select_device", lambda spec: (_ for _ in ()).throw(AssertionError("device work")))
+    assert cli.main(["bench", "--num-vis", "-5", "--support", "300", "--repeats", "0",
+                     "--json", str(tmp_path / "missing" / "x.json"), "--device", "pocl"]) == 2
+    err = capsys.readouterr().err
+    for named in ("--num-vis must be >= 1, got -5", "--support 300 needs", "--repeats must be >= 1",
+                  "--json", "does not exist"):
+        assert named in err
+
+
+def test_bench_writes_each_row_as_it_finishes_and_keeps_them_on_ctrl_c(capsys, tmp_path, monkeypatch):
+    real = bench.run_benchmark
+    calls = []
+
+    def interrupted_after_two(*args, **kwargs):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(kwargs["method"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_benchmark", interrupted_after_two)
+    path = tmp_path / "run.json"
+    assert cli.main(["bench", "--num-vis", "500", "--grid-size", "64", "--support", "2", "--repeats", "1",
+                     "--device", "pocl", "--method", "atomic", "--method", "tiled", "--method", "moving_window",
+                     "--json", str(path)]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted after 2 of 3 runs" in captured.err
+    rows = json.loads(path.read_text())["results"]
+    assert [r["method"] for r in rows] == calls == ["atomic", "tiled"]
+    assert all(r["min_s"] <= r["median_s"] <= r["max_s"] for r in rows)
+    assert captured.out.count(" atomic ") == 1 and "min-max ms" in captured.out
+
+
+def test_version(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"clgrid {clgrid.__version__}"

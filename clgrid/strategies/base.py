@@ -94,6 +94,7 @@ class Strategy:
     work_group_parameters = ("wg_u", "wg_v")  # the tuning parameters that set `local_size`
     interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.interpolation)
     hold_positions = None      # a Samples -> Samples transform before host planning (moving window)
+    deterministic = False      # grid into 64-bit fixed point (clgrid.deterministic sets it)
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
@@ -176,15 +177,17 @@ class Strategy:
         """The template variables: everything a program of this strategy is specialised for."""
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
-                    grid_size=grid_size, texture=cls.interpolation == "linear")
+                    grid_size=grid_size, texture=cls.interpolation == "linear", deterministic=False)
 
     def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""
         raise NotImplementedError
 
     def template_params(self, npol: int) -> dict:
-        """This strategy's template variables (`program_parameters`, the one place they come from)."""
-        return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
+        """This strategy's template variables: `program_parameters` (the one place they come
+        from), and whether it accumulates in fixed point (set per operator, not tuning)."""
+        return dict(self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels),
+                    deterministic=self.deterministic)
 
     def _choose_atomic_path(self) -> None:
         """Replace an atomic path the device lacks by compare-and-swap, saying so."""

@@ -159,7 +159,8 @@ class TiledGridding(Strategy):
         words = 16 if t["mapping"] == "footprint" else 9   # tile_visibility's ints (and float)
         entry = -(-(words * 4) // complex_size) * complex_size + 2 * npol * complex_size
         cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
-        return items * entry + cells * npol * complex_size + 4
+        cell_size = 16 if self.deterministic else complex_size   # two longs a cell in fixed point
+        return items * entry + cells * npol * cell_size + 4
 
     @classmethod
     def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
@@ -172,7 +173,9 @@ class TiledGridding(Strategy):
     @cached_property
     def untiled_strategy(self) -> AtomicGridding:
         """The atomic strategy, with its own table entry, for what tile_factor leaves untiled."""
-        return AtomicGridding(self.queue, self.grid_size, self.kernels, self.precision)
+        strategy = AtomicGridding(self.queue, self.grid_size, self.kernels, self.precision)
+        strategy.deterministic = self.deterministic
+        return strategy
 
     @property
     def tiles_everything(self) -> bool:
