@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import clgrid  # noqa: E402
 from clgrid.bench import make_workload  # noqa: E402
 from clgrid.plan import flatten_positions, plan_visibilities  # noqa: E402
+from clgrid.reference import relative_error  # noqa: E402
 
 
 def timed(fn, repeats: int, warmup: int = 2) -> dict:
@@ -40,10 +41,6 @@ def timed(fn, repeats: int, warmup: int = 2) -> dict:
         fn()
         times.append(time.perf_counter() - start)
     return {"median_ms": 1e3 * float(np.median(times)), "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times)}
-
-
-def relative_error(a, b) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def main(argv=None) -> int:

@@ -20,7 +20,7 @@ from .checks import check_degridded, count_nonfinite
 from .errors import NonFiniteResultError
 from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
-from .strategies import DEGRIDDING_METHODS
+from .strategies import DEGRIDDING_METHODS, SPELLINGS
 from .values import ValueKernels, check_vis
 
 __all__ = ["Degridder"]
@@ -33,14 +33,15 @@ class Degridder(GridOperation):
     """Predict visibilities from a uv-grid with W-projection kernels on an OpenCL device.
 
     Parameters as for `clgrid.Gridder`; ``method`` is one of ``Degridder.methods``:
-    "gather" (default; any visibility order) or "moving_window" (uvw ordered by
-    baseline, shape (nbaseline, ntime, 3): each baseline's time track reuses grid
-    values).  One Degridder may be shared by threads (its calls are serialised).
+    "auto" (the default: the tuning table's choice, "gather"), "gather" (any visibility
+    order), "moving_window" (uvw ordered by baseline, shape (nbaseline, ntime, 3): each
+    baseline's time track reuses grid values) or "fpga"; ``interpolation="linear"``
+    works with "gather".  One Degridder may be shared by threads (its calls are serialised).
     """
 
     strategies = DEGRIDDING_METHODS
-    methods = tuple(DEGRIDDING_METHODS)
-    default_method = "gather"
+    methods = ("auto",) + tuple(sorted({method for method, _ in SPELLINGS["degrid"].values()}))
+    kind = "degrid"
     done = "degridded"
 
     def prepare(self, plan, npol: int, flags=None, freqs=None) -> PreparedVisibilities:

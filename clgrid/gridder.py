@@ -21,7 +21,7 @@ from .deterministic import FixedPointGrid
 from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from .runtime import fill_zeros
-from .strategies import GRIDDING_METHODS
+from .strategies import GRIDDING_METHODS, SPELLINGS
 from .transfer import to_device_array
 from .values import ValueKernels, check_vis, check_weights, to_device
 
@@ -36,7 +36,13 @@ class Gridder(GridOperation):
     grid_size : even number of cells N along u and v; the centre is at N // 2.
     cell_size : image-plane pixel size in radians; the uv cell is 1 / (N * cell_size).
     kernels : the `KernelStack` to convolve with.
-    method : gridding strategy, one of ``Gridder.methods`` (default "atomic").
+    method : work distribution, one of ``Gridder.methods``: "auto" (the default: the
+        tuning table's choice for the device, e.g. "tiled" on Hopper GPUs, "atomic"
+        elsewhere), "atomic", "tiled", "moving_window" (baseline-ordered tracks) or
+        "fpga" (a single work-item pipeline).
+    interpolation : "nearest" (the nearest oversampled kernel sample, seed 003) or
+        "linear" (trilinear in u, v and w, the texture path of seed 004 §4.1: with
+        "atomic" or "moving_window"; `clgrid.interpolation`).
     device : None (``$CLGRID_DEVICE``, else a GPU, else PoCL), a name such as "pocl"
         or "nvidia", or a pyopencl Device, Context or (in-order) CommandQueue, with or
         without profiling (without it, ``kernel_seconds`` in the report is None).
@@ -55,8 +61,8 @@ class Gridder(GridOperation):
     """
 
     strategies = GRIDDING_METHODS
-    methods = tuple(GRIDDING_METHODS)
-    default_method = "atomic"
+    methods = ("auto",) + tuple(sorted({method for method, _ in SPELLINGS["grid"].values()}))
+    kind = "grid"
     done = "gridded"
 
     def __init__(self, *args, deterministic: bool = False, **kwargs):

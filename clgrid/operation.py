@@ -22,7 +22,9 @@ from .device_plan import Geometry, Plan, make_plan
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
 from .plan import check_arguments
-from .runtime import get_queue
+from .runtime import device_facts, get_queue
+from .strategies import strategy_label
+from .tuning import resolve_tuning
 from .transfer import Staging
 from .strategies.base import DevicePlan
 
@@ -58,24 +60,23 @@ class GridOperation:
     """Base of `Gridder` and `Degridder`; ``strategies`` maps method names to strategy classes."""
 
     strategies: dict = {}
-    default_method = ""
+    kind = ""  # "grid" or "degrid": which strategies (`clgrid.strategies.SPELLINGS`)
     done = ""  # what happens to a visibility, for reports and warnings
 
-    def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str | None = None,
+    def __init__(self, grid_size: int, cell_size: float, kernels: KernelStack, method: str = "auto",
                  device=None, precision: str = "single", tuning: dict | None = None,
-                 on_dropped: str = "warn", binary=None):
-        method = self.default_method if method is None else method
+                 on_dropped: str = "warn", binary=None, interpolation: str = "nearest"):
         check_arguments(grid_size, cell_size, kernels, on_dropped)
-        if method not in self.strategies:
-            raise ValueError(f"unknown method {method!r}; choose one of {list(self.strategies)}")
         self.grid_size = int(grid_size)
         self.cell_size = float(cell_size)
         self.kernels = kernels
-        self.method = method
         self.on_dropped = on_dropped
         self.queue = get_queue(device)
-        self.strategy = self.strategies[method](self.queue, self.grid_size, kernels, precision, tuning,
-                                                binary)
+        if method == "auto":
+            method = self.auto_method(interpolation)
+        label = strategy_label(self.kind, method, interpolation)
+        self.method, self.interpolation = method, interpolation
+        self.strategy = self.strategies[label](self.queue, self.grid_size, kernels, precision, tuning, binary)
         self.precision = precision
         self._check_grid_fits(1)
         self._grid_buffers: dict = {}
@@ -90,6 +91,13 @@ class GridOperation:
     @property
     def device(self):
         return self.queue.device
+
+    def auto_method(self, interpolation: str) -> str:
+        """``method="auto"``: the tuning table's choice for this device (``[auto]``), or the
+        texture path's own distribution for linear interpolation."""
+        if interpolation == "linear":
+            return "atomic" if self.kind == "grid" else "gather"
+        return resolve_tuning("auto", None, device_facts(self.device))[self.kind]
 
     @property
     def geometry(self) -> Geometry:
@@ -220,7 +228,7 @@ class GridOperation:
 
     def _keep_report(self, counts: dict, started: float, plan_seconds: float, kernel_events: list) -> dict:
         """The counts plus who did the work and how long it took; kept in ``last_report``."""
-        report = dict(counts, method=self.method, precision=self.precision,
+        report = dict(counts, method=self.method, interpolation=self.interpolation, precision=self.precision,
                       device=self.device.name.strip(), plan_seconds=plan_seconds,
                       kernel_seconds=kernel_seconds(kernel_events),
                       total_seconds=time.perf_counter() - started)

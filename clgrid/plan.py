@@ -19,21 +19,14 @@ from .errors import DroppedVisibilitiesError
 from .interpolation import (INTERPOLATIONS, continuous_positions, footprint_supports,
                             interpolated_norm_sums)
 from .kernels import KernelStack, offset_range
+from .rounding import round_half_away
 
 __all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Positions", "flatten_samples",
            "flatten_positions", "check_grid", "grid_indices", "plan_visibilities", "check_coordinates",
-           "check_grid_geometry", "check_arguments", "sorted_by_cell", "track_keys"]
+           "check_grid_geometry", "check_arguments"]
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
 ON_DROPPED = ("warn", "raise", "ignore")
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """C's round(): nearest integer, halves away from zero (numpy rounds halves to even)."""
-    x = np.asarray(x, np.float64)
-    nearest = np.rint(x)                          # halves to even
-    half = np.abs(x - nearest) == 0.5             # exact in binary floating point
-    return np.where(half, x + np.copysign(0.5, x), nearest)
 
 
 def check_grid_geometry(grid_size, cell_size):
@@ -326,37 +319,6 @@ class Positions:
 
 
 _PER_VISIBILITY = ("sample", "grid_u", "grid_v", "off_u", "off_v", "plane", "conj", "support")
-
-
-def sorted_by_cell(plan: Positions, tile: int = 1) -> Positions:
-    """The plan ordered by (w-plane, grid_v, grid_u), stably: neighbouring visibilities
-    then read the same kernel plane and overlapping grid rows (seed 001, "Input ordering").
-
-    With ``tile`` > 1 the cells are taken tile by tile (``tile`` x ``tile`` cells, rows
-    of tiles, row-major inside a tile), so that consecutive visibilities also overlap
-    along u; ``tile=1`` is the plain (plane, grid_v, grid_u) order.
-    """
-    if tile < 1:
-        raise ValueError(f"tile must be >= 1, got {tile}")
-    tiles_per_row = np.int64(-(-plan.grid_size // tile))
-    v, u = plan.grid_v.astype(np.int64), plan.grid_u.astype(np.int64)
-    in_tile = (v % tile) * tile + u % tile
-    tile_index = (v // tile) * tiles_per_row + u // tile
-    cells_per_plane = tiles_per_row * tiles_per_row * tile * tile
-    key = plan.plane.astype(np.int64) * cells_per_plane + tile_index * (tile * tile) + in_tile
-    return plan.take(np.argsort(key, kind="stable"))
-
-
-def track_keys(plan: Positions, samples) -> np.ndarray:
-    """Track of each kept visibility: one per (baseline, channel), time along it.
-
-    The last leading axis of the caller's uvw is time, the others are baselines:
-    ``(nbaseline, ntime, 3)`` gives a track per baseline and channel, ``(n, 3)``
-    one track per channel.
-    """
-    nchan = samples.nchan or 1
-    row, chan = np.divmod(plan.sample, nchan)
-    return (row // samples.leading_shape[-1]) * nchan + chan
 
 
 def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernels: KernelStack,

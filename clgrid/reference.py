@@ -18,7 +18,7 @@ from .kernels import KernelStack
 from .plan import (Positions, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
                    plan_visibilities)
 
-__all__ = ["grid", "grid_plan", "degrid", "degrid_plan"]
+__all__ = ["grid", "grid_plan", "degrid", "degrid_plan", "relative_error"]
 
 _CHUNK_POINTS = 1 << 22  # kernel points per vectorised chunk, bounds the temporaries
 
@@ -127,3 +127,13 @@ def degrid(grid, uvw, grid_size: int, cell_size: float, kernels: KernelStack, fl
                              interpolation=interpolation)
     vis = samples.unflatten(plan.sample, degrid_plan(plan, grid, kernels))
     return (vis, plan.degrid_report()) if return_report else vis
+
+
+def relative_error(result, reference) -> float:
+    """``||result - reference||_F / ||reference||_F``, the accuracy measure of the seeds (a
+    zero reference is refused: against it the measure would prove nothing)."""
+    reference = np.asarray(reference)
+    scale = np.linalg.norm(reference)
+    if scale == 0:
+        raise ValueError("the reference is all zeros: a relative error against it means nothing")
+    return float(np.linalg.norm(np.asarray(result) - reference) / scale)

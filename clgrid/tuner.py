@@ -24,7 +24,7 @@ from .atomics import atomic_unavailable
 from .bench import device_times
 from .gridder import Gridder
 from .runtime import device_facts, get_queue
-from .strategies import GRIDDING_METHODS
+from .strategies import GRIDDING_METHODS, spelling
 from .tuning import TuningTableError, format_entry, resolve_tuning, schema, tune_space, user_tuning_path
 
 __all__ = ["TuneResult", "candidates", "tune", "save_user_entry", "strategy_values"]
@@ -79,7 +79,7 @@ def tune(workload, device=None, strategy: str = "atomic", space: dict | None = N
     timings = []
     for cand in tqdm(cands, desc=f"tune {strategy}", disable=not (progress and sys.stderr.isatty())):
         try:
-            gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, method=strategy,
+            gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, **spelling("grid", strategy),
                               device=queue, precision=precision, tuning=cand, on_dropped="ignore")
             prepared = gridder.prepare(workload.uvw, workload.vis)
             timings.append((cand, float(np.median(device_times(gridder, prepared, repeats))), ""))
@@ -89,7 +89,7 @@ def tune(workload, device=None, strategy: str = "atomic", space: dict | None = N
     if not timed:
         raise RuntimeError(f"every candidate failed on {facts.name}: {timings[0][2] if timings else 'none'}")
     best, best_t = min(timed, key=lambda ct: ct[1])
-    gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, method=strategy,
+    gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, **spelling("grid", strategy),
                       device=queue, precision=precision, tuning=best, on_dropped="ignore")
     sub = slice(0, min(20000, workload.uvw.shape[0]))
     got = gridder.grid(workload.uvw[sub], workload.vis[sub])

@@ -13,6 +13,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
+from clgrid.strategies import spelling  # noqa: E402
 from fpga_case import CELL, N, case_arguments, grid_on_host_zeros, random_inputs, small_stack  # noqa: E402
 
 
@@ -37,7 +38,7 @@ if __name__ == "__main__":
     if "moving_window" in args.method:
         uvw, vis = baseline_tracks(uvw, vis)
     operation = clgrid.Degridder if args.degrid else clgrid.Gridder
-    op = operation(N, CELL, stack, method=args.method, device="oclgrind", tuning=ast.literal_eval(args.tuning),
-                   on_dropped="raise")
+    op = operation(N, CELL, stack, **spelling("degrid" if args.degrid else "grid", args.method), device="oclgrind",
+                   tuning=ast.literal_eval(args.tuning), on_dropped="raise")
     result = op.degrid(grid, uvw) if args.degrid else grid_on_host_zeros(op, uvw, vis)
     np.savez(args.out, uvw=uvw, vis=vis, grid=grid, result=result)

@@ -7,6 +7,7 @@ import pytest
 import clgrid
 import clgrid.bench
 from clgrid.deterministic import scale_exponent
+from clgrid.strategies import DEGRIDDING_METHODS, spelling
 
 from conftest import poison, relative_error
 
@@ -59,7 +60,7 @@ def test_deterministic_gridding_is_bit_identical_and_accurate(queue, rng, stack,
     method, tuning = CASES[case]
     uvw, vis = dense_tracks(rng)
     weights = rng.uniform(0.1, 2.0, vis.shape)
-    gridder = clgrid.Gridder(N, CELL, stack, method=method, device=queue, precision=precision, tuning=tuning,
+    gridder = clgrid.Gridder(N, CELL, stack, **spelling("grid", method), device=queue, precision=precision, tuning=tuning,
                              deterministic=True)
     runs = []
     for _ in range(2):
@@ -70,7 +71,7 @@ def test_deterministic_gridding_is_bit_identical_and_accurate(queue, rng, stack,
     for other in runs[1:]:
         assert np.array_equal(runs[0].view(np.uint8), other.view(np.uint8)), "results differ between runs"
     if method.startswith("texture"):   # the interpolation's own error dominates: compare with float atomics
-        plain = clgrid.Gridder(N, CELL, stack, method=method, device=queue, precision=precision, tuning=tuning)
+        plain = clgrid.Gridder(N, CELL, stack, **spelling("grid", method), device=queue, precision=precision, tuning=tuning)
         assert relative_error(runs[0], plain.grid(uvw, vis, weights=weights)) <= TOLERANCE[precision]
         assert relative_error(runs[0], ref) <= 1e-3
     else:
@@ -82,10 +83,10 @@ DEGRID_CASES = ["gather", "moving_window", "texture", "fpga"]
 
 @pytest.mark.parametrize("method", DEGRID_CASES)
 def test_degridders_are_deterministic(queue, rng, stack, method):
-    assert set(DEGRID_CASES) == set(clgrid.Degridder.methods), "a new degridder: add it here"
+    assert set(DEGRID_CASES) == set(DEGRIDDING_METHODS), "a new degridder: add it here"
     uvw, _ = dense_tracks(rng)
     grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
-    degridder = clgrid.Degridder(N, CELL, stack, method=method, device=queue)
+    degridder = clgrid.Degridder(N, CELL, stack, **spelling("degrid", method), device=queue)
     runs = [degridder.degrid(grid, uvw) for _ in range(2)]
     for other in runs[1:]:
         assert np.array_equal(runs[0].view(np.uint8), other.view(np.uint8))

@@ -12,6 +12,7 @@ import clgrid
 from clgrid import reference
 from clgrid.datasets import hour_angle_range, load_layout, simulate_uvw
 from clgrid.plan import flatten_positions, plan_visibilities
+from clgrid.strategies import spelling
 
 from conftest import random_visibilities, relative_error
 
@@ -91,7 +92,8 @@ def test_planning_refuses_non_finite_uvw_unless_flagged(rng, stack, queue):
 
 def make(kind, method, stack, queue, **kw):
     cls = clgrid.Gridder if kind == "grid" else clgrid.Degridder
-    return cls(N, CELL, stack, method=method, device=queue, precision="double", on_dropped="ignore", **kw)
+    return cls(N, CELL, stack, **spelling(kind, method), device=queue, precision="double", on_dropped="ignore",
+               **kw)
 
 
 def interpolation_of(method):
@@ -147,7 +149,7 @@ def test_a_plan_of_another_geometry_is_refused(rng, stack, queue):
     for other, what in ((clgrid.Gridder(N + 2, CELL, stack, device=queue), "grid_size"),
                         (clgrid.Gridder(N, CELL * 1.01, stack, device=queue), "cell_size"),
                         (clgrid.Gridder(N, CELL, other_stack, device=queue), "KernelStack"),
-                        (clgrid.Gridder(N, CELL, stack, method="texture", device=queue), "interpolation"),
+                        (clgrid.Gridder(N, CELL, stack, method="atomic", interpolation="linear", device=queue), "interpolation"),
                         (clgrid.Gridder(N, CELL, stack, device=cl.Context([queue.device])), "context")):
         with pytest.raises(ValueError, match=what):
             other.grid(plan, vis)
@@ -276,3 +278,21 @@ def test_deterministic_streams_are_bit_identical(rng, stack, queue):
     assert all(np.array_equal(first, gridder.grid(uvw, vis)) for _ in range(3))
     ref = reference.grid(uvw, vis, N, CELL, stack, on_dropped="ignore")
     assert relative_error(first, ref) < 1e-6
+
+
+def test_methods_are_distributions_and_interpolation_a_parameter(stack, queue):
+    for kind, old, new in (("grid", "texture", "method='atomic', interpolation='linear'"),
+                           ("grid", "texture_moving_window", "method='moving_window', interpolation='linear'"),
+                           ("degrid", "texture", "method='gather', interpolation='linear'")):
+        operator = clgrid.Gridder if kind == "grid" else clgrid.Degridder
+        with pytest.raises(ValueError, match=new):
+            operator(N, CELL, stack, method=old, device=queue)
+    with pytest.raises(ValueError, match="linear interpolation works with"):
+        clgrid.Gridder(N, CELL, stack, method="tiled", interpolation="linear", device=queue)
+    with pytest.raises(ValueError, match="interpolation must be one of"):
+        clgrid.Gridder(N, CELL, stack, interpolation="cubic", device=queue)
+    table = clgrid.tuning.resolve_tuning("auto", None, clgrid.runtime.device_facts(queue.device))
+    assert clgrid.Gridder(N, CELL, stack, device=queue).method == table["grid"]
+    assert clgrid.Degridder(N, CELL, stack, device=queue).method == table["degrid"]
+    linear = clgrid.Gridder(N, CELL, stack, interpolation="linear", device=queue)
+    assert (linear.method, linear.strategy.name) == ("atomic", "texture")

@@ -1,6 +1,5 @@
 """`clgrid emit` writes, for every method and direction, the very source the strategy builds."""
 
-import numpy as np
 import pytest
 
 import clgrid

@@ -6,9 +6,9 @@ import pytest
 import clgrid
 from clgrid import datasets
 from clgrid.baseline_order import baseline_of, hold_w, to_baseline_order
-from clgrid.bench import fixed_support_stack
+from clgrid.benchsets import fixed_support_stack
 from clgrid.plan import SPEED_OF_LIGHT, flatten_samples, plan_visibilities
-from clgrid.strategies.moving_window import split_tracks, window_units, work_list
+from clgrid.strategies.moving_window import chunk_runs, window_units, work_list
 
 from conftest import poison, relative_error
 
@@ -266,7 +266,7 @@ def test_bad_tuning_is_refused(queue, stack, tuning, error):
 def test_split_tracks_makes_runs_of_one_support_in_input_order(rng):
     n = 2000
     baseline, support, conj = np.sort(rng.integers(0, 5, n)), rng.integers(3, 6, n), rng.random(n) < 0.3
-    order, start, count = split_tracks(baseline, support, conj, max_length=37)
+    order, start, count = chunk_runs(baseline, support, conj, max_length=37)
     assert np.array_equal(np.sort(order), np.arange(n)) and count.sum() == n and count.max() <= 37
     for s, c in zip(start, count):
         run = order[s:s + c]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import clgrid
+from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
 
 from conftest import relative_error
 from fpga_case import CELL, N, small_stack
@@ -38,8 +39,8 @@ FREEZES = {("grid", "moving_window"), ("grid", "texture_moving_window"), ("degri
 
 
 def test_every_strategy_is_listed():
-    assert set(GRID_TUNING) == set(clgrid.Gridder.methods)
-    assert set(DEGRID_TUNING) == set(clgrid.Degridder.methods)
+    assert set(GRID_TUNING) == set(GRIDDING_METHODS)
+    assert set(DEGRID_TUNING) == set(DEGRIDDING_METHODS)
 
 
 CASES = [("grid", m) for m, t in GRID_TUNING.items() if t is not None] + \

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..plan import Positions, track_keys
+from ..baseline_order import track_keys
+from ..plan import Positions
 from ..runtime import fill_zeros
 from .base import DevicePlan, Strategy, extended
 
@@ -29,7 +30,7 @@ class TrackedDevicePlan(DevicePlan):
     launches: list
 
 
-def split_tracks(keys: np.ndarray, steps: int):
+def track_segments(keys: np.ndarray, steps: int):
     """First index and length of each segment: a track's run of at most ``steps`` visibilities."""
     n = keys.size
     new_track = np.r_[True, keys[1:] != keys[:-1]]
@@ -69,10 +70,10 @@ class MovingWindowDegridding(Strategy):
 
     def order(self, positions: Positions, plan) -> Positions:
         """Track by track (baseline, channel), in time order within a track."""
-        return positions.take(np.argsort(track_keys(positions, plan), kind="stable"))
+        return positions.take(np.argsort(track_keys(plan, positions.sample), kind="stable"))
 
     def upload(self, positions: Positions, plan, npol: int) -> TrackedDevicePlan:
-        first, count = split_tracks(track_keys(positions, plan), self.tuning["steps_per_group"])
+        first, count = track_segments(track_keys(plan, positions.sample), self.tuning["steps_per_group"])
         window = 2 * np.maximum.reduceat(positions.support, first) + 1
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         launches = []

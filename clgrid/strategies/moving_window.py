@@ -49,7 +49,7 @@ class MovingWindowPlan(DevicePlan):
     num_groups: int
 
 
-def split_tracks(baseline, support, conjugate, max_length: int):
+def chunk_runs(baseline, support, conjugate, max_length: int):
     """Order samples into chunks; returns ``(order, start, count)`` of the chunks.
 
     A chunk is a run of one baseline with one support and one sign of w, at most
@@ -142,8 +142,8 @@ class MovingWindowGridding(Strategy):
         return super().arrange(plan, npol)
 
     def chunk_tracks(self, positions, plan) -> tuple:
-        """``(order, start, count)`` of the positions' chunks (`split_tracks`)."""
-        return split_tracks(baseline_of(plan, positions.sample), positions.support, positions.conj,
+        """``(order, start, count)`` of the positions' chunks (`chunk_runs`)."""
+        return chunk_runs(baseline_of(plan, positions.sample), positions.support, positions.conj,
                             self.tuning["chunk_visibilities"])
 
     def upload(self, positions, plan, npol: int) -> MovingWindowPlan:
