@@ -31,11 +31,10 @@ from .strategies.base import DevicePlan
 __all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds", "rows_of"]
 
 # Device bytes a (row, channel) sample can take while planned and gridded (uvw, the
-# planning scratch and plan, values in and in order, sort entries), beyond 64 per
+# planning scratch and plan, values in and in order, sort entries), and 64 more per
 # polarisation: a conservative bound, so streamed chunks leave room to spare.
 BYTES_PER_SAMPLE = 256
 BYTES_PER_VISIBILITY = 64
-HEADROOM_BYTES = 256 * 2 ** 20
 
 
 @dataclass
@@ -136,7 +135,7 @@ class GridOperation:
         if self.chunk_samples:
             return int(self.chunk_samples)
         facts = self.strategy.facts
-        free = facts.global_memory - self._grid_bytes(npol) - HEADROOM_BYTES
+        free = facts.global_memory * 7 // 8 - self._grid_bytes(npol)      # an eighth for programs, tables
         per_sample = BYTES_PER_SAMPLE + BYTES_PER_VISIBILITY * npol
         return int(max(1, min(free // 2 // per_sample, facts.max_allocation // 16, 2 ** 31 - 1)))
 

@@ -7,6 +7,7 @@ import pyopencl as cl
 import pytest
 
 import clgrid
+from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
 from clgrid.plan import SPEED_OF_LIGHT
 
 from conftest import relative_error
@@ -14,9 +15,9 @@ from conftest import relative_error
 N, CELL, W_MAX = 128, 2e-3, 300.0
 TOLERANCE = {"single": 1e-5, "double": 1e-12}
 DU = 1.0 / (N * CELL)
-NEAREST = [m for m in clgrid.Degridder.methods if clgrid.Degridder.strategies[m].interpolation == "nearest"]
-ADJOINT_PAIRS = [(g, d) for g in clgrid.Gridder.methods for d in clgrid.Degridder.methods
-                 if clgrid.Gridder.strategies[g].interpolation == clgrid.Degridder.strategies[d].interpolation]
+NEAREST = [m for m, strategy in DEGRIDDING_METHODS.items() if strategy.interpolation == "nearest"]
+ADJOINT_PAIRS = [(g, d) for g, gs in GRIDDING_METHODS.items() for d, ds in DEGRIDDING_METHODS.items()
+                 if gs.interpolation == ds.interpolation]
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +185,9 @@ def test_every_degridder_is_the_adjoint_of_every_gridder(queue, rng, stack, grid
     flags = rng.random((20, 30, 2)) < 0.1
     grid = random_grid(rng, 2)
     vis = rng.normal(size=(20, 30, 2)) + 1j * rng.normal(size=(20, 30, 2))
-    degridded = clgrid.Degridder(N, CELL, stack, method=degridding, device=queue).degrid(grid, uvw, flags)
-    gridded = clgrid.Gridder(N, CELL, stack, method=gridding, device=queue).grid(uvw, vis, flags=flags)
+    degridded = clgrid.Degridder(N, CELL, stack, **spelling("degrid", degridding), device=queue).degrid(grid, uvw,
+                                                                                                       flags)
+    gridded = clgrid.Gridder(N, CELL, stack, **spelling("grid", gridding), device=queue).grid(uvw, vis, flags=flags)
     lhs, rhs = inner(degridded, vis), inner(grid, gridded)
     assert abs(rhs) > 0
     assert abs(lhs - rhs) <= 1e-5 * abs(rhs)
@@ -193,8 +195,8 @@ def test_every_degridder_is_the_adjoint_of_every_gridder(queue, rng, stack, grid
 
 def test_nothing_to_degrid_gives_zeros_and_counts(queue, rng, stack):
     grid = random_grid(rng, 1)
-    for method in clgrid.Degridder.methods:
-        degridder = clgrid.Degridder(N, CELL, stack, method=method, device=queue, on_dropped="ignore")
+    for method in DEGRIDDING_METHODS:
+        degridder = clgrid.Degridder(N, CELL, stack, **spelling("degrid", method), device=queue, on_dropped="ignore")
         uvw = tracks(rng, 3, 5)
         vis, report = degridder.degrid(grid, uvw, flags=np.ones((3, 5, 1), bool), return_report=True)
         assert vis.shape == (3, 5, 1) and not np.any(vis)

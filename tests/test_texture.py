@@ -166,8 +166,9 @@ def baseline_tracks(rng, nbaseline, ntime, npol, reach_cells=45, turn=1.2):
     return uvw, vis
 
 
-def test_texture_moving_window_is_a_method():
-    assert "texture_moving_window" in clgrid.Gridder.methods
+def test_moving_window_takes_linear_interpolation():
+    assert "moving_window" in clgrid.Gridder.methods
+    assert clgrid.strategies.strategy_label("grid", "moving_window", "linear") == "texture_moving_window"
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
