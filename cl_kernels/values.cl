@@ -47,15 +47,16 @@ __kernel void gather_weighted(__global const vis_t *restrict vis, __global const
             w = 0;
 {% endif %}
         const vis_t v = vis[k];
-        complex_t value = (complex_t)(0, 0);
+        real_t re = 0, im = 0;
         if (w != 0) {
             if (!(w > 0) || !isfinite(w))
                 atomic_inc(&bad[1]);
             else if (!isfinite(v.x) || !isfinite(v.y))
                 atomic_inc(&bad[0]);
-            value = (complex_t)((real_t)(v.x * w), (real_t)(v.y * w));   /* in the caller's precision, then rounded */
+            re = (real_t)(v.x * w);                 /* in the caller's precision, then rounded */
+            im = (real_t)(v.y * w);
         }
-        out[i * NPOL + p] = value;
+        out[i * NPOL + p] = (complex_t)(re, im);
     }
 }
 

@@ -224,24 +224,14 @@ class Plan:
 
 
 class _Planner:
-    """The planning program and scan of one context, built once."""
-
-    _by_context: dict = {}
-    _lock = threading.Lock()
+    """The planning program of one context (built once) and a scan for one planning call
+    (kernel objects hold their arguments: each call, perhaps on another thread, has its own)."""
 
     def __init__(self, queue):
         program = build_program(queue.context, render("plan_positions.cl"))
         self.classify = cl.Kernel(program, "classify")
         self.compact = cl.Kernel(program, "compact")
         self.scan = ExclusiveScan(queue)
-
-    @classmethod
-    def of(cls, queue) -> "_Planner":
-        with cls._lock:
-            key = queue.int_ptr
-            if key not in cls._by_context:
-                cls._by_context[key] = cls(queue)
-            return cls._by_context[key]
 
 
 def _device_uvw(queue, uvw, staging) -> cla.Array:
@@ -295,7 +285,7 @@ def make_plan(queue, geometry: Geometry, uvw, freqs=None, flags=None, on_dropped
 
 
 def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags, staging) -> Plan:
-    planner = _Planner.of(queue)
+    planner = _Planner(queue)
     kernels = geometry.kernels
     uvw_d = _device_uvw(queue, uvw, staging)
     scale = None if freqs is None else cla.to_device(queue, freqs / SPEED_OF_LIGHT)
@@ -306,7 +296,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     packed_all = cla.empty(queue, (n, 4), np.int32)
     kept = cla.empty(queue, n, np.int32)
     position = cla.empty(queue, n + 1, np.int32)
-    counts = cla.zeros(queue, len(STATUSES), np.int32)
+    counts = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied, not filled: Oclgrind reads fills as uninitialised
     wg = min(256, queue.device.max_work_group_size)
     if nsample:
         planner.classify(queue, (-(-nsample // wg) * wg,), (wg,), uvw_d.data,

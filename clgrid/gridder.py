@@ -93,7 +93,7 @@ class Gridder(GridOperation):
                                   plan.weight_sum.dtype)
         itemsize = np.dtype(self.strategy.complex_dtype).itemsize
         values = self.scratch("values", arranged.num_vis * npol * itemsize)
-        bad = cla.zeros(queue, 2, np.int32)
+        bad = cla.to_device(queue, np.zeros(2, np.int32))
         n = arranged.num_vis
         kernels.gather(queue, (n,), None, vis_d.data, None if weights_d is None else weights_d.data,
                        None if flags_d is None else flags_d.data, arranged.source, np.int32(n), values,

@@ -66,8 +66,9 @@ class Staging:
 
     @staticmethod
     def worth_it(device) -> bool:
-        """Only for devices with memory of their own (GPUs on a bus)."""
-        return bool(device.type & cl.device_type.GPU) and not device.host_unified_memory
+        """Only for GPUs with memory of their own (not for CPUs, nor for simulators such as
+        Oclgrind that call themselves every type at once)."""
+        return device.type == cl.device_type.GPU and not device.host_unified_memory
 
     def upload(self, host: np.ndarray, buffer: cl.Buffer) -> None:
         """Copy the C-contiguous ``host`` into the start of ``buffer``; returns when done."""

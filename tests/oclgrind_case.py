@@ -37,6 +37,7 @@ if __name__ == "__main__":
     uvw, vis, grid = random_inputs(np.random.default_rng(args.seed), args.num_vis, args.npol, stack)
     if "moving_window" in args.method:
         uvw, vis = baseline_tracks(uvw, vis)
+    vis = vis.astype(np.complex64)   # single precision in: Oclgrind takes a double-to-float conversion for undef
     operation = clgrid.Degridder if args.degrid else clgrid.Gridder
     op = operation(N, CELL, stack, **spelling("degrid" if args.degrid else "grid", args.method), device="oclgrind",
                    tuning=ast.literal_eval(args.tuning), on_dropped="raise")
