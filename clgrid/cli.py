@@ -27,12 +27,13 @@ def cmd_devices(args) -> int:
     for i, d in enumerate(found):
         f = device_facts(d)
         atomics = [e for e in f.extensions if "atomic" in e]
-        print(f"[{i}] {f.name}  ({f.platform}; {f.type}; driver {f.driver})\n"
+        arch = f"; compute capability {'.'.join(map(str, f.compute_capability))}" if f.compute_capability else ""
+        print(f"[{i}] {f.name}  ({f.platform}; {f.type}; driver {f.driver}{arch})\n"
               f"    compute units {f.compute_units}, global memory {f.global_memory / 2**30:.1f} GiB "
               f"(max buffer {f.max_allocation / 2**30:.1f} GiB), local memory {f.local_memory // 1024} KiB, "
               f"max work-group {f.max_work_group_size}\n"
               f"    fp64 {'yes' if f.fp64 else 'no'}, images {_image_limits(d) if f.images else 'no'}, "
-              f"sub-groups {'yes' if f.has('cl_khr_subgroups') else 'no'}, "
+              f"sub-groups {'yes' if f.subgroups else 'no'}, "
               f"atomics: {' '.join(atomics) or 'none'}\n"
               f"    tuning entries: {', '.join(f'{e.source} {e.label}' for e in matching_entries(f))}")
     return 0

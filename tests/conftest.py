@@ -1,7 +1,15 @@
-"""Shared test fixtures: a PoCL queue, fresh random inputs, the error measure of the seeds."""
+"""Shared test fixtures: the device under test, fresh random inputs, the error measure of
+the seeds, and the rule for tests that need a tool.
+
+Tests marked ``@pytest.mark.oclgrind`` run programs under Oclgrind.  Where the
+``oclgrind`` executable is missing they are skipped with the reason, unless
+``CLGRID_REQUIRE_OCLGRIND=1`` (set by .ci/run), which makes the absence an error: CI
+must not go green by skipping them.
+"""
 
 import os
 import secrets
+import shutil
 
 import numpy as np
 import pyopencl as cl
@@ -15,6 +23,15 @@ def relative_error(result, reference):
     reference = np.asarray(reference)
     assert np.linalg.norm(reference) > 0, "reference is all zeros: the test would prove nothing"
     return float(np.linalg.norm(np.asarray(result) - reference) / np.linalg.norm(reference))
+
+
+def pytest_runtest_setup(item):
+    """Skip, or fail where the tool is required, tests whose tool is not installed."""
+    if item.get_closest_marker("oclgrind") and shutil.which("oclgrind") is None:
+        reason = "oclgrind is not installed (Debian/Ubuntu: apt-get install oclgrind)"
+        if os.environ.get("CLGRID_REQUIRE_OCLGRIND") == "1":
+            pytest.fail(f"{reason}, and CLGRID_REQUIRE_OCLGRIND=1 requires it", pytrace=False)
+        pytest.skip(reason)
 
 
 @pytest.fixture

@@ -83,6 +83,7 @@ def test_fpga_degridder_is_the_adjoint_of_the_gridder(queue, rng, stack):
     assert np.vdot(degridded, vis) == pytest.approx(np.vdot(grid, gridded), rel=1e-12)
 
 
+@pytest.mark.oclgrind
 def test_oclgrind_finds_no_memory_errors_races_or_uninitialised_reads(rng, stack, tmp_path):
     seed = int(rng.integers(1 << 31))
     case_script = Path(__file__).with_name("fpga_case.py")

@@ -28,8 +28,9 @@ class GatherDegridding(Strategy):
         if t["reduction"] not in REDUCTIONS:
             raise ValueError(f"tuning parameter 'reduction' must be one of {REDUCTIONS}, "
                              f"got {t['reduction']!r}")
-        if t["reduction"] == "subgroup" and not self.facts.has("cl_khr_subgroups"):
-            raise DeviceCapabilityError(f"reduction='subgroup' needs cl_khr_subgroups, which "
+        if t["reduction"] == "subgroup" and not self.facts.subgroups:
+            raise DeviceCapabilityError(f"reduction='subgroup' needs sub-groups (cl_khr_subgroups, "
+                                        f"cl_intel_subgroups or __opencl_c_subgroups), which "
                                         f"{self.facts.name} ({self.facts.platform}) lacks")
 
     @property
