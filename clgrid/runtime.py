@@ -20,7 +20,7 @@ import pyopencl as cl
 from .errors import DeviceCapabilityError
 
 __all__ = ["devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts",
-           "register_pip_icds", "INTEL_CPU_RUNTIME"]
+           "register_pip_icds", "INTEL_CPU_RUNTIME", "is_intel_cpu_runtime"]
 
 _queues: dict = {}
 _contexts: dict = {}
@@ -221,6 +221,11 @@ def _compute_capability(device, ext) -> tuple:
     if "cl_nv_device_attribute_query" not in ext:
         return ()
     return (device.compute_capability_major_nv, device.compute_capability_minor_nv)
+
+
+def is_intel_cpu_runtime(facts) -> bool:
+    """Whether a device is Intel's OpenCL CPU runtime (for workarounds of its bugs)."""
+    return facts.platform.startswith("Intel(R) OpenCL") and "CPU" in facts.type
 
 
 def device_facts(device) -> DeviceFacts:

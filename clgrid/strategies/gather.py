@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DeviceCapabilityError
+from ..runtime import is_intel_cpu_runtime
 from ..plan import Plan, Samples, sorted_by_cell
 from .base import DevicePlan, Strategy
 
@@ -32,6 +33,10 @@ class GatherDegridding(Strategy):
             raise DeviceCapabilityError(f"reduction='subgroup' needs sub-groups (cl_khr_subgroups, "
                                         f"cl_intel_subgroups or __opencl_c_subgroups), which "
                                         f"{self.facts.name} ({self.facts.platform}) lacks")
+        if t["reduction"] == "local" and t["vis_per_batch"] == 1 and is_intel_cpu_runtime(self.facts):
+            # measured with intel-opencl-rt 2026.2; Oclgrind finds no error in the same launch
+            raise DeviceCapabilityError("vis_per_batch = 1 crashes Intel's OpenCL CPU runtime (a "
+                                        "segmentation fault in the kernel launch): use 2 or more")
 
     @property
     def group_size(self) -> int:
