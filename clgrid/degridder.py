@@ -53,7 +53,8 @@ class Degridder(GridOperation):
         if prepared.device_plan is None:
             return []
         npol = prepared.plan.npol
-        return self.strategy.degrid(prepared.device_plan, npol, self.grid_buffer(npol), wait_for=wait_for)
+        strategy = prepared.strategy or self.strategy
+        return strategy.degrid(prepared.device_plan, npol, self.grid_buffer(npol), wait_for=wait_for)
 
     def fetch(self, prepared: PreparedVisibilities, wait_for=None) -> np.ndarray:
         """The degridded visibilities in the caller's order and shape (zero where not degridded)."""

@@ -57,7 +57,8 @@ class Gridder(GridOperation):
         zero = fill_zeros(self.queue, grid_buffer, self._grid_bytes(npol), self.strategy.real_dtype)
         if prepared.device_plan is None:
             return [zero]
-        return [zero, *self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[zero])]
+        strategy = prepared.strategy or self.strategy
+        return [zero, *strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[zero])]
 
     def grid(self, uvw, vis, weights=None, flags=None, freqs=None, return_report: bool = False):
         """Grid visibilities; returns the ``(npol, N, N)`` complex grid, indexed ``[pol, v, u]``.

@@ -17,6 +17,7 @@ from .errors import DeviceCapabilityError
 from .kernels import KernelStack
 from .plan import Plan, Samples, check_arguments
 from .runtime import get_queue
+from .tuning import resolve_tuning
 from .strategies.base import DevicePlan
 
 __all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds"]
@@ -30,6 +31,7 @@ class PreparedVisibilities:
     plan: Plan
     device_plan: DevicePlan | None
     samples: Samples
+    strategy: object = None  # the strategy that arranged and uploaded them (`strategy_for`)
 
 
 class GridOperation:
@@ -54,6 +56,7 @@ class GridOperation:
         self.queue = get_queue(device)
         self.strategy = self.strategies[method](self.queue, self.grid_size, kernels, precision, tuning,
                                                 binary)
+        self._tuning, self._binary, self._by_npol = tuning, binary, {}
         self.precision = precision
         self._check_grid_fits(1)
         self._grid_buffers: dict = {}
@@ -83,14 +86,28 @@ class GridOperation:
                                                  self._grid_bytes(npol))
         return self._grid_buffers[npol]
 
+    def strategy_for(self, npol: int):
+        """``self.strategy``, or where the tuning table has values for ``npol`` polarisations
+        (``[[<section>.when]] npol = ...``) a sibling strategy built with them (kept)."""
+        if npol not in self._by_npol:
+            name, facts = self.strategy.name, self.strategy.facts
+            general = resolve_tuning(name, self._tuning, facts, precision=self.precision)
+            specific = resolve_tuning(name, self._tuning, facts, npol=npol, precision=self.precision)
+            changed = {k: v for k, v in specific.items() if general[k] != v}
+            self._by_npol[npol] = self.strategy if not changed else self.strategies[self.method](
+                self.queue, self.grid_size, self.kernels, self.precision, {**(self._tuning or {}), **changed},
+                self._binary)
+        return self._by_npol[npol]
+
     def prepare_samples(self, samples: Samples) -> PreparedVisibilities:
         """Plan validated samples, let the strategy order them, and upload them (one
         validation, then as many operations as wanted, as benchmarks do)."""
         self._check_grid_fits(samples.npol)
-        plan = self.strategy.plan(samples, self.cell_size, self.on_dropped, done=self.done)
-        plan = self.strategy.arrange(plan, samples)
-        device_plan = self.strategy.upload(plan, samples) if plan.num_kept else None
-        return PreparedVisibilities(plan, device_plan, samples)
+        strategy = self.strategy_for(samples.npol)
+        plan = strategy.plan(samples, self.cell_size, self.on_dropped, done=self.done)
+        plan = strategy.arrange(plan, samples)
+        device_plan = strategy.upload(plan, samples) if plan.num_kept else None
+        return PreparedVisibilities(plan, device_plan, samples, strategy)
 
     def _keep_report(self, counts: dict, started: float, planned: float, kernel_events: list) -> dict:
         """The counts plus who did the work and how long it took; kept in ``last_report``."""

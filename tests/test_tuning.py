@@ -154,3 +154,88 @@ def test_cli_devices_and_tune_run(queue, tmp_path, capsys):
                      "--support", "2", "--repeats", "1", "--no-save", "--write-table"]) == 0
     out = capsys.readouterr().out
     assert "[devices.atomic]" in out and "best on" in out
+
+
+def test_architecture_range_reaches_the_family_and_a_name_beats_it(table, queue):
+    (table / "fam.toml").write_text(
+        '[match]\nplatform = "NVIDIA"\n[atomic]\nwg_u = 16\n'
+        '[[devices]]\ncompute_capability = ">=9.0, <10.0"\n[devices.atomic]\nwg_v = 8\ngroups_per_cu = 5\n'
+        '[[devices]]\nname = "^NVIDIA H200"\n[devices.atomic]\ngroups_per_cu = 7\n')
+    def resolved(name, capability):
+        facts = fake_facts(queue, **{**H100, "name": name, "compute_capability": capability})
+        atomic = tuning.resolve_tuning("atomic", None, facts)
+        return atomic["wg_u"], atomic["wg_v"], atomic["groups_per_cu"]
+    assert resolved("NVIDIA H100 80GB HBM3", (9, 0)) == (16, 8, 5)
+    assert resolved("NVIDIA GH200 480GB", (9, 0)) == (16, 8, 5)          # same family, no entry of its own
+    assert resolved("NVIDIA H200", (9, 0)) == (16, 8, 7)                 # its name over the range
+    assert resolved("NVIDIA A100-SXM4-80GB", (8, 0)) == (16, 4, 64)      # below the range
+    assert resolved("NVIDIA B200", (10, 0)) == (16, 4, 64)               # above it
+    assert resolved("NVIDIA H100 80GB HBM3", ()) == (16, 4, 64)          # no capability reported
+
+
+def test_shipped_hopper_entry_reaches_an_h200_and_not_older_gpus(queue):
+    h200 = fake_facts(queue, **{**H100, "name": "NVIDIA H200", "compute_capability": (9, 0)})
+    a100 = fake_facts(queue, **{**H100, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": (8, 0)})
+    assert tuning.resolve_tuning("tiled", None, h200)["tile_u"] == 16
+    assert tuning.resolve_tuning("degrid_gather", None, h200)["teams_per_group"] == 4
+    # the H100's gather measurement is the Hopper entry's, not the whole family's
+    assert tuning.resolve_tuning("degrid_gather", None, a100)["teams_per_group"] == \
+        tuning.schema()["degrid_gather"]["teams_per_group"]
+    assert tuning.resolve_tuning("tiled", None, h200, npol=4)["regsz"] == 2
+    assert tuning.resolve_tuning("tiled", None, h200, npol=1)["regsz"] == 8
+
+
+def test_when_tables_apply_for_their_npol_and_precision(table, queue):
+    (table / "fam.toml").write_text(
+        '[match]\nplatform = "NVIDIA"\n[atomic]\nwg_u = 16\n'
+        '[[atomic.when]]\nnpol = 4\nwg_u = 8\n'
+        '[[atomic.when]]\nprecision = "double"\ngroups_per_cu = 3\n'
+        '[[atomic.when]]\nnpol = 4\nprecision = "double"\nwg_v = 1\n')
+    facts = fake_facts(queue, **H100)
+    def resolved(**given):
+        atomic = tuning.resolve_tuning("atomic", None, facts, **given)
+        return atomic["wg_u"], atomic["wg_v"], atomic["groups_per_cu"]
+    assert resolved() == (16, 4, 64)                          # npol and precision unknown: none apply
+    assert resolved(npol=1, precision="single") == (16, 4, 64)
+    assert resolved(npol=4, precision="single") == (8, 4, 64)
+    assert resolved(npol=2, precision="double") == (16, 4, 3)
+    assert resolved(npol=4, precision="double") == (8, 1, 3)
+    assert tuning.resolve_tuning("atomic", {"wg_u": 32}, facts, npol=4)["wg_u"] == 32   # the call wins
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[[atomic.when]]\nwg_u = 8\n', ["names no condition"]),
+    ('[[atomic.when]]\nnpol = 3\nwg_u = 8\n', ["npol must be one of"]),
+    ('[[atomic.when]]\nprecision = "half"\nwg_u = 8\n', ["precision must be one of"]),
+    ('[[atomic.when]]\nnpol = 4\nwg_q = 8\n', ["[[atomic.when]] #1", "wg_q"]),
+    ('[[devices]]\ncompute_capability = "9"\n[devices.atomic]\nwg_u = 8\n', ["devices[0]", "compute_capability"]),
+])
+def test_bad_when_tables_and_capabilities_are_named(table, text, words):
+    (table / "bad.toml").write_text(text)
+    with pytest.raises(TuningTableError) as info:
+        tuning.load_entries()
+    for word in ["bad.toml", *words]:
+        assert word in str(info.value)
+
+
+def test_gridder_takes_the_npol_and_precision_values_of_its_call(table, queue, rng):
+    """A user entry with values for 2 polarisations and for double precision: the operator
+    grids 2 polarisations with them, 1 polarisation without, and both match the reference."""
+    facts = runtime.device_facts(queue.device)
+    user = table / "user" / "tuning.toml"
+    user.parent.mkdir()
+    user.write_text(f'[[devices]]\nplatform = "{facts.platform}"\n[devices.atomic]\nwg_u = 8\nwg_v = 1\n'
+                    '[[devices.atomic.when]]\nnpol = 2\nwg_u = 4\nwg_v = 2\n'
+                    '[[devices.atomic.when]]\nprecision = "double"\ngroups_per_cu = 3\n')
+    n, cell = 64, 4e-3
+    stack = clgrid.KernelStack.w_projection(grid_size=n, cell_size=cell, w_max=60, num_planes=4,
+                                            oversample=4, max_support=6)
+    for precision, bound in (("single", 1e-5), ("double", 1e-12)):
+        gridder = clgrid.Gridder(n, cell, stack, device=queue, precision=precision)
+        assert gridder.strategy.tuning["groups_per_cu"] == (3 if precision == "double" else 64)
+        for npol, shape in ((1, (8, 1)), (2, (4, 2))):
+            uvw, vis = random_visibilities(rng, 300, n, cell, 60, npol=npol)
+            prepared = gridder.prepare(uvw, vis)
+            assert prepared.strategy.local_size() == shape
+            ref = clgrid.reference.grid(uvw, vis, n, cell, stack)
+            assert relative_error(gridder.grid(uvw, vis), ref) <= bound
