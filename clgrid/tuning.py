@@ -126,8 +126,14 @@ def schema() -> dict:
 
 
 def tune_space(strategy: str) -> dict:
-    """The candidate values ``clgrid tune`` tries for ``strategy``."""
-    return dict(_generic().get("tune", {}).get(strategy, {}))
+    """The candidate values ``clgrid tune`` tries for ``strategy`` (each a known parameter)."""
+    space = dict(_generic().get("tune", {}).get(strategy, {}))
+    for key, values in space.items():
+        if not isinstance(values, list) or not values:
+            raise TuningTableError(f"generic.toml [tune.{strategy}] {key} must be a non-empty list")
+        for value in values:
+            check_params({strategy: {key: value}}, f"generic.toml [tune.{strategy}]")
+    return space
 
 
 def _same_type(value, default) -> bool:

@@ -142,7 +142,7 @@ def test_tuner_end_to_end_on_a_tiny_space(queue, tmp_path, monkeypatch):
     big = runtime.device_facts(queue.device).max_work_group_size
     result = tuner.tune(work, device=queue, space={**space, "wg_u": [8, big * 2], "atomic": ["cas"]},
                         repeats=1, progress=False)
-    assert all(p["wg_u"] == 8 for p, t, _ in result.timings)
+    assert all(t.params["wg_u"] == 8 for t in result.timings)
 
 
 def test_cli_devices_and_tune_run(queue, tmp_path, capsys):
@@ -239,3 +239,28 @@ def test_gridder_takes_the_npol_and_precision_values_of_its_call(table, queue, r
             assert prepared.strategy.local_size() == shape
             ref = clgrid.reference.grid(uvw, vis, n, cell, stack)
             assert relative_error(gridder.grid(uvw, vis), ref) <= bound
+
+
+@pytest.mark.parametrize("method", bench.benchmark_methods())
+def test_cli_tune_runs_for_every_method(queue, method, capsys):
+    """Two values of the method's first tuning parameter, the table default beside them."""
+    from clgrid import cli
+
+    section = tuner.method_of(method)[1]
+    key, values = next(iter(tuning.tune_space(section).items()))
+    sweep = f"{key}=[{', '.join(tuning._toml_value(v) for v in values[:2])}]"
+    assert cli.main(["tune", "--method", method, "--device", queue.device.platform.name, "--quick",
+                     "--num-vis", "600", "--grid-size", "64", "--support", "2", "--repeats", "2",
+                     "--no-save", "--write-table", "--space", sweep]) == 0
+    out = capsys.readouterr().out
+    assert "table default: " in out and "x the default's speed" in out and f"[devices.{section}]" in out
+    best = out[out.index("best on"):]
+    assert any(f"'{key}': {v!r}" in best for v in values[:2])
+
+
+def test_method_names_of_the_tuner():
+    assert tuner.method_of("atomic")[:2] == ("atomic", "atomic")
+    assert tuner.method_of("degrid-gather")[:2] == tuner.method_of("degrid_gather")[:2] == \
+        ("degrid-gather", "degrid_gather")
+    with pytest.raises(ValueError, match="unknown method 'spiral'"):
+        tuner.method_of("spiral")
