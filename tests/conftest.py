@@ -48,6 +48,12 @@ def queue():
     return clgrid.runtime.get_queue(os.environ.get("CLGRID_TEST_DEVICE", "pocl"))
 
 
+@pytest.fixture(scope="session")
+def device_name(queue):
+    """A ``device=`` string that selects the device under test (for the command line)."""
+    return f"{queue.device.platform.name} {queue.device.name}"
+
+
 def random_visibilities(rng, n, grid_size, cell_size, w_max, npol=1, fill=0.8):
     """Uniform uvw filling ``fill`` of the grid's half-width, Gaussian complex visibilities."""
     du = 1.0 / (grid_size * cell_size)
