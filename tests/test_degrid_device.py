@@ -270,3 +270,23 @@ def test_kernels_by_offset_hold_every_tap_of_the_quarters(stack):
             j, k = np.mgrid[-s:s + 1, -s:s + 1]
             expected = plane[np.abs(off_v + j * os), np.abs(off_u + k * os)]
             np.testing.assert_array_equal(values[centre + j * row + k * col], expected)
+
+
+@pytest.mark.parametrize("reduction", ["local", "subgroup"])
+def test_gather_reductions_are_exact_on_small_integers(queue, rng, reduction):
+    """Integer kernel values and grid: every product and partial sum is an integer below 2^24,
+    so any reduction order gives the float64 reference exactly, and a lost or doubled
+    partial (a sub-group or barrier slip) shows as a difference, not as rounding."""
+    if reduction == "subgroup" and not facts_of(queue).subgroups:
+        pytest.skip(f"{queue.device.name} ({queue.device.platform.name}) has no sub-groups")
+    supports, oversample = [2, 4, 7], 4
+    planes = [rng.integers(-3, 4, (q, q)) + 1j * rng.integers(-3, 4, (q, q))
+              for q in (clgrid.kernels.quarter_size(s, oversample) for s in supports)]
+    stack = clgrid.KernelStack.from_arrays(planes, supports, oversample, w_scale=4 / W_MAX)
+    grid = rng.integers(-8, 9, (2, N, N)) + 1j * rng.integers(-8, 9, (2, N, N))
+    uvw = tracks(rng, 20, 20).reshape(-1, 3)
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue, tuning={"reduction": reduction})
+    vis, _ = degrid_poisoned(degridder, grid, uvw)
+    ref = clgrid.reference.degrid(grid, uvw, N, CELL, stack)
+    assert np.count_nonzero(ref) > 300
+    np.testing.assert_array_equal(vis, ref)
