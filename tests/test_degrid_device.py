@@ -46,6 +46,21 @@ def tracks(rng, nbl, ntime, w_max=W_MAX):
     return np.concatenate([uv, w], axis=-1)
 
 
+def fitted(cls, method, queue, stack, npol, **options):
+    """``cls(N, CELL, stack, method=method, ...)``, an FPGA strategy's on-chip tile shrunk to
+    what the device's local memory holds (on a GPU's 48 KiB the table's tile of 32 plus a
+    halo of 12 fits one polarisation in single precision only)."""
+    operator = cls(N, CELL, stack, method=method, device=queue, **options)
+    strategy = operator.strategy
+    if method == "fpga":
+        per_cell = strategy.on_chip_tiles() * npol * np.dtype(strategy.complex_dtype).itemsize
+        side = int(np.sqrt(strategy.facts.local_memory // per_cell))
+        if side < strategy.padded_side:
+            operator = cls(N, CELL, stack, method=method, device=queue, **options,
+                           tuning={"tile": side - 2 * stack.max_support})
+    return operator
+
+
 def facts_of(queue):
     return clgrid.runtime.device_facts(queue.device)
 
@@ -83,8 +98,7 @@ def test_degridder_matches_reference(queue, rng, stack, method, precision, npol)
     flags[7] = True
     flags[3, 10:14] = flags[5, :3] = False
     grid = random_grid(rng, npol)
-    degridder = clgrid.Degridder(N, CELL, stack, method=method, device=queue, precision=precision,
-                                 on_dropped="ignore")
+    degridder = fitted(clgrid.Degridder, method, queue, stack, npol, precision=precision, on_dropped="ignore")
     vis, report = degrid_poisoned(degridder, grid, uvw, flags)
     ref, ref_report = clgrid.reference.degrid(grid, uvw, N, CELL, stack, flags=flags,
                                               on_dropped="ignore", return_report=True)
@@ -100,7 +114,7 @@ def test_degridder_with_channels_in_metres(queue, rng, stack, method):
     uvw_m = tracks(rng, 12, 30, w_max=W_MAX / 1.3) * (SPEED_OF_LIGHT / 1.3e8)
     flags = rng.random((12, 30, 3, 2)) < 0.1
     grid = random_grid(rng, 2)
-    degridder = clgrid.Degridder(N, CELL, stack, method=method, device=queue)
+    degridder = fitted(clgrid.Degridder, method, queue, stack, 2)
     vis = degridder.degrid(grid, uvw_m, flags=flags, freqs=freqs)
     ref = clgrid.reference.degrid(grid, uvw_m, N, CELL, stack, flags=flags, freqs=freqs)
     check(vis, ref, "single")
@@ -188,8 +202,8 @@ def test_every_degridder_is_the_adjoint_of_every_gridder(queue, rng, stack, grid
     flags = rng.random((20, 30, 2)) < 0.1
     grid = random_grid(rng, 2)
     vis = rng.normal(size=(20, 30, 2)) + 1j * rng.normal(size=(20, 30, 2))
-    degridded = clgrid.Degridder(N, CELL, stack, method=degridding, device=queue).degrid(grid, uvw, flags)
-    gridded = clgrid.Gridder(N, CELL, stack, method=gridding, device=queue).grid(uvw, vis, flags=flags)
+    degridded = fitted(clgrid.Degridder, degridding, queue, stack, 2).degrid(grid, uvw, flags)
+    gridded = fitted(clgrid.Gridder, gridding, queue, stack, 2).grid(uvw, vis, flags=flags)
     lhs, rhs = inner(degridded, vis), inner(grid, gridded)
     assert abs(rhs) > 0
     assert abs(lhs - rhs) <= 1e-5 * abs(rhs)
