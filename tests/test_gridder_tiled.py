@@ -358,11 +358,16 @@ def test_local_memory_known_before_the_build_is_what_the_kernel_takes(queue, sta
     way (PoCL) must report exactly that; another (Intel's CPU runtime reports the probe's
     44 bytes as 48, NVIDIA aligns each variable) may differ by alignment padding, at most 16 bytes a variable, far less than
     a forgotten struct field costs (4 bytes for each of the work-group's 32+ entries)."""
-    strategy = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning,
-                              precision=precision).strategy
+    gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning, precision=precision)
+    strategy = gridder.strategy
+    predicted = strategy.local_memory(npol)
+    if predicted > strategy.facts.local_memory:     # 32 x 32 tiles of 4 double pols: 64 KiB (a GPU: 48)
+        uvw, vis = random_visibilities(np.random.default_rng(0), 10, N, CELL, 300, npol=npol)
+        with pytest.raises(clgrid.DeviceCapabilityError, match="use smaller tiles"):
+            gridder.grid(uvw, vis)
+        return
     kernel = strategy.kernel("grid_tiles", npol)
     built = kernel.get_work_group_info(cl.kernel_work_group_info.LOCAL_MEM_SIZE, queue.device)
-    predicted = strategy.local_memory(npol)
     variables = 2 + (strategy.tuning["mapping"] == "footprint" or strategy.tuning["shmsz"] > 0)
     slack = 0 if local_variables_packed(queue) else 16 * variables
     assert slack < 4 * np.prod(strategy.local_size())          # less than a forgotten field
