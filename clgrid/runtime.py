@@ -9,6 +9,7 @@ kept per device, so programs built for it are shared by every gridder.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 from dataclasses import dataclass
@@ -81,7 +82,9 @@ def register_pip_icds(folder: Path | None = None) -> Path | None:
     if folder is None:
         import platformdirs
 
-        folder = Path(platformdirs.user_cache_dir("clgrid")) / "icd-vendors"
+        # one folder per driver path: environments with their own copies never rewrite each other's
+        tag = hashlib.sha1(str(driver).encode()).hexdigest()[:10]
+        folder = Path(platformdirs.user_cache_dir("clgrid")) / f"icd-vendors-{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     system = Path(os.environ.get("OPENCL_VENDOR_PATH") or "/etc/OpenCL/vendors")
     wanted = {icd.name: icd for icd in (sorted(system.glob("*.icd")) if system.is_dir() else [])}
