@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The measurements behind platforms/intel_cpu.toml, on Intel's OpenCL CPU runtime
 # (pip install ".[intel]"), from the checkout root:
-#   bash benchmarks/intel_cpu.sh OUT [rounds]
-# 1. float atomic paths: benchmarks/atomics.py --quick, `rounds` times (default 5; a shared
-#    CPU is noisy), then the median of each row over the rounds;
-# 2. clgrid tune for the atomic gridder and the gather degridder (whose space includes
-#    the sub-group reduction).
+#   bash benchmarks/intel_cpu.sh OUT [part]      (part: atomics, tune, ab, gather; default all)
+# atomics: benchmarks/atomics.py --quick, 5 rounds (a shared CPU is noisy), the median of
+#          each row over the rounds;
+# tune:    clgrid tune for the atomic gridder (19 minutes on 2 shared cores);
+# ab:      the tuned shape with cas and ext, interleaved rounds (benchmarks/atomic_paths_ab.py);
+# gather:  clgrid tune for the gather degridder (its space includes the sub-group reduction).
 set -euo pipefail
-out=${1:?usage: bash benchmarks/intel_cpu.sh OUT [rounds]}
-rounds=${2:-5}
+out=${1:?usage: bash benchmarks/intel_cpu.sh OUT [part]}
+part=${2:-all}
+run() { [ "$part" = all ] || [ "$part" = "$1" ]; }
+rounds=5
 mkdir -p "$out"
 python3 -m clgrid.cli devices | tee "$out/devices.txt"
+if run atomics; then
 for i in $(seq 1 "$rounds"); do
   mkdir -p "$out/atomics_$i"
   python3 benchmarks/atomics.py --device intel --quick --out "$out/atomics_$i" > "$out/atomics_$i/log.txt" 2>&1
@@ -37,7 +41,11 @@ for (npol, used), v in sorted(gridder.items()):
     v = np.array(v) * 1e3
     print(f"  npol {npol} atomic {used:5s} {np.median(v):8.2f} ({v.min():.2f}-{v.max():.2f})")
 PY
-python3 -m clgrid.cli tune --method atomic --device intel --num-vis 100000 --grid-size 1024 --support 7 \
+fi
+run tune && python3 -m clgrid.cli tune --method atomic --device intel --num-vis 100000 --grid-size 1024 --support 7 \
   --repeats 5 --write-table --no-save 2>&1 | grep -v Warning | tee "$out/tune_atomic.txt"
-python3 -m clgrid.cli tune --method degrid-gather --device intel --num-vis 100000 --grid-size 1024 \
+run ab && python3 benchmarks/atomic_paths_ab.py --device intel --tuning wg_u=8 --tuning wg_v=2 \
+  --tuning groups_per_cu=16 --paths cas ext --rounds 7 2>&1 | grep -v Warning | tee "$out/ab.txt"
+run gather && python3 -m clgrid.cli tune --method degrid-gather --device intel --num-vis 100000 --grid-size 1024 \
   --support 7 --repeats 5 --write-table --no-save 2>&1 | grep -v Warning | tee "$out/tune_degrid_gather.txt"
+true
