@@ -4,9 +4,11 @@ the seeds, and the rule for tests that need a tool.
 Tests marked ``@pytest.mark.oclgrind`` run programs under Oclgrind.  Where the
 ``oclgrind`` executable is missing they are skipped with the reason, unless
 ``CLGRID_REQUIRE_OCLGRIND=1`` (set by .ci/run), which makes the absence an error: CI
-must not go green by skipping them.
+must not go green by skipping them.  Tests of optional libraries (the ``test`` extra:
+pyuvdata, finufft, ducc0) call `optional`, the same rule under ``CLGRID_REQUIRE_OPTIONAL=1``.
 """
 
+import importlib
 import os
 import secrets
 import shutil
@@ -32,6 +34,13 @@ def pytest_runtest_setup(item):
         if os.environ.get("CLGRID_REQUIRE_OCLGRIND") == "1":
             pytest.fail(f"{reason}, and CLGRID_REQUIRE_OCLGRIND=1 requires it", pytrace=False)
         pytest.skip(reason)
+
+
+def optional(module: str, extra: str):
+    """Import an optional library, or skip with the reason (fail under CLGRID_REQUIRE_OPTIONAL=1)."""
+    if os.environ.get("CLGRID_REQUIRE_OPTIONAL") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed (pip install 'clgrid[{extra}]')")
 
 
 @pytest.fixture
