@@ -28,12 +28,13 @@ def cmd_devices(args) -> int:
     for i, d in enumerate(found):
         f = device_facts(d)
         atomics = [e for e in f.extensions if "atomic" in e]
-        print(f"[{i}] {f.name}  ({f.platform}; {f.type}; driver {f.driver})\n"
+        arch = f"; compute capability {'.'.join(map(str, f.compute_capability))}" if f.compute_capability else ""
+        print(f"[{i}] {f.name}  ({f.platform}; {f.type}; driver {f.driver}{arch})\n"
               f"    compute units {f.compute_units}, global memory {f.global_memory / 2**30:.1f} GiB "
               f"(max buffer {f.max_allocation / 2**30:.1f} GiB), local memory {f.local_memory // 1024} KiB, "
               f"max work-group {f.max_work_group_size}\n"
               f"    fp64 {'yes' if f.fp64 else 'no'}, images {_image_limits(d) if f.images else 'no'}, "
-              f"sub-groups {'yes' if f.has('cl_khr_subgroups') else 'no'}, "
+              f"sub-groups {'yes' if f.subgroups else 'no'}, "
               f"atomics: {' '.join(atomics) or 'none'}\n"
               f"    tuning entries: {', '.join(f'{e.source} {e.label}' for e in matching_entries(f))}")
     return 0
@@ -183,18 +184,30 @@ def cmd_tune(args) -> int:
     num_vis, grid_size, support = _sizes(args.quick, args)[0]
     workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
                                    oversample=args.oversample)
-    result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
-                        precision=args.precision)
-    ranked = sorted((t for t in result.timings if t[1] is not None), key=lambda t: t[1])
-    print(f"{len(result.timings)} candidates, {len(result.skipped)} skipped; fastest {min(10, len(ranked))}:")
-    for params, seconds, _ in ranked[:10]:
-        print(f"  {' '.join(f'{k}={v}' for k, v in params.items()):60s} {seconds * 1e3:9.3f} ms")
+    try:
+        space = {key: value if isinstance(value, list) else [value]
+                 for key, value in _tuning_overrides(args.space).items()} or None
+        result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
+                            precision=args.precision, space=space)
+    except (ValueError, RuntimeError) as exc:
+        print(f"clgrid tune: {exc}", file=sys.stderr)
+        return 1
+    ranked = sorted((t for t in result.timings if t.median is not None), key=lambda t: t.median)
+    print(f"{args.method} on {facts.name}, {len(result.timings)} candidates, {len(result.skipped)} skipped; "
+          f"median of {args.repeats} (min-max); fastest {min(10, len(ranked))}:")
+    for timing in ranked[:10]:
+        print(f"  {' '.join(f'{k}={v}' for k, v in timing.params.items()):60s} {timing.describe()}")
     for params, why in result.skipped:
         print(f"  skipped {params}: {why}")
-    print(f"best on {result.device}: {result.best} ({result.best_seconds * 1e3:.3f} ms, "
-          f"error {result.error:.1e} against the reference)")
+    default, best = result.default, result.winner
+    if default.median is not None:
+        print(f"table default: {default.describe()}; best: {best.describe()}, "
+              f"{default.median / best.median:.2f}x the default's speed")
+    else:
+        print(f"table default failed: {default.reason}; best: {best.describe()}")
+    print(f"best on {result.device}: {best.params} (error {result.error:.1e} against the reference)")
     if args.write_table:
-        print(format_entry(tuner.device_match(facts), args.method,
+        print(format_entry(tuner.device_match(facts), result.strategy,
                            tuner.strategy_values(result),
                            f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
     if not args.no_save:
@@ -263,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
-    t.add_argument("--method", choices=list(GRIDDING_METHODS), default="atomic")
+    t.add_argument("--method", choices=bench.benchmark_methods(), default="atomic",
+                   help="gridding method or degrid-<method> (default: atomic)")
     t.add_argument("--device", help="device name to match (default: the default device)")
     t.add_argument("--quick", action="store_true", help="small data: a minute on a 2-core CPU")
     t.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
@@ -274,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--oversample", type=int, default=8)
     t.add_argument("--precision", choices=["single", "double"], default="single")
     t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--space", action="append", metavar="KEY=[V1, V2]",
+                   help="sweep only these parameters, over these values (repeatable; TOML values); "
+                        "default: the method's [tune.*] space in platforms/generic.toml")
     t.add_argument("--write-table", action="store_true", help="print an entry ready for platforms/")
     t.add_argument("--output", help="user tuning file to write (default: $CLGRID_TUNING or the user config)")
     t.add_argument("--no-save", action="store_true", help="measure and print only")

@@ -60,7 +60,7 @@ class Degridder(GridOperation):
             return PreparedVisibilities(plan, None, npol)
         arranged = self.arranged(plan, npol)
         values = self.scratch("values", arranged.num_vis * npol * np.dtype(self.strategy.complex_dtype).itemsize)
-        return PreparedVisibilities(plan, with_values(arranged, values), npol)
+        return PreparedVisibilities(plan, with_values(arranged, values), npol, strategy=self.strategy_for(npol))
 
     def load_grid(self, grid, wait_for=None) -> tuple:
         """``(grid buffer, npol, event)``: a host grid (npol, N, N) copied to the device grid,
@@ -103,7 +103,8 @@ class Degridder(GridOperation):
             return []
         npol = prepared.npol
         grid_buffer = self.grid_buffer(npol) if grid_buffer is None else grid_buffer
-        return self.strategy.degrid(prepared.device_plan, npol, grid_buffer, wait_for=wait_for)
+        strategy = prepared.strategy or self.strategy
+        return strategy.degrid(prepared.device_plan, npol, grid_buffer, wait_for=wait_for)
 
     def fetch(self, prepared: PreparedVisibilities, wait_for=None, out=None):
         """The degridded visibilities in the caller's order and shape (zero where not

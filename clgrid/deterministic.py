@@ -101,7 +101,8 @@ class FixedPointGrid:
         fixed = self.accumulator(npol)
         events = [fill_zeros(queue, fixed, self._count(npol) * 8, np.int64, wait_for)]
         if prepared.device_plan is not None:
-            events += self.gridder.strategy.grid(prepared.device_plan, npol, fixed, wait_for=events[-1:])
+            events += (prepared.strategy or self.gridder.strategy).grid(prepared.device_plan, npol, fixed,
+                                                                        wait_for=events[-1:])
         real = self.gridder.strategy.real_dtype
         program = build_program(queue.context, render("fixed_point.cl", double=real == np.float64))
         count = self._count(npol)

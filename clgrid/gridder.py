@@ -115,7 +115,8 @@ class Gridder(GridOperation):
                                          None if flags_d is None else flags_d.data, np.int32(p)).get()
                        for p in range(npol))
 
-        return PreparedVisibilities(plan, with_values(arranged, values), npol, norm, exponent, magnitude)
+        return PreparedVisibilities(plan, with_values(arranged, values), npol, norm, exponent, magnitude,
+                                    self.strategy_for(npol))
 
     def execute(self, prepared: PreparedVisibilities, grid_buffer=None, accumulate: bool = False,
                 wait_for=None) -> list:
@@ -132,7 +133,8 @@ class Gridder(GridOperation):
                                wait_for)
         if prepared.device_plan is None:
             return [start]
-        return [start, *self.strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[start])]
+        strategy = prepared.strategy or self.strategy
+        return [start, *strategy.grid(prepared.device_plan, npol, grid_buffer, wait_for=[start])]
 
     def grid(self, plan, vis, weights=None, flags=None, freqs=None, *, out=None, accumulate: bool = False,
              wait_for=None, return_report: bool = False):

@@ -48,6 +48,7 @@ class PreparedVisibilities:
     norm: np.ndarray | None = None
     value_exponent: int = 0    # the values on the device are the caller's times 2^value_exponent (deterministic)
     magnitude: object = None   # () -> sum of |Re| + |Im| of the weighted values, in the caller's precision
+    strategy: object = None    # the strategy that arranged them and launches (`GridOperation.strategy_for`)
 
     @property
     def grid_point_additions(self) -> int:
@@ -73,9 +74,10 @@ class GridOperation:
         self.queue = get_queue(device)
         if method == "auto":
             method = self.auto_method(interpolation)
-        label = strategy_label(self.kind, method, interpolation)
+        self.label = strategy_label(self.kind, method, interpolation)
         self.method, self.interpolation = method, interpolation
-        self.strategy = self.strategies[label](self.queue, self.grid_size, kernels, precision, tuning, binary)
+        self.strategy = self.strategies[self.label](self.queue, self.grid_size, kernels, precision, tuning, binary)
+        self._tuning, self._binary, self._by_npol = tuning, binary, {}
         self.precision = precision
         self._check_grid_fits(1)
         self._grid_buffers: dict = {}
@@ -176,10 +178,28 @@ class GridOperation:
         plan = self.plan(plan_or_uvw, freqs, flags)
         return plan, time.perf_counter() - started
 
+    def strategy_for(self, npol: int):
+        """``self.strategy``, or where the tuning table has values for ``npol`` polarisations
+        (``[[<section>.when]] npol = ...``) a sibling strategy built with them (kept)."""
+        if npol not in self._by_npol:
+            name, facts = self.strategy.name, self.strategy.facts
+            general = resolve_tuning(name, self._tuning, facts, precision=self.precision)
+            specific = resolve_tuning(name, self._tuning, facts, npol=npol, precision=self.precision)
+            changed = {k: v for k, v in specific.items() if general[k] != v}
+            sibling = self.strategy
+            if changed:
+                sibling = self.strategies[self.label](self.queue, self.grid_size, self.kernels, self.precision,
+                                                      {**(self._tuning or {}), **changed}, self._binary)
+                sibling.deterministic = self.strategy.deterministic
+            self._by_npol[npol] = sibling
+        return self._by_npol[npol]
+
     def arranged(self, plan: Plan, npol: int) -> DevicePlan:
-        """The strategy's order of ``plan`` (made once, kept in the plan)."""
-        key = (self.strategy.arrangement_key(), npol)
-        return plan.arranged(key, lambda p: self.strategy.arrange(p, npol))
+        """The order of ``plan`` for the strategy of ``npol`` polarisations (made once, kept in
+        the plan)."""
+        strategy = self.strategy_for(npol)
+        key = (strategy.arrangement_key(), npol)
+        return plan.arranged(key, lambda p: strategy.arrange(p, npol))
 
     # -- device buffers ---------------------------------------------------------
 

@@ -38,9 +38,9 @@ def test_a_failing_run_is_a_row_not_a_crash(queue):
     assert np.isnan(result.median_s)
 
 
-def test_cli_quick_bench_and_bad_device(capsys):
+def test_cli_quick_bench_and_bad_device(capsys, device_name):
     assert cli.main(["bench", "--quick", "--num-vis", "2000", "--grid-size", "128", "--support", "2",
-                     "--repeats", "1", "--device", "pocl"]) == 0
+                     "--repeats", "1", "--device", device_name]) == 0
     assert "GGPA/s" in capsys.readouterr().out
     assert cli.main(["bench", "--device", "no such device"]) == 2
     assert "no OpenCL device matches" in capsys.readouterr().err
@@ -53,7 +53,8 @@ def test_degridding_and_lofar_workloads(queue):
     assert result.failed is None
     assert result.grid_point_additions == result.workload["num_vis"] * 49
     assert 0 < result.error < 1e-5 and result.vis_per_s > 0
-    assert result.peak_fraction is None                   # PoCL's peak is not in the table
+    known_peak = any(name in result.device for name in bench.PEAK_GFLOPS)    # the H100's, not a CPU's
+    assert (result.peak_fraction is not None) == known_peak
     assert set(bench.benchmark_methods()) >= {"atomic", "moving_window", "degrid-gather",
                                               "degrid-moving_window"}
 

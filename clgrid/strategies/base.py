@@ -105,7 +105,7 @@ class Strategy:
         self.real_dtype, self.complex_dtype = PRECISIONS[precision]
         self.grid_size = grid_size
         self.kernels = kernels
-        self.tuning = resolve_tuning(self.name, tuning, self.facts)
+        self.tuning = resolve_tuning(self.name, tuning, self.facts, precision=precision)
         for name in self.counts:
             if self.tuning[name] < 1:
                 raise ValueError(f"tuning parameter {name!r} of {self.name!r} must be >= 1, "

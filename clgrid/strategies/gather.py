@@ -9,6 +9,7 @@ import numpy as np
 
 from ..counting_sort import CountingSort
 from ..errors import DeviceCapabilityError
+from ..runtime import is_intel_cpu_runtime
 from .base import DevicePlan, Strategy
 
 REDUCTIONS = ("local", "subgroup")
@@ -31,9 +32,14 @@ class GatherDegridding(Strategy):
         if t["reduction"] not in REDUCTIONS:
             raise ValueError(f"tuning parameter 'reduction' must be one of {REDUCTIONS}, "
                              f"got {t['reduction']!r}")
-        if t["reduction"] == "subgroup" and not self.facts.has("cl_khr_subgroups"):
-            raise DeviceCapabilityError(f"reduction='subgroup' needs cl_khr_subgroups, which "
+        if t["reduction"] == "subgroup" and not self.facts.subgroups:
+            raise DeviceCapabilityError(f"reduction='subgroup' needs sub-groups (cl_khr_subgroups, "
+                                        f"cl_intel_subgroups or __opencl_c_subgroups), which "
                                         f"{self.facts.name} ({self.facts.platform}) lacks")
+        if t["reduction"] == "local" and t["vis_per_batch"] == 1 and is_intel_cpu_runtime(self.facts):
+            # measured with intel-opencl-rt 2026.2; Oclgrind finds no error in the same launch
+            raise DeviceCapabilityError("vis_per_batch = 1 crashes Intel's OpenCL CPU runtime (a "
+                                        "segmentation fault in the kernel launch): use 2 or more")
 
     @property
     def group_size(self) -> int:
