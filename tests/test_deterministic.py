@@ -25,7 +25,7 @@ CASES = {   # (method, tuning): every gridding strategy, tiled in both mappings 
     "moving_window": ("moving_window", None),
     "texture": ("texture", None),
     "texture_moving_window": ("texture_moving_window", None),
-    "fpga": ("fpga", None),
+    "fpga": ("fpga", {"tile": 8}),       # on chip in a GPU's 48 KiB of local memory
 }
 
 

@@ -90,8 +90,15 @@ def test_planning_refuses_non_finite_uvw_unless_flagged(rng, stack, queue):
     assert gridder.plan(uvw, flags=flags).num_flagged == 1
 
 
+# software sampling for the texture path (an image sampler's weights have 8 bits on GPUs), and
+# FPGA tiles small enough for a GPU's 48 KiB of local memory in double precision
+SMALL_DEVICE_TUNING = {"texture": {"sampler": "software"}, "texture_moving_window": {"sampler": "software"},
+                       "fpga": {"tile": 8}}
+
+
 def make(kind, method, stack, queue, **kw):
     cls = clgrid.Gridder if kind == "grid" else clgrid.Degridder
+    kw.setdefault("tuning", SMALL_DEVICE_TUNING.get(method))
     return cls(N, CELL, stack, **spelling(kind, method), device=queue, precision="double", on_dropped="ignore",
                **kw)
 

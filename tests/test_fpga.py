@@ -159,7 +159,7 @@ def test_mismatched_binaries_are_refused_with_the_difference(queue, rng, stack, 
     with pytest.raises(BinaryMismatchError, match=r"double=False \(this call: True\)"):
         fpga_gridder(queue, stack, precision="double", binary=path).grid(uvw, vis)
     with pytest.raises(BinaryMismatchError, match="strategy 'fpga' \\(this call: 'atomic'\\)"):
-        clgrid.Gridder(N, CELL, stack, device=queue, binary=path).grid(uvw, vis)
+        clgrid.Gridder(N, CELL, stack, method="atomic", device=queue, binary=path).grid(uvw, vis)
     other_stack = clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=0, num_planes=1,
                                                   oversample=4, max_support=3)
     with pytest.raises(BinaryMismatchError, match=r"max_support=5 \(this call: 3\)"):

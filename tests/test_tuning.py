@@ -126,10 +126,10 @@ def test_unknown_atomic_path_and_oversized_work_group_are_refused(queue):
     stack = clgrid.KernelStack.w_projection(grid_size=64, cell_size=4e-3, w_max=0, num_planes=1,
                                             oversample=4, max_support=4)
     with pytest.raises(TuningTableError, match="unknown atomic path 'magic'"):
-        clgrid.Gridder(64, 4e-3, stack, device=queue, tuning={"atomic": "magic"})
+        clgrid.Gridder(64, 4e-3, stack, method="atomic", device=queue, tuning={"atomic": "magic"})
     big = runtime.device_facts(queue.device).max_work_group_size
     with pytest.raises(clgrid.DeviceCapabilityError, match="work-group"):
-        clgrid.Gridder(64, 4e-3, stack, device=queue, tuning={"wg_u": big, "wg_v": 2})
+        clgrid.Gridder(64, 4e-3, stack, method="atomic", device=queue, tuning={"wg_u": big, "wg_v": 2})
 
 
 def test_tuner_end_to_end_on_a_tiny_space(queue, tmp_path, monkeypatch):
