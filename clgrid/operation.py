@@ -26,7 +26,7 @@ from .runtime import device_facts, get_queue
 from .strategies import strategy_label
 from .tuning import resolve_tuning
 from .transfer import Staging
-from .strategies.base import DevicePlan
+from .strategies.base import PRECISIONS, DevicePlan, check_precision
 
 __all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds", "rows_of"]
 
@@ -72,14 +72,18 @@ class GridOperation:
         self.kernels = kernels
         self.on_dropped = on_dropped
         self.queue = get_queue(device)
+        self.context = self.queue.context    # held: Intel's CPU runtime refuses clRetainContext once the
+        #                                      caller's last reference to a context it passed is gone
+        self.facts = device_facts(self.queue.device)
+        check_precision(precision, self.facts, atomics=False)
+        self.precision = precision
+        self._check_grid_fits(1)             # before a strategy says something less to the point
         if method == "auto":
             method = self.auto_method(interpolation)
         self.label = strategy_label(self.kind, method, interpolation)
         self.method, self.interpolation = method, interpolation
         self.strategy = self.strategies[self.label](self.queue, self.grid_size, kernels, precision, tuning, binary)
         self._tuning, self._binary, self._by_npol = tuning, binary, {}
-        self.precision = precision
-        self._check_grid_fits(1)
         self._grid_buffers: dict = {}
         self._scratch: dict = {}
         self._lock = threading.RLock()
@@ -98,7 +102,7 @@ class GridOperation:
         texture path's own distribution for linear interpolation."""
         if interpolation == "linear":
             return "atomic" if self.kind == "grid" else "gather"
-        return resolve_tuning("auto", None, device_facts(self.device))[self.kind]
+        return resolve_tuning("auto", None, self.facts)[self.kind]
 
     @property
     def geometry(self) -> Geometry:
@@ -119,11 +123,11 @@ class GridOperation:
         geometry on the same context.  Planning runs on the device in float64,
         bit-identical to the reference, where the device has fp64 (``plan.planned_on``).
         """
-        where = "host" if (self.strategy.host_planning or not self.strategy.facts.fp64) else "device"
+        where = "host" if (self.strategy.host_planning or not self.facts.fp64) else "device"
         shape = tuple(getattr(uvw, "shape", np.shape(uvw)))
         nsample = int(np.prod(shape[:-1])) * (1 if freqs is None else int(np.size(freqs)))
         if nsample > self.samples_per_chunk(1):
-            raise ValueError(f"{nsample} samples do not fit {self.strategy.facts.name} in one plan (at most "
+            raise ValueError(f"{nsample} samples do not fit {self.facts.name} in one plan (at most "
                              f"{self.samples_per_chunk(1)}): plan them in parts, or let grid(uvw, vis) and "
                              f"degrid(grid, uvw) stream them")
         with self._lock:
@@ -136,7 +140,7 @@ class GridOperation:
         takes the next chunk's upload), within the largest buffer."""
         if self.chunk_samples:
             return int(self.chunk_samples)
-        facts = self.strategy.facts
+        facts = self.facts
         free = facts.global_memory * 7 // 8 - self._grid_bytes(npol)      # an eighth for programs, tables
         per_sample = BYTES_PER_SAMPLE + BYTES_PER_VISIBILITY * npol
         return int(max(1, min(free // 2 // per_sample, facts.max_allocation // 16, 2 ** 31 - 1)))
@@ -172,7 +176,7 @@ class GridOperation:
         if isinstance(plan_or_uvw, Plan):
             if freqs is not None or flags is not None:
                 raise ValueError("freqs and flags belong to the plan: pass them to plan(), not with a Plan")
-            plan_or_uvw.check_usable_by(self.geometry, self.queue.context)
+            plan_or_uvw.check_usable_by(self.geometry, self.context)
             return plan_or_uvw, 0.0
         started = time.perf_counter()
         plan = self.plan(plan_or_uvw, freqs, flags)
@@ -182,7 +186,7 @@ class GridOperation:
         """``self.strategy``, or where the tuning table has values for ``npol`` polarisations
         (``[[<section>.when]] npol = ...``) a sibling strategy built with them (kept)."""
         if npol not in self._by_npol:
-            name, facts = self.strategy.name, self.strategy.facts
+            name, facts = self.strategy.name, self.facts
             general = resolve_tuning(name, self._tuning, facts, precision=self.precision)
             specific = resolve_tuning(name, self._tuning, facts, npol=npol, precision=self.precision)
             changed = {k: v for k, v in specific.items() if general[k] != v}
@@ -204,10 +208,10 @@ class GridOperation:
     # -- device buffers ---------------------------------------------------------
 
     def _grid_bytes(self, npol: int) -> int:
-        return npol * self.grid_size ** 2 * np.dtype(self.strategy.complex_dtype).itemsize
+        return npol * self.grid_size ** 2 * np.dtype(PRECISIONS[self.precision][1]).itemsize
 
     def _check_grid_fits(self, npol: int) -> None:
-        facts = self.strategy.facts
+        facts = self.facts
         need = self._grid_bytes(npol)
         if need > facts.max_allocation or need > facts.global_memory:
             raise DeviceCapabilityError(
