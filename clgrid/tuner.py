@@ -102,8 +102,8 @@ def candidates(strategy: str, facts, space: dict | None = None) -> list[dict]:
             wg = int(np.prod(cls.work_group_shape({**defaults, **c})))
         except TuningTableError:   # a combination the strategy cannot launch
             continue
-        if wg > facts.max_work_group_size or (wg % simd and cls.work_group_parameters):
-            continue     # (single work-item strategies, the FPGA ones, have no SIMD width to fill)
+        if wg > facts.max_work_group_size or (wg % simd and wg > 1):   # FPGA tasks are one work-item
+            continue
         if "atomic" in c and atomic_unavailable(c["atomic"], facts, double=False):
             continue
         if c.get("reduction") == "subgroup" and not facts.subgroups:

@@ -231,7 +231,7 @@ def test_gridder_takes_the_npol_and_precision_values_of_its_call(table, queue, r
     facts = runtime.device_facts(queue.device)
     user = table / "user" / "tuning.toml"
     user.parent.mkdir()
-    user.write_text(f'[[devices]]\nplatform = "{facts.platform}"\n[devices.atomic]\nwg_u = 8\nwg_v = 1\n'
+    user.write_text(f'[[devices]]\nplatform = "{facts.platform}"\n[devices.atomic]\nwg_u = 8\nwg_v = 1\ngroups_per_cu = 64\n'
                     '[[devices.atomic.when]]\nnpol = 2\nwg_u = 4\nwg_v = 2\n'
                     '[[devices.atomic.when]]\nprecision = "double"\ngroups_per_cu = 3\n')
     n, cell = 64, 4e-3
@@ -271,3 +271,12 @@ def test_method_names_of_the_tuner():
         ("degrid-gather", "degrid_gather")
     with pytest.raises(ValueError, match="unknown method 'spiral'"):
         tuner.method_of("spiral")
+
+
+def test_single_work_item_strategies_are_not_pruned_by_simd_width(queue):
+    """FPGA "task" kernels are one work-item on any device, a GPU's warps notwithstanding."""
+    h100 = fake_facts(queue, **{**H100, "compute_capability": (9, 0), "max_work_group_size": 1024})
+    assert len(tuner.candidates("fpga", h100, {"tile": [16, 32]})) == 2
+    assert len(tuner.candidates("degrid-fpga", h100, {"tile": [16, 32]})) == 2
+    assert tuner.candidates("atomic", h100, {"wg_u": [8, 16], "wg_v": [1]}) == []   # 8 and 16: not warps
+
