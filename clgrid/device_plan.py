@@ -33,7 +33,7 @@ from .codegen import build_program, render
 from .device_sum import DeviceSum
 from .errors import DroppedVisibilitiesError
 from .kernels import KernelStack, offset_range
-from .plan import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, plan_visibilities)
+from .plan import SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities
 from .scan import ExclusiveScan
 from .transfer import to_device_array
 
@@ -328,15 +328,8 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
                   on_dropped, done, hold) -> Plan:
     nsample = int(np.prod(sample_shape))
     usable = np.ones(nsample, bool) if usable is None else usable
-    flags = np.repeat(~usable[:, None], 1, axis=1)
-    uvw = np.asarray(uvw, np.float64)
-    if freqs is None:
-        uvw_l = uvw.reshape(-1, 3)
-    else:
-        uvw_l = (uvw.reshape(-1, 1, 3) * (freqs / SPEED_OF_LIGHT)[None, :, None]).reshape(-1, 3)
-    if not np.all(np.isfinite(uvw_l[usable])):
-        raise ValueError("uvw contains NaN or inf in unflagged data")
-    samples = Samples(uvw_l, None, usable[:, None].astype(np.float64), flags, usable, leading, nchan)
+    uvw_l = in_wavelengths(np.asarray(uvw, np.float64), freqs, usable)
+    samples = Samples(uvw_l, None, usable[:, None].astype(np.float64), ~usable[:, None], usable, leading, nchan)
     if hold is not None:
         samples = hold(samples)
     positions = plan_visibilities(samples, geometry.grid_size, geometry.cell_size, geometry.kernels,

@@ -23,7 +23,7 @@ from .rounding import round_half_away
 
 __all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Positions", "flatten_samples",
            "flatten_positions", "check_grid", "grid_indices", "plan_visibilities", "check_coordinates",
-           "check_grid_geometry", "check_arguments"]
+           "check_grid_geometry", "check_arguments", "in_wavelengths"]
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
 ON_DROPPED = ("warn", "raise", "ignore")
@@ -141,7 +141,7 @@ def _check_flags(flags, shape) -> np.ndarray:
     return flags.reshape(-1, shape[-1])
 
 
-def _in_wavelengths(uvw, freqs, usable) -> np.ndarray:
+def in_wavelengths(uvw, freqs, usable) -> np.ndarray:
     """uvw per (row, channel) sample, (nsample, 3) in wavelengths; finite where usable."""
     if freqs is None:
         uvw_l = uvw.reshape(-1, 3)
@@ -186,7 +186,7 @@ def flatten_samples(uvw, vis, weights=None, flags=None, freqs=None) -> Samples:
         raise ValueError("weights must be finite and >= 0 where not flagged")
     vis = vis.reshape(flags.shape).astype(np.complex128, copy=False)
     usable = ~flags.all(axis=1)
-    uvw_l = _in_wavelengths(uvw, freqs, usable)
+    uvw_l = in_wavelengths(uvw, freqs, usable)
     if not np.all(np.isfinite(vis[~flags])):
         raise ValueError("vis contains NaN or inf in unflagged data")
     weighted = np.where(flags, 0.0, vis * weights)
@@ -203,7 +203,7 @@ def flatten_positions(uvw, npol: int, flags=None, freqs=None) -> Samples:
     shape = uvw.shape[:-1] + ((nchan,) if nchan is not None else ()) + (npol,)
     flags = _check_flags(flags, shape)
     usable = ~flags.all(axis=1)
-    uvw_l = _in_wavelengths(uvw, freqs, usable)
+    uvw_l = in_wavelengths(uvw, freqs, usable)
     return Samples(uvw_l, None, np.where(flags, 0.0, 1.0), flags, usable, uvw.shape[:-1], nchan)
 
 
