@@ -296,7 +296,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     packed_all = cla.empty(queue, (n, 4), np.int32)
     kept = cla.empty(queue, n, np.int32)
     position = cla.empty(queue, n + 1, np.int32)
-    counts = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied, not filled: Oclgrind reads fills as uninitialised
+    counts = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied: Oclgrind reads fills as unset
     wg = min(256, queue.device.max_work_group_size)
     if nsample:
         planner.classify(queue, (-(-nsample // wg) * wg,), (wg,), uvw_d.data,
