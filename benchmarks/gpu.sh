@@ -2,7 +2,7 @@
 # The GPU runs behind BENCHMARKS.md, in order. On the GPU machine, from the checkout root:
 #   bash benchmarks/gpu.sh "$OUT" [part]
 # The whole sequence takes about 25 minutes; `part` (tests, atomics, bench, degrid,
-# moving_window, tiled, texture, wgridding) runs one section, for machines that limit a command's time.
+# moving_window, tiled, texture, plan, wgridding) runs one section, for machines that limit a command's time.
 set -uo pipefail
 out=${1:-.}
 part=${2:-all}
@@ -48,6 +48,13 @@ fi
 if run texture; then
   python3 -m clgrid.texture_precision "${gpu[@]}" 2>&1 | tee "$out/texture_precision.txt"
   python3 benchmarks/texture_study.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/texture_study.txt"
+fi
+if run plan; then
+  # whole calls with host arrays (issue 14): plan, values, kernels, transfers; ducc0 beside;
+  # a stream of 10x the device's memory through grid_chunks; the copy rates that bound it
+  python3 benchmarks/transfers.py "${gpu[@]}" --megabytes 128 2>&1 | tee "$out/transfers.txt"
+  python3 benchmarks/plan_pivot.py "${gpu[@]}" --num-vis 4000000 --grid-size 4096 --support 3 \
+    --nthreads "$(nproc)" --stream-factor 10 --json "$out/plan_pivot_h100.json" 2>&1 | tail -5
 fi
 if run wgridding; then
   # vis2dirty / dirty2vis (issue 15): pyvkfft for the device FFT (a wheel built by

@@ -49,7 +49,9 @@ import pyopencl as cl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout runs without installing
 import clgrid  # noqa: E402
 from clgrid import datasets, reference  # noqa: E402
-from clgrid.bench import device_times, environment, fixed_support_stack, relative_error  # noqa: E402
+from clgrid.bench import device_times, environment  # noqa: E402
+from clgrid.benchsets import fixed_support_stack  # noqa: E402
+from clgrid.reference import relative_error  # noqa: E402
 from clgrid.plan import SPEED_OF_LIGHT, flatten_samples  # noqa: E402
 from clgrid.runtime import get_queue  # noqa: E402
 

@@ -1,8 +1,11 @@
 {# Shared helpers: precision and complex arithmetic (complex.cl), float atomic add.
-    Template variables: double (bool), atomic ("cas", "xchg", "ext", "ptx"). #}
+    Template variables: double (bool), atomic ("cas", "xchg", "ext", "ptx"),
+    deterministic (bool: the grid is 64-bit fixed point, clgrid/deterministic.py). #}
 {% include "complex.cl" %}
-{% if double %}
+{% if double or deterministic %}
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+{% endif %}
+{% if double %}
 {% if atomic == "ext" %}
 #pragma OPENCL EXTENSION cl_ext_float_atomics : enable
 {% endif %}
@@ -32,8 +35,23 @@ inline void {{ name }}(volatile {{ space }} real_t *address, real_t value)
 
 /* Float atomic add to global memory. The path is a tuning choice (clgrid/atomics.py):
    OpenCL 1.2 has no float atomics, so "cas" (compare-and-swap on the bit pattern) is
-   the portable path; the others are faster where the device has them. */
-{% if atomic == "ptx" %}
+   the portable path; the others are faster where the device has them.
+   grid_real_t is what the grid holds: real_t, or in deterministic mode a 64-bit
+   fixed-point integer, so that the sum does not depend on the order of the adds. */
+{% if deterministic %}
+typedef long grid_real_t;
+/* Deterministic mode: values arrive pre-scaled by 2^k (clgrid/deterministic.py) so that
+   no sum can leave 63 bits; each is rounded to an integer and added as one. Integer
+   addition is associative: any order of the atomics gives the same bits. */
+inline void atomic_add_real(volatile __global grid_real_t *address, real_t value)
+{
+    atom_add(address, convert_long_sat_rte(value));
+}
+{% else %}
+typedef real_t grid_real_t;
+{% endif %}
+{% if deterministic %}
+{% elif atomic == "ptx" %}
 /* NVIDIA: the hardware reduction instruction, through inline PTX. */
 inline void atomic_add_real(volatile __global real_t *address, real_t value)
 {
@@ -81,7 +99,7 @@ inline void atomic_add_real(volatile __global real_t *address, real_t value)
    Listing 6's SHMSZ part). */
 {{ cas_add("local_atomic_add_real", "__local") }}
 
-inline void atomic_add_complex(__global real_t *grid, size_t cell, complex_t value)
+inline void atomic_add_complex(__global grid_real_t *grid, size_t cell, complex_t value)
 {
     atomic_add_real(grid + 2 * cell, value.x);
     atomic_add_real(grid + 2 * cell + 1, value.y);

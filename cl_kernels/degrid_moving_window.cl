@@ -95,7 +95,7 @@ __kernel void degrid_moving_window(
             const size_t out = (size_t)(segment.x + done) * NPOL + m;
             const complex_t sum = folded_sum(partials, lanes, m);
             if (shared)
-                atomic_add_complex((__global real_t *)vis, out, sum);
+                atomic_add_complex((__global grid_real_t *)vis, out, sum);
             else
                 vis[out] = sum;
         }

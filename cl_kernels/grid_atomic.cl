@@ -28,7 +28,7 @@ void grid_atomic(__global const int4 *restrict plan,          /* [num_vis] */
                  __global const int *restrict kernel_side,    /* [plane] */
                  __global const int *restrict support,        /* [plane] */
 {% endif %}
-                 __global real_t *grid,                       /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
+                 __global grid_real_t *grid,                       /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
                  const int num_vis)
 {
     const size_t pol_stride = (size_t)GRID_SIZE * GRID_SIZE;

@@ -42,7 +42,7 @@
 
 /* Add a point's sums to the grid and clear them; conjugate when the chunk's w > 0
    (its visibilities were staged conjugated: vis * conj(c) = conj(conj(vis) * c)). */
-inline void flush_sums(__global real_t *grid, int cell, complex_t *sums, int conjugate)
+inline void flush_sums(__global grid_real_t *grid, int cell, complex_t *sums, int conjugate)
 {
 #pragma unroll
     for (int pol = 0; pol < NPOL; ++pol) {
@@ -97,7 +97,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
 {% endif %}
                         __global const int4 *restrict chunks,      /* first, count, support, conjugate */
                         __global const int2 *restrict work,        /* [group]: chunk, tile */
-                        __global real_t *grid)                     /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
+                        __global grid_real_t *grid)                     /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
 {
     __local int4 windows[BATCH];
     __local complex_t staged[BATCH * NPOL];

@@ -24,7 +24,8 @@
    003 §3.4) is this kernel launched a second time, over the central tiles' buckets.
    Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so
    neighbouring work-items read consecutive values.
-   Template variables: double, atomic, npol, oversample, grid_size, mapping, regsz,
+   In deterministic mode the tile's sums are 64-bit fixed point (tile_sum_t).
+   Template variables: double, atomic, deterministic, npol, oversample, grid_size, mapping, regsz,
    shmsz, footprint_unroll, wg_u, wg_v (and those of tile_grid.cl and tile_sort.cl). #}
 {% include "common.cl" %}
 #define NPOL {{ npol }}
@@ -103,6 +104,23 @@ inline complex_t add_weighted(complex_t sum, complex_t re, complex_t im, complex
     return (complex_t)(mad(re.x, c.x, mad(re.y, c.y, sum.x)), mad(im.x, c.x, mad(im.y, c.y, sum.y)));
 }
 
+{% if deterministic %}
+/* Deterministic mode: the tile's cells are fixed-point integers too (common.cl), each
+   product rounded as it is added, so a tile's sums do not depend on the order of its
+   entries (the device sort places them in whatever order its atomics run). */
+typedef long2 tile_sum_t;
+#define ACCUMULATE(sum, re, im, c) ((sum) + convert_long2_sat_rte(add_weighted((complex_t)(0, 0), re, im, c)))
+inline void flush_cell(__global grid_real_t *grid, size_t cell, tile_sum_t value)
+{
+    atom_add(grid + 2 * cell, value.x);
+    atom_add(grid + 2 * cell + 1, value.y);
+}
+{% else %}
+typedef complex_t tile_sum_t;
+#define ACCUMULATE(sum, re, im, c) add_weighted(sum, re, im, c)
+#define flush_cell atomic_add_complex
+{% endif %}
+
 /* Kernel value of tap j (jj = j + support) in the column whose u_rows index (quarter row 0) is `column`. */
 #define TAP(t, column, jj) kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]
 
@@ -160,18 +178,18 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                 const int first_bucket, const int end_bucket,    /* grid the buckets [first, end) */
                 const int chunk,                                 /* entries taken from the counter at a time */
                 __global int *taken,                             /* the counter, zeroed by the host */
-                __global real_t *grid)                           /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
+                __global grid_real_t *grid)                           /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
 {
     __local tile_visibility batch[BATCH];
     __local int chunk_first;
 {% if mapping == "footprint" %}
-    __local complex_t tile[NPOL * TILE_U * TILE_V];
+    __local tile_sum_t tile[NPOL * TILE_U * TILE_V];
 {% else %}
 {% if shmsz %}
-    __local complex_t shm[SHMSZ * NPOL * WG_V * TILE_U];
+    __local tile_sum_t shm[SHMSZ * NPOL * WG_V * TILE_U];
 {% endif %}
 {% if regsz %}
-    complex_t reg[REGSZ][NPOL];
+    tile_sum_t reg[REGSZ][NPOL];
 {% endif %}
 {% endif %}
     const tile_grid g = make_tile_grid(box);
@@ -193,7 +211,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
         #pragma unroll
         for (int pol = 0; pol < NPOL; ++pol)
             if ({{ cell }}.x != 0 || {{ cell }}.y != 0) {
-                atomic_add_complex(grid, pol * pol_stride + (size_t)(origin.y + {{ row }}) * GRID_SIZE
+                flush_cell(grid, pol * pol_stride + (size_t)(origin.y + {{ row }}) * GRID_SIZE
                                    + origin.x + {{ column }}, {{ cell }});
                 {{ cell }} = 0;
             }
@@ -231,7 +249,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
             const complex_t c = TAP(t, column, t.j0 + {{ row }});
             #pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
-                {{ cell }} = add_weighted({{ cell }}, t.re[pol], t.im[pol], c);
+                {{ cell }} = ACCUMULATE({{ cell }}, t.re[pol], t.im[pol], c);
         }
 {% endcall %}
                 }
@@ -257,7 +275,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                             if (row <= t.cv1) {
                                 #pragma unroll
                                 for (int pol = 0; pol < NPOL; ++pol)
-                                    TILE_CELL(row * TILE_U + u, pol) = add_weighted(TILE_CELL(row * TILE_U + u, pol),
+                                    TILE_CELL(row * TILE_U + u, pol) = ACCUMULATE(TILE_CELL(row * TILE_U + u, pol),
                                                                                     t.re[pol], t.im[pol], k[m]);
                             }
                         }

@@ -58,7 +58,7 @@ def contention_benchmark(device=None, path: str = "cas", num_adds: int = 1 << 24
     facts = device_facts(queue.device)
     used = path if atomic_unavailable(path, facts, double) is None else "cas"
     real = np.float64 if double else np.float32
-    source = render("atomic_contention.cl", double=double, atomic=used, local=local,
+    source = render("atomic_contention.cl", double=double, atomic=used, local=local, deterministic=False,
                     num_addresses=num_addresses)
     kernel = cl.Kernel(build_program(queue.context, source, build_options_for(used)), "contend")
     wg = min(work_group_size, facts.max_work_group_size)

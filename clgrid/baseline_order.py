@@ -91,20 +91,31 @@ def to_baseline_order(antenna1, antenna2, time, uvw, vis, weights=None, flags=No
 
 
 def track_shape(samples: Samples) -> tuple:
-    """(nbaseline, ntime, nchan) of baseline-ordered samples; a clear error otherwise."""
+    """(nbaseline, ntime, nchan) of baseline-ordered samples; a clear error otherwise.
+
+    The one definition of a track: the last leading axis of uvw is time, all the others
+    together name the baseline (``(nbaseline, ntime)``, or ``(nant, nant, ntime)``...)."""
     lead = samples.leading_shape
     if len(lead) < 2:
         raise ValueError(
             f"the moving-window gridder needs visibilities ordered by baseline then time: uvw of shape "
             f"(nbaseline, ntime, 3), got {lead + (3,)} with a single row axis. Rearrange row-ordered "
             f"data with clgrid.baseline_order.to_baseline_order(antenna1, antenna2, time, uvw, vis, ...)")
-    return lead[0], int(np.prod(lead[1:])), samples.nchan or 1
+    return int(np.prod(lead[:-1])), lead[-1], samples.nchan or 1
 
 
 def baseline_of(samples: Samples, sample: np.ndarray) -> np.ndarray:
-    """Baseline (first input axis) of flattened sample indices."""
+    """Baseline (`track_shape`) of flattened sample indices."""
     _, ntime, nchan = track_shape(samples)
     return sample // (ntime * nchan)
+
+
+def track_keys(samples, sample: np.ndarray) -> np.ndarray:
+    """Track of flattened sample indices: one per (baseline, channel), time along it, with
+    baselines as `track_shape` says; uvw with a single row axis is one track per channel."""
+    nchan = samples.nchan or 1
+    row, chan = np.divmod(sample, nchan)
+    return (row // samples.leading_shape[-1]) * nchan + chan
 
 
 def hold_w(samples: Samples, time_block: int) -> Samples:

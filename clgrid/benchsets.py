@@ -23,12 +23,104 @@ import math
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from . import datasets
-from .bench import Workload, synthetic_stack
-from .kernels import KernelStack
+from .kernels import KernelStack, quarter_size
 from .plan import SPEED_OF_LIGHT
 
-__all__ = ["SKA_LIKE", "ska_like_supports", "ska_like_kernels", "ska_like", "uniform_like"]
+__all__ = ["DATASETS", "Workload", "synthetic_stack", "fixed_support_stack", "make_workload", "SKA_LIKE",
+           "ska_like_supports", "ska_like_kernels", "ska_like", "uniform_like"]
+
+DATASETS = ("uniform", "tracks", "lofar", "ska")
+
+
+@dataclass
+class Workload:
+    """Visibilities and the kernel stack and grid they are gridded with."""
+
+    name: str
+    grid_size: int
+    cell_size: float
+    kernels: KernelStack
+    uvw: np.ndarray          # wavelengths, (nbaseline, ntime, 3): every strategy takes tracks
+    vis: np.ndarray          # (nbaseline, ntime, npol)
+
+    def random_grid(self) -> np.ndarray:
+        """A reproducible random grid ``(npol, N, N)`` to degrid from."""
+        rng = np.random.default_rng(7)
+        shape = (self.vis.shape[-1], self.grid_size, self.grid_size)
+        return (rng.standard_normal(shape, np.float32) + 1j * rng.standard_normal(shape, np.float32))
+
+    def describe(self) -> dict:
+        return {"dataset": self.name, "grid_size": self.grid_size, "num_vis": int(np.prod(self.uvw.shape[:-1])),
+                "npol": int(self.vis.shape[-1]), "oversample": self.kernels.oversample,
+                "num_planes": self.kernels.num_planes,
+                "supports": [int(self.kernels.supports.min()), int(self.kernels.supports.max())]}
+
+
+def synthetic_stack(supports, oversample: int, w_max: float) -> KernelStack:
+    """A stack with the given support per plane, quick to make for any size.
+
+    Each plane is a separable exponential-of-semicircle kernel filling exactly its
+    support, with a w-dependent quadratic phase so planes differ; planes are spaced
+    by sqrt(w) up to ``w_max``.
+    """
+    num_planes = len(supports)
+    planes = []
+    for p, support in enumerate(supports):
+        q = quarter_size(support, oversample)
+        x = np.arange(q) / (oversample * (support + 1))
+        es = np.exp(14.0 * (np.sqrt(1.0 - np.minimum(x, 1.0) ** 2) - 1.0))   # 1e-6 at the edge: no denormals
+        r2 = x[:, None] ** 2 + x[None, :] ** 2
+        planes.append(np.outer(es, es) * np.exp(-1j * np.pi * p / num_planes * r2))
+    w_scale = (num_planes - 1) ** 2 / w_max if num_planes > 1 else 0.0
+    return KernelStack.from_arrays(planes, supports, oversample, w_scale, taper="es")
+
+
+def fixed_support_stack(support: int, oversample: int, num_planes: int, w_max: float) -> KernelStack:
+    """Every plane with the same support, as in seed 004's fixed-size measurements."""
+    return synthetic_stack([support] * num_planes, oversample, w_max)
+
+
+def make_workload(dataset: str, num_vis: int, grid_size: int, support: int, npol: int = 1,
+                  oversample: int = 8, num_planes: int = 32, seed: int = 1) -> Workload:
+    """A benchmark workload: uniform random uvw, or Earth-rotation tracks.
+
+    ``tracks``: MeerKAT (2016 baselines) over +-4 h; ``lofar``: seed 004's 44 LOFAR
+    stations (946 baselines) in 10 s steps, one channel; ``ska``: the SKA-like set of
+    `clgrid.benchsets` (row order, its own 601-plane kernel stack), scaled to ``num_vis``.  The kernel stack has a
+    fixed ``support`` on every plane so throughput can be read against kernel size;
+    tracks are scaled to fill 80% of the grid and ``num_vis`` rounds up to whole time
+    steps of all baselines; ``uniform`` makes every visibility a baseline of one step.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
+    if dataset == "ska":   # its own grid geometry and 601-plane stack: support and oversample do not apply
+        return ska_like(scale=min(1.0, num_vis / SKA_LIKE_VISIBILITIES), grid_size=max(grid_size, 2048),
+                        npol=npol, seed=seed)
+    rng = np.random.default_rng(seed)
+    cell = 1.0 / grid_size  # field of view 1 rad: du = 1 wavelength
+    reach = 0.8 * (grid_size // 2 - support - 1)
+    w_max = 0.25 * reach
+    if dataset == "uniform":
+        uvw = datasets.uniform_uvw(num_vis, reach / np.sqrt(2), w_max, rng)[:, None, :]
+    else:
+        if dataset == "tracks":
+            layout = datasets.load_layout("meerkat")
+            ntime = max(1, -(-num_vis // layout.num_baselines))
+            uvw = datasets.simulate_uvw(layout, declination=-0.5,
+                                        hour_angles=np.linspace(-np.pi / 3, np.pi / 3, ntime))
+        else:
+            ntime = max(1, -(-num_vis // 946))
+            uvw, _ = datasets.lofar_like(44, hours=ntime * 10.0 / 3600, integration_s=10.0, nchan=1)
+        uvw = uvw * (reach / np.abs(uvw[..., :2]).max())
+        uvw[..., 2] = np.clip(uvw[..., 2], -w_max, w_max)
+    shape = uvw.shape[:-1] + (npol,)
+    vis = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    kernels = fixed_support_stack(support, oversample, num_planes, w_max)
+    return Workload(dataset, grid_size, cell, kernels, uvw, vis)
+
 
 SKA_LIKE = dict(
     layout="ska_low", time_steps=240, integration_s=30.0, hour_angle_end_h=-0.5, declination_deg=-35.0,

@@ -109,7 +109,7 @@ def emit_program(strategy, facts: DeviceFacts, precision: str, npol: int, grid_s
     beside it as ``.json``, where a binary compiled from it will look for it.
     Returns both paths.
     """
-    resolved = resolve_tuning(strategy.name, tuning, facts)
+    resolved = resolve_tuning(strategy.name, tuning, facts, npol=npol, precision=precision)
     parameters = strategy.program_parameters(resolved, precision, npol, grid_size, kernels)
     source = render(strategy.template, **parameters)
     output = Path(output)

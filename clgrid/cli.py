@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -11,7 +12,7 @@ import numpy as np
 
 from tqdm import tqdm
 
-from . import bench
+from . import __version__, bench
 from .binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
 from .kernels import KernelStack, quarter_size
 from .runtime import device_facts, devices, get_queue, select_device
@@ -27,12 +28,13 @@ def cmd_devices(args) -> int:
     for i, d in enumerate(found):
         f = device_facts(d)
         atomics = [e for e in f.extensions if "atomic" in e]
-        print(f"[{i}] {f.name}  ({f.platform}; {f.type}; driver {f.driver})\n"
+        arch = f"; compute capability {'.'.join(map(str, f.compute_capability))}" if f.compute_capability else ""
+        print(f"[{i}] {f.name}  ({f.platform}; {f.type}; driver {f.driver}{arch})\n"
               f"    compute units {f.compute_units}, global memory {f.global_memory / 2**30:.1f} GiB "
               f"(max buffer {f.max_allocation / 2**30:.1f} GiB), local memory {f.local_memory // 1024} KiB, "
               f"max work-group {f.max_work_group_size}\n"
               f"    fp64 {'yes' if f.fp64 else 'no'}, images {_image_limits(d) if f.images else 'no'}, "
-              f"sub-groups {'yes' if f.has('cl_khr_subgroups') else 'no'}, "
+              f"sub-groups {'yes' if f.subgroups else 'no'}, "
               f"atomics: {' '.join(atomics) or 'none'}\n"
               f"    tuning entries: {', '.join(f'{e.source} {e.label}' for e in matching_entries(f))}")
     return 0
@@ -54,7 +56,65 @@ def _sizes(quick: bool, args):
     return [(n, grid_size, s) for n in counts for s in supports]
 
 
+KERNEL_STACK_LIMIT = 2 ** 31   # bytes of the benchmark's complex128 kernel stack on the host
+
+
+def bench_argument_errors(args) -> list[str]:
+    """What is wrong with ``clgrid bench``'s arguments, each by name, found before any device
+    work (an hour's run must not fail at its end on a bad path, nor run on nonsense)."""
+    errors = []
+    for n in args.num_vis or []:
+        if n < 1:
+            errors.append(f"--num-vis must be >= 1, got {n}")
+    for name in ("repeats", "oversample"):
+        if getattr(args, name) < 1:
+            errors.append(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.grid_size is not None and (args.grid_size < 16 or args.grid_size % 2):
+        errors.append(f"--grid-size must be even and >= 16, got {args.grid_size}")
+    if args.grid_size is None or args.grid_size >= 16:
+        grid_size = args.grid_size or _sizes(args.quick, argparse.Namespace(num_vis=[1], support=[1],
+                                                                          grid_size=None))[0][1]
+        for support in args.support or []:
+            planes = 32   # make_workload's stack
+            stack_bytes = planes * quarter_size(max(support, 0), args.oversample) ** 2 * 16
+            if support < 1 or support >= grid_size // 2 - 1:
+                errors.append(f"--support must be in [1, {grid_size // 2 - 2}] for a {grid_size}^2 grid, "
+                              f"got {support}")
+            elif stack_bytes > KERNEL_STACK_LIMIT:
+                errors.append(f"--support {support} needs a {stack_bytes / 2 ** 30:.1f} GiB kernel stack "
+                              f"({planes} planes at --oversample {args.oversample}); the benchmark allows "
+                              f"{KERNEL_STACK_LIMIT / 2 ** 30:.0f} GiB")
+    for flag, path, folder in (("--json", args.json, False), ("--plots", args.plots, True)):
+        if path and (why := _unwritable(Path(path), folder)):
+            errors.append(f"{flag} {path}: {why}")
+    if args.plots and not args.json:
+        errors.append("--plots needs --json (the plots are drawn from it)")
+    return errors
+
+
+def _unwritable(path: Path, folder: bool) -> str | None:
+    """Why ``path`` (a file, or a folder to create) cannot be written, or None."""
+    if path.exists() and path.is_dir() != folder:
+        return "is a folder" if not folder else "is a file"
+    parent = path if folder and path.exists() else path.parent
+    if not folder and not parent.is_dir():
+        return f"folder {parent} does not exist"
+    while not parent.exists():       # a plots folder is made, with its parents
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write in {parent}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "is not writable"
+    return None
+
+
 def cmd_bench(args) -> int:
+    """Rows print, and the JSON is rewritten, as each run finishes; Ctrl-C keeps what finished."""
+    errors = bench_argument_errors(args)
+    if errors:
+        for message in errors:
+            print(f"clgrid bench: {message}", file=sys.stderr)
+        return 2
     try:
         chosen = [select_device(spec) for spec in args.device] if args.device else devices()
     except Exception as exc:
@@ -67,17 +127,28 @@ def cmd_bench(args) -> int:
             for size in _sizes(args.quick, args)]
     results = []
     workloads = {}
-    for device, method, precision, (num_vis, grid_size, support) in tqdm(runs, desc="bench",
-                                                                          disable=not sys.stderr.isatty()):
-        key = (num_vis, grid_size, support)
-        if key not in workloads:
-            workloads[key] = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
-                                                 oversample=args.oversample)
-        results.append(bench.run_benchmark(workloads[key], device=device, method=method,
-                                           precision=precision, repeats=args.repeats))
-    print(bench.HEADER)
-    for r in results:
-        print(r.row())
+    environment = bench.environment() if args.json else None
+    print(bench.HEADER, flush=True)
+    progress = tqdm(runs, desc="bench", unit="run", disable=not sys.stderr.isatty())
+    try:
+        for device, method, precision, (num_vis, grid_size, support) in progress:
+            key = (num_vis, grid_size, support)
+            if key not in workloads:
+                workloads[key] = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
+                                                     oversample=args.oversample)
+            results.append(bench.run_benchmark(workloads[key], device=device, method=method,
+                                               precision=precision, repeats=args.repeats,
+                                               deterministic=args.deterministic))
+            progress.write(results[-1].row())
+            sys.stdout.flush()
+            if args.json:
+                bench.write_json(args.json, results, environment)
+    except KeyboardInterrupt:
+        progress.close()
+        kept = f"; kept in {args.json}" if args.json and results else ""
+        print(f"clgrid bench: interrupted after {len(results)} of {len(runs)} runs{kept}", file=sys.stderr)
+        return 130
+    progress.close()
     comparison = []
     if args.compare_cpu:
         from .compare import compare_cpu_libraries
@@ -92,7 +163,7 @@ def cmd_bench(args) -> int:
                   f"{row['vis_per_s'] / 1e6:8.2f} Mvis/s  error {row['error']:.1e}  "
                   f"ratio {row['clgrid_kernel_time_ratio']:.2f}")
     if args.json:
-        bench.write_json(args.json, results, bench.environment(), comparison)
+        bench.write_json(args.json, results, environment, comparison)
         print(f"wrote {args.json}")
         if args.plots:
             from .plots import plot_file
@@ -113,18 +184,30 @@ def cmd_tune(args) -> int:
     num_vis, grid_size, support = _sizes(args.quick, args)[0]
     workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
                                    oversample=args.oversample)
-    result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
-                        precision=args.precision)
-    ranked = sorted((t for t in result.timings if t[1] is not None), key=lambda t: t[1])
-    print(f"{len(result.timings)} candidates, {len(result.skipped)} skipped; fastest {min(10, len(ranked))}:")
-    for params, seconds, _ in ranked[:10]:
-        print(f"  {' '.join(f'{k}={v}' for k, v in params.items()):60s} {seconds * 1e3:9.3f} ms")
+    try:
+        space = {key: value if isinstance(value, list) else [value]
+                 for key, value in _tuning_overrides(args.space).items()} or None
+        result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
+                            precision=args.precision, space=space)
+    except (ValueError, RuntimeError) as exc:
+        print(f"clgrid tune: {exc}", file=sys.stderr)
+        return 1
+    ranked = sorted((t for t in result.timings if t.median is not None), key=lambda t: t.median)
+    print(f"{args.method} on {facts.name}, {len(result.timings)} candidates, {len(result.skipped)} skipped; "
+          f"median of {args.repeats} (min-max); fastest {min(10, len(ranked))}:")
+    for timing in ranked[:10]:
+        print(f"  {' '.join(f'{k}={v}' for k, v in timing.params.items()):60s} {timing.describe()}")
     for params, why in result.skipped:
         print(f"  skipped {params}: {why}")
-    print(f"best on {result.device}: {result.best} ({result.best_seconds * 1e3:.3f} ms, "
-          f"error {result.error:.1e} against the reference)")
+    default, best = result.default, result.winner
+    if default.median is not None:
+        print(f"table default: {default.describe()}; best: {best.describe()}, "
+              f"{default.median / best.median:.2f}x the default's speed")
+    else:
+        print(f"table default failed: {default.reason}; best: {best.describe()}")
+    print(f"best on {result.device}: {best.params} (error {result.error:.1e} against the reference)")
     if args.write_table:
-        print(format_entry(tuner.device_match(facts), args.method,
+        print(format_entry(tuner.device_match(facts), result.strategy,
                            tuner.strategy_values(result),
                            f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
     if not args.no_save:
@@ -309,6 +392,7 @@ def cmd_image(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clgrid", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"clgrid {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("devices", help="list OpenCL platforms and devices").set_defaults(func=cmd_devices)
     b = sub.add_parser("bench", help="time gridding and degridding strategies against the float64 reference")
@@ -324,14 +408,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--npol", type=int, choices=[1, 2, 4], default=1)
     b.add_argument("--oversample", type=int, default=8)
     b.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up")
-    b.add_argument("--json", help="write every number and the environment to this file")
+    b.add_argument("--json", help="write every number and the environment to this file (rewritten after "
+                                  "each run, so an interrupted run keeps what finished)")
+    b.add_argument("--deterministic", action="store_true",
+                   help="grid with Gridder(deterministic=True) (fixed-point accumulation)")
     b.add_argument("--plots", metavar="DIR", help="with --json: write PNG plots there (needs matplotlib)")
     b.add_argument("--compare-cpu", action="store_true",
                    help="also time FINUFFT and ducc0 (when installed) on the same visibilities")
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
-    t.add_argument("--method", choices=list(GRIDDING_METHODS), default="atomic")
+    t.add_argument("--method", choices=bench.benchmark_methods(), default="atomic",
+                   help="gridding method or degrid-<method> (default: atomic)")
     t.add_argument("--device", help="device name to match (default: the default device)")
     t.add_argument("--quick", action="store_true", help="small data: a minute on a 2-core CPU")
     t.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
@@ -342,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--oversample", type=int, default=8)
     t.add_argument("--precision", choices=["single", "double"], default="single")
     t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--space", action="append", metavar="KEY=[V1, V2]",
+                   help="sweep only these parameters, over these values (repeatable; TOML values); "
+                        "default: the method's [tune.*] space in platforms/generic.toml")
     t.add_argument("--write-table", action="store_true", help="print an entry ready for platforms/")
     t.add_argument("--output", help="user tuning file to write (default: $CLGRID_TUNING or the user config)")
     t.add_argument("--no-save", action="store_true", help="measure and print only")

@@ -19,3 +19,11 @@ class DroppedVisibilitiesError(ClgridError, ValueError):
 
 class BinaryMismatchError(ClgridError, ValueError):
     """A precompiled program was built for other parameters than the call needs."""
+
+
+class NonFiniteResultError(ClgridError, FloatingPointError):
+    """An operator's output holds inf or NaN although its inputs were finite: overflow."""
+
+
+class EmptyInputWarning(UserWarning):
+    """Nothing was gridded or degridded (all flagged, dropped or of zero weight): the result is zero."""

@@ -8,8 +8,11 @@ image of the w = 0 kernel) so that a point source of flux S reads S at its pixel
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
+from .errors import EmptyInputWarning
 from .kernels import KernelStack
 
 __all__ = ["grid_to_image", "grid_correction", "dirty_image"]
@@ -36,10 +39,19 @@ def grid_correction(kernels: KernelStack, grid_size: int) -> np.ndarray:
 
 
 def dirty_image(grid: np.ndarray, kernels: KernelStack, norm) -> np.ndarray:
-    """Real part of the normalised, grid-corrected image of each polarisation's grid."""
+    """Real part of the normalised, grid-corrected image of each polarisation's grid.
+
+    A polarisation of norm 0 (everything flagged or of zero weight) has a zero image,
+    with a warning, rather than NaN.
+    """
     grid = np.asarray(grid)
     if grid.ndim == 2:
         grid = grid[None]
     norm = np.broadcast_to(np.asarray(norm, np.float64), (grid.shape[0],))
+    empty = norm == 0
+    if np.any(empty):
+        warnings.warn(f"norm is 0 for polarisations {np.flatnonzero(empty).tolist()} (all flagged or of zero "
+                      f"weight): their images are zero", EmptyInputWarning, stacklevel=2)
     image = grid_to_image(grid.astype(np.complex128)).real
-    return image / norm[:, None, None] / grid_correction(kernels, grid.shape[-1])
+    scale = np.where(empty, 0.0, 1.0 / np.where(empty, 1.0, norm))
+    return image * scale[:, None, None] / grid_correction(kernels, grid.shape[-1])

@@ -31,6 +31,7 @@ from itertools import product
 import numpy as np
 
 from .kernels import KernelStack, offset_range
+from .rounding import round_half_away
 
 __all__ = ["INTERPOLATIONS", "continuous_positions", "footprint_supports", "trilinear",
            "interpolated_weight_sums", "interpolated_norm_sums"]
@@ -40,8 +41,6 @@ INTERPOLATIONS = ("nearest", "linear")
 
 def continuous_positions(uvw, grid_size: int, cell_size: float, kernels: KernelStack) -> np.ndarray:
     """``(n, 3)`` float64 rows ``(frac_u, frac_v, z)``: what the sampler needs besides the cell."""
-    from .plan import round_half_away   # plan.py imports this module
-
     du = 1.0 / (grid_size * cell_size)
     pos = uvw[:, :2] / du
     frac = pos - round_half_away(pos)

@@ -26,12 +26,19 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["KernelStack", "quarter_size", "offset_range"]
+__all__ = ["KernelStack", "quarter_size", "offset_range", "check_oversample"]
 
 
 def quarter_size(support: int, oversample: int) -> int:
     """Side of the stored quarter of a kernel with this support (seed 003 §3.1)."""
     return int(support) * oversample + (oversample + 1) // 2 + 1
+
+
+def check_oversample(oversample) -> int:
+    """``oversample`` as a positive int, or an error that names it."""
+    if isinstance(oversample, (bool, np.bool_)) or not isinstance(oversample, (int, np.integer)) or oversample < 1:
+        raise ValueError(f"oversample must be a positive integer (samples per grid cell), got {oversample!r}")
+    return int(oversample)
 
 
 def offset_range(oversample: int) -> int:
@@ -85,6 +92,42 @@ class KernelStack:
     w_scale: float
     taper: str | None = None
 
+    def __post_init__(self):
+        """Every constructor lands here: check the stack once and freeze its arrays, so a
+        stack that reached a device is the one that was checked (NaN planes would
+        otherwise turn every result and its norm to NaN without a word)."""
+        oversample = check_oversample(self.oversample)
+        supports = np.asarray(self.supports)
+        if supports.ndim != 1 or supports.size == 0 or not np.issubdtype(supports.dtype, np.integer):
+            raise TypeError("supports must be a non-empty 1-D integer array, one per plane")
+        if np.any(supports < 0):
+            raise ValueError(f"supports must be >= 0, got {supports.min()}")
+        if isinstance(self.planes, np.ndarray) and self.planes.ndim == 2:
+            raise TypeError("planes must be a sequence of 2-D arrays, one per plane (or a 3-D cube)")
+        if len(self.planes) != supports.size:
+            raise ValueError(f"{len(self.planes)} planes but {supports.size} supports")
+        w_scale = float(self.w_scale)
+        if not np.isfinite(w_scale) or w_scale < 0:
+            raise ValueError(f"w_scale must be finite and >= 0, got {self.w_scale}")
+        stored = []
+        for p, (plane, support) in enumerate(zip(self.planes, supports)):
+            plane = np.asarray(plane)
+            q = quarter_size(support, oversample)
+            if plane.ndim != 2 or plane.shape[0] < q or plane.shape[1] < q:
+                raise ValueError(
+                    f"supports[{p}]={support} with oversample={oversample} needs plane {p} of at least "
+                    f"({q}, {q}) samples; it has shape {plane.shape}")
+            plane = np.array(plane[:q, :q], dtype=np.complex128, order="C")   # a copy: ours alone
+            if not np.all(np.isfinite(plane)):
+                raise ValueError(f"plane {p} contains NaN or inf")
+            plane.flags.writeable = False
+            stored.append(plane)
+        supports = supports.astype(np.int32)
+        supports.flags.writeable = False
+        for name, value in (("planes", tuple(stored)), ("supports", supports), ("oversample", oversample),
+                            ("w_scale", w_scale)):
+            object.__setattr__(self, name, value)
+
     # -- construction -------------------------------------------------------
 
     @classmethod
@@ -92,39 +135,15 @@ class KernelStack:
         """Wrap user kernels: a list of quarter arrays, or one zero-padded cube.
 
         ``planes[p]`` must be at least ``Q_p x Q_p`` (see `quarter_size`); larger
-        arrays, such as a common cube, are cropped to the support.
+        arrays, such as a common cube, are cropped to the support.  The arrays are
+        copied and checked (as by every constructor).
         """
-        oversample = int(oversample)
-        if oversample < 1:
-            raise ValueError(f"oversample must be >= 1, got {oversample}")
-        supports = np.asarray(supports)
-        if supports.ndim != 1 or supports.size == 0 or not np.issubdtype(supports.dtype, np.integer):
-            raise TypeError("supports must be a non-empty 1-D integer array, one per plane")
-        if np.any(supports < 0):
-            raise ValueError("supports must be >= 0")
-        if len(planes) != supports.size:
-            raise ValueError(f"{len(planes)} planes but {supports.size} supports")
-        w_scale = float(w_scale)
-        if not np.isfinite(w_scale) or w_scale < 0:
-            raise ValueError(f"w_scale must be finite and >= 0, got {w_scale}")
-        stored = []
-        for p, (plane, support) in enumerate(zip(planes, supports)):
-            plane = np.asarray(plane)
-            q = quarter_size(support, oversample)
-            if plane.ndim != 2 or plane.shape[0] < q or plane.shape[1] < q:
-                raise ValueError(
-                    f"plane {p} has shape {plane.shape}; support {support} with oversample "
-                    f"{oversample} needs at least ({q}, {q})")
-            plane = np.ascontiguousarray(plane[:q, :q], dtype=np.complex128)
-            if not np.all(np.isfinite(plane)):
-                raise ValueError(f"plane {p} contains NaN or inf")
-            stored.append(plane)
-        return cls(tuple(stored), supports.astype(np.int32), oversample, w_scale, taper)
+        return cls(tuple(planes), supports, oversample, w_scale, taper)
 
     @classmethod
     def w_projection(cls, grid_size: int, cell_size: float, w_max: float, num_planes: int,
                      oversample: int = 8, taper: str = "pswf", aa_support: int = 3,
-                     threshold: float = 1e-3, max_support: int = 72,
+                     threshold: float = 1e-3, max_support: int | None = None,
                      image_size: int | None = None) -> "KernelStack":
         """Generate the W-projection stack: taper times w-term, FFT'd to the uv-plane.
 
@@ -139,10 +158,14 @@ class KernelStack:
         threshold : a plane's support is the smallest half-width outside of which
             every kernel sample is below ``threshold`` times the plane's peak.
         max_support : cap on the support; a plane that needs more is truncated
-            with a warning (raise it, or add planes, to avoid that).
+            with a warning (raise it, or add planes, to avoid that).  By default the
+            support the largest-|w| plane needs at ``threshold`` (two probe transforms),
+            plus 2 cells, at most 72: the transforms are then sized for the kernels
+            there are, not for support 72 (BENCHMARKS.md).
         image_size : image-plane samples across the field; by default just enough
             for ``max_support`` (kernels are periodic in uv with this many cells).
         """
+        oversample = check_oversample(oversample)
         if grid_size <= 0 or cell_size <= 0:
             raise ValueError("grid_size and cell_size must be positive")
         if num_planes < 1:
@@ -151,6 +174,9 @@ class KernelStack:
             raise ValueError(f"w_max must be finite and >= 0, got {w_max}")
         if not 0 < threshold < 1:
             raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        if max_support is None:
+            max_support = _derived_max_support(cls, grid_size, cell_size, w_max, num_planes, oversample,
+                                               taper, aa_support, threshold, image_size)
         if max_support < aa_support:
             raise ValueError("max_support must be >= aa_support")
         if image_size is None:
@@ -353,6 +379,26 @@ class KernelStack:
             np.add.at(taps, (np.repeat(np.arange(2 * r + 1), idx.shape[1]), idx.ravel()), 1.0)
             out[p] = taps @ plane.real @ taps.T           # the sum over the separable tap grid
         return out
+
+
+DEFAULT_SUPPORT_CAP = 72   # the seeds' largest support
+
+
+def _derived_max_support(cls, grid_size, cell_size, w_max, num_planes, oversample, taper, aa_support,
+                         threshold, image_size) -> int:
+    """The support cap ``w_projection`` uses by default: what its w = 0 and w = w_max planes
+    need at ``threshold`` when transformed for the largest cap (at oversample 4 at most:
+    the support is in cells), plus 2 cells of margin for that and for the slightly
+    stronger aliasing of the smaller transforms."""
+    if num_planes < 2 or w_max <= 0:
+        probe_planes, probe_w = 1, 0.0
+    else:
+        probe_planes, probe_w = 2, w_max
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe = cls.w_projection(grid_size, cell_size, probe_w, probe_planes, min(oversample, 4), taper,
+                                 aa_support, threshold, DEFAULT_SUPPORT_CAP, image_size)
+    return int(min(DEFAULT_SUPPORT_CAP, max(aa_support, probe.max_support + 2)))
 
 
 def _unfold(quarter: np.ndarray) -> np.ndarray:

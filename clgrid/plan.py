@@ -1,6 +1,6 @@
 """Planning: validate inputs and turn them into integer grid work, once, in float64.
 
-Every gridder and degridder, on every device, reads the same `Plan`: grid cell,
+Every gridder and degridder, on every device, reads the same positions: grid cell,
 oversample offsets, w-plane and conjugation per visibility, computed here with the
 exact float64 arithmetic of the reference (seed 003 Listing 1).  A device therefore
 never lands a visibility on a neighbouring oversample sample through float32
@@ -19,21 +19,14 @@ from .errors import DroppedVisibilitiesError
 from .interpolation import (INTERPOLATIONS, continuous_positions, footprint_supports,
                             interpolated_norm_sums)
 from .kernels import KernelStack, offset_range
+from .rounding import round_half_away
 
-__all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Plan", "flatten_samples",
-           "flatten_positions", "check_grid", "grid_indices", "plan_visibilities",
-           "check_grid_geometry", "check_arguments", "sorted_by_cell", "track_keys"]
+__all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Positions", "flatten_samples",
+           "flatten_positions", "check_grid", "grid_indices", "plan_visibilities", "check_coordinates",
+           "check_grid_geometry", "check_arguments", "in_wavelengths"]
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
 ON_DROPPED = ("warn", "raise", "ignore")
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """C's round(): nearest integer, halves away from zero (numpy rounds halves to even)."""
-    x = np.asarray(x, np.float64)
-    nearest = np.rint(x)                          # halves to even
-    half = np.abs(x - nearest) == 0.5             # exact in binary floating point
-    return np.where(half, x + np.copysign(0.5, x), nearest)
 
 
 def check_grid_geometry(grid_size, cell_size):
@@ -121,7 +114,7 @@ def _broadcast(name, a, shape):
                          f"visibility shape {shape}") from None
 
 
-def _check_coordinates(uvw, freqs):
+def check_coordinates(uvw, freqs):
     """Validated uvw (float64, (..., 3)) and freqs (float64 Hz or None), and nchan."""
     uvw = _as_real_array("uvw", uvw)
     if uvw.ndim < 2 or uvw.shape[-1] != 3:
@@ -148,7 +141,7 @@ def _check_flags(flags, shape) -> np.ndarray:
     return flags.reshape(-1, shape[-1])
 
 
-def _in_wavelengths(uvw, freqs, usable) -> np.ndarray:
+def in_wavelengths(uvw, freqs, usable) -> np.ndarray:
     """uvw per (row, channel) sample, (nsample, 3) in wavelengths; finite where usable."""
     if freqs is None:
         uvw_l = uvw.reshape(-1, 3)
@@ -167,7 +160,7 @@ def flatten_samples(uvw, vis, weights=None, flags=None, freqs=None) -> Samples:
     ``weights``/``flags`` broadcast to the visibility shape.  NaN or inf is an error
     in unflagged data and allowed where flagged (real data often carries it there).
     """
-    uvw, freqs, nchan = _check_coordinates(uvw, freqs)
+    uvw, freqs, nchan = check_coordinates(uvw, freqs)
     vis = np.asarray(vis)
     if not np.iscomplexobj(vis):
         raise TypeError(f"vis must be complex (complex64 or complex128), got dtype {vis.dtype}")
@@ -193,7 +186,7 @@ def flatten_samples(uvw, vis, weights=None, flags=None, freqs=None) -> Samples:
         raise ValueError("weights must be finite and >= 0 where not flagged")
     vis = vis.reshape(flags.shape).astype(np.complex128, copy=False)
     usable = ~flags.all(axis=1)
-    uvw_l = _in_wavelengths(uvw, freqs, usable)
+    uvw_l = in_wavelengths(uvw, freqs, usable)
     if not np.all(np.isfinite(vis[~flags])):
         raise ValueError("vis contains NaN or inf in unflagged data")
     weighted = np.where(flags, 0.0, vis * weights)
@@ -206,11 +199,11 @@ def flatten_positions(uvw, npol: int, flags=None, freqs=None) -> Samples:
     ``uvw`` and ``freqs`` as for `flatten_samples`; the visibilities will have shape
     (..., npol) or (..., nchan, npol), and ``flags`` broadcast to that shape.
     """
-    uvw, freqs, nchan = _check_coordinates(uvw, freqs)
+    uvw, freqs, nchan = check_coordinates(uvw, freqs)
     shape = uvw.shape[:-1] + ((nchan,) if nchan is not None else ()) + (npol,)
     flags = _check_flags(flags, shape)
     usable = ~flags.all(axis=1)
-    uvw_l = _in_wavelengths(uvw, freqs, usable)
+    uvw_l = in_wavelengths(uvw, freqs, usable)
     return Samples(uvw_l, None, np.where(flags, 0.0, 1.0), flags, usable, uvw.shape[:-1], nchan)
 
 
@@ -236,12 +229,14 @@ def grid_indices(uvw, grid_size, cell_size, kernels: KernelStack):
 
 
 @dataclass
-class Plan:
-    """The work one gridding or degridding call does, in the caller's sample order.
+class Positions:
+    """Planned positions as host arrays, in the caller's sample order: what the float64
+    reference grids, and what strategies that order visibilities on the host read
+    (`clgrid.device_plan.Plan.host`).
 
     Arrays are for the kept samples only; ``sample`` maps them back to the
-    flattened inputs.  ``norm`` is sum(weight * sum Re kernel) per polarisation,
-    the normalisation of seed 003 Listing 1.  ``position`` (num_kept, 3) float64, for
+    flattened inputs.  ``weight_sum`` is each one's sum of Re kernel, and ``norm``
+    sum(weight * weight_sum) per polarisation, the normalisation of seed 003 Listing 1.  ``position`` (num_kept, 3) float64, for
     interpolated kernels only (`clgrid.interpolation`): ``(frac_u, frac_v, z)``; the
     weights then come from it, ``support`` is the footprint S and the offsets are unused.
     """
@@ -262,6 +257,20 @@ class Plan:
     num_beyond_stack: int
     norm: np.ndarray = field(repr=False)
     position: np.ndarray | None = field(default=None, repr=False)
+    weight_sum: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_packed(cls, grid_size: int, sample, packed, support, weight_sum, num_samples: int,
+                    counts: dict) -> "Positions":
+        """Positions from the device form (`packed`), one polarisation, norm of unit weights."""
+        packed = np.asarray(packed, np.int32).reshape(-1, 4)
+        z, w = packed[:, 2], packed[:, 3]
+        return cls(grid_size, 1, sample, packed[:, 0].copy(), packed[:, 1].copy(),
+                   ((z << 16) >> 16).astype(np.int32), (z >> 16).astype(np.int32),
+                   (w & 0x7FFFFFFF).astype(np.int32), w < 0, support, num_samples=num_samples,
+                   num_flagged=counts["flagged"], num_off_grid=counts["off_grid"],
+                   num_beyond_stack=counts["beyond_kernel_stack"], norm=np.array([weight_sum.sum()]),
+                   weight_sum=weight_sum)
 
     @property
     def num_kept(self) -> int:
@@ -289,9 +298,10 @@ class Plan:
         out[:, 3] = self.plane.astype(np.int64) | (self.conj.astype(np.int64) << 31)
         return out.view(np.int32)
 
-    def take(self, order: np.ndarray) -> "Plan":
+    def take(self, order: np.ndarray) -> "Positions":
         """The same work with the kept visibilities in ``order`` (a permutation)."""
-        names = _PER_VISIBILITY + (("position",) if self.position is not None else ())
+        names = _PER_VISIBILITY + tuple(name for name in ("position", "weight_sum")
+                                        if getattr(self, name) is not None)
         return replace(self, **{name: getattr(self, name)[order] for name in names})
 
     def _counts(self, done: str) -> dict:
@@ -311,39 +321,8 @@ class Plan:
 _PER_VISIBILITY = ("sample", "grid_u", "grid_v", "off_u", "off_v", "plane", "conj", "support")
 
 
-def sorted_by_cell(plan: Plan, tile: int = 1) -> Plan:
-    """The plan ordered by (w-plane, grid_v, grid_u), stably: neighbouring visibilities
-    then read the same kernel plane and overlapping grid rows (seed 001, "Input ordering").
-
-    With ``tile`` > 1 the cells are taken tile by tile (``tile`` x ``tile`` cells, rows
-    of tiles, row-major inside a tile), so that consecutive visibilities also overlap
-    along u; ``tile=1`` is the plain (plane, grid_v, grid_u) order.
-    """
-    if tile < 1:
-        raise ValueError(f"tile must be >= 1, got {tile}")
-    tiles_per_row = np.int64(-(-plan.grid_size // tile))
-    v, u = plan.grid_v.astype(np.int64), plan.grid_u.astype(np.int64)
-    in_tile = (v % tile) * tile + u % tile
-    tile_index = (v // tile) * tiles_per_row + u // tile
-    cells_per_plane = tiles_per_row * tiles_per_row * tile * tile
-    key = plan.plane.astype(np.int64) * cells_per_plane + tile_index * (tile * tile) + in_tile
-    return plan.take(np.argsort(key, kind="stable"))
-
-
-def track_keys(plan: Plan, samples: Samples) -> np.ndarray:
-    """Track of each kept visibility: one per (baseline, channel), time along it.
-
-    The last leading axis of the caller's uvw is time, the others are baselines:
-    ``(nbaseline, ntime, 3)`` gives a track per baseline and channel, ``(n, 3)``
-    one track per channel.
-    """
-    nchan = samples.nchan or 1
-    row, chan = np.divmod(plan.sample, nchan)
-    return (row // samples.leading_shape[-1]) * nchan + chan
-
-
 def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernels: KernelStack,
-                      on_dropped: str = "warn", done: str = "gridded", interpolation: str = "nearest") -> Plan:
+                      on_dropped: str = "warn", done: str = "gridded", interpolation: str = "nearest") -> Positions:
     """Index every usable sample, drop and count the ones that cannot be gridded.
 
     A sample is *off the grid* when any cell of its kernel footprint is outside
@@ -353,7 +332,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     ``done`` names the work in the message ("gridded" or "degridded").
     ``interpolation="linear"`` plans for kernels interpolated in (u, v, w)
     (`clgrid.interpolation`): footprints of the interpolated support, the sampler's
-    positions in ``Plan.position`` and the norm of the interpolated weights.
+    positions in ``Positions.position`` and the norm of the interpolated weights.
     """
     if on_dropped not in ON_DROPPED:
         raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
@@ -387,10 +366,11 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
         position = None
         sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
     norm = (samples.weights[sample] * sums[:, None]).sum(axis=0)
-    plan = Plan(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),
+    plan = Positions(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),
                 ou_k, ov_k, plane_k, conj[keep], support[keep].astype(np.int32),
                 num_samples=samples.uvw.shape[0], num_flagged=int((~samples.usable).sum()),
-                num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm, position=position)
+                num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm, position=position,
+                     weight_sum=np.asarray(sums, np.float64))
     if plan.num_dropped and on_dropped != "ignore":
         msg = (f"{plan.num_dropped} of {plan.num_samples} visibilities not {done}: "
                f"{num_off} off the {grid_size}^2 grid, {num_beyond} beyond the last w-plane "

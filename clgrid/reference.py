@@ -15,15 +15,15 @@ import numpy as np
 
 from .interpolation import trilinear
 from .kernels import KernelStack
-from .plan import (Plan, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
+from .plan import (Positions, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
                    plan_visibilities)
 
-__all__ = ["grid", "grid_plan", "degrid", "degrid_plan"]
+__all__ = ["grid", "grid_plan", "degrid", "degrid_plan", "relative_error"]
 
 _CHUNK_POINTS = 1 << 22  # kernel points per vectorised chunk, bounds the temporaries
 
 
-def _nearest_weights(plan: Plan, kernels: KernelStack, sel: np.ndarray, taps: np.ndarray):
+def _nearest_weights(plan: Positions, kernels: KernelStack, sel: np.ndarray, taps: np.ndarray):
     """Kernel samples (n, W, W) [j, k] of the visibilities ``sel``, all of one w-plane."""
     os = kernels.oversample
     quarter = kernels.planes[int(plan.plane[sel[0]])]
@@ -32,7 +32,7 @@ def _nearest_weights(plan: Plan, kernels: KernelStack, sel: np.ndarray, taps: np
     return quarter[iy[:, :, None], ix[:, None, :]]
 
 
-def _interpolated_weights(plan: Plan, cube: np.ndarray, oversample: int, sel: np.ndarray,
+def _interpolated_weights(plan: Positions, cube: np.ndarray, oversample: int, sel: np.ndarray,
                           taps: np.ndarray):
     """The cube interpolated at the taps (n, W, W) [j, k] of the visibilities ``sel``."""
     frac_u, frac_v, z = (plan.position[sel, i, None] for i in range(3))
@@ -41,7 +41,7 @@ def _interpolated_weights(plan: Plan, cube: np.ndarray, oversample: int, sel: np
     return trilinear(cube, z[:, :, None], y[:, :, None], x[:, None, :])
 
 
-def _footprints(plan: Plan, weights, sel: np.ndarray, support: int):
+def _footprints(plan: Positions, weights, sel: np.ndarray, support: int):
     """Flat grid offsets (n, W*W) and kernel weights (n, W*W) of the visibilities ``sel``;
     ``weights(sel, taps)`` gives the unconjugated weights (n, W, W)."""
     taps = np.arange(-support, support + 1)
@@ -54,7 +54,7 @@ def _footprints(plan: Plan, weights, sel: np.ndarray, support: int):
     return cells.reshape(sel.size, -1), c.reshape(sel.size, -1)
 
 
-def _footprint_chunks(plan: Plan, kernels: KernelStack):
+def _footprint_chunks(plan: Positions, kernels: KernelStack):
     """``(sel, cells, c)`` for every kept visibility, a chunk at a time: a w-plane at a time
     for nearest samples, a footprint support at a time for interpolated weights."""
     if plan.position is None:
@@ -73,7 +73,7 @@ def _footprint_chunks(plan: Plan, kernels: KernelStack):
             yield (sel, *_footprints(plan, weights, sel, support))
 
 
-def grid_plan(plan: Plan, vis: np.ndarray, kernels: KernelStack) -> np.ndarray:
+def grid_plan(plan: Positions, vis: np.ndarray, kernels: KernelStack) -> np.ndarray:
     """Grid planned, weighted visibilities ``vis`` (num_kept, npol) in float64."""
     n = plan.grid_size
     out = np.zeros((plan.npol, n * n), np.complex128)
@@ -84,7 +84,7 @@ def grid_plan(plan: Plan, vis: np.ndarray, kernels: KernelStack) -> np.ndarray:
     return out.reshape(plan.npol, n, n)
 
 
-def degrid_plan(plan: Plan, grid: np.ndarray, kernels: KernelStack) -> np.ndarray:
+def degrid_plan(plan: Positions, grid: np.ndarray, kernels: KernelStack) -> np.ndarray:
     """Planned visibilities (num_kept, npol) from ``grid`` in float64: sum of grid * conj(c)."""
     flat = np.asarray(grid, np.complex128).reshape(plan.npol, -1)
     out = np.zeros((plan.num_kept, plan.npol), np.complex128)
@@ -127,3 +127,13 @@ def degrid(grid, uvw, grid_size: int, cell_size: float, kernels: KernelStack, fl
                              interpolation=interpolation)
     vis = samples.unflatten(plan.sample, degrid_plan(plan, grid, kernels))
     return (vis, plan.degrid_report()) if return_report else vis
+
+
+def relative_error(result, reference) -> float:
+    """``||result - reference||_F / ||reference||_F``, the accuracy measure of the seeds (a
+    zero reference is refused: against it the measure would prove nothing)."""
+    reference = np.asarray(reference)
+    scale = np.linalg.norm(reference)
+    if scale == 0:
+        raise ValueError("the reference is all zeros: a relative error against it means nothing")
+    return float(np.linalg.norm(np.asarray(result) - reference) / scale)

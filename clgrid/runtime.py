@@ -9,17 +9,22 @@ kept per device, so programs built for it are shared by every gridder.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
 
 from .errors import DeviceCapabilityError
 
-__all__ = ["devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts"]
+__all__ = ["devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts",
+           "register_pip_icds", "INTEL_CPU_RUNTIME", "is_intel_cpu_runtime"]
 
 _queues: dict = {}
+_contexts: dict = {}
 
 # NVIDIA's clEnqueueFillBuffer hangs or fails on fills of 2**31 bytes or more on Pascal
 # and Volta GPUs (pyopencl issue #395), so buffers are filled in pieces.  (On an H100,
@@ -30,6 +35,70 @@ FILL_PIECE_BYTES = 2 ** 30
 # a fill or by a kernel (8.5 GB worked; 8.7 GB failed with error -9999 and took the
 # context with it), so clgrid refuses such buffers up front.
 NVIDIA_MAX_BUFFER_BYTES = 2 ** 33
+
+
+# Intel's OpenCL CPU runtime from the package index (the `intel` extra): the distribution and
+# the driver library it installs.  The ICD file it ships names a path on Intel's build
+# machine ("/opt/anaconda1anaconda2anaconda3/lib/libintelocl.so"), so the loader cannot use it.
+INTEL_CPU_RUNTIME = ("intel-opencl-rt", "libintelocl.so")
+
+
+def _pip_driver(distribution: str, library: str) -> Path | None:
+    """The installed path of ``library`` from ``distribution``, or None if it is not installed."""
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = [Path(f.locate()) for f in files if f.name == library]
+    return next((path.resolve() for path in found if path.is_file()), None)
+
+
+def _replace(path: Path, make) -> None:
+    """Create ``path`` atomically (``make`` writes a temporary beside it), so that processes
+    starting together never see a half-written vendors folder."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    make(tmp)
+    os.replace(tmp, path)
+
+
+def register_pip_icds(folder: Path | None = None) -> Path | None:
+    """Make OpenCL drivers installed by pip visible to pyopencl's ICD loader, as pyopencl's
+    own loader finds PoCL's binary distribution (in pyopencl/.libs).
+
+    ocl-icd reads ``.icd`` files from /etc/OpenCL/vendors, or from ``$OCL_ICD_VENDORS``
+    instead.  When a pip-installed driver is present (Intel's CPU runtime) and the user has
+    not set ``$OCL_ICD_VENDORS``, this writes a vendors folder in clgrid's cache with links
+    to the system's ``.icd`` files plus one naming the pip driver, and points
+    ``$OCL_ICD_VENDORS`` at it.  It must run before the loader's first platform query, so
+    clgrid calls it on import; ``CLGRID_REGISTER_ICDS=0`` turns it off.  Returns the folder,
+    or None where nothing was done.
+    """
+    if os.environ.get("CLGRID_REGISTER_ICDS", "1") == "0" or os.environ.get("OCL_ICD_VENDORS"):
+        return None
+    driver = _pip_driver(*INTEL_CPU_RUNTIME)
+    if driver is None:
+        return None
+    if folder is None:
+        import platformdirs
+
+        # one folder per driver path: environments with their own copies never rewrite each other's
+        tag = hashlib.sha1(str(driver).encode()).hexdigest()[:10]
+        folder = Path(platformdirs.user_cache_dir("clgrid")) / f"icd-vendors-{tag}"
+    folder.mkdir(parents=True, exist_ok=True)
+    system = Path(os.environ.get("OPENCL_VENDOR_PATH") or "/etc/OpenCL/vendors")
+    wanted = {icd.name: icd for icd in (sorted(system.glob("*.icd")) if system.is_dir() else [])}
+    ours = "clgrid-intel-cpu.icd"
+    for stale in folder.glob("*.icd"):
+        if stale.name not in wanted and stale.name != ours:
+            stale.unlink(missing_ok=True)
+    for name, icd in wanted.items():
+        if not ((folder / name).is_symlink() and os.readlink(folder / name) == str(icd)):
+            _replace(folder / name, lambda tmp, icd=icd: tmp.symlink_to(icd))
+    if not (folder / ours).is_file() or (folder / ours).read_text().strip() != str(driver):
+        _replace(folder / ours, lambda tmp: tmp.write_text(f"{driver}\n"))
+    os.environ["OCL_ICD_VENDORS"] = str(folder)
+    return folder
 
 
 def devices() -> list:
@@ -94,6 +163,10 @@ def get_queue(spec=None) -> cl.CommandQueue:
         context = cl.Context([device])
         _queues[key] = cl.CommandQueue(context, device,
                                        properties=cl.command_queue_properties.PROFILING_ENABLE)
+        # Keep our own reference: Intel's CPU runtime (2026.2) refuses clRetainContext once the
+        # context's last user reference is gone, although the queue still holds it, so
+        # ``queue.context`` would fail with INVALID_CONTEXT.
+        _contexts[key] = context
     return _queues[key]
 
 
@@ -127,9 +200,35 @@ class DeviceFacts:
     int64_atomics: bool
     images: bool
     extensions: tuple
+    # Sub-group built-ins (get_sub_group_local_id, sub_group_reduce_add): cl_khr_subgroups,
+    # cl_intel_subgroups, or OpenCL C 3.0's optional __opencl_c_subgroups feature (Intel's CPU
+    # runtime reports the last two, not the first).
+    subgroups: bool = False
+    # NVIDIA's compute capability (major, minor), for table entries that match an architecture
+    # family (cl_nv_device_attribute_query); () on other devices.
+    compute_capability: tuple = ()
 
     def has(self, extension: str) -> bool:
         return extension in self.extensions
+
+
+def _opencl_c_features(device) -> set:
+    """OpenCL C 3.0 feature macros the device supports (none before OpenCL 3.0)."""
+    try:
+        return {feature.name for feature in device.opencl_c_features}
+    except (cl.Error, AttributeError):
+        return set()
+
+
+def _compute_capability(device, ext) -> tuple:
+    if "cl_nv_device_attribute_query" not in ext:
+        return ()
+    return (device.compute_capability_major_nv, device.compute_capability_minor_nv)
+
+
+def is_intel_cpu_runtime(facts) -> bool:
+    """Whether a device is Intel's OpenCL CPU runtime (for workarounds of its bugs)."""
+    return facts.platform.startswith("Intel(R) OpenCL") and "CPU" in facts.type
 
 
 def device_facts(device) -> DeviceFacts:
@@ -145,4 +244,15 @@ def device_facts(device) -> DeviceFacts:
         max_work_group_size=device.max_work_group_size,
         fp64="cl_khr_fp64" in ext or device.double_fp_config != 0,
         int64_atomics="cl_khr_int64_base_atomics" in ext, images=bool(device.image_support),
-        extensions=ext)
+        extensions=ext,
+        subgroups=bool({"cl_khr_subgroups", "cl_intel_subgroups"} & set(ext))
+        or "__opencl_c_subgroups" in _opencl_c_features(device),
+        compute_capability=_compute_capability(device, ext))
+
+
+try:
+    register_pip_icds()
+except OSError as exc:  # a read-only cache folder: the pip drivers stay invisible, nothing else changes
+    import warnings
+
+    warnings.warn(f"clgrid could not register pip-installed OpenCL drivers: {exc}", stacklevel=2)

@@ -49,14 +49,14 @@ def interpolation_precision(device=None, num_vis: int = 2000, grid_size: int = 1
     results = {"grid": {}, "degrid": {}}
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        gridders = {s: Gridder(grid_size, cell, kernels, method="texture", device=device, tuning={"sampler": s})
+        gridders = {s: Gridder(grid_size, cell, kernels, method="atomic", interpolation="linear", device=device, tuning={"sampler": s})
                     for s in ("image", "software")}
     image = gridders["image"].strategy.tuning["sampler"] == "image"
     samplers = ("image", "software") if image else ("software",)
     out = {}
     for s in samplers:
         grid = gridders[s].grid(uvw, vis)
-        degridder = Degridder(grid_size, cell, kernels, method="texture", device=device, tuning={"sampler": s})
+        degridder = Degridder(grid_size, cell, kernels, method="gather", interpolation="linear", device=device, tuning={"sampler": s})
         out[s] = grid, degridder.degrid(grid_ref, uvw)
         results["grid"][f"{s}_vs_reference"] = _relative(grid, grid_ref)
         results["degrid"][f"{s}_vs_reference"] = _relative(out[s][1], vis_ref)

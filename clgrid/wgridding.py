@@ -345,7 +345,7 @@ class WGridder:
             path = "cas"
         kernel = self.geometry.kernel
         coef = horner_coefficients(kernel.support, kernel.beta)
-        source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path,
+        source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
                         support=kernel.support, use_w=self.geometry.do_wgridding, degree=len(coef) - 1,
                         coef=coef.tolist())
         program = build_program(self.queue.context, source,

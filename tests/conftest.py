@@ -1,20 +1,40 @@
-"""Shared test fixtures: a PoCL queue, fresh random inputs, the error measure of the seeds."""
+"""Shared test fixtures: the device under test, fresh random inputs, the error measure of
+the seeds, and the rule for tests that need a tool.
 
+Tests marked ``@pytest.mark.oclgrind`` run programs under Oclgrind.  Where the
+``oclgrind`` executable is missing they are skipped with the reason, unless
+``CLGRID_REQUIRE_OCLGRIND=1`` (set by .ci/run), which makes the absence an error: CI
+must not go green by skipping them.  Tests of optional libraries (the ``test`` extra:
+pyuvdata, finufft, ducc0) call `optional`, the same rule under ``CLGRID_REQUIRE_OPTIONAL=1``.
+"""
+
+import importlib
 import os
 import secrets
+import shutil
 
 import numpy as np
 import pyopencl as cl
 import pytest
 
 import clgrid
+from clgrid.reference import relative_error  # noqa: F401  (the tests' accuracy measure)
 
 
-def relative_error(result, reference):
-    """||result - reference||_F / ||reference||_F, the accuracy measure of the seeds."""
-    reference = np.asarray(reference)
-    assert np.linalg.norm(reference) > 0, "reference is all zeros: the test would prove nothing"
-    return float(np.linalg.norm(np.asarray(result) - reference) / np.linalg.norm(reference))
+def pytest_runtest_setup(item):
+    """Skip, or fail where the tool is required, tests whose tool is not installed."""
+    if item.get_closest_marker("oclgrind") and shutil.which("oclgrind") is None:
+        reason = "oclgrind is not installed (Debian/Ubuntu: apt-get install oclgrind)"
+        if os.environ.get("CLGRID_REQUIRE_OCLGRIND") == "1":
+            pytest.fail(f"{reason}, and CLGRID_REQUIRE_OCLGRIND=1 requires it", pytrace=False)
+        pytest.skip(reason)
+
+
+def optional(module: str, extra: str):
+    """Import an optional library, or skip with the reason (fail under CLGRID_REQUIRE_OPTIONAL=1)."""
+    if os.environ.get("CLGRID_REQUIRE_OPTIONAL") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed (pip install 'clgrid[{extra}]')")
 
 
 @pytest.fixture
@@ -29,6 +49,12 @@ def rng(request):
 def queue():
     """The device under test: PoCL on the CPU (CI has no GPU), or $CLGRID_TEST_DEVICE."""
     return clgrid.runtime.get_queue(os.environ.get("CLGRID_TEST_DEVICE", "pocl"))
+
+
+@pytest.fixture(scope="session")
+def device_name(queue):
+    """A ``device=`` string that selects the device under test (for the command line)."""
+    return f"{queue.device.platform.name} {queue.device.name}"
 
 
 def random_visibilities(rng, n, grid_size, cell_size, w_max, npol=1, fill=0.8):

@@ -4,8 +4,11 @@ import numpy as np
 
 from clgrid import compare
 
+from conftest import optional
+
 
 def test_dft_matches_finufft_and_ducc0_conventions(rng):
+    optional("finufft", "compare"), optional("ducc0", "compare")
     n, cell, half = 128, 1 / 128, 16
     uvw, vis = compare._uniform(rng, 300, n, cell)
     exact = compare.dft_image(uvw, vis, n, cell, half)
@@ -16,6 +19,7 @@ def test_dft_matches_finufft_and_ducc0_conventions(rng):
 
 
 def test_comparison_rows(queue):
+    optional("finufft", "compare"), optional("ducc0", "compare")
     rows = compare.compare_cpu_libraries(num_vis=5000, grid_size=128, device=queue, repeats=1)
     libraries = [r["library"] for r in rows]
     assert libraries == ["clgrid", "clgrid", "finufft", "ducc0"]

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.plan import flatten_positions, plan_visibilities, sorted_by_cell, track_keys
+from clgrid.baseline_order import track_keys
+from clgrid.plan import flatten_positions, plan_visibilities
 
 N, CELL = 64, 4e-3
 
@@ -24,27 +25,22 @@ def planned(rng, stack, shape, nchan=None, npol=1):
     return samples, plan_visibilities(samples, N, CELL, stack)
 
 
-@pytest.mark.parametrize("tile", [1, 5, 8, 64])
-def test_sorted_by_cell_orders_plane_then_tiles_then_cells_stably(rng, stack, tile):
-    samples, plan = planned(rng, stack, (3000,))
-    ordered = sorted_by_cell(plan, tile)
-    expected = np.lexsort((plan.grid_u % tile, plan.grid_v % tile, plan.grid_u // tile,
-                           plan.grid_v // tile, plan.plane))          # stable, like the sort
-    np.testing.assert_array_equal(ordered.sample, plan.sample[expected])
-    for name in ("grid_u", "grid_v", "off_u", "off_v", "plane", "conj", "support"):
-        np.testing.assert_array_equal(getattr(ordered, name), getattr(plan, name)[expected])
-    assert ordered.num_kept == plan.num_kept > 2500 and ordered.norm is plan.norm
-    with pytest.raises(ValueError, match="tile"):
-        sorted_by_cell(plan, 0)
-
-
 def test_track_keys_follow_baseline_and_channel(rng, stack):
     samples, plan = planned(rng, stack, (6, 7), nchan=3)
-    keys = track_keys(plan, samples)
+    keys = track_keys(samples, plan.sample)
     baseline, rest = np.divmod(plan.sample, 7 * 3)
     np.testing.assert_array_equal(keys, baseline * 3 + rest % 3)
     samples, plan = planned(rng, stack, (20,), nchan=2)     # flat uvw: one track per channel
-    np.testing.assert_array_equal(track_keys(plan, samples), plan.sample % 2)
+    np.testing.assert_array_equal(track_keys(samples, plan.sample), plan.sample % 2)
+
+
+def test_one_track_definition_for_gridding_and_degridding(rng, stack):
+    """(2, 3, 7) uvw: six baselines of seven time steps for both directions."""
+    samples, plan = planned(rng, stack, (2, 3, 7), nchan=2)
+    baseline = clgrid.baseline_order.baseline_of(samples, plan.sample)
+    np.testing.assert_array_equal(baseline, plan.sample // (7 * 2))
+    np.testing.assert_array_equal(track_keys(samples, plan.sample) // 2, baseline)
+    assert clgrid.baseline_order.track_shape(samples) == (6, 7, 2)
 
 
 def test_positions_and_unflatten_give_the_callers_shape(rng, stack):

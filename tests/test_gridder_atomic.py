@@ -78,9 +78,9 @@ def test_constructor_refuses_bad_arguments(queue, stack):
     with pytest.raises(TypeError, match="kernels"):
         clgrid.Gridder(N, CELL, np.zeros((3, 3)), device=queue)
     with pytest.raises(ValueError, match="unknown tuning parameter 'wg_w'"):
-        clgrid.Gridder(N, CELL, stack, device=queue, tuning={"wg_w": 3})
+        clgrid.Gridder(N, CELL, stack, method="atomic", device=queue, tuning={"wg_w": 3})
     with pytest.raises(clgrid.tuning.TuningTableError, match="wg_u must be int"):
-        clgrid.Gridder(N, CELL, stack, device=queue, tuning={"wg_u": 3.5})
+        clgrid.Gridder(N, CELL, stack, method="atomic", device=queue, tuning={"wg_u": 3.5})
     with pytest.raises(clgrid.DeviceCapabilityError, match="GiB"):
         clgrid.Gridder(1 << 20, CELL, stack, device=queue)
 
@@ -88,5 +88,5 @@ def test_constructor_refuses_bad_arguments(queue, stack):
 def test_tuning_override_changes_the_launch_not_the_result(queue, rng, stack):
     uvw, vis = random_visibilities(rng, 500, N, CELL, 300)
     ref = clgrid.reference.grid(uvw, vis, N, CELL, stack)
-    gridder = clgrid.Gridder(N, CELL, stack, device=queue, tuning={"wg_u": 8, "wg_v": 2})
+    gridder = clgrid.Gridder(N, CELL, stack, method="atomic", device=queue, tuning={"wg_u": 8, "wg_v": 2})
     assert relative_error(gridder.grid(uvw, vis), ref) <= 1e-5

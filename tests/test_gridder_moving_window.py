@@ -6,9 +6,9 @@ import pytest
 import clgrid
 from clgrid import datasets
 from clgrid.baseline_order import baseline_of, hold_w, to_baseline_order
-from clgrid.bench import fixed_support_stack
+from clgrid.benchsets import fixed_support_stack
 from clgrid.plan import SPEED_OF_LIGHT, flatten_samples, plan_visibilities
-from clgrid.strategies.moving_window import split_tracks, window_units, work_list
+from clgrid.strategies.moving_window import chunk_runs, window_units, work_list
 
 from conftest import poison, relative_error
 
@@ -245,10 +245,17 @@ def test_tuning_changes_the_launch_not_the_result(queue, rng, stack, tuning):
 
 
 def test_plain_flush_warns_and_is_exact_for_one_chunk(queue, rng):
-    """Without atomics only one work-group may own a grid point: one chunk, one baseline."""
+    """Without atomics only one work-group may own a grid point: one chunk, one baseline.
+    w keeps one sign, since a track whose w changes sign is two chunks (the kernel is
+    conjugated on one side), two work-groups whose plain adds race on a GPU."""
     kernels = fixed_support_stack(6, oversample=8, num_planes=4, w_max=100)
     uvw = arcs(rng, 1, 50, w_max=100)
+    uvw[..., 2] = np.abs(uvw[..., 2])
     vis = noise(rng, (1, 50, 1))
+    with pytest.warns(UserWarning, match="wrong"):
+        gridder = clgrid.Gridder(N, CELL, kernels, method="moving_window", device=queue,
+                                 tuning={"flush": "plain"})
+    assert gridder.prepare(uvw, vis).device_plan.num_groups == 1
     with pytest.warns(UserWarning, match="wrong"):
         out, ref, _ = grid_both(queue, kernels, uvw, vis, tuning={"flush": "plain"})
     assert relative_error(out, ref) <= TOLERANCE["single"]
@@ -266,7 +273,7 @@ def test_bad_tuning_is_refused(queue, stack, tuning, error):
 def test_split_tracks_makes_runs_of_one_support_in_input_order(rng):
     n = 2000
     baseline, support, conj = np.sort(rng.integers(0, 5, n)), rng.integers(3, 6, n), rng.random(n) < 0.3
-    order, start, count = split_tracks(baseline, support, conj, max_length=37)
+    order, start, count = chunk_runs(baseline, support, conj, max_length=37)
     assert np.array_equal(np.sort(order), np.arange(n)) and count.sum() == n and count.max() <= 37
     for s, c in zip(start, count):
         run = order[s:s + c]

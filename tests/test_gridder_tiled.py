@@ -187,6 +187,7 @@ def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precisio
     grid_and_compare(queue, stack, uvw, vis, precision, tuning, grid_size=n, mapping=mapping)
 
 
+@pytest.mark.oclgrind
 @pytest.mark.parametrize("plan_copies", [1, 0])
 def test_oclgrind_finds_no_races_or_memory_errors(rng, mapping, plan_copies, tmp_path):
     """Out-of-bounds accesses and data races (local memory and the grid) on a small case.
@@ -351,12 +352,44 @@ def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
                                     {"mapping": "footprint", "tile_u": 32, "tile_v": 32, "footprint_wg": 32}])
 @pytest.mark.parametrize("npol, precision", [(1, "single"), (4, "double")])
 def test_local_memory_known_before_the_build_is_what_the_kernel_takes(queue, stack, tuning, npol, precision):
-    """local_memory counts tile_visibility's words by hand: it must follow the struct."""
-    strategy = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning,
-                              precision=precision).strategy
+    """local_memory counts tile_visibility's words by hand: it must follow the struct.  It
+    counts grid_tiles' __local variables (the batch, the chunk's first entry, the tile or
+    its shm rows) laid end to end.  A device whose compiler reports a probe's variables that
+    way (PoCL) must report exactly that; another (Intel's CPU runtime reports the probe's
+    44 bytes as 48, NVIDIA aligns each variable) may differ by alignment padding, at most 16 bytes a variable, far less than
+    a forgotten struct field costs (4 bytes for each of the work-group's 32+ entries)."""
+    gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning, precision=precision)
+    strategy = gridder.strategy
+    predicted = strategy.local_memory(npol)
+    if predicted > strategy.facts.local_memory:     # 32 x 32 tiles of 4 double pols: 64 KiB (a GPU: 48)
+        uvw, vis = random_visibilities(np.random.default_rng(0), 10, N, CELL, 300, npol=npol)
+        with pytest.raises(clgrid.DeviceCapabilityError, match="use smaller tiles"):
+            gridder.grid(uvw, vis)
+        return
     kernel = strategy.kernel("grid_tiles", npol)
     built = kernel.get_work_group_info(cl.kernel_work_group_info.LOCAL_MEM_SIZE, queue.device)
-    assert strategy.local_memory(npol) == built
+    variables = 2 + (strategy.tuning["mapping"] == "footprint" or strategy.tuning["shmsz"] > 0)
+    slack = 0 if local_variables_packed(queue) else 16 * variables
+    assert slack < 4 * np.prod(strategy.local_size())          # less than a forgotten field
+    assert abs(built - predicted) <= slack, (f"{queue.device.name} reports {built} bytes of local memory, "
+                                             f"local_memory() says {predicted} (allowed: +-{slack})")
+
+
+def local_variables_packed(queue) -> bool:
+    """Whether the device reports a kernel's __local variables laid end to end, as asked of a
+    probe whose variables need padding between them (a float2 array after an int)."""
+    source = """__kernel void probe(__global float2 *out, __global const int *in) {
+        __local float2 a[3]; __local int b; __local float2 c[2];   /* stored from inputs: not folded away */
+        const int i = get_local_id(0);
+        if (i < 3) a[i] = (float2)(in[i], 1);
+        if (i == 0) b = in[3];
+        if (i < 2) c[i] = (float2)(in[i + 4], 2);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        out[i] = a[i % 3] + c[i % 2] + (float2)(b, 0);
+    }"""
+    kernel = cl.Program(queue.context, source).build().probe
+    reported = kernel.get_work_group_info(cl.kernel_work_group_info.LOCAL_MEM_SIZE, queue.device)
+    return reported == 3 * 8 + 4 + 2 * 8
 
 
 def test_work_group_follows_tile_and_row_split(queue, stack):
@@ -401,10 +434,11 @@ def test_tuner_runs_the_tiled_strategy(queue, tmp_path, monkeypatch):
 
     monkeypatch.setenv("CLGRID_TUNING", str(tmp_path / "tuning.toml"))
     work = bench.make_workload("tracks", 3000, 128, 3, oversample=4, num_planes=4)
-    result = tuner.tune(work, device=queue, strategy="tiled", repeats=1, progress=False,
-                        space={"tile_u": [8, 16], "tile_factor": [0.5, 1.0]})
-    assert len(result.timings) == 4 and not result.skipped
-    assert result.error <= 1e-5 and result.best["tile_u"] in (8, 16)
+    space = {"tile_u": [16, 32], "tile_factor": [0.5, 1.0]}   # work-groups of 32+ on any device
+    result = tuner.tune(work, device=queue, strategy="tiled", repeats=1, progress=False, space=space)
+    facts = clgrid.runtime.device_facts(queue.device)
+    assert len(result.timings) == len(tuner.candidates("tiled", facts, space)) >= 2 and not result.skipped
+    assert result.error <= 1e-5 and result.best["tile_u"] in (16, 32)
 
 
 def test_table_defaults_grid_correctly_and_nvidia_flushes_with_ptx(queue, rng, stack):

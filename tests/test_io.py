@@ -8,11 +8,12 @@ import pytest
 import clgrid
 from clgrid.io import read_measurement
 
-from conftest import relative_error
+from conftest import optional, relative_error
 
 
 @pytest.fixture
 def uvfits(tmp_path, rng):
+    optional("pyuvdata", "io")
     from astropy import units
     from astropy.coordinates import EarthLocation
     from pyuvdata import Telescope, UVData

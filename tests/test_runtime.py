@@ -1,5 +1,8 @@
 """Device selection, program building and the template line mapping."""
 
+import importlib.metadata
+import os
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,26 +16,57 @@ from clgrid.strategies.base import check_precision
 from conftest import relative_error
 
 
-def test_devices_lists_pocl_and_names_select_it():
-    found = clgrid.devices()
-    assert any("portable computing language" in d.platform.name.lower() for d in found)
-    assert runtime.select_device("pocl").platform.name == "Portable Computing Language"
-    assert runtime.select_device("cpu").type & cl.device_type.CPU
+def test_devices_list_the_device_under_test_and_names_select_it(queue, device_name):
+    assert queue.device in clgrid.devices()
+    assert runtime.select_device(device_name) == queue.device
+    kind = "cpu" if queue.device.type & cl.device_type.CPU else "gpu"
+    assert runtime.select_device(kind).type & queue.device.type
 
 
-def test_unknown_device_lists_the_devices_there():
-    with pytest.raises(clgrid.DeviceCapabilityError, match="no OpenCL device matches 'quantum'.*Portable"):
+@pytest.mark.parametrize("extra, distribution, platform", [
+    ("pocl", "pocl-binary-distribution", "Portable Computing Language"),
+    ("intel", runtime.INTEL_CPU_RUNTIME[0], "Intel(R) OpenCL")])
+def test_pip_installed_drivers_are_listed(extra, distribution, platform):
+    """`pip install clgrid[pocl]` / `[intel]` is all it takes for clgrid to list the device."""
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{distribution} is not installed here (pip install 'clgrid[{extra}]')")
+    assert platform in {d.platform.name for d in clgrid.devices()}
+
+
+def test_pip_driver_registration_keeps_the_system_drivers(tmp_path, monkeypatch):
+    system = tmp_path / "etc"
+    system.mkdir()
+    (system / "vendor.icd").write_text("libvendor.so\n")
+    monkeypatch.setenv("OPENCL_VENDOR_PATH", str(system))
+    monkeypatch.delenv("OCL_ICD_VENDORS", raising=False)
+    monkeypatch.delenv("CLGRID_REGISTER_ICDS", raising=False)
+    monkeypatch.setattr(runtime, "_pip_driver", lambda *_: tmp_path / "libintelocl.so")
+    folder = runtime.register_pip_icds(tmp_path / "vendors")
+    assert os.environ["OCL_ICD_VENDORS"] == str(folder)
+    assert (folder / "vendor.icd").resolve() == system / "vendor.icd"
+    assert (folder / "clgrid-intel-cpu.icd").read_text().strip() == str(tmp_path / "libintelocl.so")
+    assert runtime.register_pip_icds(tmp_path / "other") is None        # the user's OCL_ICD_VENDORS stands
+    monkeypatch.delenv("OCL_ICD_VENDORS")
+    monkeypatch.setenv("CLGRID_REGISTER_ICDS", "0")
+    assert runtime.register_pip_icds(tmp_path / "other") is None        # and so does an opt-out
+
+
+def test_unknown_device_lists_the_devices_there(queue):
+    with pytest.raises(clgrid.DeviceCapabilityError,
+                       match=f"no OpenCL device matches 'quantum'.*{re.escape(queue.device.platform.name)}"):
         runtime.select_device("quantum")
     with pytest.raises(TypeError, match="device must be"):
         runtime.select_device(3)
 
 
-def test_environment_variable_sets_the_default(monkeypatch):
+def test_environment_variable_sets_the_default(monkeypatch, queue, device_name):
     monkeypatch.setenv("CLGRID_DEVICE", "no such device")
     with pytest.raises(clgrid.DeviceCapabilityError, match="no such device"):
         runtime.select_device()
-    monkeypatch.setenv("CLGRID_DEVICE", "pocl")
-    assert "Portable" in runtime.select_device().platform.name
+    monkeypatch.setenv("CLGRID_DEVICE", device_name)
+    assert runtime.select_device() == queue.device
 
 
 def test_context_and_queue_are_accepted(queue):
@@ -51,7 +85,7 @@ def test_fp64_refused_by_name_on_a_device_without_it(queue):
 
 def test_rendered_source_maps_lines_back_to_templates():
     source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=2, oversample=4,
-                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False)
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False)
     templates = {path.name: path.read_text().split("\n") for path in codegen.kernel_dir().glob("*.cl")}
     current, line = None, None
     checked = 0
@@ -69,11 +103,22 @@ def test_rendered_source_maps_lines_back_to_templates():
 
 def test_build_error_names_template_line_and_saves_source(queue):
     source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=1, oversample=4,
-                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False)
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False)
     broken = source.replace("const int s = support[p.plane];", "const int s = support[p.plane]")
-    with pytest.raises(clgrid.KernelBuildError, match=r"grid_atomic\.cl:\d+") as info:
+    with pytest.raises(clgrid.KernelBuildError) as info:
         codegen.build_program(queue.context, broken)
-    assert "rendered source saved to" in str(info.value)
+    message = str(info.value)
+    saved = re.search(r"rendered source saved to (\S+)", message)
+    assert saved, message
+    # The line the compiler names holds the broken statement: in the template where the
+    # compiler honours #line (PoCL, Intel), in the saved rendered source where it does not
+    # (NVIDIA's names "<kernel>:166").
+    template = re.search(r"grid_atomic\.cl:(\d+)", message)
+    rendered = re.search(r"<kernel>:(\d+)", message)
+    assert template or rendered, message
+    lines = ((codegen.kernel_dir() / "grid_atomic.cl").read_text() if template
+             else open(saved.group(1)).read()).split("\n")
+    assert "support[p.plane]" in lines[int((template or rendered).group(1)) - 1]
 
 
 def test_tracks_from_a_real_layout_match_the_reference(queue, rng):

@@ -4,6 +4,7 @@ reference, with both samplers, the fallback, the adjoint and the point of it all
 import dataclasses
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import clgrid
@@ -19,12 +20,20 @@ SAMPLERS = ("software", "image")
 TOLERANCE = 1e-5    # fp32 accumulation and float32 positions
 
 
+def sampler_bound(queue) -> float:
+    """What the image sampler may add to the error on this kind of device: CPU runtimes
+    interpolate in float (PoCL and Intel's: ~1e-7 measured), GPUs with 8-bit fractions of a
+    texel (the H100: 4.7e-4); more than 2^-8 is a broken sampler, not a coarse one."""
+    return TOLERANCE if queue.device.type & cl.device_type.CPU else 2.0 ** -8
+
+
 @pytest.fixture(scope="module")
 def tolerance(queue):
-    """Per sampler: the image sampler is allowed three times the error it adds on this device
-    (PoCL interpolates in float: ~1e-7; a GPU's 8-bit texel fractions: far more)."""
+    """Per sampler: the image sampler is allowed three times the error it adds on this device,
+    once that error is within what the kind of device allows (test_interpolation_precision)."""
     measured = interpolation_precision(queue, num_vis=300, grid_size=64)
     image = max(measured[d].get("image_vs_software", 0.0) for d in ("grid", "degrid"))
+    assert image <= sampler_bound(queue), f"the image sampler adds {image:.1e} on {queue.device.name}"
     return {"software": TOLERANCE, "image": max(TOLERANCE, 3 * image)}
 
 
@@ -44,7 +53,7 @@ def test_texture_gridding_matches_interpolated_reference(queue, rng, stack, tole
     uvw, vis = random_visibilities(rng, 800, N, CELL, W_MAX, npol=npol)
     weights = rng.uniform(0.1, 3.0, vis.shape)
     flags = rng.random(vis.shape) < 0.1
-    gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": sampler})
+    gridder = clgrid.Gridder(N, CELL, stack, method="atomic", interpolation="linear", device=queue, tuning={"sampler": sampler})
     assert gridder.strategy.tuning["sampler"] == sampler
     poison(gridder, npol)
     out, report = gridder.grid(uvw, vis, weights=weights, flags=flags, return_report=True)
@@ -60,7 +69,7 @@ def test_texture_gridding_matches_interpolated_reference(queue, rng, stack, tole
 def test_texture_degridding_matches_interpolated_reference(queue, rng, stack, tolerance, sampler):
     uvw, _ = random_visibilities(rng, 700, N, CELL, W_MAX)
     grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
-    degridder = clgrid.Degridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": sampler})
+    degridder = clgrid.Degridder(N, CELL, stack, method="gather", interpolation="linear", device=queue, tuning={"sampler": sampler})
     out = degridder.degrid(grid, uvw)
     ref = reference.degrid(grid, uvw, N, CELL, stack, interpolation="linear")
     assert relative_error(out, ref) <= tolerance[sampler]
@@ -69,7 +78,7 @@ def test_texture_degridding_matches_interpolated_reference(queue, rng, stack, to
 def test_software_sampler_in_double_precision(queue, rng, stack):
     """Positions travel in float32, so double precision is bounded by them, not by fp32 sums."""
     uvw, vis = random_visibilities(rng, 500, N, CELL, W_MAX)
-    gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, precision="double",
+    gridder = clgrid.Gridder(N, CELL, stack, method="atomic", interpolation="linear", device=queue, precision="double",
                              tuning={"sampler": "software"})
     ref = reference.grid(uvw, vis, N, CELL, stack, interpolation="linear")
     assert relative_error(gridder.grid(uvw, vis), ref) <= 1e-6
@@ -80,8 +89,8 @@ def test_texture_gridder_and_degridder_are_adjoint(queue, rng, stack, sampler):
     uvw, vis = random_visibilities(rng, 600, N, CELL, W_MAX, npol=2)
     grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
     tuning = {"sampler": sampler}
-    gridded = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning=tuning).grid(uvw, vis)
-    degridded = clgrid.Degridder(N, CELL, stack, method="texture", device=queue, tuning=tuning).degrid(grid, uvw)
+    gridded = clgrid.Gridder(N, CELL, stack, method="atomic", interpolation="linear", device=queue, tuning=tuning).grid(uvw, vis)
+    degridded = clgrid.Degridder(N, CELL, stack, method="gather", interpolation="linear", device=queue, tuning=tuning).degrid(grid, uvw)
     lhs, rhs = inner(degridded, vis), inner(grid, gridded)
     assert abs(lhs - rhs) / abs(rhs) < 1e-5
 
@@ -105,7 +114,7 @@ def test_footprint_covers_the_larger_support_of_the_two_planes(stack):
 
 
 def test_software_sampler_when_asked(queue, stack):
-    gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": "software"})
+    gridder = clgrid.Gridder(N, CELL, stack, method="atomic", interpolation="linear", device=queue, tuning={"sampler": "software"})
     assert gridder.strategy.image_format is None
 
 
@@ -113,9 +122,9 @@ def test_falls_back_to_software_without_images(queue, rng, stack, monkeypatch):
     real_facts = base.device_facts
     monkeypatch.setattr(base, "device_facts", lambda d: dataclasses.replace(real_facts(d), images=False))
     with pytest.warns(UserWarning, match="no image support.*software"):
-        gridder = clgrid.Gridder(N, CELL, stack, method="texture", device=queue)
+        gridder = clgrid.Gridder(N, CELL, stack, method="atomic", interpolation="linear", device=queue)
     with pytest.warns(UserWarning, match="software"):
-        degridder = clgrid.Degridder(N, CELL, stack, method="texture", device=queue)
+        degridder = clgrid.Degridder(N, CELL, stack, method="gather", interpolation="linear", device=queue)
     assert gridder.strategy.tuning["sampler"] == degridder.strategy.tuning["sampler"] == "software"
     uvw, vis = random_visibilities(rng, 300, N, CELL, W_MAX)
     poison(gridder, 1)
@@ -125,17 +134,16 @@ def test_falls_back_to_software_without_images(queue, rng, stack, monkeypatch):
 
 def test_unknown_sampler_is_refused(queue, stack):
     with pytest.raises(ValueError, match="sampler"):
-        clgrid.Gridder(N, CELL, stack, method="texture", device=queue, tuning={"sampler": "bicubic"})
+        clgrid.Gridder(N, CELL, stack, method="atomic", interpolation="linear", device=queue, tuning={"sampler": "bicubic"})
 
 
-def test_interpolation_precision_on_pocl(queue):
-    if "portable computing language" not in queue.device.platform.name.lower():
-        pytest.skip("PoCL's float interpolation; other devices are measured, not bounded")
+def test_interpolation_precision(queue):
     result = interpolation_precision(queue, num_vis=300, grid_size=64)
-    assert result["image_sampler"]
+    assert result["image_sampler"] or not queue.device.image_support
     for direction in ("grid", "degrid"):
         assert result[direction]["software_vs_reference"] < 1e-5
-        assert result[direction]["image_vs_software"] < 1e-5
+        if result["image_sampler"]:
+            assert result[direction]["image_vs_software"] <= sampler_bound(queue)
 
 
 def test_linear_fine_table_beats_nearest_coarse_table(rng):
@@ -166,8 +174,9 @@ def baseline_tracks(rng, nbaseline, ntime, npol, reach_cells=45, turn=1.2):
     return uvw, vis
 
 
-def test_texture_moving_window_is_a_method():
-    assert "texture_moving_window" in clgrid.Gridder.methods
+def test_moving_window_takes_linear_interpolation():
+    assert "moving_window" in clgrid.Gridder.methods
+    assert clgrid.strategies.strategy_label("grid", "moving_window", "linear") == "texture_moving_window"
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
@@ -184,7 +193,7 @@ def test_texture_moving_window_matches_interpolated_reference(queue, rng, stack,
     changing = [np.unique(plan.support[baseline == b]).size > 1 for b in range(nbaseline)]
     assert sum(changing) >= 5, "the tracks must cross footprint supports for this test to mean anything"
 
-    gridder = clgrid.Gridder(N, CELL, stack, method="texture_moving_window", device=queue,
+    gridder = clgrid.Gridder(N, CELL, stack, method="moving_window", interpolation="linear", device=queue,
                              tuning={"sampler": sampler}, on_dropped="ignore")
     assert gridder.strategy.tuning["sampler"] == sampler
     poison(gridder, npol)
@@ -204,7 +213,7 @@ def test_texture_moving_window_matches_interpolated_reference(queue, rng, stack,
 def test_texture_moving_window_tuning_changes_the_launch_not_the_result(queue, rng, stack, tolerance, tuning):
     """Short chunks, small batches and odd coarsening: windows split across tiles and batches."""
     uvw, vis = baseline_tracks(rng, 6, 30, 2)
-    gridder = clgrid.Gridder(N, CELL, stack, method="texture_moving_window", device=queue, tuning=tuning,
+    gridder = clgrid.Gridder(N, CELL, stack, method="moving_window", interpolation="linear", device=queue, tuning=tuning,
                              on_dropped="ignore")
     poison(gridder, 2)
     ref = reference.grid(uvw, vis, N, CELL, stack, on_dropped="ignore", interpolation="linear")
@@ -213,7 +222,7 @@ def test_texture_moving_window_tuning_changes_the_launch_not_the_result(queue, r
 
 def test_texture_moving_window_in_double_precision(queue, rng, stack):
     uvw, vis = baseline_tracks(rng, 6, 30, 1)
-    gridder = clgrid.Gridder(N, CELL, stack, method="texture_moving_window", device=queue, precision="double",
+    gridder = clgrid.Gridder(N, CELL, stack, method="moving_window", interpolation="linear", device=queue, precision="double",
                              tuning={"sampler": "software"}, on_dropped="ignore")
     ref = reference.grid(uvw, vis, N, CELL, stack, on_dropped="ignore", interpolation="linear")
     assert relative_error(gridder.grid(uvw, vis), ref) <= 1e-6

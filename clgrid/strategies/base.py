@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 
@@ -16,7 +16,7 @@ from ..codegen import build_program, render
 from ..errors import DeviceCapabilityError, KernelBuildError
 from ..runtime import device_facts
 from ..kernels import KernelStack
-from ..plan import Plan, Samples, plan_visibilities
+from ..plan import Positions
 from ..tuning import TuningTableError, resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
@@ -42,12 +42,20 @@ def check_precision(precision: str, facts, atomics: bool = True) -> None:
 
 @dataclass
 class DevicePlan:
-    """A plan's per-visibility arrays on the device: ``vis`` is the input when gridding and
-    the output (num_vis, npol) when degridding, in the plan's order."""
+    """A plan in a strategy's order on the device (`Strategy.arrange`, cached in the plan):
+    the packed positions, and ``source``, the caller's sample of each; ``vis`` holds one
+    call's values (num_vis, npol) in that order, the input when gridding and the output
+    when degridding (None in the cached arrangement)."""
 
     packed: cl.Buffer
-    vis: cl.Buffer
+    vis: cl.Buffer | None
     num_vis: int
+    source: cl.Buffer
+
+
+def extended(device_plan: DevicePlan, cls, **extra) -> DevicePlan:
+    """``device_plan`` as the subclass ``cls`` of DevicePlan, with its ``extra`` fields."""
+    return cls(**{f.name: getattr(device_plan, f.name) for f in fields(DevicePlan)}, **extra)
 
 
 @dataclass
@@ -85,6 +93,8 @@ class Strategy:
     counts: tuple = ()         # tuning parameters that count things, so must be >= 1
     work_group_parameters = ("wg_u", "wg_v")  # the tuning parameters that set `local_size`
     interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.interpolation)
+    hold_positions = None      # a Samples -> Samples transform before host planning (moving window)
+    deterministic = False      # grid into 64-bit fixed point (clgrid.deterministic sets it)
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
@@ -95,7 +105,7 @@ class Strategy:
         self.real_dtype, self.complex_dtype = PRECISIONS[precision]
         self.grid_size = grid_size
         self.kernels = kernels
-        self.tuning = resolve_tuning(self.name, tuning, self.facts)
+        self.tuning = resolve_tuning(self.name, tuning, self.facts, precision=precision)
         for name in self.counts:
             if self.tuning[name] < 1:
                 raise ValueError(f"tuning parameter {name!r} of {self.name!r} must be >= 1, "
@@ -132,25 +142,34 @@ class Strategy:
                 f"{self.facts.name} allows at most {self.facts.max_work_group_size} "
                 f"(lower the tuning parameters {', '.join(self.work_group_parameters)})")
 
-    def plan(self, samples: Samples, cell_size: float, on_dropped: str, done: str = "gridded") -> Plan:
-        """Plan ``samples`` for this strategy (strategies may check or transform them first)."""
-        return plan_visibilities(samples, self.grid_size, cell_size, self.kernels, on_dropped, done=done,
-                                 interpolation=self.interpolation)
+    @property
+    def host_planning(self) -> bool:
+        """Whether plans for this strategy are made on the host: interpolated weights need
+        float64 continuous positions there (`clgrid.interpolation`)."""
+        return self.interpolation == "linear" or self.hold_positions is not None
 
-    def arrange(self, plan: Plan, samples: Samples) -> Plan:
-        """The strategy's own planning step, such as an order of the visibilities (none here)."""
-        return plan
+    def arrangement_key(self) -> tuple:
+        """What the strategy's order of a plan depends on (the cache key in the plan)."""
+        return (type(self).__name__, self.precision, repr(sorted(self.tuning.items())))
 
-    def upload(self, plan: Plan, samples: Samples) -> DevicePlan:
-        """Put a plan on the device with the weighted visibilities when gridding, or room for
-        them when degridding (``samples.vis`` is None); strategies may add arrays of their own."""
+    def arrange(self, plan, npol: int) -> DevicePlan:
+        """The strategy's order of ``plan`` on the device, without values.
+
+        This default orders on the host (`order`, then `upload`) from the plan's
+        positions, downloaded once; strategies that order on the device override it.
+        """
+        return self.upload(self.order(plan.host(), plan), plan, npol)
+
+    def order(self, positions: Positions, plan) -> Positions:
+        """The strategy's order of host positions (none here); ``plan`` gives the sample
+        layout (``leading_shape``, ``nchan``) for orders by track."""
+        return positions
+
+    def upload(self, positions: Positions, plan, npol: int) -> DevicePlan:
+        """Ordered host positions on the device; strategies may add arrays of their own."""
         context = self.queue.context
-        if samples.vis is None:
-            vis = cl.Buffer(context, cl.mem_flags.READ_WRITE,
-                            plan.num_kept * plan.npol * np.dtype(self.complex_dtype).itemsize)
-        else:
-            vis = read_only_buffer(context, samples.vis[plan.sample].astype(self.complex_dtype))
-        return DevicePlan(read_only_buffer(context, plan.packed()), vis, plan.num_kept)
+        return DevicePlan(read_only_buffer(context, positions.packed()), None, positions.num_kept,
+                          read_only_buffer(context, positions.sample.astype(np.int32)))
 
     @classmethod
     def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size: int,
@@ -158,14 +177,17 @@ class Strategy:
         """The template variables: everything a program of this strategy is specialised for."""
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
-                    grid_size=grid_size, texture=cls.interpolation == "linear")
+                    grid_size=grid_size, texture=cls.interpolation == "linear", deterministic=False)
 
     def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""
         raise NotImplementedError
 
     def template_params(self, npol: int) -> dict:
-        return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
+        """This strategy's template variables: `program_parameters` (the one place they come
+        from), and whether it accumulates in fixed point (set per operator, not tuning)."""
+        return dict(self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels),
+                    deterministic=self.deterministic)
 
     def _choose_atomic_path(self) -> None:
         """Replace an atomic path the device lacks by compare-and-swap, saying so."""

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..plan import Plan, Samples, track_keys
+from ..baseline_order import track_keys
+from ..plan import Positions
 from ..runtime import fill_zeros
-from .base import DevicePlan, Strategy
+from .base import DevicePlan, Strategy, extended
 
 
 @dataclass
@@ -29,7 +30,7 @@ class TrackedDevicePlan(DevicePlan):
     launches: list
 
 
-def split_tracks(keys: np.ndarray, steps: int):
+def track_segments(keys: np.ndarray, steps: int):
     """First index and length of each segment: a track's run of at most ``steps`` visibilities."""
     n = keys.size
     new_track = np.r_[True, keys[1:] != keys[:-1]]
@@ -67,14 +68,13 @@ class MovingWindowDegridding(Strategy):
         """The largest work-group it launches (a window tile is never wider)."""
         return (tuning["group_items"],)
 
-    def arrange(self, plan: Plan, samples: Samples) -> Plan:
+    def order(self, positions: Positions, plan) -> Positions:
         """Track by track (baseline, channel), in time order within a track."""
-        return plan.take(np.argsort(track_keys(plan, samples), kind="stable"))
+        return positions.take(np.argsort(track_keys(plan, positions.sample), kind="stable"))
 
-    def upload(self, plan: Plan, samples: Samples) -> TrackedDevicePlan:
-        device_plan = super().upload(plan, samples)
-        first, count = split_tracks(track_keys(plan, samples), self.tuning["steps_per_group"])
-        window = 2 * np.maximum.reduceat(plan.support, first) + 1
+    def upload(self, positions: Positions, plan, npol: int) -> TrackedDevicePlan:
+        first, count = track_segments(track_keys(plan, positions.sample), self.tuning["steps_per_group"])
+        window = 2 * np.maximum.reduceat(positions.support, first) + 1
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         launches = []
         for w in np.unique(window):
@@ -82,7 +82,7 @@ class MovingWindowDegridding(Strategy):
             table = np.ascontiguousarray(np.column_stack([first[mine], count[mine]]), np.int32)
             launches.append(WindowLaunch(int(w), cl.Buffer(self.queue.context, ro, hostbuf=table),
                                          int(mine.sum())))
-        return TrackedDevicePlan(device_plan.packed, device_plan.vis, device_plan.num_vis, launches)
+        return extended(super().upload(positions, plan, npol), TrackedDevicePlan, launches=launches)
 
     def degrid(self, plan: TrackedDevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Zero the visibilities, then one launch per window width; returns the events."""

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..plan import Plan, Samples
-from .base import DevicePlan, Strategy
+from ..plan import Positions
+from .base import DevicePlan, Strategy, extended
 
 
 @dataclass
@@ -36,7 +36,7 @@ class TileOrder:
     first: np.ndarray
 
     @classmethod
-    def of(cls, plan: Plan, tile: int) -> "TileOrder":
+    def of(cls, plan: Positions, tile: int) -> "TileOrder":
         tiles_u = -(-plan.grid_size // tile)
         key = (plan.grid_v // tile).astype(np.int64) * tiles_u + plan.grid_u // tile
         order = np.lexsort((plan.plane, key))
@@ -92,18 +92,18 @@ class FpgaStrategy(Strategy):
                                       f"{self.tuning['tile']} plus a halo of {self.kernels.max_support}; "
                                       f"lower the tuning parameter 'tile'")
 
-    def arrange(self, plan: Plan, samples: Samples) -> Plan:
-        """Tile by tile, by w-plane within a tile: the order the single pipeline walks."""
-        return plan.take(TileOrder.of(plan, self.tuning["tile"]).order)
+    def order(self, positions: Positions, plan) -> Positions:
+        """Tile by tile, by w-plane within a tile: the order the single pipeline walks
+        (on the host: an FPGA pipeline has no use for a device sort)."""
+        return positions.take(TileOrder.of(positions, self.tuning["tile"]).order)
 
-    def upload(self, plan: Plan, samples: Samples) -> FpgaDevicePlan:
-        """The (arranged) plan on the device, with the first visibility and corner of each tile."""
-        on_device = super().upload(plan, samples)
-        tiles = TileOrder.of(plan, self.tuning["tile"])
+    def upload(self, positions: Positions, plan, npol: int) -> FpgaDevicePlan:
+        """The ordered positions on the device, with the first visibility and corner of each tile."""
+        tiles = TileOrder.of(positions, self.tuning["tile"])
         ro = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        return FpgaDevicePlan(on_device.packed, on_device.vis, on_device.num_vis,
-                              cl.Buffer(self.queue.context, ro, hostbuf=tiles.corners),
-                              cl.Buffer(self.queue.context, ro, hostbuf=tiles.first), tiles.num_tiles)
+        return extended(super().upload(positions, plan, npol), FpgaDevicePlan,
+                        corners=cl.Buffer(self.queue.context, ro, hostbuf=tiles.corners),
+                        first=cl.Buffer(self.queue.context, ro, hostbuf=tiles.first), num_tiles=tiles.num_tiles)
 
     def _launch(self, plan: FpgaDevicePlan, npol: int, grid_buffer, wait_for=None) -> cl.Event:
         """Run the strategy's kernel as a single work-item over every tile of ``plan``."""

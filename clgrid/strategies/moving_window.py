@@ -49,7 +49,7 @@ class MovingWindowPlan(DevicePlan):
     num_groups: int
 
 
-def split_tracks(baseline, support, conjugate, max_length: int):
+def chunk_runs(baseline, support, conjugate, max_length: int):
     """Order samples into chunks; returns ``(order, start, count)`` of the chunks.
 
     A chunk is a run of one baseline with one support and one sign of w, at most
@@ -125,24 +125,32 @@ class MovingWindowGridding(Strategy):
     def work_group_shape(tuning: dict) -> tuple:
         return (tuning["work_group_size"],)
 
-    def template_params(self, npol: int) -> dict:
-        return dict(super().template_params(npol), offset_range=offset_range(self.kernels.oversample))
+    @classmethod
+    def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels),
+                    offset_range=offset_range(kernels.oversample))
 
-    def plan(self, samples, cell_size, on_dropped, done="gridded"):
-        """Plan baseline-ordered samples, holding w over `time_block` time steps if asked."""
-        track_shape(samples)  # refuses samples without a baseline axis, before any planning
-        return super().plan(hold_w(samples, self.tuning["time_block"]), cell_size, on_dropped, done)
+    @property
+    def hold_positions(self):
+        """w held over `time_block` time steps, if asked (planned on the host then)."""
+        time_block = self.tuning["time_block"]
+        return None if time_block <= 1 else (lambda samples: hold_w(samples, time_block))
 
-    def chunk_tracks(self, plan, samples) -> tuple:
-        """``(order, start, count)`` of the plan's chunks (`split_tracks`)."""
-        return split_tracks(baseline_of(samples, plan.sample), plan.support, plan.conj,
+    def arrange(self, plan, npol: int) -> MovingWindowPlan:
+        """Chunks of baseline-ordered samples (refused without a baseline axis)."""
+        track_shape(plan)
+        return super().arrange(plan, npol)
+
+    def chunk_tracks(self, positions, plan) -> tuple:
+        """``(order, start, count)`` of the positions' chunks (`chunk_runs`)."""
+        return chunk_runs(baseline_of(plan, positions.sample), positions.support, positions.conj,
                             self.tuning["chunk_visibilities"])
 
-    def upload(self, plan, samples) -> MovingWindowPlan:
-        """The plan in chunk order, the chunk table and the work-group list, on the device."""
-        return self.upload_chunks(plan, samples, *self.chunk_tracks(plan, samples))
+    def upload(self, positions, plan, npol: int) -> MovingWindowPlan:
+        """The positions in chunk order, the chunk table and the work-group list, on the device."""
+        return self.upload_chunks(positions, *self.chunk_tracks(positions, plan))
 
-    def upload_chunks(self, plan, samples, order, start, count) -> MovingWindowPlan:
+    def upload_chunks(self, plan, order, start, count) -> MovingWindowPlan:
         """`upload` for chunks already made: ``order`` of the visibilities, ``start`` and
         ``count`` of each chunk in that order."""
         t = self.tuning
@@ -154,9 +162,9 @@ class MovingWindowGridding(Strategy):
         work = work_list(width, count, tiles)
         context = self.queue.context
         return MovingWindowPlan(
-            packed=read_only_buffer(context, plan.packed()[order]),
-            vis=read_only_buffer(context, samples.vis[plan.sample[order]].astype(self.complex_dtype)),
-            num_vis=plan.num_kept, chunks=read_only_buffer(context, chunks),
+            packed=read_only_buffer(context, plan.packed()[order]), vis=None, num_vis=plan.num_kept,
+            source=read_only_buffer(context, plan.sample[order].astype(np.int32)),
+            chunks=read_only_buffer(context, chunks),
             work=read_only_buffer(context, work), num_chunks=len(chunks), num_groups=len(work))
 
     def grid(self, plan: MovingWindowPlan, npol: int, grid_buffer, wait_for=None) -> list:

@@ -22,9 +22,9 @@ from functools import cached_property
 import numpy as np
 import pyopencl as cl
 
-from ..plan import Plan, Samples
+from ..plan import Positions
 from .atomic import AtomicGridding
-from .base import DevicePlan, read_only_buffer
+from .base import DevicePlan, Strategy, extended, read_only_buffer
 from .gather import GatherDegridding
 
 __all__ = ["SAMPLERS", "TextureDevicePlan", "device_positions", "cube_image_format",
@@ -42,7 +42,7 @@ class TextureDevicePlan(DevicePlan):
     position: cl.Buffer
 
 
-def device_positions(plan: Plan) -> np.ndarray:
+def device_positions(plan: Positions) -> np.ndarray:
     """float32 rows (frac_u, frac_v, z, footprint support), one float4 per visibility.
 
     The cell stays integer (planned in float64); float32 puts the sampler within about
@@ -115,10 +115,14 @@ class TextureSampling:
         return cl.create_image(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, self.image_format,
                                shape=(side, side, planes), hostbuf=texels)
 
-    def upload(self, plan: Plan, samples: Samples) -> TextureDevicePlan:
-        on_device = super().upload(plan, samples)
-        return TextureDevicePlan(on_device.packed, on_device.vis, on_device.num_vis,
-                                 read_only_buffer(self.queue.context, device_positions(plan)))
+    def arrange(self, plan, npol: int) -> DevicePlan:
+        """On the host: the sampler positions are float64 host arrays (plans for interpolated
+        weights are made there)."""
+        return Strategy.arrange(self, plan, npol)
+
+    def upload(self, positions: Positions, plan, npol: int) -> TextureDevicePlan:
+        return extended(super().upload(positions, plan, npol), TextureDevicePlan,
+                        position=read_only_buffer(self.queue.context, device_positions(positions)))
 
     def kernel_arguments(self, plan: TextureDevicePlan) -> tuple:
         return self.device_cube, plan.position

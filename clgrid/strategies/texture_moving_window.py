@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 import pyopencl as cl
 
-from ..plan import Plan, Samples
+from ..plan import Positions
 from .base import read_only_buffer
 from .moving_window import MovingWindowGridding, MovingWindowPlan
 from .texture import TextureSampling, device_positions
@@ -36,10 +36,10 @@ class TextureMovingWindowGridding(TextureSampling, MovingWindowGridding):
 
     name = "texture_moving_window"
 
-    def upload(self, plan: Plan, samples: Samples) -> TextureMovingWindowPlan:
+    def upload(self, positions: Positions, plan, npol: int) -> TextureMovingWindowPlan:
         """The moving-window plan and the positions, both in chunk order."""
-        order, start, count = self.chunk_tracks(plan, samples)
-        chunked = self.upload_chunks(plan, samples, order, start, count)
+        order, start, count = self.chunk_tracks(positions, plan)
+        chunked = self.upload_chunks(positions, order, start, count)
         return TextureMovingWindowPlan(
             **{f.name: getattr(chunked, f.name) for f in fields(chunked)},
-            position=read_only_buffer(self.queue.context, device_positions(plan)[order]))
+            position=read_only_buffer(self.queue.context, device_positions(positions)[order]))

@@ -18,7 +18,8 @@ and benchmarks can time each one (``stages`` holds the events of the last call):
 7. untiled: the atomic strategy's kernel for visibilities centred outside the tiled part.
 
 The tiling is fixed relative to the grid (tile (0, 0) centred on the grid centre),
-so the host knows, from the plan alone, how many entries the sort can write.
+so the entries the sort can write follow from the plan alone (counted on the device
+when the plan is arranged, once per plan).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from itertools import chain
 
 import numpy as np
 import pyopencl as cl
-
+from ..counting_sort import CountingSort
+from ..device_sum import DeviceSum
 from ..runtime import fill_zeros
 from ..scan import ExclusiveScan
 from ..tuning import TuningTableError
@@ -91,19 +93,27 @@ class TiledGridding(Strategy):
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)
         t = self.tuning
-        self.max_tiles = tiles_across(grid_size, t["tile_u"]) * tiles_across(grid_size, t["tile_v"])
-        box_side = 2 * t["central_radius"] + 1
-        self.windows_base = self.max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
-        self.num_buckets = self.windows_base
-        if t["window_support"] >= 0:
-            steps = [tile - 2 * t["window_support"] for tile in (t["tile_u"], t["tile_v"])]
-            self.num_buckets += tiles_across(grid_size, t["tile_u"], steps[0]) * tiles_across(
-                grid_size, t["tile_v"], steps[1])
+        self.max_tiles, self.windows_base, self.num_buckets = self.buckets(t, grid_size)
         if self.num_buckets >= INT32_MAX:
             raise TuningTableError(f"tiled: {self.num_buckets} tiles of {t['tile_u']}x{t['tile_v']} on a "
                                    f"{grid_size}^2 grid overflow 32-bit bucket numbers; use larger tiles")
         self.scan = ExclusiveScan(queue, wg=t["sort_wg"])
         self.stages: dict = {}
+
+    @staticmethod
+    def buckets(tuning: dict, grid_size: int) -> tuple:
+        """``(max_tiles, windows_base, num_buckets)``: buckets are numbered tiles first, then
+        the central box's tiles, then the windows."""
+        t = tuning
+        max_tiles = tiles_across(grid_size, t["tile_u"]) * tiles_across(grid_size, t["tile_v"])
+        box_side = 2 * t["central_radius"] + 1
+        windows_base = max_tiles + (box_side ** 2 if t["central_radius"] >= 0 else 0)
+        num_buckets = windows_base
+        if t["window_support"] >= 0:
+            steps = [tile - 2 * t["window_support"] for tile in (t["tile_u"], t["tile_v"])]
+            num_buckets += tiles_across(grid_size, t["tile_u"], steps[0]) * tiles_across(
+                grid_size, t["tile_v"], steps[1])
+        return max_tiles, windows_base, num_buckets
 
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
@@ -149,63 +159,82 @@ class TiledGridding(Strategy):
         words = 16 if t["mapping"] == "footprint" else 9   # tile_visibility's ints (and float)
         entry = -(-(words * 4) // complex_size) * complex_size + 2 * npol * complex_size
         cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
-        return items * entry + cells * npol * complex_size + 4
+        cell_size = 16 if self.deterministic else complex_size   # two longs a cell in fixed point
+        return items * entry + cells * npol * cell_size + 4
 
-    def template_params(self, npol: int) -> dict:
-        wg_u, wg_v = self.local_size()
-        return dict(super().template_params(npol), wg_u=wg_u, wg_v=wg_v, max_tiles=self.max_tiles,
-                    windows_base=self.windows_base,
-                    tile_factor_4096=round(self.tuning["tile_factor"] * 4096))
+    @classmethod
+    def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
+        wg_u, wg_v = cls.work_group_shape(tuning)
+        max_tiles, windows_base, _ = cls.buckets(tuning, grid_size)
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), wg_u=wg_u,
+                    wg_v=wg_v, max_tiles=max_tiles, windows_base=windows_base,
+                    tile_factor_4096=round(tuning["tile_factor"] * 4096))
 
     @cached_property
     def untiled_strategy(self) -> AtomicGridding:
         """The atomic strategy, with its own table entry, for what tile_factor leaves untiled."""
-        return AtomicGridding(self.queue, self.grid_size, self.kernels, self.precision)
+        strategy = AtomicGridding(self.queue, self.grid_size, self.kernels, self.precision)
+        strategy.deterministic = self.deterministic
+        return strategy
 
     @property
     def tiles_everything(self) -> bool:
         return self.tuning["tile_factor"] == 1.0
 
-    # -- upload ---------------------------------------------------------------
+    # -- arrangement (once per plan) ---------------------------------------------
 
-    def max_entries(self, plan) -> int:
+    @cached_property
+    def plane_sort(self) -> CountingSort:
+        """Orders plans by w-plane on the device (``plane_order``, seed 003 §3.6)."""
+        return CountingSort(self.queue, "p.w & 0x7fffffff", self.kernels.num_planes)
+
+    @cached_property
+    def entry_count(self) -> DeviceSum:
         """Entries the sort writes when every visibility is tiled: the tiles each footprint
-        touches, or one window for supports up to window_support."""
+        touches, or one window for supports up to window_support (`footprint_tile_range`)."""
         t = self.tuning
-        count = 1
-        for centre, tile in ((plan.grid_u, t["tile_u"]), (plan.grid_v, t["tile_v"])):
-            first, last = footprint_tile_range(centre, plan.support, self.grid_size, tile)
-            count = count * (last - first + 1)
-        return int(np.sum(np.where(plan.support <= t["window_support"], 1, count)))
+        preamble = f"""
+        long floor_div(long a, long b) {{ return a >= 0 ? a / b : -((-a + b - 1) / b); }}
+        long tiles(long centre, long support, long tile) {{
+            const long origin = {self.grid_size // 2} - tile / 2;
+            return floor_div(centre + support - origin, tile) - floor_div(centre - support - origin, tile) + 1;
+        }}
+        long entries(int4 p, __global const int *supports) {{
+            const long s = supports[p.w & 0x7fffffff];
+            return s <= {t["window_support"]} ? 1 : tiles(p.x, s, {t["tile_u"]}) * tiles(p.y, s, {t["tile_v"]});
+        }}"""
+        return DeviceSum.of(self.queue.context, np.int64, "entries(packed[i], supports)",
+                            "__global const int4 *packed, __global const int *supports", preamble)
 
-    def arrange(self, plan, samples):
-        """By w-plane when ``plane_order`` (seed 003 §3.6): neighbours read the same kernel plane."""
-        if not self.tuning["plane_order"]:
-            return plan
-        small = self.kernels.num_planes <= np.iinfo(np.int16).max   # int16 keys sort by radix: 2x faster
-        return plan.take(np.argsort(plan.plane.astype(np.int16) if small else plan.plane, kind="stable"))
+    def max_entries(self, packed: cl.Buffer, num_vis: int) -> int:
+        """Entries the sort writes when every visibility is tiled (counted on the device)."""
+        return int(self.entry_count(self.queue, num_vis, packed, self.device_kernels.supports).get())
 
-    def upload(self, plan, samples) -> TiledDevicePlan:
-        """The (arranged) plan and the sort's buffers."""
+    def arrange(self, plan, npol: int) -> TiledDevicePlan:
+        """The plan, by w-plane when ``plane_order``, and the sort's buffers, all on the device."""
         t = self.tuning
-        base = super().upload(plan, samples)
-        max_entries = self.max_entries(plan)
+        n = plan.num_kept
+        if t["plane_order"]:
+            packed, source, _ = self.plane_sort(plan.packed.data, plan.sample.data, n)
+        else:
+            packed, source = plan.packed.data, plan.sample.data
+        max_entries = self.max_entries(packed, n)
         if max_entries + t["groups_per_cu"] * self.facts.compute_units * max(t["chunk"], t["central_chunk"]) \
                 >= INT32_MAX:
             raise ValueError(f"tiled: {max_entries} tile entries overflow 32-bit offsets; grid fewer "
                              f"visibilities per call or use larger tiles")
-        untiled = 1 if self.tiles_everything else plan.num_kept
+        untiled = 1 if self.tiles_everything else n
         complex_size = np.dtype(self.complex_dtype).itemsize
 
         def buffer(nbytes):
             return cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
 
         return TiledDevicePlan(
-            base.packed, base.vis, base.num_vis,
+            packed, None, n, source,
             box=buffer(16), tally=buffer(4 * (self.num_buckets + 1)), offsets=buffer(4 * (self.num_buckets + 1)),
             untiled_tally=buffer(4), entries=buffer(16 * max_entries if t["sort_copies_plan"] else 4),
             entry_vis_bucket=buffer(8 * max_entries),
-            untiled_plan=buffer(16 * untiled), untiled_vis=buffer(complex_size * plan.npol * untiled),
+            untiled_plan=buffer(16 * untiled), untiled_vis=buffer(complex_size * npol * untiled),
             taken={part: buffer(4) for part in PARTS}, max_entries=max_entries)
 
     # -- stages ---------------------------------------------------------------
@@ -262,7 +291,7 @@ class TiledGridding(Strategy):
         cl.enqueue_copy(self.queue, count, plan.untiled_tally).wait()
         if not count[0]:
             return []
-        untiled = DevicePlan(plan.untiled_plan, plan.untiled_vis, int(count[0]))
+        untiled = DevicePlan(plan.untiled_plan, plan.untiled_vis, int(count[0]), plan.untiled_plan)
         return self.untiled_strategy.grid(untiled, npol, grid_buffer)
 
     def grid(self, plan: TiledDevicePlan, npol: int, grid_buffer, wait_for=None) -> list:

@@ -1,0 +1,120 @@
+"""Host arrays to and from a discrete device at the bus's speed, through pinned staging.
+
+A copy from a pageable numpy array runs at a fraction of what the bus carries: on the
+H100 machine (BENCHMARKS.md, ``benchmarks/transfers.py``) 7-8 GB/s pageable against
+54 GB/s from pinned (ALLOC_HOST_PTR, mapped) memory, and 3 GB/s into a fresh array
+whose pages fault in one by one.  So a `Staging` keeps two pinned buffers and moves
+an array piece by piece: a piece is copied between the caller's array and one
+pinned buffer on several host threads (numpy copies release the GIL: 42 GB/s on 16
+cores there) while the other buffer's piece crosses the bus.  Devices that share the
+host's memory (CPUs: PoCL, Intel's runtime) gain nothing from it and copy directly.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+__all__ = ["Staging", "to_device_array"]
+
+# Pieces of 64 MiB: each costs about 0.7 ms of thread dispatch on the H100 machine, so smaller
+# pieces lose more than the overlap gains (16 MiB: 32 ms for a whole grid() call, 64 MiB: 22 ms).
+PIECE_BYTES = 64 * 2 ** 20
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max(1, min(16, os.cpu_count() or 1)), thread_name_prefix="clgrid-copy")
+        return _pool
+
+
+def _parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[:] = src`` (1-D byte views of equal size) on the copy threads."""
+    pool = _threads()
+    parts = pool._max_workers
+    bounds = np.linspace(0, dst.size, parts + 1).astype(np.int64)
+    futures = [pool.submit(np.copyto, dst[a:b], src[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    for f in futures:
+        f.result()
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+class Staging:
+    """Two pinned buffers of ``piece`` bytes (128 MiB of pinned host memory by default) on
+    ``queue``'s context, for `upload` and `download`."""
+
+    def __init__(self, queue: cl.CommandQueue, piece: int = PIECE_BYTES):
+        self.queue = queue
+        self.piece = int(piece)
+        self._lock = threading.Lock()
+        flags = cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR
+        self._buffers = [cl.Buffer(queue.context, flags, self.piece) for _ in range(2)]
+        self._host = [cl.enqueue_map_buffer(queue, b, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            (self.piece,), np.uint8)[0] for b in self._buffers]
+
+    @staticmethod
+    def worth_it(device) -> bool:
+        """Only for GPUs with memory of their own (not for CPUs, nor for simulators such as
+        Oclgrind that call themselves every type at once)."""
+        return device.type == cl.device_type.GPU and not device.host_unified_memory
+
+    def upload(self, host: np.ndarray, buffer: cl.Buffer) -> None:
+        """Copy the C-contiguous ``host`` into the start of ``buffer``; returns when done."""
+        src = _bytes(np.ascontiguousarray(host))
+        with self._lock:
+            pending = [None, None]
+            for i, start in enumerate(range(0, src.size, self.piece)):
+                slot = i % 2
+                if pending[slot] is not None:
+                    pending[slot].wait()
+                n = min(self.piece, src.size - start)
+                _parallel_copy(self._host[slot][:n], src[start:start + n])
+                pending[slot] = cl.enqueue_copy(self.queue, buffer, self._host[slot][:n], dst_offset=start,
+                                                is_blocking=False)
+            for event in pending:
+                if event is not None:
+                    event.wait()
+
+    def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None) -> None:
+        """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done."""
+        dst = _bytes(host)
+        with self._lock:
+            starts = list(range(0, dst.size, self.piece))
+            events = {}
+
+            def fetch(i):
+                n = min(self.piece, dst.size - starts[i])
+                events[i] = cl.enqueue_copy(self.queue, self._host[i % 2][:n], buffer, src_offset=starts[i],
+                                            is_blocking=False, wait_for=wait_for)
+
+            if starts:
+                fetch(0)
+            for i, start in enumerate(starts):
+                if i + 1 < len(starts):
+                    fetch(i + 1)                          # the next piece crosses while this one is copied
+                events[i].wait()
+                n = min(self.piece, dst.size - start)
+                _parallel_copy(dst[start:start + n], self._host[i % 2][:n])
+
+
+def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:
+    """``host`` as a new device array, through ``staging`` when there is one."""
+    host = np.ascontiguousarray(host)
+    if staging is None:
+        return cla.to_device(queue, host)
+    out = cla.empty(queue, host.shape, host.dtype)
+    if host.nbytes:
+        staging.upload(host, out.data)
+    return out

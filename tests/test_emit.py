@@ -1,0 +1,23 @@
+"""`clgrid emit` writes, for every method and direction, the very source the strategy builds."""
+
+import pytest
+
+import clgrid
+from clgrid.binaries import emit_program
+from clgrid.runtime import device_facts
+from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
+
+N, CELL = 64, 4e-3
+
+
+@pytest.mark.parametrize("kind,method", [("grid", m) for m in GRIDDING_METHODS] +
+                         [("degrid", m) for m in DEGRIDDING_METHODS])
+def test_emitted_source_is_what_the_strategy_builds(queue, tmp_path, kind, method):
+    stack = clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=50, num_planes=3, oversample=4,
+                                            max_support=5)
+    strategy_class = (GRIDDING_METHODS if kind == "grid" else DEGRIDDING_METHODS)[method]
+    operator = (clgrid.Gridder if kind == "grid" else clgrid.Degridder)(N, CELL, stack, **spelling(kind, method),
+                                                                        device=queue)
+    source, _ = emit_program(strategy_class, device_facts(queue.device), "single", 2, N, stack,
+                             tmp_path / "p.cl", operator.strategy.tuning)
+    assert source.read_text() == operator.strategy._source(2)[0]
