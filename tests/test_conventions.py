@@ -164,10 +164,6 @@ def test_point_source_from_antenna_positions_lands_on_its_pixel(simulated, kind)
     assert mirrored.max() < 0.5 * image.max()
 
 
-@pytest.mark.xfail(strict=True, reason="the W-projection path (KernelStack, Gridder, reference) takes "
-                   "V = exp(-2 pi i (u l + v m + w (n - 1))), vis2dirty and ducc0 the opposite w sign, so "
-                   "clgrid.io's data defocus there: for the Gridder's owner (issue 14) to decide "
-                   "(measured by benchmarks/image_errors.py)")
 def test_w_projection_focuses_what_vis2dirty_focuses(rng):
     """One point source off centre with large w: its visibilities in vis2dirty's convention
     must peak higher in the W-projection image than the same with w reversed."""
