@@ -23,12 +23,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clgrid import bench, Gridder  # noqa: E402
-from clgrid.strategies import GRIDDING_METHODS  # noqa: E402
+from clgrid.strategies import GRIDDING_METHODS, spelling  # noqa: E402
 
 
 def identical_runs(workload, device, method, precision, deterministic) -> bool:
     """Whether two gridding runs of the whole workload give the same bits."""
-    gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, method=method, device=device,
+    gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, **spelling("grid", method), device=device,
                       precision=precision, on_dropped="ignore", deterministic=deterministic)
     first = gridder.grid(workload.uvw, workload.vis)
     return bool(np.array_equal(first.view(np.uint8), gridder.grid(workload.uvw, workload.vis).view(np.uint8)))
