@@ -171,7 +171,7 @@ def test_nvidia_buffers_are_capped_at_8_gib_and_a_bigger_grid_is_refused(queue, 
     stack = clgrid.KernelStack.w_projection(grid_size=64, cell_size=1e-3, w_max=10, num_planes=2, oversample=4,
                                             max_support=3)
     gridder = clgrid.Gridder(64, 1e-3, stack, method="atomic", device=queue)
-    monkeypatch.setattr(gridder.strategy, "facts", runtime.device_facts(fake_device("NVIDIA CUDA", 21e9)))
+    monkeypatch.setattr(gridder, "facts", runtime.device_facts(fake_device("NVIDIA CUDA", 21e9)))
     monkeypatch.setattr(gridder, "grid_size", 18000)
     with pytest.raises(clgrid.errors.DeviceCapabilityError, match="needs 9.66 GiB.*8.00 GiB per buffer"):
         gridder._check_grid_fits(4)
