@@ -2,8 +2,9 @@
 
 ``device=`` anywhere in clgrid accepts a pyopencl Device, Context or CommandQueue,
 a string matched against platform and device names ("pocl", "nvidia", "cpu",
-"gpu", "H100"), or None.  None means ``$CLGRID_DEVICE`` if set, else the first GPU,
-else PoCL, else whatever device exists.  One context and one profiling queue are
+"gpu", "H100"; a last word ``#k`` picks the k-th match from 0, "gpu #1": one of
+several equal GPUs, one per Dask worker), or None.  None means ``$CLGRID_DEVICE`` if
+set, else the first GPU, else PoCL, else whatever device exists.  One context and one profiling queue are
 kept per device, so programs built for it are shared by every gridder.
 """
 
@@ -144,11 +145,19 @@ def select_device(spec=None):
         raise TypeError(f"device must be None, a string or a pyopencl Device/Context/CommandQueue, "
                         f"got {type(spec).__name__}")
     words = spec.lower().split()
+    index = 0
+    if words and words[-1].startswith("#"):      # "gpu #2": the third match (one device per worker)
+        if not words[-1][1:].isdigit():
+            raise ValueError(f"device {spec!r}: '#' must be followed by a device index, as in 'gpu #1'")
+        index = int(words.pop()[1:])
     matches = [d for d in found if all(w in _description(d) for w in words)]
     if not matches:
         names = "; ".join(f"{d.platform.name}: {d.name}" for d in found)
         raise DeviceCapabilityError(f"no OpenCL device matches {spec!r}; devices here: {names}")
-    return matches[0]
+    if index >= len(matches):
+        raise DeviceCapabilityError(f"device {spec!r}: only {len(matches)} OpenCL device(s) match "
+                                    f"{' '.join(words)!r} (indices from #0)")
+    return matches[index]
 
 
 def get_queue(spec=None) -> cl.CommandQueue:
