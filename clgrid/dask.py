@@ -30,6 +30,7 @@ to the rounding of the grid's precision (tested to 1e-5 relative in single).  Wi
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import uuid
 import warnings
@@ -44,11 +45,12 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 from .degridder import Degridder
-from .errors import EmptyInputWarning
+from .errors import DeviceCapabilityError, EmptyInputWarning
 from .gridder import Gridder
 from .kernels import KernelStack
+from .runtime import devices, matching_devices
 
-__all__ = ["grid", "degrid", "clear_cache", "cached_operators", "kernel_token", "tree_sum"]
+__all__ = ["grid", "degrid", "assign_devices", "clear_cache", "cached_operators", "kernel_token", "tree_sum"]
 
 CACHED_OPERATORS = 8        # per worker process: each holds a device grid and its programs
 _operators: OrderedDict = OrderedDict()
@@ -89,7 +91,7 @@ def _stack(token: str, fields: tuple) -> KernelStack:
 def _operator(cls, token: str, fields: tuple, options: dict):
     """The worker's operator for this geometry, method, precision and device: built on first
     use, then kept (at most CACHED_OPERATORS, least recently used dropped)."""
-    key = (cls.__name__, token, tuple(sorted(options.items())))
+    key = (cls.__name__, token, tuple(sorted(options.items())), os.environ.get("CLGRID_DEVICE"))
     with _lock:
         operator = _operators.get(key)
         if operator is not None:
@@ -122,6 +124,41 @@ def cached_operators() -> list:
     """Descriptions of this process's cached operators: (class, method, precision, device name)."""
     with _lock:
         return [(type(op).__name__, op.method, op.precision, op.device.name.strip()) for op in _operators.values()]
+
+
+def _take_device(device: str, rank: int) -> tuple:
+    """On a worker: make the ``rank % count``-th device matching ``device`` on this host the
+    worker's ``$CLGRID_DEVICE`` (dropping operators on another); ``(spec, device name, count)``."""
+    matches = matching_devices(device)
+    if not matches:
+        raise DeviceCapabilityError(f"no OpenCL device matches {device!r} on this worker; devices here: "
+                                    + "; ".join(f"{d.platform.name}: {d.name}" for d in devices()))
+    spec = f"{device} #{rank % len(matches)}"
+    os.environ["CLGRID_DEVICE"] = spec
+    clear_cache()
+    return spec, matches[rank % len(matches)].name.strip(), len(matches)
+
+
+def assign_devices(client, device: str = "gpu") -> dict:
+    """Give each worker of ``client`` a device of its own among those matching ``device`` on
+    its host ("gpu": one GPU per worker), by setting its ``$CLGRID_DEVICE`` to
+    ``"<device> #k"``, k its rank among the workers of that host; returns ``{worker address:
+    (spec, device name)}``.  Warns where a host has more workers than devices (they share).
+    A restarted worker starts from its environment again: call it again after restarts, or
+    set ``CLGRID_DEVICE`` in each worker's environment instead (README)."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    hosts: dict = {}
+    for address in sorted(workers):
+        hosts.setdefault(workers[address]["host"], []).append(address)
+    assigned = {}
+    for host, addresses in hosts.items():
+        for rank, address in enumerate(addresses):
+            spec, name, count = client.run(_take_device, device, rank, workers=[address])[address]
+            assigned[address] = (spec, name)
+        if len(addresses) > count:
+            warnings.warn(f"{host}: {len(addresses)} workers share {count} device(s) matching {device!r}",
+                          stacklevel=2)
+    return assigned
 
 
 def _where(index: int, rows: tuple) -> str:

@@ -21,7 +21,7 @@ import pyopencl as cl
 
 from .errors import DeviceCapabilityError
 
-__all__ = ["devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts",
+__all__ = ["devices", "matching_devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts",
            "register_pip_icds", "INTEL_CPU_RUNTIME", "is_intel_cpu_runtime"]
 
 _queues: dict = {}
@@ -122,6 +122,13 @@ def _description(device) -> str:
                      cl.device_type.to_string(device.type)]).lower()
 
 
+def matching_devices(spec: str, found=None) -> list:
+    """The devices whose platform and device names, vendors and type contain every word of
+    ``spec`` (case-insensitive), in platform order: what ``"spec #k"`` indexes."""
+    words = spec.lower().split()
+    return [d for d in (devices() if found is None else found) if all(w in _description(d) for w in words)]
+
+
 def select_device(spec=None):
     """Resolve ``spec`` (see module docstring) to one pyopencl Device."""
     if isinstance(spec, cl.CommandQueue):
@@ -150,7 +157,7 @@ def select_device(spec=None):
         if not words[-1][1:].isdigit():
             raise ValueError(f"device {spec!r}: '#' must be followed by a device index, as in 'gpu #1'")
         index = int(words.pop()[1:])
-    matches = [d for d in found if all(w in _description(d) for w in words)]
+    matches = matching_devices(" ".join(words), found)
     if not matches:
         names = "; ".join(f"{d.platform.name}: {d.name}" for d in found)
         raise DeviceCapabilityError(f"no OpenCL device matches {spec!r}; devices here: {names}")

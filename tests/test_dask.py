@@ -9,6 +9,7 @@ devices, and every call passes ``device=None``.
 """
 
 import concurrent.futures
+import contextlib
 import os
 
 import numpy as np
@@ -155,3 +156,20 @@ def test_arguments_are_refused_by_name(kernels, queue, rng):
         cd.grid(chunked(uvw), vis[:-1], **common)
     with pytest.raises(ValueError, match="grid must be a complex array"):
         cd.degrid(np.zeros((1, N, N)), chunked(uvw), **common)
+
+
+def test_assign_devices_gives_each_worker_a_device_by_index(client, queue, kernels, rng):
+    device = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
+    count = len(clgrid.runtime.matching_devices(device))
+    try:
+        with pytest.warns(UserWarning, match="workers share") if count < 2 else contextlib.nullcontext():
+            assigned = cd.assign_devices(client, device)
+        assert sorted(spec for spec, _ in assigned.values()) == [f"{device} #{k % count}" for k in range(2)]
+        environment = client.run(lambda: os.environ.get("CLGRID_DEVICE"))
+        assert set(environment.values()) == {spec for spec, _ in assigned.values()}
+        uvw, vis, _, _ = observation(rng, npol=1)
+        cd.grid(chunked(uvw), vis, None, None, FREQS, grid_size=N, cell_size=CELL, kernels=kernels)
+        used = {op[3] for ops in client.run(cd.cached_operators).values() for op in ops}
+        assert used <= {name for _, name in assigned.values()} and used
+    finally:
+        client.run(lambda: os.environ.update(CLGRID_DEVICE=device))
