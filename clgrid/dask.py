@@ -91,7 +91,7 @@ def _stack(token: str, fields: tuple) -> KernelStack:
 def _operator(cls, token: str, fields: tuple, options: dict):
     """The worker's operator for this geometry, method, precision and device: built on first
     use, then kept (at most CACHED_OPERATORS, least recently used dropped)."""
-    key = (cls.__name__, token, tuple(sorted(options.items())), os.environ.get("CLGRID_DEVICE"))
+    key = (cls.__name__, token, repr(sorted(options.items())), os.environ.get("CLGRID_DEVICE"))
     with _lock:
         operator = _operators.get(key)
         if operator is not None:
@@ -285,14 +285,14 @@ def _row_chunks(uvw):
     return rows
 
 
-def _blocks(a, name: str, rows: tuple, nrow: int, leading: int) -> list:
+def _blocks(a, rows: tuple, nrow: int, leading: int) -> list:
     """One piece of ``a`` per row chunk: a dask or numpy array with ``nrow`` rows and at
     least ``leading`` axes is split as ``uvw`` is; anything else (None, or a small array
     that broadcasts, such as weights per channel) goes whole to every task."""
     if a is None:
         return [None] * len(rows)
     shape = a.shape if isinstance(a, da.Array) else np.shape(a)
-    if len(shape) < leading or shape[0] != nrow or (nrow == 1 and len(shape) == 0):
+    if len(shape) < leading or shape[0] != nrow:
         if isinstance(a, da.Array):
             a = a.compute()
         return [a] * len(rows)
@@ -330,16 +330,15 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
     stack = _shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
     options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation,
                        deterministic=bool(deterministic))
-    if isinstance(vis, da.Array) or np.ndim(vis) >= leading:
-        vis_shape = vis.shape if isinstance(vis, da.Array) else np.shape(vis)
-        if vis_shape[:leading] != uvw.shape[:-1]:
-            raise ValueError(f"vis of shape {vis_shape} does not match uvw of shape {uvw.shape}: its leading "
-                             f"axes must be uvw's {uvw.shape[:-1]}")
+    vis_shape = vis.shape if isinstance(vis, da.Array) else np.shape(vis)
+    if vis_shape[:leading] != uvw.shape[:-1]:
+        raise ValueError(f"vis of shape {vis_shape} does not match uvw of shape {uvw.shape}: its leading "
+                         f"axes must be uvw's {uvw.shape[:-1]}")
     freqs = None if freqs is None else np.asarray(freqs, np.float64)
     parts = [dask.delayed(_grid_chunk, pure=False)(u, v, w, f, stack, i, where, token, options, freqs)
              for i, (u, v, w, f, where) in enumerate(zip(
-                 _blocks(uvw, "uvw", rows, nrow, leading), _blocks(vis, "vis", rows, nrow, leading),
-                 _blocks(weights, "weights", rows, nrow, leading), _blocks(flags, "flags", rows, nrow, leading),
+                 _blocks(uvw, rows, nrow, leading), _blocks(vis, rows, nrow, leading),
+                 _blocks(weights, rows, nrow, leading), _blocks(flags, rows, nrow, leading),
                  _bounds(rows)))]
     total = tree_sum(parts, dask.delayed(_add, pure=False))
     if not compute:
@@ -393,8 +392,8 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
     tail = ((freqs.size,) if freqs is not None else ()) + (grid.shape[0],)
     dtype = np.complex128 if precision == "double" else np.complex64
     pieces = []
-    for i, (u, f, where) in enumerate(zip(_blocks(uvw, "uvw", rows, nrow, leading),
-                                          _blocks(flags, "flags", rows, nrow, leading), _bounds(rows))):
+    for i, (u, f, where) in enumerate(zip(_blocks(uvw, rows, nrow, leading),
+                                          _blocks(flags, rows, nrow, leading), _bounds(rows))):
         task = dask.delayed(_degrid_chunk, pure=False)(model, u, f, stack, i, where, token, options, freqs)
         pieces.append(da.from_delayed(task, shape=(where[1] - where[0],) + uvw.shape[1:-1] + tail, dtype=dtype))
     return da.concatenate(pieces, axis=0)

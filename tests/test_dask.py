@@ -37,6 +37,7 @@ def client():
                                        env={"CLGRID_DEVICE": device})
     client = distributed.Client(cluster)
     yield client
+    cd.clear_cache()          # releases the kernel stack scattered to the workers
     client.close()
     cluster.close()
 
