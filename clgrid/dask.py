@@ -29,6 +29,7 @@ to the rounding of the grid's precision (tested to 1e-5 relative in single).  Wi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -41,6 +42,7 @@ import numpy as np
 try:
     import dask
     import dask.array as da
+    from dask.delayed import Delayed
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
@@ -48,13 +50,16 @@ from .degridder import Degridder
 from .errors import DeviceCapabilityError, EmptyInputWarning
 from .gridder import Gridder
 from .kernels import KernelStack
+from .operation import BYTES_PER_SAMPLE
 from .runtime import devices, matching_devices
 
-__all__ = ["grid", "degrid", "assign_devices", "clear_cache", "cached_operators", "kernel_token", "tree_sum"]
+__all__ = ["grid", "degrid", "assign_devices", "clear_cache", "cached_operators", "cached_plans", "kernel_token", "tree_sum"]
 
 CACHED_OPERATORS = 8        # per worker process: each holds a device grid and its programs
 _operators: OrderedDict = OrderedDict()
 _kernel_stacks: dict = {}
+_plans: OrderedDict = OrderedDict()   # keep_plans: (chunk key, geometry, context) -> Plan
+_plan_counts = {"made": 0, "reused": 0}
 _scattered: dict = {}       # on the client: (client id, name) -> Future of a kernel stack
 _lock = threading.Lock()
 
@@ -110,13 +115,15 @@ def _operator(cls, token: str, fields: tuple, options: dict):
 
 
 def clear_cache() -> int:
-    """Drop this process's operators and kernel stacks (``client.run(clgrid.dask.clear_cache)``
+    """Drop this process's operators, kept plans and kernel stacks (``client.run(clgrid.dask.clear_cache)``
     frees them on every worker); returns how many operators were dropped."""
     with _lock:
         count = len(_operators)
         _operators.clear()
         _kernel_stacks.clear()
         _scattered.clear()
+        _plans.clear()
+        _plan_counts.update(made=0, reused=0)
     return count
 
 
@@ -124,6 +131,13 @@ def cached_operators() -> list:
     """Descriptions of this process's cached operators: (class, method, precision, device name)."""
     with _lock:
         return [(type(op).__name__, op.method, op.precision, op.device.name.strip()) for op in _operators.values()]
+
+
+def cached_plans() -> dict:
+    """This process's chunk plans (``keep_plans=True``): how many it keeps, and how many
+    it has made and reused since the last `clear_cache`."""
+    with _lock:
+        return dict(_plan_counts, kept=len(_plans))
 
 
 def _take_device(device: str, rank: int) -> tuple:
@@ -161,34 +175,78 @@ def assign_devices(client, device: str = "gpu") -> dict:
     return assigned
 
 
-def _where(index: int, rows: tuple) -> str:
+def _where(chunk: tuple) -> str:
+    index, rows = chunk[:2]
     return f"clgrid.dask: chunk {index}, rows {rows[0]}:{rows[1]}"
 
 
-def _grid_chunk(uvw, vis, weights, flags, kernels, index, rows, token, options, freqs):
+def _positions(operator, chunk: tuple, uvw, flags, freqs) -> tuple:
+    """``(positions, flags, freqs)`` for the operator's call: the chunk's kept `Plan` where
+    ``keep_plans`` gave it a key (made on first use; gridders and degridders of the same
+    geometry on the worker share it), else uvw with its flags and freqs to plan in the call."""
+    plan_key = chunk[2]
+    if plan_key is None:
+        return uvw, flags, freqs
+    geometry = operator.geometry
+    key = (plan_key, id(geometry.kernels), geometry.grid_size, geometry.cell_size, geometry.interpolation,
+           geometry.time_block, operator.context.int_ptr)
+    with _lock:
+        plan = _plans.get(key)
+        if plan is not None:
+            _plans.move_to_end(key)
+            _plan_counts["reused"] += 1
+            return plan, None, None
+    plan = operator.plan(uvw, freqs, flags)
+    budget = operator.facts.global_memory // 4          # plans may take a quarter of the device
+    with _lock:
+        _plans[key] = plan
+        _plan_counts["made"] += 1
+        while len(_plans) > 1 and sum(p.num_samples for p in _plans.values()) * BYTES_PER_SAMPLE > budget:
+            _plans.popitem(last=False)
+    return plan, None, None
+
+
+def _grid_chunk(uvw, vis, weights, flags, kernels, chunk, token, options, freqs):
     """One task: grid one chunk; returns ``(grid, report)``."""
     gridder = _operator(Gridder, token, kernels, options)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmptyInputWarning)   # the caller warns for the whole set
-            return gridder.grid(uvw, vis, weights, flags, freqs, return_report=True)
+            positions, flags, freqs = _positions(gridder, chunk, uvw, flags, freqs)
+            return gridder.grid(positions, vis, weights, flags, freqs, return_report=True)
     except Exception as error:
         if hasattr(error, "add_note"):
-            error.add_note(_where(index, rows))
+            error.add_note(_where(chunk))
         raise
 
 
-def _degrid_chunk(model, uvw, flags, kernels, index, rows, token, options, freqs):
+def _degrid_chunk(model, uvw, flags, kernels, chunk, token, options, freqs):
     """One task: degrid one chunk's visibilities from the model grid."""
     degridder = _operator(Degridder, token, kernels, options)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmptyInputWarning)
-            return degridder.degrid(model, uvw, flags, freqs)
+            positions, flags, freqs = _positions(degridder, chunk, uvw, flags, freqs)
+            return degridder.degrid(model, positions, flags, freqs)
     except Exception as error:
         if hasattr(error, "add_note"):
-            error.add_note(_where(index, rows))
+            error.add_note(_where(chunk))
         raise
+
+
+def _chunks(rows: tuple, uvw_blocks: list, flag_blocks: list, freqs, keep_plans: bool) -> list:
+    """``(index, (first row, end row), plan key or None)`` per chunk.  The plan key names the
+    chunk's positions by the Dask keys of its uvw and flags blocks (content-derived for
+    `dask.array.from_array` and readers alike) and the frequencies."""
+    starts = np.concatenate([[0], np.cumsum(rows)]).astype(int)
+    out = []
+    for i, (u, f) in enumerate(zip(uvw_blocks, flag_blocks)):
+        key = None
+        if keep_plans:
+            flag_key = f.key if isinstance(f, Delayed) else dask.base.tokenize(f)
+            key = (str(u.key), str(flag_key), dask.base.tokenize(freqs))
+        out.append((i, (int(starts[i]), int(starts[i + 1])), key))
+    return out
 
 
 def _add(a: tuple, b: tuple) -> tuple:
@@ -257,6 +315,20 @@ def _shared(name: str, value, keep: bool = False):
     return future
 
 
+def _placed(chunk: tuple, keep_plans: bool):
+    """With ``keep_plans`` on a distributed cluster, chunk i prefers worker i mod n (by
+    address), so that later calls tend to find its plan there.  A preference, not a
+    restriction: Dask may still move it (work stealing, a worker gone), and a task pinned
+    to a lost worker would wait for ever."""
+    client = _client() if keep_plans else None
+    if client is None:
+        return contextlib.nullcontext()
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        return contextlib.nullcontext()
+    return dask.annotate(workers=[workers[chunk[0] % len(workers)]], allow_other_workers=True)
+
+
 def _check_device(device):
     if device is not None and not isinstance(device, str):
         raise TypeError(f"device must be None or a device name (str) that each worker resolves, got "
@@ -302,15 +374,11 @@ def _blocks(a, rows: tuple, nrow: int, leading: int) -> list:
     return list(a.to_delayed().reshape(len(rows)))
 
 
-def _bounds(rows: tuple) -> list:
-    starts = np.concatenate([[0], np.cumsum(rows)]).astype(int)
-    return [(int(starts[i]), int(starts[i + 1])) for i in range(len(rows))]
-
-
 def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell_size: float,
          kernels: KernelStack, method: str = "auto", precision: str = "single", deterministic: bool = False,
          device: str | None = None, tuning: dict | None = None, on_dropped: str = "warn",
-         interpolation: str = "nearest", return_report: bool = False, compute: bool = True):
+         interpolation: str = "nearest", keep_plans: bool = False, return_report: bool = False,
+         compute: bool = True):
     """Grid visibilities chunked along rows over Dask; returns the summed ``(npol, N, N)`` grid.
 
     Arguments as for `clgrid.Gridder` and `Gridder.grid`.  ``uvw`` is a dask array whose
@@ -322,6 +390,12 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
     result is bit-identical from run to run for the same chunking (module docstring).
     With ``return_report=True`` returns ``(grid, report)``, the counts and ``norm`` summed
     over chunks.  ``compute=False`` returns a `dask.delayed` of ``(grid, report)`` instead.
+    ``keep_plans=True`` keeps each chunk's `Plan` on its worker, named by the Dask keys of
+    its uvw and flags blocks, for later calls on the same chunks (major cycles: `degrid`
+    with ``keep_plans=True`` uses the same plans): a chunk is planned at most once per
+    worker; on a distributed cluster chunk i prefers worker i mod n (sorted by address)
+    so later calls tend to find its plan.  Kept plans take at most a quarter of the
+    device's memory per worker, least recently used dropped.
     """
     rows = _row_chunks(uvw)
     nrow, leading = uvw.shape[0], uvw.ndim - 1
@@ -335,11 +409,12 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
         raise ValueError(f"vis of shape {vis_shape} does not match uvw of shape {uvw.shape}: its leading "
                          f"axes must be uvw's {uvw.shape[:-1]}")
     freqs = None if freqs is None else np.asarray(freqs, np.float64)
-    parts = [dask.delayed(_grid_chunk, pure=False)(u, v, w, f, stack, i, where, token, options, freqs)
-             for i, (u, v, w, f, where) in enumerate(zip(
-                 _blocks(uvw, rows, nrow, leading), _blocks(vis, rows, nrow, leading),
-                 _blocks(weights, rows, nrow, leading), _blocks(flags, rows, nrow, leading),
-                 _bounds(rows)))]
+    uvw_blocks, flag_blocks = _blocks(uvw, rows, nrow, leading), _blocks(flags, rows, nrow, leading)
+    parts = []
+    for u, v, w, f, chunk in zip(uvw_blocks, _blocks(vis, rows, nrow, leading), _blocks(weights, rows, nrow, leading),
+                                 flag_blocks, _chunks(rows, uvw_blocks, flag_blocks, freqs, keep_plans)):
+        with _placed(chunk, keep_plans):
+            parts.append(dask.delayed(_grid_chunk, pure=False)(u, v, w, f, stack, chunk, token, options, freqs))
     total = tree_sum(parts, dask.delayed(_add, pure=False))
     if not compute:
         return total
@@ -364,7 +439,8 @@ def _warn_left_out(report: dict, on_dropped: str, done: str) -> None:
 
 def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: float, kernels: KernelStack,
            method: str = "auto", precision: str = "single", device: str | None = None,
-           tuning: dict | None = None, on_dropped: str = "warn", interpolation: str = "nearest"):
+           tuning: dict | None = None, on_dropped: str = "warn", interpolation: str = "nearest",
+           keep_plans: bool = False):
     """Degrid ``grid`` (npol, N, N) at ``uvw`` over Dask; returns a lazy dask array of
     visibilities ``uvw.shape[:-1] (+ (nchan,)) + (npol,)`` chunked along rows as ``uvw``.
 
@@ -373,7 +449,7 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
     distributed cluster, else one node of the graph.  Each task plans and degrids its
     chunk with the worker's kept `Degridder`; degridding is deterministic, so the result
     equals the single-process call's.  Dropped samples come back as 0 (on_dropped="raise"
-    makes them an error in the task that meets them).
+    makes them an error in the task that meets them).  ``keep_plans`` as for `grid`.
     """
     rows = _row_chunks(uvw)
     nrow, leading = uvw.shape[0], uvw.ndim - 1
@@ -392,9 +468,11 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
     tail = ((freqs.size,) if freqs is not None else ()) + (grid.shape[0],)
     dtype = np.complex128 if precision == "double" else np.complex64
     pieces = []
-    for i, (u, f, where) in enumerate(zip(_blocks(uvw, rows, nrow, leading),
-                                          _blocks(flags, rows, nrow, leading), _bounds(rows))):
-        task = dask.delayed(_degrid_chunk, pure=False)(model, u, f, stack, i, where, token, options, freqs)
-        pieces.append(da.from_delayed(task, shape=(where[1] - where[0],) + uvw.shape[1:-1] + tail, dtype=dtype))
+    uvw_blocks, flag_blocks = _blocks(uvw, rows, nrow, leading), _blocks(flags, rows, nrow, leading)
+    for u, f, chunk in zip(uvw_blocks, flag_blocks, _chunks(rows, uvw_blocks, flag_blocks, freqs, keep_plans)):
+        with _placed(chunk, keep_plans):
+            task = dask.delayed(_degrid_chunk, pure=False)(model, u, f, stack, chunk, token, options, freqs)
+        first, end = chunk[1]
+        pieces.append(da.from_delayed(task, shape=(end - first,) + uvw.shape[1:-1] + tail, dtype=dtype))
     return da.concatenate(pieces, axis=0)
 

@@ -174,3 +174,24 @@ def test_assign_devices_gives_each_worker_a_device_by_index(client, queue, kerne
         assert used <= {name for _, name in assigned.values()} and used
     finally:
         client.run(lambda: os.environ.update(CLGRID_DEVICE=device))
+
+
+def test_kept_plans_serve_later_calls_and_the_degridder(client, queue, kernels, rng):
+    """A chunk is planned at most once per worker, by gridders and degridders alike (Dask
+    may move a chunk to the other worker, so at most twice here), and the results are
+    those of planning in each call."""
+    uvw, vis, weights, flags = observation(rng)
+    model = (rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))).astype(np.complex64)
+    client.run(cd.clear_cache)
+    rest = (chunked(weights), chunked(flags), FREQS)
+    common = dict(grid_size=N, cell_size=CELL, kernels=kernels, keep_plans=True)
+    expected = clgrid.Gridder(N, CELL, kernels, device=queue).grid(uvw, vis, weights, flags, FREQS)
+    first = cd.grid(chunked(uvw), chunked(vis), *rest, **common)
+    second = cd.grid(chunked(uvw), chunked(2 * vis), *rest, **common)        # new values, same positions
+    predicted = cd.degrid(model, chunked(uvw), chunked(flags), FREQS, **common).compute()
+    counts = list(client.run(cd.cached_plans).values())
+    made, reused = sum(c["made"] for c in counts), sum(c["reused"] for c in counts)
+    assert made + reused == 15 and 5 <= made <= 10 and sum(c["kept"] for c in counts) == made
+    assert relative_error(first, expected) <= 1e-5 and relative_error(second, 2 * expected) <= 1e-5
+    np.testing.assert_array_equal(predicted, clgrid.Degridder(N, CELL, kernels, device=queue).degrid(
+        model, uvw, flags, FREQS))
