@@ -53,7 +53,8 @@ from .kernels import KernelStack
 from .operation import BYTES_PER_SAMPLE
 from .runtime import devices, matching_devices
 
-__all__ = ["grid", "degrid", "assign_devices", "clear_cache", "cached_operators", "cached_plans", "kernel_token", "tree_sum"]
+__all__ = ["grid", "degrid", "assign_devices", "clear_cache", "cached_operators", "cached_plans", "kernel_token",
+           "tree_sum"]
 
 CACHED_OPERATORS = 8        # per worker process: each holds a device grid and its programs
 _operators: OrderedDict = OrderedDict()
@@ -115,8 +116,8 @@ def _operator(cls, token: str, fields: tuple, options: dict):
 
 
 def clear_cache() -> int:
-    """Drop this process's operators, kept plans and kernel stacks (``client.run(clgrid.dask.clear_cache)``
-    frees them on every worker); returns how many operators were dropped."""
+    """Drop this process's operators, kept plans and kernel stacks (on every worker:
+    ``client.run(clgrid.dask.clear_cache)``); returns how many operators were dropped."""
     with _lock:
         count = len(_operators)
         _operators.clear()
