@@ -72,7 +72,7 @@ def test_grid_equals_single_process(client, queue, kernels, rng):
     uvw, vis, weights, flags = observation(rng)
     single = clgrid.Gridder(N, CELL, kernels, device=queue)
     expected, expected_report = single.grid(uvw, vis, weights, flags, FREQS, return_report=True)
-    grid, report = cd.grid(chunked(uvw), chunked(vis), chunked(weights), chunked(flags), FREQS, grid_size=N,
+    grid, report = cd.grid(chunked(uvw), chunked(vis, 500), chunked(weights), chunked(flags), FREQS, grid_size=N,
                            cell_size=CELL, kernels=kernels, return_report=True)
     assert grid.dtype == np.complex64 and grid.shape == (2, N, N)
     assert relative_error(grid, expected) <= 1e-5
