@@ -2,7 +2,7 @@
 # The GPU runs behind BENCHMARKS.md, in order. On the GPU machine, from the checkout root:
 #   bash benchmarks/gpu.sh "$OUT" [part]
 # The whole sequence takes about 25 minutes; `part` (tests, atomics, bench, degrid,
-# moving_window, tiled, texture, plan) runs one section, for machines that limit a command's time.
+# moving_window, tiled, texture, plan, wgridding) runs one section, for machines that limit a command's time.
 set -uo pipefail
 out=${1:-.}
 part=${2:-all}
@@ -55,4 +55,18 @@ if run plan; then
   python3 benchmarks/transfers.py "${gpu[@]}" --megabytes 128 2>&1 | tee "$out/transfers.txt"
   python3 benchmarks/plan_pivot.py "${gpu[@]}" --num-vis 4000000 --grid-size 4096 --support 3 \
     --nthreads "$(nproc)" --stream-factor 10 --json "$out/plan_pivot_h100.json" 2>&1 | tail -5
+fi
+if run wgridding; then
+  # vis2dirty / dirty2vis (issue 15): pyvkfft for the device FFT (a wheel built by
+  # ../shared/device/build-pyvkfft-wheel.sh into .whl/), the tests on the GPU, then the
+  # issue's benchmarks side by side with ducc0 on the machine's cores.
+  ls .whl/pyvkfft-*.whl >/dev/null 2>&1 && pip install -q --no-deps .whl/pyvkfft-*.whl
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  CLGRID_TEST_DEVICE=nvidia python3 -m pytest -q -p no:cacheprovider tests/test_vis2dirty.py \
+    tests/test_wgridding_paths.py tests/test_conventions.py 2>&1 | tail -12 | tee "$out/wgridding_tests.txt"
+  for w in "" "--no-w"; do
+    python3 benchmarks/wgridding.py "${gpu[@]}" --num-vis 4000000 --npix 4096 --epsilon 1e-4 --single \
+      --nthreads "$(nproc)" --repeats 5 --oracle $w --json "$out/wgridding_h100${w:+_now}.json" 2>&1 \
+      | tee -a "$out/wgridding.txt"
+  done
 fi

@@ -61,7 +61,8 @@ def visibilities(rng, count):
     uvw = np.column_stack([rng.uniform(-uv_max, uv_max, (count, 2)), rng.uniform(-W_MAX, W_MAX, count)])
     vis = np.zeros(count, np.complex128)
     for l, m, s in sky():
-        vis += s * np.exp(-2j * np.pi * (uvw[:, 0] * l + uvw[:, 1] * m + uvw[:, 2] * n_minus_1(l, m)))
+        # the data convention of clgrid.io and ducc0 (README "Conventions"): -w (n - 1)
+        vis += s * np.exp(-2j * np.pi * (uvw[:, 0] * l + uvw[:, 1] * m - uvw[:, 2] * n_minus_1(l, m)))
     return uvw, vis
 
 
@@ -70,7 +71,7 @@ def exact_image(uvw, vis):
     pix = np.arange(-HALF, HALF) * CELL
     l, m = np.meshgrid(pix, pix)
     out = np.empty(l.size)
-    coords = np.column_stack([l.ravel(), m.ravel(), n_minus_1(l, m).ravel()])
+    coords = np.column_stack([l.ravel(), m.ravel(), -n_minus_1(l, m).ravel()])
     for start in range(0, l.size, 512):
         block = coords[start:start + 512]
         out[start:start + 512] = (np.exp(2j * np.pi * (uvw @ block.T)).T @ vis).real / uvw.shape[0]

@@ -3,9 +3,9 @@
     through the footprint row-major, several points per work-item, so neighbouring
     work-items read neighbouring grid cells and neighbouring kernel samples (kernels
     by offset: one contiguous table per visibility); each kernel sample is read once
-    per visibility for all polarisations, and the conjugation for w > 0 is applied
+    per visibility for all polarisations, and the conjugation for w < 0 is applied
     once per visibility, not per point.  TEAMS teams share a work-group, and each team
-    finishes BATCH consecutive visibilities (sorted by w-plane and cell on the host)
+    finishes BATCH consecutive visibilities (sorted by w-plane and cell tile on the device)
     before one batched local-memory reduction; with sub-groups the team is a
     sub-group and each visibility is reduced in registers instead.
     With texture, the weights are interpolated from the kernel cube
@@ -61,7 +61,7 @@ typedef struct {
 
 /* Sum of grid * conj(weight) with no branch per point: for stored kernel samples K,
    `same` collects (g.x K.x, g.y K.y) and `cross` (g.y K.x, g.x K.y); finish_sum makes
-   them sum g conj(K) (w <= 0, weight K) or sum g K (w > 0, weight conj(K)). */
+   them sum g conj(K) (w >= 0, weight K) or sum g K (w < 0, weight conj(K)). */
 inline complex_t finish_sum(complex_t same, complex_t cross, int conjugate)
 {
     return conjugate ? (complex_t)(same.x - same.y, cross.y + cross.x)

@@ -40,7 +40,7 @@
 {% include "texture_sample.cl" %}
 {% endif %}
 
-/* Add a point's sums to the grid and clear them; conjugate when the chunk's w > 0
+/* Add a point's sums to the grid and clear them; conjugate when the chunk's w < 0
    (its visibilities were staged conjugated: vis * conj(c) = conj(conj(vis) * c)). */
 inline void flush_sums(__global grid_real_t *grid, int cell, complex_t *sums, int conjugate)
 {
@@ -212,7 +212,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
                 for (int a = 0; a < COARSEN_U; ++a)
                     if (active_u[a] && active_v[b]) {
 {% if texture %}
-                        /* unconjugated: a chunk with w > 0 has its visibilities and sums conjugated */
+                        /* unconjugated: a chunk with w < 0 has its visibilities and sums conjugated */
                         const complex_t c = texture_weight(cube, at, row[b], e_u[a] - r_u - support);
 {% else %}
                         const complex_t c = kernels[row[b] + e_u[a]];

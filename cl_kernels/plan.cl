@@ -3,7 +3,7 @@ typedef struct {
     int grid_u, grid_v;   /* nearest grid cell */
     int off_u, off_v;     /* oversample offsets, seed 003 Listing 1 */
     int plane;            /* w-plane */
-    int conjugate;        /* w > 0: use conj(kernel) */
+    int conjugate;        /* w < 0: use conj(kernel) */
 } planned_vis;
 
 inline planned_vis decode_plan(int4 packed)

@@ -65,7 +65,7 @@ __kernel void classify(__global const double *restrict uvw, __global const doubl
                     p.x = (int)(near_u + centre);
                     p.y = (int)(near_v + centre);
                     p.z = (int)(((uint)(int)off_u & 0xFFFFu) | ((uint)(int)off_v << 16));
-                    p.w = (int)((uint)(int)plane | (w > 0 ? 0x80000000u : 0u));
+                    p.w = (int)((uint)(int)plane | (w < 0 ? 0x80000000u : 0u));
                 }
             }
         }

@@ -7,8 +7,9 @@ from .gridder import Gridder
 from .degridder import Degridder
 from .kernels import KernelStack
 from .device_plan import Plan
+from .wgridding import WGridder, dirty2vis, vis2dirty
 
 __version__ = "0.1.0"
-__all__ = ["Gridder", "Degridder", "KernelStack", "Plan", "devices", "reference", "imaging", "io", "interpolation",
-           "baseline_order", "ClgridError", "DeviceCapabilityError",
+__all__ = ["Gridder", "Degridder", "KernelStack", "Plan", "WGridder", "vis2dirty", "dirty2vis", "devices",
+           "reference", "imaging", "io", "interpolation", "baseline_order", "ClgridError", "DeviceCapabilityError",
            "DroppedVisibilitiesError", "KernelBuildError", "__version__"]

@@ -1,4 +1,4 @@
-"""The ``clgrid`` command line: ``clgrid devices``, ``bench``, ``tune`` and ``emit``."""
+"""The ``clgrid`` command line: ``clgrid devices``, ``bench``, ``tune``, ``emit`` and ``image``."""
 
 from __future__ import annotations
 
@@ -248,6 +248,148 @@ def cmd_emit(args) -> int:
     return 0
 
 
+# -- clgrid image ------------------------------------------------------------------------
+
+SPEED_OF_LIGHT = 299792458.0
+# Stokes I from a pair of parallel hands (AIPS numbers: RR -1, LL -2, XX -5, YY -6).
+_PARALLEL_HANDS = ((-1, -2), (-5, -6))
+
+
+def _stokes_i_columns(pols) -> tuple[list[int], str]:
+    """Which polarisation columns make the image: both parallel hands (their mean: pseudo
+    Stokes I) where present, else Stokes I itself (1), else the first column."""
+    for a, b in _PARALLEL_HANDS:
+        if a in pols and b in pols:
+            return [pols.index(a), pols.index(b)], "Stokes I (mean of the parallel hands)"
+    if 1 in pols:
+        return [pols.index(1)], "Stokes I"
+    return [0], f"polarisation {pols[0]} (no parallel-hand pair in the file)"
+
+
+def image_defaults(uvw, freqs, diameter, pixsize=None, npix=None, fov=None):
+    """Pixel size (radians), image side (pixels, even) and a sentence per choice, as
+    imagers choose them: pixels of 1/3 of the finest fringe (the longest projected
+    baseline at the highest frequency), an image twice the primary beam's FWHM
+    (1.2 lambda / D at the lowest frequency) when the dish diameter is known, else
+    ``fov``; kept above the horizon."""
+    notes = []
+    uv_max = float(np.sqrt((uvw[:, :2] ** 2).sum(1)).max()) * float(np.max(freqs)) / SPEED_OF_LIGHT
+    if pixsize is None:
+        if uv_max <= 0:
+            raise ValueError("every baseline has zero length: give --pixsize")
+        pixsize = 1.0 / (3.0 * uv_max)
+        notes.append(f"pixel {np.degrees(pixsize) * 3600:.3g} arcsec: 1/3 of the finest fringe "
+                     f"(longest baseline {uv_max:.4g} wavelengths)")
+    else:
+        notes.append(f"pixel {np.degrees(pixsize) * 3600:.3g} arcsec (given)")
+    if npix is None:
+        if fov is None and diameter:
+            fwhm = 1.2 * SPEED_OF_LIGHT / float(np.min(freqs)) / diameter
+            fov = 2.0 * fwhm
+            notes.append(f"field {np.degrees(fov):.3g} deg: twice the primary beam's FWHM "
+                         f"({np.degrees(fwhm):.3g} deg for {diameter:g} m dishes at the lowest frequency)")
+        elif fov is None:
+            fov = np.radians(10.0)
+            notes.append("field 10 deg: the file gives no dish diameter (set --fov or --npix)")
+        else:
+            notes.append(f"field {np.degrees(fov):.3g} deg (given)")
+        horizon = 2 * np.sin(np.radians(40.0))        # corners at most 57 degrees from the centre
+        if fov > horizon:
+            fov = horizon
+            notes.append(f"field cut to {np.degrees(fov):.3g} deg to keep the corners above the horizon")
+        npix = max(16, int(np.ceil(fov / pixsize / 2)) * 2)
+    elif npix < 16 or npix % 2:
+        raise ValueError(f"--npix must be an even number >= 16, got {npix}")
+    notes.append(f"image {npix} x {npix} pixels")
+    return pixsize, npix, notes
+
+
+def fits_header(npix_x, npix_y, pixsize, ra, dec, frame, freqs, epsilon):
+    """A WCS header for an image stored east-left: data[y, j] with j = npix_x - 1 - ix
+    (clgrid's axis 0 runs west to east; README "Data conventions"), so CDELT1 < 0."""
+    from astropy.io import fits
+
+    h = fits.Header()
+    h["CTYPE1"], h["CTYPE2"] = "RA---SIN", "DEC--SIN"
+    h["CUNIT1"], h["CUNIT2"] = "deg", "deg"
+    h["CRVAL1"], h["CRVAL2"] = float(np.degrees(ra)) % 360.0, float(np.degrees(dec))
+    h["CDELT1"], h["CDELT2"] = -float(np.degrees(pixsize)), float(np.degrees(pixsize))
+    h["CRPIX1"] = float(npix_x - npix_x // 2)     # 1-based column of l = 0 after the reversal
+    h["CRPIX2"] = float(npix_y // 2 + 1)
+    frame = frame.lower()
+    if frame == "fk5":
+        h["RADESYS"], h["EQUINOX"] = "FK5", 2000.0
+    else:
+        h["RADESYS"] = "ICRS"
+    h["BUNIT"] = "Jy/beam"
+    h["RESTFRQ"] = float(np.mean(freqs))
+    h["BTYPE"] = "Intensity"
+    h["ORIGIN"] = "clgrid"
+    h["HISTORY"] = f"clgrid image: vis2dirty, w-gridding, epsilon {epsilon:g}, natural weights"
+    h["HISTORY"] = f"channels {len(freqs)}, {np.min(freqs) / 1e6:.6g}-{np.max(freqs) / 1e6:.6g} MHz"
+    return h
+
+
+def cmd_image(args) -> int:
+    from . import wgridding
+    from .io import read_measurement
+
+    say = print
+    try:
+        m = read_measurement(args.input, by_baseline=False)
+    except Exception as exc:
+        print(f"clgrid image: cannot read {args.input}: {exc}", file=sys.stderr)
+        return 2
+    if m.phase_center is None:
+        print(f"clgrid image: {args.input} has no single sidereal phase centre; the WCS needs one",
+              file=sys.stderr)
+        return 2
+    columns, what = _stokes_i_columns(list(m.polarizations))
+    keep = (m.antenna1 != m.antenna2)[:, None, None] & ~m.flags[..., columns]
+    wgt = np.where(keep, m.weights[..., columns], 0.0)
+    if not np.any(wgt > 0):
+        print("clgrid image: every cross-correlation is flagged or has zero weight", file=sys.stderr)
+        return 1
+    nrow, nchan, npol = wgt.shape
+    uvw = np.tile(m.uvw, (npol, 1))                     # each hand as its own rows
+    vis = np.concatenate([m.vis[:, :, c] for c in columns])
+    wgt = np.concatenate([wgt[:, :, i] for i in range(npol)])
+    try:
+        pixsize, npix, notes = image_defaults(m.uvw, m.freqs, m.antenna_diameter,
+                                              args.pixsize and np.radians(args.pixsize / 3600),
+                                              args.npix, args.fov and np.radians(args.fov))
+    except ValueError as exc:
+        print(f"clgrid image: {exc}", file=sys.stderr)
+        return 2
+    precision = "single" if args.single else "double"
+    say(f"clgrid image: {args.input}: {nrow} rows x {nchan} channels, {what}, "
+        f"{int(np.count_nonzero(wgt))} visibilities kept")
+    for note in notes:
+        say(f"  {note}")
+    try:
+        op = wgridding.WGridder(uvw, m.freqs, npix, npix, pixsize, pixsize, args.epsilon,
+                                do_wgridding=not args.no_w, divide_by_n=True, precision=precision,
+                                device=args.device, verbosity=0)
+    except (ValueError, TypeError) as exc:
+        print(f"clgrid image: {exc}", file=sys.stderr)
+        return 2
+    g = op.geometry
+    say(f"  epsilon {args.epsilon:g} ({precision}): support {g.kernel.support}, grid {g.nu} x {g.nv}, "
+        f"{g.num_planes} w-plane(s), on {op.queue.device.name.strip()}")
+    cd = np.complex64 if args.single else np.complex128
+    with tqdm(total=g.num_planes, desc="w-planes", unit="plane", disable=args.quiet) as bar:
+        dirty = op.vis2dirty(vis.astype(cd), wgt.astype(cd().real.dtype), progress=bar.update)
+    dirty = dirty / wgt.sum()                           # Jy/beam: a point source peaks at its flux
+    from astropy.io import fits
+
+    ra, dec, frame = m.phase_center
+    header = fits_header(npix, npix, pixsize, ra, dec, frame, m.freqs, args.epsilon)
+    data = np.ascontiguousarray(dirty[::-1, :].T, np.float32)     # [y, x], east to the left
+    fits.PrimaryHDU(data, header).writeto(args.output, overwrite=args.overwrite)
+    say(f"wrote {args.output}: peak {data.max():.4g} Jy/beam, rms {data.std():.3g}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clgrid", description=__doc__)
     parser.add_argument("--version", action="version", version=f"clgrid {__version__}")
@@ -317,6 +459,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", required=True,
                    help="the .cl file to write; its description goes beside it as .json")
     e.set_defaults(func=cmd_emit)
+
+    i = sub.add_parser("image", help="a dirty image (FITS, with WCS) of a measurement file, accurate to "
+                                     "--epsilon (UVFITS, UVH5, MIRIAD, MS: the io extra)")
+    i.add_argument("input", help="measurement file pyuvdata reads")
+    i.add_argument("-o", "--output", required=True, help="FITS image to write")
+    i.add_argument("--epsilon", type=float, default=1e-4, help="accuracy of the image (default 1e-4)")
+    i.add_argument("--single", action="store_true", help="single precision (epsilon >= 1e-5)")
+    i.add_argument("--pixsize", type=float, help="pixel size in arcsec (default: 1/3 of the finest fringe)")
+    i.add_argument("--npix", type=int, help="image side in pixels, even (default: from --fov)")
+    i.add_argument("--fov", type=float, help="field of view in degrees (default: twice the primary "
+                                            "beam's FWHM when the file has the dish size, else 10)")
+    i.add_argument("--no-w", action="store_true", help="no w-correction (2-D gridding)")
+    i.add_argument("--device", help="OpenCL device name to match (default: the default device)")
+    i.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    i.add_argument("--quiet", action="store_true", help="no progress bar")
+    i.set_defaults(func=cmd_image)
     return parser
 
 

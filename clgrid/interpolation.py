@@ -14,7 +14,7 @@ For a visibility at ``pos = uv / du`` (cells from the centre), nearest cell
     x = |k - frac_u| * oversample,  y = |j - frac_v| * oversample,  z = sqrt(|w| * w_scale)
 
 (quarter-sample units; the D2 symmetry folds negative offsets), conjugated for
-w > 0.  Sampling is OpenCL's ``CLK_FILTER_LINEAR | CLK_ADDRESS_CLAMP_TO_EDGE`` on
+w < 0.  Sampling is OpenCL's ``CLK_FILTER_LINEAR | CLK_ADDRESS_CLAMP_TO_EDGE`` on
 texel centres: along each axis ``i0 = floor(t)``, weight ``t - i0`` on ``i0 + 1``,
 both indices clamped to the cube.  The footprint is ``[-S, S]^2`` with ``S`` the
 larger support of the two planes interpolated, ``floor(z)`` and ``ceil(z)`` (the

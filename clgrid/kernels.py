@@ -6,12 +6,13 @@ the seeds: kernels are even in u and in v (D2-symmetric), so plane ``p`` is stor
 oversample // 2 + 1`` (odd oversample rounds that half up), in units of 1/oversample
 of a grid cell.  A visibility with oversample offsets ``(off_u, off_v)`` in plane ``p``
 adds to the cell ``(grid_u + k, grid_v + j)`` the weight
-``K[p][|off_v + j*oversample|, |off_u + k*oversample|]``, conjugated when ``w > 0``.
+``K[p][|off_v + j*oversample|, |off_u + k*oversample|]``, conjugated when ``w < 0``.
 
 Sign convention (tested by the point-source test): plane ``p`` is the kernel for
-``w = -w_p <= 0``, the Fourier transform of ``taper(l, m) * exp(-2 pi i w_p (n - 1))``,
+``w = +w_p >= 0``, the Fourier transform of ``taper(l, m) * exp(-2 pi i w_p (n - 1))``,
 so the dirty image ``sum_uv G exp(+2 pi i (u l + v m))`` of visibilities
-``V = S exp(-2 pi i (u l0 + v m0 + w (n0 - 1)))`` peaks at ``(l0, m0)`` with its
+``V = S exp(-2 pi i (u l0 + v m0 - w (n0 - 1)))`` (the convention of ducc0, `vis2dirty`
+and `clgrid.io`'s data; seed 003 writes the w term with the other sign) peaks at ``(l0, m0)`` with its
 w-term removed.  Planes are spaced by sqrt(w): ``w_p = p**2 / w_scale``.
 
 Layout transforms for the device (``cube``, ``compact``, ``u_rows``) are methods here so

@@ -221,7 +221,7 @@ def grid_indices(uvw, grid_size, cell_size, kernels: KernelStack):
     off_u = round_half_away((near_u - pos_u) * os)
     off_v = round_half_away((near_v - pos_v) * os)
     plane = round_half_away(np.sqrt(np.abs(uvw[:, 2] * kernels.w_scale)))
-    conj = uvw[:, 2] > 0
+    conj = uvw[:, 2] < 0          # planes are the kernels for w >= 0 (clgrid.kernels)
     half = grid_size // 2
     as_int = lambda a: np.clip(a, -2**62, 2**62).astype(np.int64)  # noqa: E731 (far-off points stay far off)
     return (as_int(near_u) + half, as_int(near_v) + half, as_int(off_u), as_int(off_v),

@@ -42,7 +42,7 @@ def random_inputs(rng, num_vis, npol, stack):
 
 
 def direct_degrid(uvw, grid, stack, cell=CELL):
-    """vis = sum over each footprint of grid * conj(c), c = K (conj(K) for w > 0), in float64."""
+    """vis = sum over each footprint of grid * conj(c), c = K (conj(K) for w < 0), in float64."""
     npol, n = grid.shape[:2]
     samples = flatten_samples(uvw, np.zeros(uvw.shape[:-1] + (npol,), complex))
     plan = plan_visibilities(samples, n, cell, stack, on_dropped="raise")

@@ -42,7 +42,7 @@ def direct_degrid(grid, uvw_l, stack, flags):
         for j in range(-s, s + 1):
             for k in range(-s, s + 1):
                 c = stack.planes[plane][abs(off_v + j * os), abs(off_u + k * os)]
-                c = np.conj(c) if w > 0 else c       # the weight gridding uses
+                c = np.conj(c) if w < 0 else c       # the weight gridding uses
                 out[i] += grid[:, gv + j + n // 2, gu + k + n // 2] * np.conj(c)
     out[flags] = 0
     return out

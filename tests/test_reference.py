@@ -26,7 +26,7 @@ def test_single_visibility_lands_where_hand_calculation_says():
     k = numbered_stack()
     n, cell = 16, 1.0 / 16          # du = 1 / (N cell) = 1 wavelength
     vis = np.array([[2.0 - 1.0j]])
-    g = clgrid.reference.grid(np.array([[2.3, -1.6, -5.0]]), vis, n, cell, k)
+    g = clgrid.reference.grid(np.array([[2.3, -1.6, 5.0]]), vis, n, cell, k)   # w >= 0: K as stored
     # pos_u 2.3 -> cell 2 + 8 = 10, off_u round((2 - 2.3) * 4) = -1;
     # pos_v -1.6 -> cell -2 + 8 = 6, off_v round((-2 + 1.6) * 4) = -2.
     # Cell (6 + j, 10 + k) gets K[|-2 + 4j|, |-1 + 4k|]:
@@ -38,8 +38,8 @@ def test_single_visibility_lands_where_hand_calculation_says():
             expected[6 + j, 10 + kk] = vis[0, 0] * (10 * iy[j] + ix[kk] + 1j * (iy[j] - ix[kk]))
     np.testing.assert_array_equal(g[0], expected)
 
-    # w > 0 conjugates the kernel; halves round away from zero (2.5 -> 3, off -2).
-    g = clgrid.reference.grid(np.array([[2.5, 0.0, 3.0]]), vis, n, cell, k)
+    # w < 0 conjugates the kernel; halves round away from zero (2.5 -> 3, off -2).
+    g = clgrid.reference.grid(np.array([[2.5, 0.0, -3.0]]), vis, n, cell, k)
     # off_u = round((3 - 2.5) * 4) = 2 -> columns 11 + k take K[0, |2 + 4k|] = K[0, 2], K[0, 2], K[0, 6]
     c = {-1: 2, 0: 2, 1: 6}
     for kk in (-1, 0, 1):
@@ -55,7 +55,8 @@ def test_point_source_peaks_at_its_pixel_with_its_flux(rng):
     l0, m0 = px * cell, py * cell
     n0 = np.sqrt(1 - l0 ** 2 - m0 ** 2)
     flux = 2.5
-    vis = flux * np.exp(-2j * np.pi * (uvw[:, 0] * l0 + uvw[:, 1] * m0 + uvw[:, 2] * (n0 - 1)))[:, None]
+    # the data convention of ducc0, vis2dirty and clgrid.io (README, "Data conventions")
+    vis = flux * np.exp(-2j * np.pi * (uvw[:, 0] * l0 + uvw[:, 1] * m0 - uvw[:, 2] * (n0 - 1)))[:, None]
 
     def image(num_planes):
         k = clgrid.KernelStack.w_projection(grid_size=n, cell_size=cell, w_max=1000,

@@ -1,0 +1,273 @@
+{# Spreading and interpolation with the analytic exponential-of-semicircle kernel, for the
+    w-gridding operator (clgrid/wgridding.py).  One work-item per visibility: its 2W
+    (3W with w) kernel values are computed once, in registers, then the W x W footprint is
+    added atomically to one w-plane of the padded grid (spread) or gathered from it
+    (interp).  The grid is periodic and indexed [u][v]: cell (iu, iv) at iu * NV + iv, and
+    footprints wrap around its edges, which is exact for a discrete image (clgrid.accuracy
+    says why the kernel is what it is).
+    Template variables: double, atomic, support (W), use_w (bool), degree and coef (the
+    kernel's per-tap polynomials, (degree + 1) x W). #}
+{% include "common.cl" %}
+#define SUPPORT {{ support }}
+{% if double %}
+typedef double4 real4_t;
+{% else %}
+typedef float4 real4_t;
+{% endif %}
+
+/* The kernel psi(x) = exp(beta (sqrt(1 - x^2) - 1)) as one polynomial per tap, highest
+   power first (clgrid.accuracy.horner_coefficients): Horner's rule instead of exp and
+   sqrt, the same few multiply-adds for every tap, which vectorise. */
+#define DEGREE {{ degree }}
+__constant real_t COEF[DEGREE + 1][SUPPORT] = {
+{% for row in coef %}    { {% for c in row %}{{ "%.17g" % c }}{{ "" if double else "f" }}, {% endfor %}},
+{% endfor %}};
+
+/* Kernel values of one visibility along one axis: tap j sits (frac + j) cells from it,
+   frac in [-W/2, -W/2 + 1). */
+inline void taps(real_t *k, const real_t frac)
+{
+    const real_t z = (real_t)2 * frac + (real_t)(SUPPORT - 1);
+    for (int j = 0; j < SUPPORT; ++j)
+        k[j] = COEF[0][j];
+    for (int d = 1; d <= DEGREE; ++d)
+        for (int j = 0; j < SUPPORT; ++j)
+            k[j] = k[j] * z + COEF[d][j];
+}
+
+/* The visibility's weight on w-plane `plane` (1 without w-gridding): tap plane - first. */
+inline real_t plane_weight(const int4 first, const real4_t frac, const int plane)
+{
+{% if use_w %}
+    const real_t z = (real_t)2 * frac.z + (real_t)(SUPPORT - 1);
+    const int j = plane - first.z;
+    real_t k = COEF[0][j];
+    for (int d = 1; d <= DEGREE; ++d)
+        k = k * z + COEF[d][j];
+    return k;
+{% else %}
+    return (real_t)1;
+{% endif %}
+}
+
+__kernel void spread(__global const int4 *restrict first,     /* [n]: first cell u, v, first plane */
+                     __global const real4_t *restrict frac,   /* [n]: offsets of the first taps */
+                     __global const complex_t *restrict vis,  /* [n]: weighted, phase-shifted */
+                     __global real_t *grid,                   /* [NU][NV] complex */
+                     const int nu, const int nv, const int plane, const int start, const int count,
+                     const real_t beta)
+{
+    const int i = get_global_id(0);
+    if (i >= count)
+        return;
+    const int k = start + i;
+    const int4 f = first[k];
+    const real4_t x = frac[k];
+    real_t ku[SUPPORT], kv[SUPPORT];
+    taps(ku, x.x);
+    taps(kv, x.y);
+    const complex_t v = vis[k] * plane_weight(f, x, plane);
+    int iu = f.x;
+    for (int a = 0; a < SUPPORT; ++a, ++iu) {
+        if (iu >= nu)
+            iu -= nu;
+        const complex_t vu = v * ku[a];
+        const size_t row = (size_t)iu * nv;
+        int iv = f.y;
+        for (int b = 0; b < SUPPORT; ++b, ++iv) {
+            if (iv >= nv)
+                iv -= nv;
+            atomic_add_complex(grid, row + iv, vu * kv[b]);
+        }
+    }
+}
+
+__kernel void interp(__global const int4 *restrict first,
+                     __global const real4_t *restrict frac,
+                     __global const complex_t *restrict grid,  /* [NU][NV] */
+                     __global complex_t *vis,                  /* [n]: this plane's share is added */
+                     const int nu, const int nv, const int plane, const int start, const int count,
+                     const real_t beta)
+{
+    const int i = get_global_id(0);
+    if (i >= count)
+        return;
+    const int k = start + i;
+    const int4 f = first[k];
+    const real4_t x = frac[k];
+    real_t ku[SUPPORT], kv[SUPPORT];
+    taps(ku, x.x);
+    taps(kv, x.y);
+    complex_t sum = (complex_t)(0, 0);
+    int iu = f.x;
+    for (int a = 0; a < SUPPORT; ++a, ++iu) {
+        if (iu >= nu)
+            iu -= nu;
+        const size_t row = (size_t)iu * nv;
+        complex_t rsum = (complex_t)(0, 0);
+        int iv = f.y;
+        for (int b = 0; b < SUPPORT; ++b, ++iv) {
+            if (iv >= nv)
+                iv -= nv;
+            rsum += grid[row + iv] * kv[b];
+        }
+        sum += rsum * ku[a];
+    }
+    vis[k] += sum * plane_weight(f, x, plane);
+}
+
+
+/* -- The "rows" variant (tuning: [wgridding] spread = "rows"), for CPUs, where float
+   atomics are compare-and-swap loops: every kernel value is computed once per operator
+   into `tap`, and spreading is owner-computes, one work-item per grid row, no atomics.
+   Visibilities are sorted by first plane, then first u cell; row_start[g][u] is where
+   those with first plane g and first u cell u begin (row_start[g][nu] where they end). */
+{% if use_w %}
+#define TAPS (3 * SUPPORT)
+{% else %}
+#define TAPS (2 * SUPPORT)
+{% endif %}
+
+__kernel void compute_taps(__global const real4_t *restrict frac, __global real_t *restrict tap,
+                           const int count)
+{
+    const int k = get_global_id(0);
+    if (k >= count)
+        return;
+    const real4_t x = frac[k];
+    real_t t[SUPPORT];
+    __global real_t *out = tap + (size_t)k * TAPS;
+    taps(t, x.x);
+    for (int j = 0; j < SUPPORT; ++j)
+        out[j] = t[j];
+    taps(t, x.y);
+    for (int j = 0; j < SUPPORT; ++j)
+        out[SUPPORT + j] = t[j];
+{% if use_w %}
+    taps(t, x.z);
+    for (int j = 0; j < SUPPORT; ++j)
+        out[2 * SUPPORT + j] = t[j];
+{% endif %}
+}
+
+__kernel void spread_rows(__global const int4 *restrict first,
+                          __global const real_t *restrict tap,       /* [n][TAPS] */
+                          __global const complex_t *restrict vis,
+                          __global complex_t *grid,                  /* [NU][NV] */
+                          __global const int *restrict row_start,    /* [planes][nu + 1] */
+                          const int nu, const int nv, const int plane)
+{
+    const int iu = get_global_id(0);
+    if (iu >= nu)
+        return;
+    __global complex_t *row = grid + (size_t)iu * nv;
+{% if use_w %}
+    const int g_lo = max(0, plane - SUPPORT + 1);
+{% else %}
+    const int g_lo = plane;
+{% endif %}
+    for (int g = g_lo; g <= plane; ++g) {
+        __global const int *rs = row_start + (size_t)g * (nu + 1);
+        for (int a = 0; a < SUPPORT; ++a) {
+            const int u0 = iu - a < 0 ? iu - a + nu : iu - a;
+            const int end = rs[u0 + 1];
+            for (int k = rs[u0]; k < end; ++k) {
+                __global const real_t *t = tap + (size_t)k * TAPS;
+{% if use_w %}
+                const complex_t v = vis[k] * (t[a] * t[2 * SUPPORT + plane - g]);
+{% else %}
+                const complex_t v = vis[k] * t[a];
+{% endif %}
+                const int iv = first[k].y;
+                if (iv + SUPPORT <= nv) {
+                    for (int b = 0; b < SUPPORT; ++b)
+                        row[iv + b] += v * t[SUPPORT + b];
+                } else {
+                    for (int b = 0; b < SUPPORT; ++b)
+                        row[(iv + b) % nv] += v * t[SUPPORT + b];
+                }
+            }
+        }
+    }
+}
+
+/* Gather as `interp`, with the kernel values read from `tap`. */
+__kernel void interp_taps(__global const int4 *restrict first,
+                          __global const real_t *restrict tap,
+                          __global const complex_t *restrict grid,
+                          __global complex_t *vis,
+                          const int nu, const int nv, const int plane, const int start, const int count)
+{
+    const int i = get_global_id(0);
+    if (i >= count)
+        return;
+    const int k = start + i;
+    const int4 f = first[k];
+    __global const real_t *t = tap + (size_t)k * TAPS;
+    complex_t sum = (complex_t)(0, 0);
+    int iu = f.x;
+    for (int a = 0; a < SUPPORT; ++a, ++iu) {
+        if (iu >= nu)
+            iu -= nu;
+        __global const complex_t *row = grid + (size_t)iu * nv;
+        complex_t rsum = (complex_t)(0, 0);
+        if (f.y + SUPPORT <= nv) {
+            for (int b = 0; b < SUPPORT; ++b)
+                rsum += row[f.y + b] * t[SUPPORT + b];
+        } else {
+            for (int b = 0; b < SUPPORT; ++b)
+                rsum += row[(f.y + b) % nv] * t[SUPPORT + b];
+        }
+        sum += rsum * t[a];
+    }
+{% if use_w %}
+    vis[k] += sum * t[2 * SUPPORT + plane - f.z];
+{% else %}
+    vis[k] += sum;
+{% endif %}
+}
+
+
+/* -- The data in and out, on the device: the kept visibilities in plan order from the
+   caller's (nrow * nchan) array, weighted, conjugated where the point moved to -uvw
+   (src < 0: index -src - 1) and phase-shifted (centre and nshift); scatter_vis is its
+   adjoint, into a zeroed (nrow * nchan) array. */
+__kernel void gather_vis(__global const complex_t *restrict vis_in, __global const real_t *restrict wgt,
+                         __global const int *restrict src, __global const complex_t *restrict phase,
+                         __global complex_t *restrict out, const int count, const int use_wgt,
+                         const int use_phase)
+{
+    const int k = get_global_id(0);
+    if (k >= count)
+        return;
+    const int s = src[k];
+    const int i = s < 0 ? -s - 1 : s;
+    complex_t v = vis_in[i];
+    if (use_wgt)
+        v *= wgt[i];
+    if (s < 0)
+        v.y = -v.y;
+    if (use_phase)
+        v = cmul(v, phase[k]);
+    out[k] = v;
+}
+
+__kernel void scatter_vis(__global const complex_t *restrict values, __global const real_t *restrict wgt,
+                          __global const int *restrict src, __global const complex_t *restrict phase,
+                          __global complex_t *restrict out, const int count, const int use_wgt,
+                          const int use_phase)
+{
+    const int k = get_global_id(0);
+    if (k >= count)
+        return;
+    const int s = src[k];
+    const int i = s < 0 ? -s - 1 : s;
+    complex_t v = values[k];
+    if (use_phase)
+        v = cmul_conj(v, phase[k]);
+    if (s < 0)
+        v.y = -v.y;
+    if (use_wgt)
+        v *= wgt[i];
+    out[i] = v;
+}

@@ -1,0 +1,765 @@
+"""Imaging accurate to ``epsilon``: `vis2dirty` / `dirty2vis` with ducc0.wgridder's keywords,
+meaning and normalisation, and `WGridder`, the operator behind them kept for major cycles.
+
+Conventions (measured against ducc0 0.42 with a direct sum; tests/test_vis2dirty.py holds
+them).  With ``u, v, w = uvw * freq / c`` (wavelengths) after the flips (``flip_u`` negates
+u, ...), pixel ``(ix, iy)`` of the ``(npix_x, npix_y)`` image is at
+
+    x = (ix - npix_x // 2) * pixsize_x + s_u * center_x,   y = (iy - npix_y // 2) * pixsize_y + s_v * center_y
+
+with ``s_u = -1`` when ``flip_u`` (so a flip mirrors the image about its centre, centre
+offset included), ``n = sqrt(1 - x^2 - y^2)``, and
+
+    vis2dirty:  dirty[ix, iy] = Re sum_k wgt_k vis_k exp(+2 pi i (u_k x + v_k y - w_k (n - 1))) / n
+    dirty2vis:  vis_k = wgt_k sum_{ix, iy} dirty[ix, iy] exp(-2 pi i (u_k x + v_k y - w_k (n - 1))) / n
+
+(the adjoint pair).  The ``/ n`` is there with ``divide_by_n`` and ``do_wgridding``; without
+``do_wgridding`` the w term and ``/ n`` are both absent.  The image is not divided by the
+sum of weights.  x goes with u and the first axis; y with v and the second.  Masked
+(mask == 0) or zero-weight visibilities do not count; dirty2vis returns 0 for them.
+
+How: the kernel (clgrid.accuracy) spreads each visibility over W x W cells of a grid
+padded by sigma, and with w over W of a stack of w-planes spaced so that the image's
+range of ``n - 1`` is oversampled by sigma too (w-gridding, "improved w-stacking": Ye et
+al. 2021, Arras et al. 2021).  Each plane is transformed, multiplied by its w phase and
+summed; the sum is divided by the kernel's Fourier transform in u, v and w.  Points
+with w < 0 are moved to (-u, -v, -w) and conjugated first (the image is real), which
+halves the range of w the planes cover.
+
+Where the work runs is the tuning table's ``[wgridding]`` choice (platforms/*.toml, or
+``tuning=``): ``spread = "atomic"`` (a work-item per visibility, float atomic adds: GPUs)
+or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed once per
+operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,
+the crop as views, per-pixel work on ``nthreads`` threads), ``"mapped"`` (the same FFT,
+with crop, w phase and correction by device kernels, cl_kernels/wgrid_planes.cl) or
+``"vkfft"`` (pyvkfft on the device with those kernels: nothing per plane crosses to the
+host).  Kernel values come from per-tap polynomials (clgrid.accuracy.horner_coefficients).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from .accuracy import KernelChoice, choose_kernel, horner_coefficients, kernel_transform
+from .atomics import atomic_unavailable, build_options_for
+from .codegen import build_program, render
+from .fft import DeviceFFT, HostFFT, MappedHostFFT
+from .runtime import device_facts, fill_zeros, get_queue
+from .strategies.base import check_precision
+from .tuning import resolve_tuning
+
+__all__ = ["WGridder", "vis2dirty", "dirty2vis", "Geometry", "PointPlan", "plan_points"]
+
+SPEED_OF_LIGHT = 299792458.0
+MIN_NPIX = 16
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Image and grid: what every plan of one operator shares."""
+
+    npix_x: int
+    npix_y: int
+    pixsize_x: float
+    pixsize_y: float
+    center_x: float        # already multiplied by the u/v flip sign
+    center_y: float
+    nu: int                # padded grid
+    nv: int
+    kernel: KernelChoice
+    do_wgridding: bool
+    w_min: float = 0.0     # wavelengths, after the w flip
+    dw: float = 1.0        # w-plane spacing
+    num_planes: int = 1
+    nshift: float = 0.0    # (n - 1) = nshift + t, |t| <= t_half over the image
+
+    @property
+    def w_start(self) -> float:
+        """w of plane 0."""
+        return self.w_min - self.kernel.support / 2 * self.dw
+
+    def image_lm(self):
+        x = (np.arange(self.npix_x) - self.npix_x // 2) * self.pixsize_x + self.center_x
+        y = (np.arange(self.npix_y) - self.npix_y // 2) * self.pixsize_y + self.center_y
+        return x, y
+
+
+@dataclass
+class PointPlan:
+    """Where each kept visibility goes, sorted by its first w-plane.
+
+    ``index`` picks the kept visibilities from the flattened (nrow * nchan) input in this
+    order; ``first`` (n, 4) int32 holds the first u cell, first v cell (both modulo the
+    grid) and first plane; ``frac`` (n, 4) the offset of the first tap from the
+    visibility in cells (planes), in [-W/2, -W/2 + 1); ``plane_start[p]`` is where the
+    visibilities whose first plane is p begin; ``phase`` the factor gridding applies
+    (centre shift and nshift), conjugated by degridding.
+    """
+
+    index: np.ndarray
+    first: np.ndarray
+    frac: np.ndarray
+    plane_start: np.ndarray
+    phase: np.ndarray
+
+    @property
+    def num_vis(self) -> int:
+        return len(self.index)
+
+    def active(self, plane: int, support: int) -> tuple[int, int]:
+        """(start, count) of the visibilities with a tap on ``plane``."""
+        lo = self.plane_start[max(0, plane - support + 1)]
+        hi = self.plane_start[min(plane + 1, len(self.plane_start) - 1)]
+        return int(lo), int(hi - lo)
+
+
+def plan_points(u, v, w, geometry: Geometry) -> PointPlan:
+    """Host planning in float64 for the analytic path: cells, offsets and plane order.
+
+    ``u, v, w`` in wavelengths (flips applied) of the kept visibilities only.  This is
+    the one function to replace by the device Plan (clgrid.plan) when the two paths meet:
+    it needs, per point, the first tap and its offset on each axis, and an order in which
+    the points of one w-plane are contiguous.
+    """
+    g, support = geometry, geometry.kernel.support
+    half = support / 2.0
+    pos_u = u * (g.nu * g.pixsize_x)
+    pos_v = v * (g.nv * g.pixsize_y)
+    first_u, first_v = np.ceil(pos_u - half), np.ceil(pos_v - half)
+    if g.do_wgridding:
+        pos_w = (w - g.w_start) / g.dw
+        first_w = np.ceil(pos_w - half)
+        frac_w = first_w - pos_w
+    else:
+        first_w = np.zeros_like(u)
+        frac_w = np.zeros_like(u)
+    # by first plane (a plane's visibilities contiguous), then first u cell (rows of the
+    # grid in order: cache-friendly atomics, and the row lists of the "rows" spread)
+    cell_u = first_u.astype(np.int64) % g.nu
+    plane = first_w.astype(np.int64)
+    if g.nu < 1 << 16 and g.num_planes < 1 << 16:
+        # two stable radix passes on 16-bit keys (numpy sorts those in linear time): by u
+        # cell, then by plane; 4x faster than a comparison sort of the combined key
+        by_u = np.argsort(cell_u.astype(np.uint16), kind="stable")
+        order = by_u[np.argsort(plane[by_u].astype(np.uint16), kind="stable")]
+    else:
+        order = np.argsort(plane * g.nu + cell_u)
+    first = np.empty((len(u), 4), np.int32)
+    first[:, 0] = cell_u[order]
+    first[:, 1] = (first_v.astype(np.int64) % g.nv)[order]
+    first[:, 2] = plane[order]
+    first[:, 3] = 0
+    frac = np.empty((len(u), 4), np.float64)
+    frac[:, 0] = (first_u - pos_u)[order]
+    frac[:, 1] = (first_v - pos_v)[order]
+    frac[:, 2] = frac_w[order]
+    frac[:, 3] = 0.0
+    plane_start = np.searchsorted(first[:, 2], np.arange(g.num_planes + 1), side="left")
+    phase = np.exp(2j * np.pi * (u * g.center_x + v * g.center_y - w * g.nshift))[order] \
+        if (g.center_x or g.center_y or g.nshift) else None
+    return PointPlan(order, first, frac, plane_start, phase)
+
+
+def _smooth_transform(s, support: int, beta: float, workers: int = 1):
+    """`kernel_transform` at many points (one per pixel for w): through a Chebyshev
+    interpolant of degree 24 on the points' range, exact to rounding there (degree 20 to 64
+    differ by 1e-15 of the peak: the quadrature's own rounding) (the transform
+    is entire and |s| <= 1/2), instead of a quadrature per pixel."""
+    lo, hi = float(np.min(s)), float(np.max(s))
+    if hi - lo < 1e-12:
+        return np.full(np.shape(s), kernel_transform(lo, support, beta))
+    cheb = np.polynomial.Chebyshev.interpolate(lambda x: kernel_transform(x, support, beta), 24,
+                                               domain=[lo, hi])
+    out = np.empty(np.shape(s))
+
+    def rows(r):
+        out[r] = cheb(s[r])
+
+    _in_row_chunks(workers, len(out), rows)
+    return out
+
+
+def _in_row_chunks(workers: int, n: int, fn) -> None:
+    """``fn(rows)`` over ``workers`` slices of ``range(n)`` in threads: numpy releases the
+    GIL in elementwise work on large arrays, so per-pixel host work uses every core (the
+    planes' phases, products and sums; the grid correction)."""
+    if workers <= 1 or n < 2 * workers:
+        fn(slice(0, n))
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    bounds = np.linspace(0, n, workers + 1).astype(int)
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(fn, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]))
+
+
+def _good_size(n: int) -> int:
+    """The smallest even size >= n with only small prime factors (fast FFTs)."""
+    import scipy.fft
+
+    m = scipy.fft.next_fast_len(int(n))
+    while m % 2:
+        m = scipy.fft.next_fast_len(m + 1)
+    return m
+
+
+def _n_minus_one_range(x, y):
+    """Smallest and largest ``n - 1`` over the image box (x and y pixel centres)."""
+    cx = 0.0 if x[0] <= 0 <= x[-1] else min(abs(x[0]), abs(x[-1]))
+    cy = 0.0 if y[0] <= 0 <= y[-1] else min(abs(y[0]), abs(y[-1]))
+    far = max(x[0] ** 2, x[-1] ** 2) + max(y[0] ** 2, y[-1] ** 2)
+    if far >= 1.0:
+        raise ValueError("the image reaches beyond the horizon (x^2 + y^2 >= 1 at a corner): "
+                         "lower pixsize_x/pixsize_y, npix or the centre offset")
+    return math.sqrt(1.0 - far) - 1.0, math.sqrt(1.0 - cx * cx - cy * cy) - 1.0
+
+
+class WGridder:
+    """The imaging operator for one set of points: ``vis2dirty(vis, wgt)`` and
+    ``dirty2vis(dirty, wgt)``, with the plan, device program, grid and FFT kept between
+    calls (a major cycle calls both many times)."""
+
+    def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
+                 epsilon: float, do_wgridding: bool = False, mask=None, flip_u: bool = False,
+                 flip_v: bool = False, flip_w: bool = False, divide_by_n: bool = True,
+                 center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
+                 sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
+                 verbosity: int = 0, tuning: dict | None = None):
+        uvw = np.asarray(uvw, np.float64)
+        freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
+        if uvw.ndim != 2 or uvw.shape[1] != 3:
+            raise ValueError(f"uvw must have shape (nrow, 3), got {uvw.shape}")
+        if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
+            raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
+        if not np.all(np.isfinite(uvw)):
+            raise ValueError("uvw has NaN or infinite entries")
+        for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
+            if int(n) != n or n < MIN_NPIX or n % 2:
+                raise ValueError(f"{name} must be an even integer >= {MIN_NPIX}, got {n!r}")
+        for name, p in (("pixsize_x", pixsize_x), ("pixsize_y", pixsize_y)):
+            if not (np.isfinite(p) and p > 0):
+                raise ValueError(f"{name} must be a positive angle in radians, got {p!r}")
+        self.nrow, self.nchan = uvw.shape[0], freq.size
+        self.shape = (self.nrow, self.nchan)
+        self.npix_x, self.npix_y = int(npix_x), int(npix_y)
+        self.precision = precision
+        self.divide_by_n = bool(divide_by_n) and bool(do_wgridding)
+        self.verbosity = verbosity
+        self.real = np.float64 if precision == "double" else np.float32
+        self.complex = np.complex128 if precision == "double" else np.complex64
+
+        keep = np.ones(self.shape, bool)
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.shape != self.shape:
+                raise ValueError(f"mask must have shape (nrow, nchan) = {self.shape}, got {mask.shape}")
+            keep &= mask != 0
+        self.keep = keep
+        signs = np.array([-1.0 if flip_u else 1.0, -1.0 if flip_v else 1.0, -1.0 if flip_w else 1.0])
+        rows, chans = np.nonzero(keep)
+        scale = freq[chans] / SPEED_OF_LIGHT
+        u, v, w = ((uvw[rows] * signs).T * scale)
+        self.flat_index = np.flatnonzero(keep.reshape(-1))
+        # The image is real, so V at (u, v, w) is conj(V) at (-u, -v, -w): with w-gridding
+        # every point goes to w >= 0 (conjugated where it moved), which halves the range
+        # of w the planes must cover (as ducc0 does).
+        flipped = (w < 0) if do_wgridding else np.zeros(w.shape, bool)
+        u, v, w = (np.where(flipped, -a, a) for a in (u, v, w))
+
+        cx, cy = signs[0] * center_x, signs[1] * center_y
+        x = (np.arange(self.npix_x) - self.npix_x // 2) * pixsize_x + cx
+        y = (np.arange(self.npix_y) - self.npix_y // 2) * pixsize_y + cy
+        t_lo, t_hi = _n_minus_one_range(x, y) if do_wgridding else (0.0, 0.0)
+        nshift = 0.5 * (t_lo + t_hi)
+        t_half = max(0.5 * (t_hi - t_lo), 1e-12)
+        w_min, w_max = (float(w.min()), float(w.max())) if w.size else (0.0, 0.0)
+        ndim = 3 if do_wgridding else 2
+        nvis = max(u.size, 1)
+
+        def sizes(choice):
+            nu, nv = _good_size(choice.sigma * self.npix_x), _good_size(choice.sigma * self.npix_y)
+            if not do_wgridding:
+                return nu, nv, 1.0, 1
+            dw = 1.0 / (2.0 * choice.sigma * t_half)
+            return nu, nv, dw, int(math.ceil((w_max - w_min) / dw)) + choice.support
+
+        def cost(choice):
+            # Spreading: one complex multiply-add per footprint cell per plane it touches;
+            # FFT: 5 N log2 N per plane; both in the same rough units.
+            nu, nv, _, planes = sizes(choice)
+            spread = nvis * choice.support ** ndim * 8.0
+            return spread + planes * 5.0 * nu * nv * math.log2(nu * nv)
+
+        choice = choose_kernel(epsilon, precision, ndim, cost=cost, sigma_min=sigma_min, sigma_max=sigma_max)
+        nu, nv, dw, planes = sizes(choice)
+        self.geometry = Geometry(self.npix_x, self.npix_y, float(pixsize_x), float(pixsize_y), float(cx),
+                                 float(cy), nu, nv, choice, bool(do_wgridding), w_min, dw, planes,
+                                 nshift if do_wgridding else 0.0)
+        self.plan = plan_points(u, v, w, self.geometry)
+        self._conj = flipped[self.plan.index] if np.any(flipped) else None
+        self._workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
+        self._correction = self._grid_correction(x, y, nshift)
+        self.fft = HostFFT(nthreads)
+        self._setup_device(device, tuning)
+        if verbosity:
+            print(f"clgrid.WGridder: {self.plan.num_vis} visibilities, grid {nu}x{nv}, support "
+                  f"{choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, {planes} w-plane(s)")
+
+    # -- set-up -------------------------------------------------------------------------
+    def _grid_correction(self, x, y, nshift):
+        """Per-pixel divisor: the kernel's transform in u, v (and w), times n if asked."""
+        g, k = self.geometry, self.geometry.kernel
+        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
+        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
+        corr = np.multiply.outer(cu, cv)
+        self._t = self._radial = None
+        if g.do_wgridding:
+            # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
+            # distinct |x| and |y| (a quarter of the image when it is centred) and spread
+            # back by indexing.
+            ax, ix = np.unique(np.abs(x), return_inverse=True)
+            ay, iy = np.unique(np.abs(y), return_inverse=True)
+            self._radial = np.ix_(ix.reshape(-1), iy.reshape(-1))
+            n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
+            self._t_small = (n - 1.0) - nshift
+            self._t = self._t_small[self._radial]
+            wcorr = _smooth_transform(g.dw * self._t_small, k.support, k.beta, self._workers)
+            if self.divide_by_n:
+                wcorr = wcorr * n
+            corr = corr * wcorr[self._radial]
+        return corr
+
+    def _setup_device(self, device, tuning):
+        self.queue = get_queue(device)
+        facts = device_facts(self.queue.device)
+        check_precision(self.precision, facts, atomics=True)
+        params = resolve_tuning("atomic", None, facts)
+        path = params.get("atomic", "cas")
+        if atomic_unavailable(path, facts, self.precision == "double"):
+            path = "cas"
+        kernel = self.geometry.kernel
+        coef = horner_coefficients(kernel.support, kernel.beta)
+        source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
+                        support=kernel.support, use_w=self.geometry.do_wgridding, degree=len(coef) - 1,
+                        coef=coef.tolist())
+        program = build_program(self.queue.context, source,
+                                tuple(params.get("build_options", ())) + build_options_for(path))
+        self._spread = cl.Kernel(program, "spread")
+        self._interp = cl.Kernel(program, "interp")
+        ctx, mf = self.queue.context, cl.mem_flags
+        p = self.plan
+        n = max(p.num_vis, 1)
+        real4 = np.zeros((n, 4), self.real)
+        real4[:p.num_vis] = p.frac
+        first = np.zeros((n, 4), np.int32)
+        first[:p.num_vis] = p.first
+        self._first = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=first)
+        self._frac = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=real4)
+        self._vis = cl.Buffer(ctx, mf.READ_WRITE, n * np.dtype(self.complex).itemsize)
+        g = self.geometry
+        self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
+        self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
+        self._wg = 64
+        self._setup_data(program)
+        wparams = resolve_tuning("wgridding", tuning, facts)
+        self.spread_mode = wparams["spread"]
+        if self.spread_mode not in ("atomic", "rows"):
+            raise ValueError(f"tuning [wgridding] spread must be 'atomic' or 'rows', got {self.spread_mode!r}")
+        if self.spread_mode == "rows":
+            self._setup_rows(program, n)
+        self.fft_mode = wparams["fft"]
+        if self.fft_mode not in ("host", "mapped", "vkfft"):
+            raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
+        self.device_fft = None
+        if self.fft_mode == "mapped":
+            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft.workers)
+        if self.fft_mode == "vkfft":
+            try:
+                self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
+            except ImportError as exc:
+                warnings.warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
+                self.fft_mode = "host"
+        if self.device_fft is not None:
+            self._setup_planes(facts)
+
+    def _setup_planes(self, facts):
+        """The image side on the device (device FFT): correction, w phases, accumulator."""
+        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+        phase_double = bool(facts.fp64)
+        source = render("wgrid_planes.cl", double=self.precision == "double", use_w=g.do_wgridding,
+                        phase_double=phase_double)
+        program = build_program(ctx, source)
+        self._accumulate = cl.Kernel(program, "accumulate")
+        self._finish = cl.Kernel(program, "finish")
+        self._load_plane = cl.Kernel(program, "load_plane")
+        pdt = np.float64 if phase_double else np.float32
+        t = self._t if self._t is not None else np.zeros((g.npix_x, g.npix_y))
+        a0 = np.mod(g.w_start * t, 1.0)
+        s = g.dw * t
+
+        def upload(a, dtype):
+            return cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a, dtype))
+
+        self._a0, self._s = upload(a0, pdt), upload(s, pdt)
+        self._scale = upload(1.0 / self._correction, self.real)
+        npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
+        self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
+        self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
+        self._npix_bytes = npix_bytes
+
+    def _setup_data(self, program):
+        """Where each kept visibility comes from in the caller's (nrow * nchan) array (negative:
+        conjugated), and its phase factor, for gather_vis / scatter_vis on the device."""
+        p, ctx, mf = self.plan, self.queue.context, cl.mem_flags
+        total = self.nrow * self.nchan
+        if total >= 1 << 31:
+            raise ValueError(f"nrow * nchan = {total} visibilities: at most 2^31 - 1 per operator")
+        src = self.flat_index[p.index].astype(np.int64)
+        if self._conj is not None:
+            src = np.where(self._conj, -src - 1, src)
+        n = max(p.num_vis, 1)
+        src_buf = np.zeros(n, np.int32)
+        src_buf[:p.num_vis] = src
+        self._src = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=src_buf)
+        phase = np.ones(n, self.complex)
+        if p.phase is not None:
+            phase[:p.num_vis] = p.phase
+        self._phase_dev = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=phase)
+        self._vis_full = cl.Buffer(ctx, mf.READ_WRITE, max(total, 1) * np.dtype(self.complex).itemsize)
+        self._wgt_full = cl.Buffer(ctx, mf.READ_ONLY, max(total, 1) * np.dtype(self.real).itemsize)
+        self._gather = cl.Kernel(program, "gather_vis")
+        self._scatter = cl.Kernel(program, "scatter_vis")
+
+    def _data_launch(self, kernel, use_wgt):
+        p = self.plan
+        size = -(-max(p.num_vis, 1) // self._wg) * self._wg
+        source, target = (self._vis_full, self._vis) if kernel is self._gather else (self._vis, self._vis_full)
+        return kernel(self.queue, (size,), (self._wg,), source, self._wgt_full, self._src, self._phase_dev,
+                      target, np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None))
+
+    def _upload_wgt(self, wgt):
+        """``wgt`` to the device; False when there is none (every weight 1)."""
+        if wgt is None:
+            return False
+        wgt = np.asarray(wgt)
+        self._check_values("wgt", wgt, self.shape)
+        if not np.all(np.isfinite(wgt)) and not np.all(np.isfinite(wgt.reshape(-1)[self.flat_index])):
+            raise ValueError("wgt has NaN or infinite entries where not masked")
+        cl.enqueue_copy(self.queue, self._wgt_full, np.ascontiguousarray(wgt, self.real))
+        return True
+
+    def _setup_rows(self, program, n):
+        """Kernel values of every visibility, once (they depend on the plan only), and
+        where each (first plane, first u cell) run of visibilities begins."""
+        g, p, ctx, mf = self.geometry, self.plan, self.queue.context, cl.mem_flags
+        support = g.kernel.support
+        taps = (3 if g.do_wgridding else 2) * support
+        self._tap = cl.Buffer(ctx, mf.READ_WRITE, n * taps * np.dtype(self.real).itemsize)
+        if p.num_vis:
+            size = -(-p.num_vis // self._wg) * self._wg
+            cl.Kernel(program, "compute_taps")(self.queue, (size,), (self._wg,), self._frac, self._tap,
+                                               np.int32(p.num_vis))
+        key = p.first[:, 2].astype(np.int64) * (g.nu + 1) + p.first[:, 0]
+        cells = np.arange(g.num_planes)[:, None] * (g.nu + 1) + np.arange(g.nu + 1)[None, :]
+        row_start = np.searchsorted(key, cells.reshape(-1), side="left").astype(np.int32)
+        self._row_start = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=row_start)
+        self._spread_rows = cl.Kernel(program, "spread_rows")
+        self._interp_taps = cl.Kernel(program, "interp_taps")
+        self._rows_wg = 8
+
+    def _launch_spread(self, plane: int, wait_for=None):
+        if self.spread_mode == "atomic":
+            return self._launch(self._spread, plane, wait_for)
+        g = self.geometry
+        if self.plan.active(plane, g.kernel.support)[1] == 0:
+            return None
+        size = -(-g.nu // self._rows_wg) * self._rows_wg
+        return self._spread_rows(self.queue, (size,), (self._rows_wg,), self._first, self._tap, self._vis,
+                                 self._grid, self._row_start, np.int32(g.nu), np.int32(g.nv), np.int32(plane),
+                                 wait_for=wait_for)
+
+    def _launch_interp(self, plane: int, wait_for=None):
+        if self.spread_mode == "atomic":
+            return self._launch(self._interp, plane, wait_for)
+        start, count = self.plan.active(plane, self.geometry.kernel.support)
+        if count == 0:
+            return None
+        g = self.geometry
+        size = -(-count // self._wg) * self._wg
+        return self._interp_taps(self.queue, (size,), (self._wg,), self._first, self._tap, self._grid, self._vis,
+                                 np.int32(g.nu), np.int32(g.nv), np.int32(plane), np.int32(start),
+                                 np.int32(count), wait_for=wait_for)
+
+    def _launch(self, kernel, plane: int, wait_for=None):
+        start, count = self.plan.active(plane, self.geometry.kernel.support)
+        if count == 0:
+            return None
+        g = self.geometry
+        size = -(-count // self._wg) * self._wg
+        args = (self._first, self._frac, self._vis if kernel is self._spread else self._grid,
+                self._grid if kernel is self._spread else self._vis, np.int32(g.nu), np.int32(g.nv),
+                np.int32(plane), np.int32(start), np.int32(count), self.real(g.kernel.beta))
+        return kernel(self.queue, (size,), (self._wg,), *args, wait_for=wait_for)
+
+    def _check_values(self, name, a, shape):
+        if a.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+
+    def _zero_data_warning(self, what):
+        warnings.warn(f"clgrid: no visibility is unmasked with non-zero weight; {what} is zero",
+                      stacklevel=3)
+
+    # -- the operator ---------------------------------------------------------------------
+    def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
+        """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
+        ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
+        ``update``); there are ``geometry.num_planes`` of them."""
+        vis = np.asarray(vis)
+        self._check_values("vis", vis, self.shape)
+        p, g = self.plan, self.geometry
+        zero_weight = wgt is not None and not np.any(np.asarray(wgt).reshape(-1)[self.flat_index])
+        if p.num_vis == 0 or zero_weight or not np.any(vis):
+            self._zero_data_warning("the image")
+            return np.zeros((g.npix_x, g.npix_y), self.real)
+        if not np.all(np.isfinite(vis)) and not np.all(np.isfinite(vis.reshape(-1)[self.flat_index])):
+            raise ValueError("vis has NaN or infinite entries where not masked")
+        # the caller's array goes up as it is; the device picks, weights, conjugates and
+        # phase-shifts the kept visibilities (gather_vis)
+        use_wgt = self._upload_wgt(wgt)
+        cl.enqueue_copy(self.queue, self._vis_full, np.ascontiguousarray(vis, self.complex))
+        self._data_launch(self._gather, use_wgt)
+        if self.device_fft is not None:
+            return self._vis2dirty_device(progress)
+        image = np.zeros((g.npix_x, g.npix_y), np.float64)
+        phase, step = self._plane_phases()
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
+                event = self._launch_spread(plane, [zero])
+                grid = self._map_grid([event])
+                blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
+
+                def rows(r, blocks=blocks):
+                    for (bi, bj), view in blocks:
+                        lo, hi = max(r.start, bi.start), min(r.stop, bi.stop)
+                        if lo >= hi:
+                            continue
+                        part = view[lo - bi.start:hi - bi.start]
+                        if phase is not None:
+                            np.multiply(part, phase[lo:hi, bj], out=part, casting="same_kind")
+                        image[lo:hi, bj] += part.real
+                    if phase is not None:
+                        phase[r] *= step[r]
+
+                _in_row_chunks(self._workers, g.npix_x, rows)
+                del blocks
+                grid.base.release(self.queue)
+            elif phase is not None:
+                phase *= step
+            if progress is not None:
+                progress(1)
+        image /= self._correction
+        return image.astype(self.real)
+
+    def _plane_args(self, plane):
+        g = self.geometry
+        return (np.int32(g.nu), np.int32(g.nv), np.int32(g.npix_x), np.int32(g.npix_y), np.int32(plane))
+
+    def _vis2dirty_device(self, progress):
+        """Spread, transform and crop every plane on the device; one image comes back."""
+        g, q = self.geometry, self.queue
+        fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
+                self._launch_spread(plane, [zero])
+                self.device_fft.backward(self._grid)
+                self._accumulate(q, (g.npix_x, g.npix_y), None, self._grid, self._image_acc, self._a0,
+                                 self._s, *self._plane_args(plane))
+            if progress is not None:
+                q.finish()
+                progress(1)
+        count = g.npix_x * g.npix_y
+        self._finish(q, (count,), None, self._image_acc, self._scale, self._image_out, np.int32(count))
+        image = np.empty((g.npix_x, g.npix_y), self.real)
+        cl.enqueue_copy(q, image, self._image_out).wait()
+        return image
+
+    def _dirty2vis_device(self, dirty):
+        g, q = self.geometry, self.queue
+        cl.enqueue_copy(q, self._image_out, np.ascontiguousarray(dirty, self.real))
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                fill_zeros(q, self._grid, self._grid_bytes, self.real)
+                self._load_plane(q, (g.npix_x, g.npix_y), None, self._image_out, self._scale, self._a0, self._s,
+                                 self._grid, *self._plane_args(plane))
+                self.device_fft.forward(self._grid)
+                self._launch_interp(plane)
+        q.finish()
+
+    def _dirty2vis_host(self, dirty):
+        """Each plane made on the host, transformed there and sent to the device."""
+        g = self.geometry
+        image = dirty.astype(np.float64) / self._correction
+        phase, step = self._plane_phases()
+        if phase is not None:                    # the conjugate phases, advanced in place
+            np.conjugate(phase, out=phase)
+            step = step.conj()
+        for plane in range(g.num_planes):
+            if self.plan.active(plane, g.kernel.support)[1]:
+                grid = self._map_grid()
+                grid[...] = 0
+                blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
+
+                def rows(r):
+                    for (bi, bj), view in blocks:
+                        lo, hi = max(r.start, bi.start), min(r.stop, bi.stop)
+                        if lo >= hi:
+                            continue
+                        part = view[lo - bi.start:hi - bi.start]
+                        if phase is None:
+                            part[...] = image[lo:hi, bj]
+                        else:
+                            np.multiply(image[lo:hi, bj], phase[lo:hi, bj], out=part, casting="same_kind")
+                    if phase is not None:
+                        phase[r] *= step[r]
+
+                _in_row_chunks(self._workers, g.npix_x, rows)
+                self.fft.forward(grid, g.npix_x)
+                del blocks
+                grid.base.release(self.queue)
+                self._launch_interp(plane).wait()
+            elif phase is not None:
+                phase *= step
+
+    def _map_grid(self, wait_for=None):
+        """The device grid as a host array (mapped: on a CPU device no copy is made; on a
+        GPU the driver moves it).  Release with ``grid.base.release(queue)``."""
+        g = self.geometry
+        grid, _ = cl.enqueue_map_buffer(self.queue, self._grid, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                        (g.nu, g.nv), self.complex, wait_for=wait_for, is_blocking=True)
+        return grid
+
+    def _plane_phases(self):
+        """exp(-2 pi i w_p t) for plane 0 (a fresh copy: callers advance it) and the factor
+        from one plane to the next; kept with the operator up to 4 M pixels (64 MiB each)."""
+        g = self.geometry
+        if not g.do_wgridding:
+            return None, None
+        cached = getattr(self, "_phases", None)
+        if cached is None:
+            # complex128 in either precision: a running product in complex64 drifts.
+            t = self._t_small
+            small = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
+
+            def rows(r):
+                small[0][r] = np.exp(-2j * np.pi * g.w_start * t[r])
+                small[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
+
+            _in_row_chunks(self._workers, t.shape[0], rows)
+            cached = (small[0][self._radial], small[1][self._radial])
+            if g.npix_x * g.npix_y <= 1 << 22:
+                self._phases = cached
+        return cached[0].copy(), cached[1]
+
+    def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
+        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
+        dirty = np.asarray(dirty)
+        g, p = self.geometry, self.plan
+        self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
+        if not np.all(np.isfinite(dirty)):
+            raise ValueError("dirty has NaN or infinite entries")
+        out = np.zeros(self.shape, self.complex)
+        if p.num_vis == 0:
+            self._zero_data_warning("every visibility")
+            return out
+        fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real).wait()
+        if self.device_fft is not None:
+            self._dirty2vis_device(dirty)
+        else:
+            self._dirty2vis_host(dirty)
+        use_wgt = self._upload_wgt(wgt)
+        fill_zeros(self.queue, self._vis_full, out.nbytes, self.real)
+        self._data_launch(self._scatter, use_wgt)
+        cl.enqueue_copy(self.queue, out, self._vis_full).wait()
+        return out
+
+
+def _precision_of(dtype, name, kinds):
+    dtype = np.dtype(dtype)
+    for precision, allowed in kinds.items():
+        if dtype == allowed:
+            return precision
+    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {dtype}")
+
+
+def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
+              do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
+              center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
+              dirty=None, device=None, tuning=None, **ignored):
+    """ducc0.wgridder.vis2dirty's call on an OpenCL device; see the module docstring.
+
+    ``vis`` complex64 or complex128 sets the precision; the image is float32 or float64
+    (npix_x, npix_y).  ``dirty``, if given, receives the result.  ``allow_nshift`` and
+    ``double_precision_accumulation`` are accepted and have no effect.  ``device`` and
+    ``tuning`` (overrides of the table's ``[wgridding]`` section: ``spread``, ``fft``) are
+    clgrid's own.
+    """
+    _refuse_unknown(ignored)
+    vis = np.asarray(vis)
+    precision = _precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
+    op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
+                  flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
+                  device, nthreads, verbosity, tuning)
+    image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
+    if dirty is not None:
+        dirty[...] = image
+        return dirty
+    return image
+
+
+def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, epsilon,
+              do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
+              center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
+              vis=None, device=None, npix_x=0, npix_y=0, tuning=None, **ignored):
+    """ducc0.wgridder.dirty2vis's call on an OpenCL device: visibilities (nrow, nchan) of
+    ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
+    _refuse_unknown(ignored)
+    dirty = np.asarray(dirty)
+    precision = _precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
+    if dirty.ndim != 2:
+        raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")
+    for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):
+        if n and n != have:
+            raise ValueError(f"{name}={n} does not match dirty's shape {dirty.shape}")
+    op = WGridder(uvw, freq, dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding,
+                  mask, flip_u, flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max,
+                  precision, device, nthreads, verbosity, tuning)
+    result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))
+    if vis is not None:
+        vis[...] = result
+        return vis
+    return result
+
+
+def _checked_wgt(wgt, real_dtype):
+    if wgt is None:
+        return None
+    wgt = np.asarray(wgt)
+    if not np.issubdtype(wgt.dtype, np.floating):
+        raise TypeError(f"wgt must be a float array, got {wgt.dtype}")
+    if not np.all(np.isfinite(wgt)):
+        raise ValueError("wgt has NaN or infinite entries")
+    return wgt
+
+
+def _refuse_unknown(ignored):
+    unknown = set(ignored) - {"allow_nshift", "double_precision_accumulation"}
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")

@@ -1,0 +1,93 @@
+"""The w-gridding operator's other paths against ducc0: the spread variant the table does
+not pick on PoCL ("atomic"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
+crop, w phase and grid correction on the device, which the table picks on GPUs."""
+
+import os
+
+import numpy as np
+import pytest
+
+import clgrid
+
+# PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
+DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
+from conftest import relative_error
+from test_vis2dirty import IMAGE, wide_field
+
+ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
+
+
+def _have_vkfft():
+    try:
+        from clgrid.fft import import_vkfft
+
+        import_vkfft()
+        return True
+    except ImportError:
+        return False
+
+
+vkfft = pytest.mark.skipif(not _have_vkfft(), reason="pyvkfft with its OpenCL backend is not installed "
+                                                     "(the vkfft extra)")
+
+
+def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
+    uvw, freq, vis, wgt = wide_field(rng)
+    args = dict(uvw=uvw, freq=freq, **IMAGE, do_wgridding=wgrid, **kw)
+    d2v = {k: v for k, v in args.items() if k not in ("npix_x", "npix_y")}
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    ref = ducc0_wgridder.vis2dirty(vis=vis, wgt=wgt, epsilon=1e-12, **args)
+    ref_vis = ducc0_wgridder.dirty2vis(dirty=dirty, wgt=wgt, epsilon=1e-12, **d2v)
+    cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
+    got = clgrid.vis2dirty(vis=vis.astype(cd), wgt=wgt.astype(rd), epsilon=epsilon, device=DEVICE,
+                           tuning=tuning, **args)
+    got_vis = clgrid.dirty2vis(dirty=dirty.astype(rd), wgt=wgt.astype(rd), epsilon=epsilon, device=DEVICE,
+                               tuning=tuning, **d2v)
+    return relative_error(got, ref), relative_error(got_vis, ref_vis)
+
+
+@pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
+def test_atomic_spread_against_ducc0(rng, epsilon, single, wgrid):
+    img, vis = against_ducc0(rng, {"spread": "atomic"}, epsilon, single, wgrid)
+    assert img <= epsilon and vis <= epsilon, (img, vis)
+
+
+@vkfft
+@pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, True, False)])
+def test_device_fft_against_ducc0(rng, epsilon, single, wgrid):
+    img, vis = against_ducc0(rng, {"fft": "vkfft"}, epsilon, single, wgrid, center_x=0.02, center_y=-0.03,
+                             flip_v=True)
+    assert img <= epsilon and vis <= epsilon, (img, vis)
+
+
+def _device_side_matches_host(rng, fft):
+    uvw, freq, vis, wgt = wide_field(rng, nrow=600)
+    ops = {mode: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, tuning={"fft": mode},
+                                 **IMAGE) for mode in ("host", fft)}
+    assert ops[fft].fft_mode == fft and ops["host"].fft_mode == "host"
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    images = {k: op.vis2dirty(vis, wgt) for k, op in ops.items()}
+    models = {k: op.dirty2vis(dirty, wgt) for k, op in ops.items()}
+    assert relative_error(images[fft], images["host"]) < 1e-12
+    assert relative_error(models[fft], models["host"]) < 1e-12
+    lhs, rhs = np.vdot(models[fft], vis).real, np.vdot(dirty, images[fft])
+    # against the sizes of the vectors: the inner product itself can cancel to far less
+    assert abs(lhs - rhs) <= 1e-12 * np.linalg.norm(dirty) * np.linalg.norm(images[fft])
+
+
+@vkfft
+def test_device_fft_matches_host_fft_and_is_adjoint(rng):
+    _device_side_matches_host(rng, "vkfft")
+
+
+def test_mapped_host_fft_matches_host_fft_and_is_adjoint(rng):
+    """The host FFT in place on the mapped device grid, with crop, phase and correction
+    on the device (the device-FFT path's kernels, with no pyvkfft needed)."""
+    _device_side_matches_host(rng, "mapped")
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_mapped_host_fft_against_ducc0(rng, single):
+    eps = 1e-5 if single else 1e-10
+    img, vis = against_ducc0(rng, {"fft": "mapped"}, eps, single, True, center_y=0.02)
+    assert img <= eps and vis <= eps, (img, vis)
