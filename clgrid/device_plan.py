@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -244,9 +245,12 @@ def _device_uvw(queue, uvw, staging) -> cla.Array:
     return to_device_array(queue, np.ascontiguousarray(uvw, np.float64), staging)
 
 
+_device_tables = weakref.WeakKeyDictionary()   # KernelStack -> {(context, dtype): tables}; the stack pickles
+
+
 def _kernel_tables(queue, kernels: KernelStack, real_dtype):
     """Supports and weight sums of the stack on the device, once per (context, stack)."""
-    cache = kernels.__dict__.setdefault("_device_tables", {})
+    cache = _device_tables.setdefault(kernels, {})
     key = (queue.context.int_ptr, np.dtype(real_dtype).str)
     if key not in cache:
         cache[key] = (cla.to_device(queue, kernels.supports.astype(np.int32)),

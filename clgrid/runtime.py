@@ -2,8 +2,9 @@
 
 ``device=`` anywhere in clgrid accepts a pyopencl Device, Context or CommandQueue,
 a string matched against platform and device names ("pocl", "nvidia", "cpu",
-"gpu", "H100"), or None.  None means ``$CLGRID_DEVICE`` if set, else the first GPU,
-else PoCL, else whatever device exists.  One context and one profiling queue are
+"gpu", "H100"; a last word ``#k`` picks the k-th match from 0, "gpu #1": one of
+several equal GPUs, one per Dask worker), or None.  None means ``$CLGRID_DEVICE`` if
+set, else the first GPU, else PoCL, else whatever device exists.  One context and one profiling queue are
 kept per device, so programs built for it are shared by every gridder.
 """
 
@@ -20,7 +21,7 @@ import pyopencl as cl
 
 from .errors import DeviceCapabilityError
 
-__all__ = ["devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts",
+__all__ = ["devices", "matching_devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts",
            "register_pip_icds", "INTEL_CPU_RUNTIME", "is_intel_cpu_runtime"]
 
 _queues: dict = {}
@@ -121,6 +122,13 @@ def _description(device) -> str:
                      cl.device_type.to_string(device.type)]).lower()
 
 
+def matching_devices(spec: str, found=None) -> list:
+    """The devices whose platform and device names, vendors and type contain every word of
+    ``spec`` (case-insensitive), in platform order: what ``"spec #k"`` indexes."""
+    words = spec.lower().split()
+    return [d for d in (devices() if found is None else found) if all(w in _description(d) for w in words)]
+
+
 def select_device(spec=None):
     """Resolve ``spec`` (see module docstring) to one pyopencl Device."""
     if isinstance(spec, cl.CommandQueue):
@@ -144,11 +152,19 @@ def select_device(spec=None):
         raise TypeError(f"device must be None, a string or a pyopencl Device/Context/CommandQueue, "
                         f"got {type(spec).__name__}")
     words = spec.lower().split()
-    matches = [d for d in found if all(w in _description(d) for w in words)]
+    index = 0
+    if words and words[-1].startswith("#"):      # "gpu #2": the third match (one device per worker)
+        if not words[-1][1:].isdigit():
+            raise ValueError(f"device {spec!r}: '#' must be followed by a device index, as in 'gpu #1'")
+        index = int(words.pop()[1:])
+    matches = matching_devices(" ".join(words), found)
     if not matches:
         names = "; ".join(f"{d.platform.name}: {d.name}" for d in found)
         raise DeviceCapabilityError(f"no OpenCL device matches {spec!r}; devices here: {names}")
-    return matches[0]
+    if index >= len(matches):
+        raise DeviceCapabilityError(f"device {spec!r}: only {len(matches)} OpenCL device(s) match "
+                                    f"{' '.join(words)!r} (indices from #0)")
+    return matches[index]
 
 
 def get_queue(spec=None) -> cl.CommandQueue:

@@ -61,6 +61,18 @@ def test_unknown_device_lists_the_devices_there(queue):
         runtime.select_device(3)
 
 
+def test_an_index_picks_one_of_the_matching_devices(queue):
+    words = queue.device.platform.name.lower().split()[:1]
+    matches = runtime.matching_devices(words[0])
+    assert queue.device in matches
+    for k, device in enumerate(matches):
+        assert runtime.select_device(f"{words[0]} #{k}") == device
+    with pytest.raises(clgrid.DeviceCapabilityError, match=f"only {len(matches)} OpenCL device"):
+        runtime.select_device(f"{words[0]} #{len(matches)}")
+    with pytest.raises(ValueError, match="must be followed by a device index"):
+        runtime.select_device(f"{words[0]} #first")
+
+
 def test_environment_variable_sets_the_default(monkeypatch, queue, device_name):
     monkeypatch.setenv("CLGRID_DEVICE", "no such device")
     with pytest.raises(clgrid.DeviceCapabilityError, match="no such device"):
