@@ -21,7 +21,6 @@ a moving window that holds w over time blocks plan on the host instead
 from __future__ import annotations
 
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,9 +31,9 @@ import pyopencl.array as cla
 
 from .codegen import build_program, render
 from .device_sum import DeviceSum
-from .errors import DroppedVisibilitiesError
 from .kernels import KernelStack, offset_range
-from .plan import SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities
+from .plan import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities,
+                   report_dropped)
 from .scan import ExclusiveScan
 from .transfer import to_device_array
 
@@ -284,7 +283,8 @@ def make_plan(queue, geometry: Geometry, uvw, freqs=None, flags=None, on_dropped
                              pol_flags, on_dropped, done, hold)
     else:
         plan = _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags, staging)
-    _report_dropped(plan, on_dropped, done)
+    report_dropped(plan.counts["off_grid"], plan.counts["beyond_kernel_stack"], plan.num_samples,
+                   geometry.grid_size, geometry.kernels, on_dropped, done, stacklevel=4)
     return plan
 
 
@@ -350,17 +350,3 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
                 upload(positions.packed(), np.int32), upload(positions.support, np.int32),
                 upload(positions.weight_sum, real), pol_flags=pol_flags, positions=positions,
                 planned_on="host")
-
-
-def _report_dropped(plan: Plan, on_dropped: str, done: str) -> None:
-    """Warn (or raise) about samples that cannot be gridded, as `on_dropped` says."""
-    off, beyond = plan.counts["off_grid"], plan.counts["beyond_kernel_stack"]
-    if not (off + beyond) or on_dropped == "ignore":
-        return
-    kernels = plan.geometry.kernels
-    msg = (f"{off + beyond} of {plan.num_samples} visibilities not {done}: "
-           f"{off} off the {plan.geometry.grid_size}^2 grid, {beyond} beyond the last w-plane "
-           f"(|w| > {kernels.plane_w(kernels.num_planes - 1):.4g} wavelengths)")
-    if on_dropped == "raise":
-        raise DroppedVisibilitiesError(msg)
-    warnings.warn(msg, stacklevel=4)

@@ -23,7 +23,7 @@ from .rounding import round_half_away
 
 __all__ = ["SPEED_OF_LIGHT", "round_half_away", "Samples", "Positions", "flatten_samples",
            "flatten_positions", "check_grid", "grid_indices", "plan_visibilities", "check_coordinates",
-           "check_grid_geometry", "check_arguments", "in_wavelengths"]
+           "check_grid_geometry", "check_arguments", "in_wavelengths", "report_dropped"]
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
 ON_DROPPED = ("warn", "raise", "ignore")
@@ -371,11 +371,18 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
                 num_samples=samples.uvw.shape[0], num_flagged=int((~samples.usable).sum()),
                 num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm, position=position,
                      weight_sum=np.asarray(sums, np.float64))
-    if plan.num_dropped and on_dropped != "ignore":
-        msg = (f"{plan.num_dropped} of {plan.num_samples} visibilities not {done}: "
-               f"{num_off} off the {grid_size}^2 grid, {num_beyond} beyond the last w-plane "
-               f"(|w| > {kernels.plane_w(kernels.num_planes - 1):.4g} wavelengths)")
-        if on_dropped == "raise":
-            raise DroppedVisibilitiesError(msg)
-        warnings.warn(msg, stacklevel=3)
+    report_dropped(num_off, num_beyond, plan.num_samples, grid_size, kernels, on_dropped, done, stacklevel=4)
     return plan
+
+
+def report_dropped(num_off: int, num_beyond: int, num_samples: int, grid_size: int, kernels: KernelStack,
+                   on_dropped: str, done: str, stacklevel: int) -> None:
+    """Warn (or raise) about samples that cannot be gridded, as `on_dropped` says."""
+    if not (num_off + num_beyond) or on_dropped == "ignore":
+        return
+    msg = (f"{num_off + num_beyond} of {num_samples} visibilities not {done}: "
+           f"{num_off} off the {grid_size}^2 grid, {num_beyond} beyond the last w-plane "
+           f"(|w| > {kernels.plane_w(kernels.num_planes - 1):.4g} wavelengths)")
+    if on_dropped == "raise":
+        raise DroppedVisibilitiesError(msg)
+    warnings.warn(msg, stacklevel=stacklevel)
