@@ -90,9 +90,7 @@ class ValueKernels:
                  flags: bool, sum_dtype):
         params = dict(double=double, npol=npol, vis_double=np.dtype(vis_dtype) == np.complex128,
                       weights=weights_mode, weights_double=np.dtype(weights_dtype) == np.float64, flags=flags)
-        program = build_program(context, render("values.cl", **params))
-        self.gather = cl.Kernel(program, "gather_weighted")
-        self.scatter = cl.Kernel(program, "scatter")
+        self.program = build_program(context, render("values.cl", **params))
         sum_type = "double" if np.dtype(sum_dtype) == np.float64 else "float"
         weight_type = "double" if params["weights_double"] else "float"
         weight = {"none": "1", "sample": "weights[s]", "pol": f"weights[s * {npol} + p]"}[weights_mode]
@@ -114,6 +112,16 @@ class ValueKernels:
             f"{{ const int s = sample[i]; const {vis_type} v = vis[s * {npol} + p];\n"
             f"  const {sum_type} w = {flagged}({sum_type})({weight});\n"
             f"  return w == 0 ? 0 : fabs(({sum_type})v.x * w) + fabs(({sum_type})v.y * w); }}\n")
+
+    # Kernel objects hold their arguments, and operators on other threads share this
+    # program: each launch gets its own.
+    @property
+    def gather(self) -> cl.Kernel:
+        return cl.Kernel(self.program, "gather_weighted")
+
+    @property
+    def scatter(self) -> cl.Kernel:
+        return cl.Kernel(self.program, "scatter")
 
     @classmethod
     def of(cls, context, *key) -> "ValueKernels":

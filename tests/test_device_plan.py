@@ -303,3 +303,29 @@ def test_methods_are_distributions_and_interpolation_a_parameter(stack, queue):
     assert clgrid.Degridder(N, CELL, stack, device=queue).method == table["degrid"]
     linear = clgrid.Gridder(N, CELL, stack, interpolation="linear", device=queue)
     assert (linear.method, linear.strategy.name) == ("atomic", "texture")
+
+
+def test_threads_with_their_own_operators_on_one_queue(rng, stack, queue):
+    """Operators of one context share programs (values, sums): each launch has its own
+    kernel arguments, so concurrent calls stay correct."""
+    uvw = meerkat_uvw(rng, nbaseline=12, ntime=20)
+    jobs = []
+    for method in ("atomic", "tiled"):
+        gridder = make("grid", method, stack, queue)
+        vis = rng.normal(size=uvw.shape[:2] + (1,)) + 1j * rng.normal(size=uvw.shape[:2] + (1,))
+        weights = rng.uniform(0.5, 2.0, uvw.shape[:2])
+        jobs.append((gridder, vis, weights, reference.grid(uvw, vis, N, CELL, stack, weights=weights[..., None],
+                                                            on_dropped="ignore")))
+    wrong = []
+
+    def hammer(gridder, vis, weights, ref):
+        for _ in range(6):
+            if relative_error(gridder.grid(uvw, vis, weights), ref) > 1e-12:
+                wrong.append(gridder.method)
+
+    threads = [threading.Thread(target=hammer, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
