@@ -207,7 +207,7 @@ def run_case(case: Case, workloads: Workloads, queue, repeats: int, deadline: fl
         case.median_s, case.min_s, case.max_s = float(np.median(timed)), min(timed), max(timed)
         case.degridded = prepared.plan.num_kept
         case.vis_per_s = case.degridded / case.median_s
-        case.grid_point_reads_per_s = prepared.plan.grid_point_additions / case.median_s
+        case.grid_point_reads_per_s = prepared.grid_point_additions / case.median_s
         del prepared
         flat = uvw.reshape(-1, 3)
         subset = flat[:max(100, min(20_000, ERROR_POINTS // (2 * case.support + 1) ** 2))]

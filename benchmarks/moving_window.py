@@ -52,7 +52,7 @@ from clgrid import datasets, reference  # noqa: E402
 from clgrid.bench import device_times, environment  # noqa: E402
 from clgrid.benchsets import fixed_support_stack  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
-from clgrid.plan import SPEED_OF_LIGHT, flatten_samples  # noqa: E402
+from clgrid.plan import SPEED_OF_LIGHT  # noqa: E402
 from clgrid.runtime import get_queue  # noqa: E402
 
 COARSENING = ((64, 1, 1), (64, 2, 1), (64, 2, 2), (64, 4, 2), (64, 4, 4), (128, 2, 2))
@@ -107,7 +107,7 @@ def in_turn(function, items, ahead: bool):
         yield pending.result()
 
 
-def sweep(config, queue, uvw, vis, freqs, samples, cell, w_max, started):
+def sweep(config, queue, uvw, vis, freqs, cell, w_max, started):
     """Per kernel size: moving_window (atomic and plain flush) on everything, atomic on a subset."""
     nbaseline, ntime = uvw.shape[:2]
     error_baselines = np.linspace(0, nbaseline - 1, 8).astype(int)
@@ -119,27 +119,26 @@ def sweep(config, queue, uvw, vis, freqs, samples, cell, w_max, started):
     def planned(size):
         kernels = fixed_support_stack(size // 2, config.oversample, config.num_planes, w_max)
         moving = gridder(kernels, "moving_window")
-        return kernels, moving, moving.prepare_samples(samples)
+        return kernels, moving, moving.prepare(uvw, vis, freqs=freqs)
 
     rows = []
     on_cpu = bool(queue.device.type & cl.device_type.CPU)   # there, planning would slow the device down
     for size, (kernels, moving, prepared) in zip(config.sizes, in_turn(planned, config.sizes, not on_cpu)):
-        additions = prepared.plan.grid_point_additions
+        additions = prepared.grid_point_additions
         exact = median_rate(device_times(moving, prepared, config.repeats), additions)
         log(started, f"size {size}: moving_window {exact['gpa_per_s'] / 1e9:.1f} G/s")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")            # the plain flush warns that it is wrong
             plain = gridder(kernels, "moving_window", {"flush": "plain"})
-        # flush does not enter the plan: the plain build runs the exact build's prepared data
-        unsafe = median_rate(device_times(plain, prepared, config.repeats), additions)
+        # its own preparation: a prepared call runs with the strategy that arranged it
+        unsafe = median_rate(device_times(plain, plain.prepare(uvw, vis, freqs=freqs), config.repeats), additions)
         per_vis = additions // prepared.plan.num_kept
         del prepared, plain
 
         stride = int(np.clip(np.ceil(additions / config.atomic_additions), 1, ntime))
         atomic = gridder(kernels, "atomic")
         prepared = atomic.prepare(uvw[:, ::stride], vis[:, ::stride], freqs=freqs)
-        baseline = median_rate(device_times(atomic, prepared, config.repeats),
-                               prepared.plan.grid_point_additions)
+        baseline = median_rate(device_times(atomic, prepared, config.repeats), prepared.grid_point_additions)
         del prepared
         log(started, f"size {size}: atomic {baseline['gpa_per_s'] / 1e9:.2f} G/s (1 in {stride} time steps)")
 
@@ -161,20 +160,19 @@ def coarsening(config, queue, uvw, vis, freqs, cell, w_max, started):
     kernels = fixed_support_stack(config.sweep_size // 2, config.oversample, config.num_planes, w_max)
     rows = []
     for npol in (1, config.npol):
-        samples = flatten_samples(uvw, vis[..., :npol], freqs=freqs)
         for group, along_u, along_v in config.coarsening:
             tuning = {"work_group_size": group, "coarsen_u": along_u, "coarsen_v": along_v}
             gridder = clgrid.Gridder(config.grid_size, cell, kernels, method="moving_window", device=queue,
                                      tuning=tuning, on_dropped="ignore")
-            prepared = gridder.prepare_samples(samples)
+            prepared = gridder.prepare(uvw, vis[..., :npol], freqs=freqs)
             rows.append(dict(tuning, npol=npol, **median_rate(device_times(gridder, prepared, config.repeats),
-                                                              prepared.plan.grid_point_additions)))
+                                                              prepared.grid_point_additions)))
             del prepared, gridder
         log(started, f"coarsening, {npol} pol: done")
     return rows
 
 
-def time_blocks(config, queue, uvw, vis, freqs, samples, cell, w_max, started):
+def time_blocks(config, queue, uvw, vis, freqs, cell, w_max, started):
     """Real W-projection kernels: the exact path against w held over blocks of time steps."""
     kernels = clgrid.KernelStack.w_projection(grid_size=config.grid_size, cell_size=cell, w_max=w_max,
                                               num_planes=config.num_planes, oversample=config.oversample,
@@ -186,12 +184,12 @@ def time_blocks(config, queue, uvw, vis, freqs, samples, cell, w_max, started):
     for block in config.time_blocks:
         gridder = clgrid.Gridder(config.grid_size, cell, kernels, method="moving_window", device=queue,
                                  tuning={"time_block": block}, on_dropped="ignore")
-        prepared = gridder.prepare_samples(samples)
+        prepared = gridder.prepare(uvw, vis, freqs=freqs)
         rows.append(dict(time_block=block, supports=[int(kernels.supports.min()), int(kernels.supports.max())],
                          error_vs_exact=relative_error(gridder.grid(*subset, freqs=freqs), exact),
                          error_subset_vis=int(subset[1][..., 0].size),
                          **median_rate(device_times(gridder, prepared, config.repeats),
-                                       prepared.plan.grid_point_additions)))
+                                       prepared.grid_point_additions)))
         del prepared, gridder
     log(started, "time_block: done")
     return rows
@@ -246,19 +244,17 @@ def main(argv=None) -> int:
     top = freqs.max() / SPEED_OF_LIGHT
     cell = (config.grid_size // 2 - max(config.sizes) // 2 - 2) / (config.grid_size * np.abs(uvw[..., :2]).max() * top)
     w_max = float(np.abs(uvw[..., 2]).max() * top)
-    samples = flatten_samples(uvw, vis, freqs=freqs)
-    log(started, f"{samples.vis.shape[0]:,} visibilities of {uvw.shape[0]} baselines x {uvw.shape[1]} steps "
+    num_vis = int(np.prod(vis.shape[:-1]))
+    log(started, f"{num_vis:,} visibilities of {uvw.shape[0]} baselines x {uvw.shape[1]} steps "
                  f"x {config.nchan} channels; cell {cell:.3g} rad, |w| <= {w_max:.0f} wavelengths")
 
     steps = max(1, int(round(config.sweep_hours * 3600 / config.integration_s)))
     part = (uvw[:, :steps], vis[:, :steps])
     results = {"config": asdict(config), "environment": environment(), "device": queue.device.name.strip(),
-               "cell_size": cell, "w_max": w_max, "num_vis": int(samples.vis.shape[0]),
-               "sweep": sweep(config, queue, uvw, vis, freqs, samples, cell, w_max, started)}
-    del samples
+               "cell_size": cell, "w_max": w_max, "num_vis": num_vis,
+               "sweep": sweep(config, queue, uvw, vis, freqs, cell, w_max, started)}
     results["coarsening"] = coarsening(config, queue, *part, freqs, cell, w_max, started)
-    results["time_block"] = time_blocks(config, queue, *part, freqs, flatten_samples(*part, freqs=freqs),
-                                        cell, w_max, started)
+    results["time_block"] = time_blocks(config, queue, *part, freqs, cell, w_max, started)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "moving_window.json").write_text(json.dumps(results, indent=1, default=float))

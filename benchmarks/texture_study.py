@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout runs without installing
 import clgrid  # noqa: E402
+from clgrid.strategies import spelling  # noqa: E402
 from clgrid.bench import device_times, environment  # noqa: E402
 from clgrid.imaging import dirty_image  # noqa: E402
 from clgrid.runtime import get_queue  # noqa: E402
@@ -99,8 +100,8 @@ def measure(row, queue, accuracy_data, exact, speed_data, repeats):
     tuning = {"sampler": row["sampler"]} if row["method"] == "texture" else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        gridder = clgrid.Gridder(GRID, CELL, kernels, method=row["method"], device=queue, tuning=tuning,
-                                 on_dropped="raise")
+        gridder = clgrid.Gridder(GRID, CELL, kernels, **spelling("grid", row["method"]), device=queue,
+                                 tuning=tuning, on_dropped="raise")
     if row["method"] == "texture" and gridder.strategy.tuning["sampler"] != row["sampler"]:
         return dict(row, failed="; ".join(str(w.message) for w in caught))
     uvw, vis = accuracy_data
@@ -114,7 +115,7 @@ def measure(row, queue, accuracy_data, exact, speed_data, repeats):
     return dict(row, table_values=int(sum(p.size for p in kernels.planes)), max_support=kernels.max_support,
                 image_error=float(np.linalg.norm(centre - exact) / np.linalg.norm(exact)),
                 flux_error=float(flux), seconds=seconds, mvis_per_s=prepared.plan.num_kept / seconds / 1e6,
-                ggpa_per_s=prepared.plan.grid_point_additions / seconds / 1e9)
+                ggpa_per_s=prepared.grid_point_additions / seconds / 1e9)
 
 
 def table(rows, precision) -> str:

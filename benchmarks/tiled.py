@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clgrid import bench, benchsets, reference, runtime, tuner, tuning  # noqa: E402
-from clgrid.gridder import Gridder, PreparedVisibilities  # noqa: E402
+from clgrid.gridder import Gridder  # noqa: E402
 from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
 
 SKA_VISIBILITIES = 31_395_840
@@ -57,9 +57,9 @@ SWEEP = [   # one group at a time, from the table's values, keeping the best so 
 
 
 def planned(workload):
-    """The workload's samples and their float64 plan (off-grid visibilities dropped)."""
+    """The workload's float64 host positions (off-grid visibilities dropped): its counts."""
     samples = flatten_samples(workload.uvw, workload.vis)
-    return samples, plan_visibilities(samples, workload.grid_size, workload.cell_size, workload.kernels, "ignore")
+    return plan_visibilities(samples, workload.grid_size, workload.cell_size, workload.kernels, "ignore")
 
 
 def failure(exc) -> str:
@@ -71,13 +71,12 @@ def event_seconds(events) -> float:
     return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
 
 
-def time_method(workload, samples, plan, queue, method, tuning_overrides, repeats, warmup=1):
+def time_method(workload, queue, method, tuning_overrides, repeats, warmup=1):
     """Median device seconds per stage and in total over ``repeats`` runs after ``warmup``."""
     gridder = Gridder(workload.grid_size, workload.cell_size, workload.kernels, method=method, device=queue,
                       tuning=tuning_overrides, on_dropped="ignore")
     t0 = time.perf_counter()
-    arranged = gridder.strategy.arrange(plan, samples)
-    prepared = PreparedVisibilities(arranged, gridder.strategy.upload(arranged, samples), samples)
+    prepared = gridder.prepare(workload.uvw, workload.vis)     # planned on the device, values in order
     upload_s = time.perf_counter() - t0
     runs = []
     for i in range(warmup + repeats):
@@ -105,7 +104,7 @@ def subset_error(gridder, workload, subset):
     return float(np.linalg.norm(got[window] - ref[window]) / np.linalg.norm(ref[window]))
 
 
-def sweep(workload, samples, plan, queue, repeats, seconds):
+def sweep(workload, queue, repeats, seconds):
     """Search SWEEP group by group from the table's values; returns (best params, best s, trials)."""
     start = time.perf_counter()
     best, best_s, trials = {}, None, []
@@ -115,7 +114,7 @@ def sweep(workload, samples, plan, queue, repeats, seconds):
                 return best, best_s, trials
             trial = dict(best, **change)
             try:
-                gridder, result = time_method(workload, samples, plan, queue, "tiled", trial, repeats)
+                gridder, result = time_method(workload, queue, "tiled", trial, repeats)
                 del gridder
                 seconds_taken = result["median_s"]["total"]
             except Exception as exc:   # a combination the device refuses is reported, not fatal
@@ -148,11 +147,11 @@ def main():
     rows = []
     for workload in sets:
         t0 = time.perf_counter()
-        samples, plan = planned(workload)
+        plan = planned(workload)
         plan_s = time.perf_counter() - t0
         subset = np.sort(rng.choice(plan.num_samples, min(args.error_subset, plan.num_samples), replace=False))
         for method in ("atomic", "tiled"):
-            gridder, result = time_method(workload, samples, plan, queue, method, None, args.repeats)
+            gridder, result = time_method(workload, queue, method, None, args.repeats)
             result.update(workload=workload.describe(), plan_s=plan_s, gridded=plan.num_kept,
                           grid_point_additions=plan.grid_point_additions,
                           error=subset_error(gridder, workload, subset), error_subset=int(subset.size))
@@ -165,7 +164,7 @@ def main():
                              total * SKA_VISIBILITIES / plan.num_kept if stage == "total" else None,
                              result["error"] if stage == "total" else None))
         if workload.name == "ska_like" and not args.quick and args.sweep_seconds > 0:
-            best, best_s, trials = sweep(workload, samples, plan, queue, 3, args.sweep_seconds)
+            best, best_s, trials = sweep(workload, queue, 3, args.sweep_seconds)
             out["sweep"] = dict(best=best, best_s=best_s, trials=trials,
                                 best_gpa_per_s=plan.grid_point_additions / best_s if best_s else None)
             if best_s:
@@ -173,7 +172,7 @@ def main():
                 out["sweep"]["entry"] = tuning.format_entry(
                     tuner.device_match(facts), "tiled", {k: v for k, v in params.items() if k != "build_options"},
                     f"benchmarks/tiled.py sweep on {facts.name}: SKA-like set, {best_s * 1e3:.2f} ms")
-        del samples, plan
+        del plan
     out["host_peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "tiled.json").write_text(json.dumps(out, indent=1, default=str))

@@ -33,11 +33,11 @@ def main():
     args = ap.parse_args()
     queue = runtime.get_queue(args.device)
     workload = benchsets.ska_like(scale=args.scale, grid_size=args.grid_size, npol=args.npol)
-    samples, plan = planned(workload)
+    plan = planned(workload)
     results = []
     for overrides in json.loads(args.configs):
         try:
-            gridder, result = time_method(workload, samples, plan, queue, "tiled", overrides, args.repeats)
+            gridder, result = time_method(workload, queue, "tiled", overrides, args.repeats)
             del gridder
         except Exception as exc:   # a combination the device refuses is reported, not fatal
             results.append(dict(tuning=overrides, failed=failure(exc)))

@@ -113,13 +113,13 @@ def main():
 def edited_kernels(queue, scale, grid_size) -> dict:
     """Each mapping as is and with EDITS applied; the stage times of each."""
     workload = benchsets.ska_like(scale=scale, grid_size=grid_size)
-    samples, plan = planned(workload)
+    plan = planned(workload)
     render = strategy_base.render
     results = []
     for mapping, tuning in MAPPINGS.items():
         for edits in ((), ("l1",), ("noflush",), ("l1", "noflush")):
             strategy_base.render = edited_render(render, edits)
-            gridder, result = time_method(workload, samples, plan, queue, "tiled", tuning, 3)
+            gridder, result = time_method(workload, queue, "tiled", tuning, 3)
             del gridder
             stages = {k: v * 1e3 for k, v in result["median_s"].items()}
             results.append(dict(mapping=mapping, edits=list(edits), median_ms=stages,
