@@ -38,8 +38,9 @@ class Gridder(GridOperation):
     kernels : the `KernelStack` to convolve with.
     method : work distribution, one of ``Gridder.methods``: "auto" (the default: the
         tuning table's choice for the device, e.g. "tiled" on Hopper GPUs, "atomic"
-        elsewhere), "atomic", "tiled", "moving_window" (baseline-ordered tracks) or
-        "fpga" (a single work-item pipeline).
+        elsewhere), "atomic", "tiled", "moving_window" (baseline-ordered tracks),
+        "fpga" (a single work-item pipeline) or "rows" (bands of grid rows, each
+        owned by one work-item: no atomics, for CPU devices).
     interpolation : "nearest" (the nearest oversampled kernel sample, seed 003) or
         "linear" (trilinear in u, v and w, the texture path of seed 004 §4.1: with
         "atomic" or "moving_window"; `clgrid.interpolation`).

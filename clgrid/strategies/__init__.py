@@ -17,6 +17,7 @@ from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
 from .moving_window import MovingWindowGridding
+from .rows import RowsGridding
 from .texture import TextureDegridding, TextureGridding
 from .texture_moving_window import TextureMovingWindowGridding
 from .tiled import TiledGridding
@@ -24,14 +25,14 @@ from .tiled import TiledGridding
 # every strategy, by label
 GRIDDING_METHODS = {"atomic": AtomicGridding, "tiled": TiledGridding, "moving_window": MovingWindowGridding,
                     "texture": TextureGridding, "texture_moving_window": TextureMovingWindowGridding,
-                    "fpga": FpgaGridding}
+                    "fpga": FpgaGridding, "rows": RowsGridding}
 DEGRIDDING_METHODS = {"gather": GatherDegridding, "moving_window": MovingWindowDegridding,
                       "fpga": FpgaDegridding, "texture": TextureDegridding}
 # the public spelling (method, interpolation) of each label
 SPELLINGS = {
     "grid": {"atomic": ("atomic", "nearest"), "tiled": ("tiled", "nearest"),
              "moving_window": ("moving_window", "nearest"), "fpga": ("fpga", "nearest"),
-             "texture": ("atomic", "linear"), "texture_moving_window": ("moving_window", "linear")},
+             "rows": ("rows", "nearest"), "texture": ("atomic", "linear"), "texture_moving_window": ("moving_window", "linear")},
     "degrid": {"gather": ("gather", "nearest"), "moving_window": ("moving_window", "nearest"),
                "fpga": ("fpga", "nearest"), "texture": ("gather", "linear")},
 }
