@@ -26,6 +26,7 @@ uses the last plane.
 
 from __future__ import annotations
 
+import weakref
 from itertools import product
 
 import numpy as np
@@ -78,23 +79,36 @@ def trilinear(cube: np.ndarray, z, y, x) -> np.ndarray:
     return out
 
 
-def interpolated_weight_sums(cube: np.ndarray, support: int, oversample: int) -> np.ndarray:
+def interpolated_weight_sums(kernels: KernelStack, support: int) -> np.ndarray:
     """Sum of Re(cube) over a ``[-support, support]^2`` footprint at every node offset.
 
     Shape ``(num_planes, 2R+1, 2R+1)``, ``R = offset_range(oversample)``, indexed
     ``[p, a + R, b + R]`` for the footprint whose taps sit at ``|a + j os|``, ``|b + k os|``
     (clamped like the sampler).  Between nodes every tap stays within one texel
     interval, so the interpolated sum is the trilinear interpolation of this table.
+    It depends on the stack alone, and every plan of every call reads it: made once per
+    stack and support (read-only), with a tap-count matrix on each side of the planes
+    (``T Re(plane) T^T``) rather than a gather of every footprint.
     """
-    r = offset_range(oversample)
-    taps = np.arange(-support, support + 1) * oversample
-    idx = np.minimum(np.abs(np.arange(-r, r + 1)[:, None] + taps[None, :]), cube.shape[1] - 1)
-    re = cube.real[:, idx]                               # (p, a, j, Q)
-    return re[:, :, :, idx].sum(axis=(2, 4))             # (p, a, j, b, k) summed over j, k
+    tables = _WEIGHT_SUMS.setdefault(kernels, {})
+    if support not in tables:
+        cube = kernels.cube()
+        r = offset_range(kernels.oversample)
+        taps = np.arange(-support, support + 1) * kernels.oversample
+        idx = np.minimum(np.abs(np.arange(-r, r + 1)[:, None] + taps[None, :]), cube.shape[1] - 1)
+        counts = np.zeros((2 * r + 1, cube.shape[1]))           # counts[a, i]: taps of offset a on sample i
+        np.add.at(counts, (np.repeat(np.arange(2 * r + 1), taps.size), idx.ravel()), 1.0)
+        table = counts @ cube.real @ counts.T
+        table.flags.writeable = False
+        tables[support] = table
+    return tables[support]
 
 
-def interpolated_norm_sums(kernels: KernelStack, cube: np.ndarray, position: np.ndarray,
-                           support: np.ndarray) -> np.ndarray:
+# Tables of `interpolated_weight_sums`, per stack (gone with it) and footprint support.
+_WEIGHT_SUMS: "weakref.WeakKeyDictionary[KernelStack, dict]" = weakref.WeakKeyDictionary()
+
+
+def interpolated_norm_sums(kernels: KernelStack, position: np.ndarray, support: np.ndarray) -> np.ndarray:
     """Sum of Re(weight) over each visibility's footprint, the norm per unit weight.
 
     ``position`` rows ``(frac_u, frac_v, z)``, ``support`` the footprint S of each.
@@ -104,7 +118,7 @@ def interpolated_norm_sums(kernels: KernelStack, cube: np.ndarray, position: np.
     out = np.empty(position.shape[0])
     for s in np.unique(support):
         mine = support == s
-        table = interpolated_weight_sums(cube, int(s), os)
+        table = interpolated_weight_sums(kernels, int(s))
         frac_u, frac_v, z = position[mine].T
         out[mine] = trilinear(table, z, r - frac_v * os, r - frac_u * os)
     return out

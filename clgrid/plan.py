@@ -361,7 +361,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     ou_k, ov_k = ou[keep].astype(np.int32), ov[keep].astype(np.int32)
     if linear:
         position = position[keep]
-        sums = interpolated_norm_sums(kernels, kernels.cube(), position, support[keep])
+        sums = interpolated_norm_sums(kernels, position, support[keep])
     else:
         position = None
         sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]

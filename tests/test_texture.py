@@ -102,6 +102,21 @@ def test_reference_norm_is_the_sum_of_interpolated_weights(rng, stack):
     np.testing.assert_allclose(plan.norm, [total], rtol=1e-12)
 
 
+def test_interpolated_weight_sums_are_made_once_per_stack(rng, stack, monkeypatch):
+    """Plans of later calls read the tables kept for the stack: no new cube, same arrays."""
+    from clgrid import interpolation
+
+    uvw, vis = random_visibilities(rng, 300, N, CELL, W_MAX)
+    first = plan_visibilities(flatten_samples(uvw, vis), N, CELL, stack, interpolation="linear")
+    supports = np.unique(first.support).tolist()
+    tables = [interpolation.interpolated_weight_sums(stack, s) for s in supports]
+    monkeypatch.setattr(type(stack), "cube", lambda self: pytest.fail("the weight sums were made again"))
+    again = plan_visibilities(flatten_samples(uvw, vis), N, CELL, stack, interpolation="linear")
+    np.testing.assert_array_equal(again.norm, first.norm)
+    assert all(interpolation.interpolated_weight_sums(stack, s) is t for s, t in zip(supports, tables))
+    assert not tables[0].flags.writeable
+
+
 def test_footprint_covers_the_larger_support_of_the_two_planes(stack):
     uvw = np.array([[0.0, 0.0, stack.plane_w(2) + 1e-3]])      # just above plane 2: planes 2 and 3
     plan = plan_visibilities(flatten_samples(uvw, np.ones((1, 1), complex)), N, CELL, stack,
