@@ -24,14 +24,15 @@ def stack():
 
 @pytest.mark.parametrize("precision", ["single", "double"])
 @pytest.mark.parametrize("npol", [1, 2, 4])
-@pytest.mark.parametrize("band", [1, 3, 8, 200])
-def test_rows_gridder_matches_reference(queue, rng, stack, precision, npol, band):
-    """Bands of one row, of a size that does not divide the grid, the table's, and one band
-    for the whole grid; w of both signs (conjugated kernels), weights, every cell poisoned."""
+@pytest.mark.parametrize("band,vector_access", [(1, "vload"), (3, "cast"), (8, "vload"), (200, "cast")])
+def test_rows_gridder_matches_reference(queue, rng, stack, precision, npol, band, vector_access):
+    """Bands of one row, of a size that does not divide the grid, and one band for the whole
+    grid, both ways of moving vectors; supports 3 to 12 (every tail of the vector loop), w of
+    both signs (conjugated kernels), weights, every cell poisoned."""
     uvw, vis = random_visibilities(rng, 400, N, CELL, W_MAX, npol=npol, fill=0.7)
     weights = rng.uniform(0.1, 3.0, vis.shape)
     gridder = clgrid.Gridder(N, CELL, stack, method="rows", device=queue, precision=precision,
-                             tuning={"band": band}, on_dropped="raise")
+                             tuning={"band": band, "vector_access": vector_access}, on_dropped="raise")
     poison(gridder, npol)
     out, report = gridder.grid(uvw, vis, weights=weights, return_report=True)
     ref = clgrid.reference.grid(uvw, vis, N, CELL, stack, weights=weights)
@@ -46,6 +47,11 @@ def test_rows_gridder_is_the_same_bits_every_run(queue, rng, stack):
     assert gridder.strategy.atomics is False
     first = gridder.grid(uvw, vis)
     assert np.array_equal(first.view(np.uint32), gridder.grid(uvw, vis).view(np.uint32))
+
+
+def test_unknown_vector_access_is_refused_by_name(queue, stack):
+    with pytest.raises(ValueError, match="'vector_access' of 'rows' must be one of"):
+        clgrid.Gridder(N, CELL, stack, method="rows", device=queue, tuning={"vector_access": "simd"})
 
 
 def test_band_ranges_hold_every_footprint_that_reaches_a_band(rng):

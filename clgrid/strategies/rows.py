@@ -22,6 +22,8 @@ import pyopencl as cl
 from ..plan import Positions
 from .base import DevicePlan, Strategy, extended, read_only_buffer
 
+VECTOR_ACCESS = ("vload", "cast")
+
 
 @dataclass
 class RowsDevicePlan(DevicePlan):
@@ -49,6 +51,11 @@ class RowsGridding(Strategy):
     atomics = False
     counts = ("band",)
     work_group_parameters = ()
+
+    def check_tuning(self) -> None:
+        if self.tuning["vector_access"] not in VECTOR_ACCESS:
+            raise ValueError(f"tuning parameter 'vector_access' of 'rows' must be one of {VECTOR_ACCESS}, "
+                             f"got {self.tuning['vector_access']!r}")
 
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
