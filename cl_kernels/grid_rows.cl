@@ -19,26 +19,34 @@
 
 {# The row is added in vectors of 256 bits (AVX): 4 complex floats or 2 complex doubles a
    step, then the rest of the taps in halves of that, the last tap alone.  A vector of n
-   complex numbers holds 2n reals, re/im interleaved; `even`/`odd` repeat each number's
-   real/imaginary part in both its lanes, `reverse` reverses the order of the numbers.
+   complex numbers holds 2n reals, re/im interleaved; the swizzles `even`/`odd` repeat each
+   number's real/imaginary part in both its lanes, `reverse` reverses the numbers' order.
    vector_access "vload" moves vectors with vloadN/vstoreN (portable); "cast" through
    pointers to vector types of scalar alignment, for compilers that call vloadN out of
    line (PoCL 3.0: slower than scalar code with vloadN, faster with casts). #}
 {% set real = "double" if double else "float" %}
 {% set chunks = [2] if double else [4, 2] %}
-{% set swizzle = {4: {"even": "s00224466", "odd": "s11335577", "reverse": "s67452301"}, 2: {"even": "s0022", "odd": "s1133", "reverse": "s2301"}} %}
+{% set even = {4: "s00224466", 2: "s0022"} %}
+{% set odd = {4: "s11335577", 2: "s1133"} %}
+{% set reverse = {4: "s67452301", 2: "s2301"} %}
 {% if vector_access == "cast" %}
 {% for n in chunks %}
 typedef {{ real }}{{ 2 * n }} __attribute__((aligned(sizeof({{ real }})))) unaligned_{{ real }}{{ 2 * n }};
 {% endfor %}
 {% endif %}
+{# The n complex numbers at `address` (a real_t pointer), as a vector: on one line, as the
+   template loader marks lines after every statement (clgrid/codegen.py). #}
 {% macro load(n, address) %}{% if vector_access == "cast" %}*(__global const unaligned_{{ real }}{{ 2 * n }} *)({{ address }}){% else %}vload{{ 2 * n }}(0, {{ address }}){% endif %}{% endmacro %}
 {% macro add_chunk(n, reversed) %}
 {% set vec = real ~ (2 * n) %}
-            const {{ vec }} k = {% if reversed %}({{ load(n, "kr - 2 * (x + %d)" % (n - 1)) }}).{{ swizzle[n].reverse }}{% else %}{{ load(n, "kr + 2 * x") }}{% endif %};
+{% if reversed %}
+            const {{ vec }} k = ({{ load(n, "kr - 2 * (x + %d)" % (n - 1)) }}).{{ reverse[n] }};
+{% else %}
+            const {{ vec }} k = {{ load(n, "kr + 2 * x") }};
+{% endif %}
             const {{ vec }} sum = {{ load(n, "r + 2 * x") }}
-                + ({{ vec }})({% for _ in range(n) %}a, b{{ ", " if not loop.last }}{% endfor %}) * k.{{ swizzle[n].even }}
-                + ({{ vec }})({% for _ in range(n) %}-bs, as{{ ", " if not loop.last }}{% endfor %}) * k.{{ swizzle[n].odd }};
+                + ({{ vec }})({{ (["a, b"] * n) | join(", ") }}) * k.{{ even[n] }}
+                + ({{ vec }})({{ (["-bs, as"] * n) | join(", ") }}) * k.{{ odd[n] }};
 {% if vector_access == "cast" %}
             *(__global unaligned_{{ vec }} *)(r + 2 * x) = sum;
 {% else %}

@@ -159,11 +159,11 @@ def environment() -> dict:
                         for d in devices()]}
 
 
-def write_json(path, results, env, comparison=()) -> None:
+def write_json(path, results, env) -> None:
     """Write every result; through a temporary file and a rename, so that an interrupted
     write never leaves half a file (`clgrid bench` rewrites it after every run)."""
     path = Path(path)
     part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps({"environment": env, "results": [asdict(r) for r in results],
-                                "cpu_libraries": list(comparison)}, indent=1, default=float))
+    part.write_text(json.dumps({"environment": env, "results": [asdict(r) for r in results]}, indent=1,
+                               default=float))
     os.replace(part, path)

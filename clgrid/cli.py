@@ -12,7 +12,7 @@ import numpy as np
 
 from tqdm import tqdm
 
-from . import __version__, bench
+from . import __version__, bench, compare
 from .binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
 from .kernels import KernelStack, quarter_size
 from .runtime import device_facts, devices, get_queue, select_device
@@ -110,6 +110,8 @@ def _unwritable(path: Path, folder: bool) -> str | None:
 
 def cmd_bench(args) -> int:
     """Rows print, and the JSON is rewritten, as each run finishes; Ctrl-C keeps what finished."""
+    if args.compare:
+        return cmd_compare(args)
     errors = bench_argument_errors(args)
     if errors:
         for message in errors:
@@ -149,27 +151,76 @@ def cmd_bench(args) -> int:
         print(f"clgrid bench: interrupted after {len(results)} of {len(runs)} runs{kept}", file=sys.stderr)
         return 130
     progress.close()
-    comparison = []
-    if args.compare_cpu:
-        from .compare import compare_cpu_libraries
-
-        num_vis, grid_size, _ = _sizes(args.quick, args)[0]
-        comparison = compare_cpu_libraries(num_vis * 10, grid_size * 2, device=chosen[0],
-                                           repeats=args.repeats)
-        print(f"\nSame {num_vis * 10:,d} uniform 2-D visibilities, {grid_size * 2}^2 grid, on this machine "
-              f"(error: image vs exact DFT, small case; ratio: clgrid kernel time / library time):")
-        for row in comparison:
-            print(f"  {row['library']:8s} {row['timed']:42s} {row['seconds'] * 1e3:9.2f} ms "
-                  f"{row['vis_per_s'] / 1e6:8.2f} Mvis/s  error {row['error']:.1e}  "
-                  f"ratio {row['clgrid_kernel_time_ratio']:.2f}")
     if args.json:
-        bench.write_json(args.json, results, environment, comparison)
+        bench.write_json(args.json, results, environment)
         print(f"wrote {args.json}")
         if args.plots:
             from .plots import plot_file
 
             print("plots:", ", ".join(plot_file(args.json, args.plots)))
     return 1 if any(r.failed for r in results) else 0
+
+
+COMPARE_QUICK = dict(num_vis=20160, grid_size=256, methods=("rows", "atomic"))
+
+
+def compare_argument_errors(args) -> list[str]:
+    """What ``clgrid bench --compare`` cannot take, each by name (it has its own data: MeerKAT
+    tracks, one size, single precision, one device)."""
+    errors = []
+    refused = {"--dataset": args.dataset != "tracks", "--support (the width is --width)": args.support,
+               "--npol": args.npol != 1, "--precision double": "double" in (args.precision or []),
+               "--deterministic": args.deterministic, "--plots": args.plots}
+    errors += [f"--compare does not take {flag}" for flag, given in refused.items() if given]
+    if args.device and len(args.device) > 1:
+        errors.append(f"--compare takes one --device, got {len(args.device)}")
+    if args.num_vis and len(args.num_vis) > 1:
+        errors.append(f"--compare takes one --num-vis, got {len(args.num_vis)}")
+    if args.num_vis and args.num_vis[0] < 1:
+        errors.append(f"--num-vis must be >= 1, got {args.num_vis[0]}")
+    if args.grid_size is not None and (args.grid_size < 32 or args.grid_size % 2):
+        errors.append(f"--grid-size must be even and >= 32 (ducc0's smallest image), got {args.grid_size}")
+    if args.width < 3 or args.width % 2 == 0:
+        errors.append(f"--width must be odd and >= 3 (clgrid's kernels are 2 * support + 1 wide), "
+                      f"got {args.width}")
+    if not 0 < args.accuracy < 1:
+        errors.append(f"--accuracy must be in (0, 1), got {args.accuracy}")
+    if args.repeats < 1:
+        errors.append(f"--repeats must be >= 1, got {args.repeats}")
+    methods = [m for m in args.method or [] if m not in compare.nearest_methods()]
+    if methods:
+        errors.append(f"--method {', '.join(methods)}: --compare times gridders with nearest kernel "
+                      f"samples: {', '.join(compare.nearest_methods())}")
+    if args.json and (why := _unwritable(Path(args.json), False)):
+        errors.append(f"--json {args.json}: {why}")
+    return errors
+
+
+def cmd_compare(args) -> int:
+    """``clgrid bench --compare``: clgrid beside ducc0 and FINUFFT (cuFINUFFT on a GPU), `clgrid.compare`."""
+    errors = compare_argument_errors(args)
+    if errors:
+        for message in errors:
+            print(f"clgrid bench: {message}", file=sys.stderr)
+        return 2
+    quick = COMPARE_QUICK if args.quick else {}
+    try:
+        device = select_device(args.device[0]) if args.device else None
+        result = compare.compare(num_vis=args.num_vis[0] if args.num_vis else quick.get("num_vis", 1_000_000),
+                                 npix=args.grid_size or quick.get("grid_size", 2048), width=args.width,
+                                 accuracy=args.accuracy,
+                                 methods=args.method or quick.get("methods", compare.DEFAULT_METHODS),
+                                 device=device, repeats=args.repeats,
+                                 do_wgridding=not args.no_w)
+    except Exception as exc:
+        print(f"clgrid bench --compare: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(compare.format_comparison(result))
+    if args.json:
+        compare.write_json(args.json, result, bench.environment(),
+                           {k: v for k, v in vars(args).items() if k != "func"})
+        print(f"wrote {args.json}")
+    return 0
 
 
 def cmd_tune(args) -> int:
@@ -407,14 +458,19 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--support", type=int, action="append", help="kernel half-width (repeatable)")
     b.add_argument("--npol", type=int, choices=[1, 2, 4], default=1)
     b.add_argument("--oversample", type=int, default=8)
-    b.add_argument("--repeats", type=int, default=5, help="timed runs after one warm-up")
+    b.add_argument("--repeats", type=int, help="timed runs after one warm-up (default 5; 3 with --compare --quick)")
     b.add_argument("--json", help="write every number and the environment to this file (rewritten after "
                                   "each run, so an interrupted run keeps what finished)")
     b.add_argument("--deterministic", action="store_true",
                    help="grid with Gridder(deterministic=True) (fixed-point accumulation)")
     b.add_argument("--plots", metavar="DIR", help="with --json: write PNG plots there (needs matplotlib)")
-    b.add_argument("--compare-cpu", action="store_true",
-                   help="also time FINUFFT and ducc0 (when installed) on the same visibilities")
+    b.add_argument("--compare", action="store_true",
+                   help="clgrid beside ducc0 and FINUFFT (cuFINUFFT on a GPU) on MeerKAT tracks: kernels at "
+                        "equal width, whole calls at equal image accuracy (the compare extra)")
+    b.add_argument("--width", type=int, default=7, help="with --compare: kernel width of the kernel rows (odd)")
+    b.add_argument("--accuracy", type=float, default=1e-4,
+                   help="with --compare: full-image error the whole-call rows must reach")
+    b.add_argument("--no-w", action="store_true", help="with --compare: whole calls in 2-D (FINUFFT's row too)")
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
@@ -480,10 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "method", None) is None and args.command == "bench":
+    if getattr(args, "method", None) is None and args.command == "bench" and not args.compare:
         args.method = bench.benchmark_methods()
     if getattr(args, "precision", None) is None and args.command == "bench":
         args.precision = ["single"]
+    if args.command == "bench" and args.repeats is None:
+        args.repeats = 3 if args.compare and args.quick else 5
     return args.func(args)
 
 
