@@ -252,12 +252,12 @@ def test_plain_flush_warns_and_is_exact_for_one_chunk(queue, rng):
     uvw = arcs(rng, 1, 50, w_max=100)
     uvw[..., 2] = np.abs(uvw[..., 2])
     vis = noise(rng, (1, 50, 1))
+    one_group = {"flush": "plain", "work_group_size": 64}     # the 13^2 window's 7 x 7 work-items
     with pytest.warns(UserWarning, match="wrong"):
-        gridder = clgrid.Gridder(N, CELL, kernels, method="moving_window", device=queue,
-                                 tuning={"flush": "plain"})
+        gridder = clgrid.Gridder(N, CELL, kernels, method="moving_window", device=queue, tuning=one_group)
     assert gridder.prepare(uvw, vis).device_plan.num_groups == 1
     with pytest.warns(UserWarning, match="wrong"):
-        out, ref, _ = grid_both(queue, kernels, uvw, vis, tuning={"flush": "plain"})
+        out, ref, _ = grid_both(queue, kernels, uvw, vis, tuning=one_group)
     assert relative_error(out, ref) <= TOLERANCE["single"]
 
 
