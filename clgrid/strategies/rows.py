@@ -64,7 +64,8 @@ class RowsGridding(Strategy):
     def order(self, positions: Positions, plan) -> Positions:
         """By grid row, then column (stable): each band's visibilities are one run, and a
         band walks its rows left to right."""
-        return positions.take(np.lexsort((positions.grid_u, positions.grid_v)))
+        key = positions.grid_v.astype(np.int64) * self.grid_size + positions.grid_u
+        return positions.take(np.argsort(key, kind="stable"))       # half the time of a lexsort
 
     def upload(self, positions: Positions, plan, npol: int) -> RowsDevicePlan:
         """The sorted positions on the device, with each band's run of them."""
