@@ -209,7 +209,7 @@ def cmd_compare(args) -> int:
         result = compare.compare(num_vis=args.num_vis[0] if args.num_vis else quick.get("num_vis", 1_000_000),
                                  npix=args.grid_size or quick.get("grid_size", 2048), width=args.width,
                                  accuracy=args.accuracy,
-                                 methods=args.method or quick.get("methods", compare.DEFAULT_METHODS),
+                                 methods=args.method or quick.get("methods"),
                                  device=device, repeats=args.repeats,
                                  do_wgridding=not args.no_w)
     except Exception as exc:

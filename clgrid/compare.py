@@ -53,10 +53,13 @@ from .strategies import GRIDDING_METHODS
 from .wgridding import WGridder
 
 __all__ = ["Tracks", "meerkat_tracks", "lattice", "dft_image", "image_error", "Row", "Comparison",
-           "compare", "format_comparison", "write_json", "nearest_methods", "DEFAULT_METHODS", "LADDER"]
+           "compare", "format_comparison", "write_json", "nearest_methods", "default_methods", "LADDER"]
 
-# clgrid's gridders timed by default: every work distribution with nearest kernel samples.
-DEFAULT_METHODS = ("rows", "fpga", "moving_window", "tiled", "atomic")
+# clgrid's gridders timed by default: every work distribution with nearest kernel samples
+# on a CPU; on a GPU not the one-work-item FPGA pipeline nor the CPU's row bands (a few
+# hundred work-items: minutes for what the others do in milliseconds).
+CPU_METHODS = ("rows", "fpga", "moving_window", "tiled", "atomic")
+GPU_METHODS = ("tiled", "moving_window", "atomic")
 # Epsilon ladder, as multiples of the target accuracy, largest (cheapest) first.
 LADDER = tuple(10 ** (1 - k / 2) for k in range(9))
 FREQUENCY_HZ = 1.4e9
@@ -200,6 +203,11 @@ class Comparison:
         ducc0 = rate.get("ducc0")
         return {f"{peer} / ducc0 gridding proper": value / ducc0 for peer, value in rate.items()
                 if ducc0 and peer.startswith("clgrid")}
+
+
+def default_methods(facts) -> tuple:
+    """The gridders `compare` times when none are named: `CPU_METHODS` or `GPU_METHODS`."""
+    return GPU_METHODS if "GPU" in facts.type else CPU_METHODS
 
 
 def nearest_methods() -> list:
@@ -412,12 +420,12 @@ def _interleaved(variants, repeats: int) -> None:
 
 
 def compare(num_vis: int = 1_000_000, npix: int = 2048, width: int = 7, accuracy: float = 1e-4,
-            methods=DEFAULT_METHODS, device=None, repeats: int = 5, do_wgridding: bool = True,
+            methods=None, device=None, repeats: int = 5, do_wgridding: bool = True,
             nthreads: int | None = None, small_visibilities: int = SMALL_CASE_VISIBILITIES) -> Comparison:
     """Run both comparisons (module docstring) and return every row with its rounds.
 
     ``width`` (odd, clgrid's kernels are 2s + 1 wide) for the kernel rows; ``accuracy`` for
-    the whole calls; ``methods`` clgrid's gridders; ``nthreads`` the CPU peers' threads
+    the whole calls; ``methods`` clgrid's gridders (default: `default_methods` of the device); ``nthreads`` the CPU peers' threads
     (default: every core); ``small_visibilities`` about how many visibilities the small
     case holds.
     """
@@ -427,12 +435,13 @@ def compare(num_vis: int = 1_000_000, npix: int = 2048, width: int = 7, accuracy
         raise ValueError(f"accuracy must be in (0, 1), got {accuracy}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    queue = get_queue(device)
+    methods = default_methods(device_facts(queue.device)) if methods is None else methods
     for method in methods:
         if method not in nearest_methods():
             raise ValueError(f"methods: {method!r} is not a gridding method with nearest kernel samples; "
                              f"choose from {nearest_methods()}")
     load_before = os.getloadavg()
-    queue = get_queue(device)
     nthreads = nthreads or os.cpu_count() or 1
     gpu = "GPU" in device_facts(queue.device).type
     tracks = meerkat_tracks(num_vis, npix)

@@ -82,6 +82,15 @@ def test_cheapest_epsilon_is_the_largest_that_meets_the_accuracy(small):
     assert epsilon is None and "single precision" in tried[-1][1] and error == pytest.approx(10 ** -5.5 / 2)
 
 
+def test_default_methods_leave_the_cpu_strategies_off_gpus():
+    from types import SimpleNamespace
+
+    assert "rows" in compare.default_methods(SimpleNamespace(type="ALL | CPU"))
+    on_gpu = compare.default_methods(SimpleNamespace(type="ALL | GPU"))
+    assert "rows" not in on_gpu and "fpga" not in on_gpu and "tiled" in on_gpu
+    assert set(compare.default_methods(SimpleNamespace(type="CPU"))) <= set(compare.nearest_methods())
+
+
 def test_bench_compare_refuses_what_it_cannot_take_by_name(capsys, monkeypatch):
     monkeypatch.setattr(compare, "compare", lambda **kw: pytest.fail("device work"))
     assert cli.main(["bench", "--compare", "--dataset", "uniform", "--width", "8", "--device", "pocl",
