@@ -47,9 +47,21 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
-def test_atomic_spread_against_ducc0(rng, epsilon, single, wgrid):
-    img, vis = against_ducc0(rng, {"spread": "atomic"}, epsilon, single, wgrid)
+@pytest.mark.parametrize("spread", ["atomic", "bins"])
+def test_spread_variants_against_ducc0(rng, spread, epsilon, single, wgrid):
+    img, vis = against_ducc0(rng, {"spread": spread}, epsilon, single, wgrid)
     assert img <= epsilon and vis <= epsilon, (img, vis)
+
+
+@pytest.mark.parametrize("bin_size", [(8, 16), (5, 3)])
+def test_bins_of_any_size_match_rows(rng, bin_size):
+    """The "bins" spread with bins that do not divide the grid (the last bin short, footprints
+    wrapping round the grid's edge) gives the "rows" spread's image."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=700)
+    images = [clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
+                              tuning=tuning).vis2dirty(vis, wgt)
+              for tuning in ({"spread": "rows"}, {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": 32})]
+    assert relative_error(images[1], images[0]) < 1e-12
 
 
 @vkfft
