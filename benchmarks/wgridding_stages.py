@@ -111,6 +111,7 @@ def main(argv=None):
     p.add_argument("--nthreads", type=int, default=0)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--spread", default=None, help="tuning [wgridding] spread: atomic, bins or rows")
+    p.add_argument("--tuning", default=None, help="more [wgridding] overrides as JSON, e.g. '{\"bin_u\": 64}'")
     p.add_argument("--cufinufft", action="store_true")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
@@ -123,8 +124,8 @@ def main(argv=None):
     dirty = rng.normal(size=(a.npix, a.npix)).astype(rd)
     kw = dict(npix_x=a.npix, npix_y=a.npix, pixsize_x=pix, pixsize_y=pix, epsilon=a.epsilon,
               do_wgridding=not a.no_w, precision="single" if a.single else "double", device=a.device,
-              nthreads=a.nthreads, tuning={"spread": a.spread} if a.spread else None)
-    res = {"num_vis": len(uvw), "npix": a.npix, "epsilon": a.epsilon, "single": a.single, "w": not a.no_w}
+              nthreads=a.nthreads, tuning=({"spread": a.spread} if a.spread else {}) | json.loads(a.tuning or "{}"))
+    res = {"tuning": kw["tuning"], "num_vis": len(uvw), "npix": a.npix, "epsilon": a.epsilon, "single": a.single, "w": not a.no_w}
     setup = []
     for _ in range(max(2, a.repeats // 2)):
         t = time.perf_counter()

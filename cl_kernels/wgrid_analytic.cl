@@ -7,7 +7,8 @@
     says why the kernel is what it is).
     Template variables: double, atomic, support (W), use_w (bool), degree and coef (the
     kernel's per-tap polynomials, (degree + 1) x W); for the "bins" spread bin_u, bin_v,
-    keys_per_plane, wg and local_atomic ("ptx": NVIDIA's shared-memory reduction, else
+    keys_per_plane, wg, team (work-items per point), subproblem (points per work-group
+    at most) and local_atomic ("ptx": NVIDIA's shared-memory reduction, else
     compare-and-swap). #}
 {% include "common.cl" %}
 #define SUPPORT {{ support }}
@@ -120,20 +121,27 @@ __kernel void interp(__global const int4 *restrict first,
 
 
 {% if bin_u %}
-/* -- The "bins" variant (tuning: [wgridding] spread = "bins"), for GPUs: one work-group
-   per bin of BIN_U x BIN_V cells, per w-plane.  The points whose first cell lies in the
-   bin (wgrid_plan's "bins" layout: starts[g][bin] is where those of first plane g begin)
-   are spread into a tile of local memory, the bin and the W - 1 cells its footprints
-   reach beyond it, with local atomics; then the tile's non-zero cells are added to the
-   grid with global atomics.  A visibility's W^2 additions stay on chip and the grid
-   sees one addition per tile cell: the "subproblem" method of cuFINUFFT (Shih et al.
-   2021, IPDPSW), here with the kernel values by Horner's rule. */
+/* -- The "bins" variant (tuning: [wgridding] spread = "bins"), for GPUs: cuFINUFFT's
+   "subproblem" method (Shih et al. 2021, IPDPSW) with the kernel values by Horner's rule.
+   The points whose first cell lies in one bin of BIN_U x BIN_V cells (wgrid_plan's
+   "bins" layout: starts[g][bin] is where those of first plane g begin) and that have a
+   tap on this plane are cut into subproblems of at most SUBPROBLEM points
+   (subproblems[i] = (bin, piece), made by the operator), so that the dense bins of a
+   real array's core are shared among many work-groups.  A work-group spreads its points
+   into a tile of local memory (the bin and the W - 1 cells its footprints reach beyond
+   it): a team of TEAM work-items takes one point at a time, each work-item one or more
+   of its W x W cells, computing that cell's two kernel values itself and adding with a
+   local atomic (teams of one work-group can meet on a cell).  Then the tile's non-zero
+   cells are added to the grid with global atomics: one global addition per tile cell
+   instead of one per visibility and cell. */
 #define BIN_U {{ bin_u }}
 #define BIN_V {{ bin_v }}
 #define TILE_U (BIN_U + SUPPORT - 1)
 #define TILE_V (BIN_V + SUPPORT - 1)
 #define KEYS_PER_PLANE {{ keys_per_plane }}
 #define WG {{ wg }}
+#define TEAM {{ team }}
+#define SUBPROBLEM {{ subproblem }}
 
 {% if local_atomic == "ptx" %}
 inline void tile_add(volatile __local real_t *address, const real_t value)
@@ -148,44 +156,58 @@ inline void tile_add(volatile __local real_t *address, const real_t value)
 #define tile_add local_atomic_add_real
 {% endif %}
 
+/* Kernel value of tap j for a point whose first tap is frac cells from it. */
+inline real_t tap(const real_t frac, const int j)
+{
+    const real_t z = (real_t)2 * frac + (real_t)(SUPPORT - 1);
+    real_t k = COEF[0][j];
+    for (int d = 1; d <= DEGREE; ++d)
+        k = k * z + COEF[d][j];
+    return k;
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void spread_bins(__global const int4 *restrict first, __global const real4_t *restrict frac,
                  __global const complex_t *restrict vis, __global real_t *grid,
-                 __global const int *restrict starts, const int nu, const int nv, const int plane)
+                 __global const int *restrict starts, __global const int2 *restrict subproblems,
+                 const int first_job, const int nu, const int nv, const int plane)
 {
     __local real_t tile[2 * TILE_U * TILE_V];
-    const int bin = get_group_id(0), lid = get_local_id(0);
+    const int lid = get_local_id(0);
+    const int2 job = subproblems[first_job + get_group_id(0)];
+    const int bin = job.x;
     const int bins_v = (nv + BIN_V - 1) / BIN_V;
 {% if use_w %}
     const int g_lo = max(0, plane - SUPPORT + 1);
 {% else %}
     const int g_lo = plane;
 {% endif %}
-    int total = 0;
-    for (int g = g_lo; g <= plane; ++g)
-        total += starts[g * KEYS_PER_PLANE + bin + 1] - starts[g * KEYS_PER_PLANE + bin];
-    if (total == 0)
-        return;                                   /* the same for the whole work-group */
     for (int c = lid; c < 2 * TILE_U * TILE_V; c += WG)
         tile[c] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const int u0 = (bin / bins_v) * BIN_U, v0 = (bin % bins_v) * BIN_V;
-    for (int g = g_lo; g <= plane; ++g) {
-        const int end = starts[g * KEYS_PER_PLANE + bin + 1];
-        for (int k = starts[g * KEYS_PER_PLANE + bin] + lid; k < end; k += WG) {
+    /* this work-group's points: [skip, skip + SUBPROBLEM) of the bin's runs, plane by plane */
+    int skip = job.y * SUBPROBLEM, left = SUBPROBLEM;
+    for (int g = g_lo; g <= plane && left > 0; ++g) {
+        const int run = starts[g * KEYS_PER_PLANE + bin], count = starts[g * KEYS_PER_PLANE + bin + 1] - run;
+        if (skip >= count) {
+            skip -= count;
+            continue;
+        }
+        const int start = run + skip, end = run + min(count, skip + left);
+        left -= end - start;
+        skip = 0;
+        for (int k = start + lid / TEAM; k < end; k += WG / TEAM) {
             const int4 f = first[k];
             const real4_t x = frac[k];
-            real_t ku[SUPPORT], kv[SUPPORT];
-            taps(ku, x.x);
-            taps(kv, x.y);
             const complex_t v = vis[k] * plane_weight(f, x, plane);
-            __local real_t *row = tile + 2 * ((f.x - u0) * TILE_V + (f.y - v0));
-            for (int a = 0; a < SUPPORT; ++a, row += 2 * TILE_V) {
-                const complex_t vu = v * ku[a];
-                for (int b = 0; b < SUPPORT; ++b) {
-                    tile_add(row + 2 * b, vu.x * kv[b]);
-                    tile_add(row + 2 * b + 1, vu.y * kv[b]);
-                }
+            __local real_t *corner = tile + 2 * ((f.x - u0) * TILE_V + (f.y - v0));
+            for (int c = lid % TEAM; c < SUPPORT * SUPPORT; c += TEAM) {
+                const int a = c / SUPPORT, b = c - a * SUPPORT;
+                const real_t weight = tap(x.x, a) * tap(x.y, b);
+                __local real_t *cell = corner + 2 * (a * TILE_V + b);
+                tile_add(cell, v.x * weight);
+                tile_add(cell + 1, v.y * weight);
             }
         }
     }

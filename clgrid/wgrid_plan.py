@@ -110,7 +110,8 @@ class PointPlan:
     in the caller's (nrow * nchan) array; -index - 1 where the point moved to -uvw and is
     conjugated), ``phase`` (the factor gridding applies; None when there is none) and
     ``starts`` (where each key's run begins: the layout's row or bin table).
-    ``plane_start[p]`` (host) is where the points whose first plane is p begin."""
+    ``plane_start[p]`` (host) is where the points whose first plane is p begin, and
+    ``key_starts`` (host) is ``starts`` down to the end of the last plane."""
 
     first: cl.Buffer
     frac: cl.Buffer
@@ -118,6 +119,7 @@ class PointPlan:
     phase: cl.Buffer | None
     starts: cl.Buffer
     plane_start: np.ndarray
+    key_starts: np.ndarray
     num_vis: int
     planned_on: str
 
@@ -214,7 +216,7 @@ def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layo
                          _upload(queue, pad(host["frac"], real), real), _upload(queue, pad(host["src"], np.int32), np.int32),
                          None if host["phase"] is None else _upload(queue, pad(host["phase"], cplx), cplx),
                          _upload(queue, host["starts"], np.int32), _plane_start(host["starts"], g, layout),
-                         int(host["first"].shape[0]), "host")
+                         host["starts"], int(host["first"].shape[0]), "host")
 
     ctx, mf = queue.context, cl.mem_flags
     nsample = nrow * nchan
@@ -264,4 +266,5 @@ def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layo
     queue.finish()
     order.release()
     uvw_buf.release()
-    return PointPlan(first, frac, src, phase, starts, _plane_start(host_starts, g, layout), num_vis, "device")
+    return PointPlan(first, frac, src, phase, starts, _plane_start(host_starts, g, layout), host_starts[:num_keys + 1],
+                     num_vis, "device")

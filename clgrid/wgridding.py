@@ -284,8 +284,8 @@ class WGridder:
         source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
                         support=kernel.support, use_w=g.do_wgridding, degree=len(coef) - 1, coef=coef.tolist(),
                         bin_u=layout.bin_u if layout.kind == "bins" else 0, bin_v=layout.bin_v,
-                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg,
-                        local_atomic="ptx" if path == "ptx" else "cas")
+                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg, team=wparams["bins_team"],
+                        subproblem=wparams["bins_subproblem"], local_atomic="ptx" if path == "ptx" else "cas")
         program = build_program(self.queue.context, source,
                                 tuple(params.get("build_options", ())) + build_options_for(path))
         self._spread = cl.Kernel(program, "spread")
@@ -300,6 +300,7 @@ class WGridder:
             self._setup_rows(program, n)
         if self.spread_mode == "bins":
             self._spread_bins = cl.Kernel(program, "spread_bins")
+            self._setup_subproblems(wparams["bins_subproblem"])
         self.device_fft = None
         if self.fft_mode == "mapped":
             self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft.workers)
@@ -421,6 +422,26 @@ class WGridder:
         self._interp_taps = cl.Kernel(program, "interp_taps")
         self._rows_wg = 8
 
+    def _setup_subproblems(self, size: int):
+        """The work-groups of the "bins" spread, plane by plane: (bin, piece) for every piece
+        of at most ``size`` of the points with a tap on the plane whose first cell is in the
+        bin.  ``self._jobs[p]`` is where plane p's begin; the last entry, where they end."""
+        g, p, bins = self.geometry, self.plan, self.layout.keys_per_plane
+        counts = np.diff(p.key_starts).reshape(g.num_planes, bins)
+        below = np.vstack([np.zeros((1, bins), np.int64), np.cumsum(counts, axis=0)])
+        tables, jobs = [], [0]
+        for plane in range(g.num_planes):
+            lo = max(0, plane - g.kernel.support + 1) if g.do_wgridding else plane
+            pieces = -(-(below[plane + 1] - below[lo]) // size)
+            bin_of = np.repeat(np.arange(bins), pieces)
+            piece = np.arange(bin_of.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+            tables.append(np.stack([bin_of, piece], axis=1))
+            jobs.append(jobs[-1] + bin_of.size)
+        table = np.concatenate(tables).astype(np.int32) if jobs[-1] else np.zeros((1, 2), np.int32)
+        self._subproblems = cl.Buffer(self.queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                                      hostbuf=np.ascontiguousarray(table))
+        self._jobs = jobs
+
     def _launch_spread(self, plane: int, wait_for=None):
         g, p = self.geometry, self.plan
         if self.spread_mode == "atomic":
@@ -428,10 +449,10 @@ class WGridder:
         if p.active(plane, g.kernel.support)[1] == 0:
             return None
         if self.spread_mode == "bins":
-            bins = self.layout.keys_per_plane
-            return self._spread_bins(self.queue, (bins * self._bins_wg,), (self._bins_wg,), p.first, p.frac,
-                                     self._vis, self._grid, p.starts, np.int32(g.nu), np.int32(g.nv),
-                                     np.int32(plane), wait_for=wait_for)
+            jobs = self._jobs[plane + 1] - self._jobs[plane]
+            return self._spread_bins(self.queue, (jobs * self._bins_wg,), (self._bins_wg,), p.first, p.frac,
+                                     self._vis, self._grid, p.starts, self._subproblems, np.int32(self._jobs[plane]),
+                                     np.int32(g.nu), np.int32(g.nv), np.int32(plane), wait_for=wait_for)
         size = -(-g.nu // self._rows_wg) * self._rows_wg
         return self._spread_rows(self.queue, (size,), (self._rows_wg,), p.first, self._tap, self._vis,
                                  self._grid, p.starts, np.int32(g.nu), np.int32(g.nv), np.int32(plane),
