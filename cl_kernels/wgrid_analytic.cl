@@ -129,7 +129,7 @@ __kernel void interp(__global const int4 *restrict first,
    (subproblems[i] = (bin, piece), made by the operator), so that the dense bins of a
    real array's core are shared among many work-groups.  A work-group spreads its points
    into a tile of local memory (the bin and the W - 1 cells its footprints reach beyond
-   it): a team of TEAM work-items takes one point at a time, each work-item one or more
+   it): a team of TEAM >= W^2 work-items takes one point at a time, each work-item one
    of its W x W cells, computing that cell's two kernel values itself and adding with a
    local atomic (teams of one work-group can meet on a cell).  Then the tile's non-zero
    cells are added to the grid with global atomics: one global addition per tile cell
@@ -156,13 +156,15 @@ inline void tile_add(volatile __local real_t *address, const real_t value)
 #define tile_add local_atomic_add_real
 {% endif %}
 
-/* Kernel value of tap j for a point whose first tap is frac cells from it. */
-inline real_t tap(const real_t frac, const int j)
+/* Kernel value at z (the point's offset mapped to the polynomials' variable) from one
+   tap's coefficients held in registers: each work-item of a team keeps those of its
+   own cell's two taps, where reading them from COEF would make the work-items of a
+   warp ask the constant cache for W different addresses at once. */
+inline real_t tap_at(const real_t *coef, const real_t z)
 {
-    const real_t z = (real_t)2 * frac + (real_t)(SUPPORT - 1);
-    real_t k = COEF[0][j];
+    real_t k = coef[0];
     for (int d = 1; d <= DEGREE; ++d)
-        k = k * z + COEF[d][j];
+        k = k * z + coef[d];
     return k;
 }
 
@@ -186,6 +188,15 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
         tile[c] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const int u0 = (bin / bins_v) * BIN_U, v0 = (bin % bins_v) * BIN_V;
+    /* this work-item's cell of every footprint, and its taps' coefficients */
+    const int cell_ab = lid % TEAM;
+    const int a = cell_ab / SUPPORT, b = cell_ab - a * SUPPORT;
+    const bool in_footprint = cell_ab < SUPPORT * SUPPORT;
+    real_t coef_a[DEGREE + 1], coef_b[DEGREE + 1];
+    for (int d = 0; d <= DEGREE; ++d) {
+        coef_a[d] = in_footprint ? COEF[d][a] : 0;
+        coef_b[d] = in_footprint ? COEF[d][b] : 0;
+    }
     /* this work-group's points: [skip, skip + SUBPROBLEM) of the bin's runs, plane by plane */
     int skip = job.y * SUBPROBLEM, left = SUBPROBLEM;
     for (int g = g_lo; g <= plane && left > 0; ++g) {
@@ -200,15 +211,14 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
         for (int k = start + lid / TEAM; k < end; k += WG / TEAM) {
             const int4 f = first[k];
             const real4_t x = frac[k];
+            if (!in_footprint)
+                continue;
             const complex_t v = vis[k] * plane_weight(f, x, plane);
-            __local real_t *corner = tile + 2 * ((f.x - u0) * TILE_V + (f.y - v0));
-            for (int c = lid % TEAM; c < SUPPORT * SUPPORT; c += TEAM) {
-                const int a = c / SUPPORT, b = c - a * SUPPORT;
-                const real_t weight = tap(x.x, a) * tap(x.y, b);
-                __local real_t *cell = corner + 2 * (a * TILE_V + b);
-                tile_add(cell, v.x * weight);
-                tile_add(cell + 1, v.y * weight);
-            }
+            const real_t weight = tap_at(coef_a, (real_t)2 * x.x + (real_t)(SUPPORT - 1))
+                                  * tap_at(coef_b, (real_t)2 * x.y + (real_t)(SUPPORT - 1));
+            __local real_t *cell = tile + 2 * ((f.x - u0 + a) * TILE_V + (f.y - v0 + b));
+            tile_add(cell, v.x * weight);
+            tile_add(cell + 1, v.y * weight);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -284,7 +284,7 @@ class WGridder:
         source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
                         support=kernel.support, use_w=g.do_wgridding, degree=len(coef) - 1, coef=coef.tolist(),
                         bin_u=layout.bin_u if layout.kind == "bins" else 0, bin_v=layout.bin_v,
-                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg, team=wparams["bins_team"],
+                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg, team=self._team(wparams),
                         subproblem=wparams["bins_subproblem"], local_atomic="ptx" if path == "ptx" else "cas")
         program = build_program(self.queue.context, source,
                                 tuple(params.get("build_options", ())) + build_options_for(path))
@@ -421,6 +421,16 @@ class WGridder:
         self._spread_rows = cl.Kernel(program, "spread_rows")
         self._interp_taps = cl.Kernel(program, "interp_taps")
         self._rows_wg = 8
+
+    def _team(self, wparams) -> int:
+        """Work-items per point in the "bins" spread: the table's, raised to the smallest
+        power of two that covers the footprint (one cell each), within the work-group."""
+        cells = self.geometry.kernel.support ** 2
+        team = max(wparams["bins_team"], 1 << (cells - 1).bit_length())
+        if team > self._bins_wg or self._bins_wg % team:
+            raise ValueError(f"tuning [wgridding] bins_work_group={self._bins_wg} must be a multiple of the "
+                             f"team of {team} work-items a {self.geometry.kernel.support}^2 footprint needs")
+        return team
 
     def _setup_subproblems(self, size: int):
         """The work-groups of the "bins" spread, plane by plane: (bin, piece) for every piece

@@ -60,7 +60,7 @@ def test_bins_of_any_size_match_rows(rng, bin_size):
     uvw, freq, vis, wgt = wide_field(rng, nrow=700)
     images = [clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                               tuning=tuning).vis2dirty(vis, wgt)
-              for tuning in ({"spread": "rows"}, {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": 32, "bins_team": 16, "bins_subproblem": 7})]
+              for tuning in ({"spread": "rows"}, {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": 256, "bins_team": 16, "bins_subproblem": 7})]
     assert relative_error(images[1], images[0]) < 1e-12
 
 
