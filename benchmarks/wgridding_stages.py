@@ -113,6 +113,7 @@ def main(argv=None):
     p.add_argument("--spread", default=None, help="tuning [wgridding] spread: atomic, bins or rows")
     p.add_argument("--tuning", default=None, help="more [wgridding] overrides as JSON, e.g. '{\"bin_u\": 64}'")
     p.add_argument("--cufinufft", action="store_true")
+    p.add_argument("--profile-setup", action="store_true", help="print where the operator's set-up goes (cProfile)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     uvw, freq = tracks(a.num_vis, 1.4e9)
@@ -133,6 +134,13 @@ def main(argv=None):
         op.queue.finish()
         setup.append(time.perf_counter() - t)
     res["setup_s"] = float(np.median(setup[1:]))
+    if a.profile_setup:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.runcall(lambda: WGridder(uvw, freq, **kw).queue.finish())
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     g = op.geometry
     res["device"] = op.queue.device.name
     res["grid"] = [g.nu, g.nv]

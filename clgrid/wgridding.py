@@ -54,7 +54,7 @@ from .codegen import build_program, render
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .runtime import device_facts, fill_zeros, get_queue
 from .strategies.base import check_precision
-from .transfer import Staging
+from .transfer import shared_staging
 from .tuning import resolve_tuning
 from .wgrid_plan import Geometry, Layout, PointPlan, plan_points
 
@@ -255,7 +255,7 @@ class WGridder:
         self.queue = get_queue(device)
         facts = self.facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
-        self.staging = Staging(self.queue) if Staging.worth_it(self.queue.device) else None
+        self.staging = shared_staging(self.queue)
         wparams = resolve_tuning("wgridding", tuning, facts)
         self.spread_mode = wparams["spread"]
         if self.spread_mode not in SPREAD_MODES:
@@ -439,18 +439,15 @@ class WGridder:
         g, p, bins = self.geometry, self.plan, self.layout.keys_per_plane
         counts = np.diff(p.key_starts).reshape(g.num_planes, bins)
         below = np.vstack([np.zeros((1, bins), np.int64), np.cumsum(counts, axis=0)])
-        tables, jobs = [], [0]
-        for plane in range(g.num_planes):
-            lo = max(0, plane - g.kernel.support + 1) if g.do_wgridding else plane
-            pieces = -(-(below[plane + 1] - below[lo]) // size)
-            bin_of = np.repeat(np.arange(bins), pieces)
-            piece = np.arange(bin_of.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-            tables.append(np.stack([bin_of, piece], axis=1))
-            jobs.append(jobs[-1] + bin_of.size)
-        table = np.concatenate(tables).astype(np.int32) if jobs[-1] else np.zeros((1, 2), np.int32)
+        planes = np.arange(g.num_planes)
+        lowest = np.maximum(planes - g.kernel.support + 1, 0) if g.do_wgridding else planes
+        pieces = (-(-(below[planes + 1] - below[lowest]) // size)).reshape(-1)     # plane-major
+        bin_of = np.repeat(np.tile(np.arange(bins), g.num_planes), pieces)
+        piece = np.arange(bin_of.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        table = np.stack([bin_of, piece], axis=1).astype(np.int32) if bin_of.size else np.zeros((1, 2), np.int32)
         self._subproblems = cl.Buffer(self.queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
                                       hostbuf=np.ascontiguousarray(table))
-        self._jobs = jobs
+        self._jobs = np.concatenate([[0], np.cumsum(pieces.reshape(g.num_planes, bins).sum(axis=1))]).tolist()
 
     def _launch_spread(self, plane: int, wait_for=None):
         g, p = self.geometry, self.plan
