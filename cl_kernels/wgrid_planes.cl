@@ -130,20 +130,24 @@ __kernel void accumulate(__global const complex_t *restrict grid, __global real_
 {% endif %}
 }
 
-/* out = image / the grid correction */
+/* out = image / the grid correction (the image made, or a dirty image to predict from,
+   once per call); *not_finite counts the image's NaN and infinite pixels. */
 __kernel void finish(__global const real_t *restrict image, __global real_t *out, PIXEL_ARGS,
-                     const int npix_x, const int npix_y)
+                     const int npix_x, const int npix_y, __global int *restrict not_finite)
 {
     const int ix = get_global_id(0), iy = get_global_id(1);
     if (ix >= npix_x || iy >= npix_y)
         return;
     const int i = ix * npix_y + iy;
-    out[i] = image[i] * SCALE(ix, iy, i);
+    const real_t value = image[i];
+    if (!isfinite(value))
+        atomic_inc(not_finite);
+    out[i] = value * SCALE(ix, iy, i);
 }
 
-/* The adjoint of accumulate and finish: the grid (zeroed before) gets
-   dirty * scale * exp(+2 pi i c) at the image's cells. */
-__kernel void load_plane(__global const real_t *restrict dirty, PIXEL_ARGS,
+/* The adjoint of accumulate: the grid (zeroed before) gets scaled * exp(+2 pi i c) at
+   the image's cells, `scaled` the dirty image through finish. */
+__kernel void load_plane(__global const real_t *restrict scaled, PIXEL_ARGS,
                          __global complex_t *grid, const int nu, const int nv, const int npix_x,
                          const int npix_y, const int plane)
 {
@@ -151,7 +155,7 @@ __kernel void load_plane(__global const real_t *restrict dirty, PIXEL_ARGS,
     if (ix >= npix_x || iy >= npix_y)
         return;
     const int pix = ix * npix_y + iy;
-    const real_t value = dirty[pix] * SCALE(ix, iy, pix);
+    const real_t value = scaled[pix];
     const size_t cell = (size_t)grid_index(ix, npix_x, nu) * nv + grid_index(iy, npix_y, nv);
 {% if use_w %}
     const real_t c = CYCLES(ix, iy, pix, plane);

@@ -103,13 +103,21 @@ def _in_row_chunks(workers: int, n: int, fn) -> None:
         list(pool.map(fn, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]))
 
 
-def _abs_w_range(uvw, scale, keep) -> tuple:
+def _abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
     """Smallest and largest |w| in wavelengths over the kept samples (w * freq / c: the
     rounding of a product by a positive factor is monotonic, so over all samples these
-    are the extreme |w| of the rows times the extreme factors)."""
+    are the extreme |w| of the rows times the extreme factors), on ``workers`` threads."""
     if keep is None:
-        aw = np.abs(uvw[:, 2])
-        lo, hi = float(aw.min()) * float(scale.min()), float(aw.max()) * float(scale.max())
+        parts = []
+
+        def extremes(rows):
+            aw = np.abs(uvw[rows, 2])
+            if aw.size:
+                parts.append((aw.min(), aw.max()))
+
+        _in_row_chunks(workers, uvw.shape[0], extremes)
+        lo = float(min(a for a, _ in parts)) * float(scale.min())
+        hi = float(max(b for _, b in parts)) * float(scale.max())
     else:
         ws = np.abs(uvw[:, 2])[:, None] * scale[None, :]
         lo, hi = float(ws[keep].min()), float(ws[keep].max())
@@ -192,7 +200,8 @@ class WGridder:
         t_half = max(0.5 * (t_hi - t_lo), 1e-12)
         # With w-gridding every point goes to w >= 0 (the image is real, so V at (u, v, w)
         # is conj(V) at (-u, -v, -w)): the planes cover |w| only, half the range.
-        w_min, w_max = _abs_w_range(uvw, scale, keep) if do_wgridding and num_kept else (0.0, 0.0)
+        workers = self._workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
+        w_min, w_max = _abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else (0.0, 0.0)
         ndim = 3 if do_wgridding else 2
         nvis = max(num_kept, 1)
 
@@ -215,7 +224,6 @@ class WGridder:
         self.geometry = Geometry(self.npix_x, self.npix_y, float(pixsize_x), float(pixsize_y), float(cx),
                                  float(cy), nu, nv, choice, bool(do_wgridding), w_min, dw, planes,
                                  nshift if do_wgridding else 0.0)
-        self._workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
         self.fft = HostFFT(nthreads)
         self._setup_device(device, tuning, uvw, scale, keep, signs)
         if verbosity:
@@ -437,16 +445,24 @@ class WGridder:
         of at most ``size`` of the points with a tap on the plane whose first cell is in the
         bin.  ``self._jobs[p]`` is where plane p's begin; the last entry, where they end."""
         g, p, bins = self.geometry, self.plan, self.layout.keys_per_plane
-        counts = np.diff(p.key_starts).reshape(g.num_planes, bins)
-        below = np.vstack([np.zeros((1, bins), np.int64), np.cumsum(counts, axis=0)])
+        runs = np.diff(p.key_starts).reshape(g.num_planes, bins)         # points per (first plane, bin)
         planes = np.arange(g.num_planes)
         lowest = np.maximum(planes - g.kernel.support + 1, 0) if g.do_wgridding else planes
-        pieces = (-(-(below[planes + 1] - below[lowest]) // size)).reshape(-1)     # plane-major
-        bin_of = np.repeat(np.tile(np.arange(bins), g.num_planes), pieces)
-        piece = np.arange(bin_of.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-        table = np.stack([bin_of, piece], axis=1).astype(np.int32) if bin_of.size else np.zeros((1, 2), np.int32)
+        # a plane's points in a bin: runs of first planes lowest..p, each bin's points
+        # being contiguous within a first plane (key order), so counted run by run
+        total = np.zeros((g.num_planes, bins), np.int32)
+        for back in range(g.kernel.support if g.do_wgridding else 1):
+            first_plane = planes - back
+            valid = first_plane >= lowest
+            total[valid] += runs[first_plane[valid]]
+        pieces = (-(-total // size)).reshape(-1)                           # plane-major
+        busy = np.flatnonzero(pieces)
+        counts = pieces[busy]
+        bin_of = np.repeat((busy % bins).astype(np.int32), counts)
+        piece = np.arange(bin_of.size, dtype=np.int32) - np.repeat((np.cumsum(counts) - counts).astype(np.int32), counts)
+        table = np.stack([bin_of, piece], axis=1) if bin_of.size else np.zeros((1, 2), np.int32)
         self._subproblems = cl.Buffer(self.queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
-                                      hostbuf=np.ascontiguousarray(table))
+                                      hostbuf=np.ascontiguousarray(table, np.int32))
         self._jobs = np.concatenate([[0], np.cumsum(pieces.reshape(g.num_planes, bins).sum(axis=1))]).tolist()
 
     def _launch_spread(self, plane: int, wait_for=None):
@@ -566,6 +582,7 @@ class WGridder:
         """Spread, transform and crop every plane on the device; one image comes back."""
         g, q = self.geometry, self.queue
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
+        fill_zeros(q, self._tally, 12, np.int32)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -577,15 +594,28 @@ class WGridder:
                 q.finish()
                 progress(1)
         self._finish(q, (g.npix_x, g.npix_y), None, self._image_acc, self._image_out, *self._pixel_args,
-                     np.int32(g.npix_x), np.int32(g.npix_y))
+                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         image = np.empty((g.npix_x, g.npix_y), self.real)
-        q.finish()
+        not_finite = np.empty(3, np.int32)
+        cl.enqueue_copy(q, not_finite, self._tally)
         self._download(self._image_out, image)
+        if not_finite[0]:
+            warnings.warn(f"clgrid: {not_finite[0]} pixels of the image are NaN or infinite (the sums overflowed "
+                          f"{np.dtype(self.real).name}: use complex128 visibilities)", RuntimeWarning, stacklevel=3)
         return image
 
     def _dirty2vis_device(self, dirty):
+        """The dirty image up once, checked and divided by the correction there; each plane
+        made from it, transformed and interpolated on the device."""
         g, q = self.geometry, self.queue
-        self._upload(np.asarray(dirty, self.real), self._image_out)
+        self._upload(np.asarray(dirty, self.real), self._image_acc)
+        fill_zeros(q, self._tally, 12, np.int32)
+        self._finish(q, (g.npix_x, g.npix_y), None, self._image_acc, self._image_out, *self._pixel_args,
+                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+        not_finite = np.empty(1, np.int32)
+        cl.enqueue_copy(q, not_finite, self._tally)
+        if not_finite[0]:
+            raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -665,7 +695,7 @@ class WGridder:
         dirty = np.asarray(dirty)
         g = self.geometry
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
-        if not np.all(np.isfinite(dirty)):
+        if self.device_fft is None and not np.all(np.isfinite(dirty)):    # the device checks its own
             raise ValueError("dirty has NaN or infinite entries")
         with self._lock:
             return self._dirty2vis(dirty, wgt)
@@ -749,13 +779,13 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
 
 
 def _checked_wgt(wgt, real_dtype):
+    """``wgt`` as an array of floats (NaN and infinities are counted where they matter, on
+    the device, among the unmasked visibilities)."""
     if wgt is None:
         return None
     wgt = np.asarray(wgt)
     if not np.issubdtype(wgt.dtype, np.floating):
         raise TypeError(f"wgt must be a float array, got {wgt.dtype}")
-    if not np.all(np.isfinite(wgt)):
-        raise ValueError("wgt has NaN or infinite entries")
     return wgt
 
 

@@ -103,3 +103,30 @@ def test_mapped_host_fft_against_ducc0(rng, single):
     eps = 1e-5 if single else 1e-10
     img, vis = against_ducc0(rng, {"fft": "mapped"}, eps, single, True, center_y=0.02)
     assert img <= eps and vis <= eps, (img, vis)
+
+
+@vkfft
+def test_device_path_refuses_non_finite_values(rng):
+    """With the device FFT the values are checked on the device (counted by the gather and
+    correction kernels): NaN anywhere unmasked is refused by name, masked NaN is not."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=300)
+    mask = np.ones(vis.shape, np.uint8)
+    mask[5, 1] = 0
+    op = clgrid.WGridder(uvw, freq, epsilon=1e-6, do_wgridding=True, device=DEVICE, mask=mask,
+                         tuning={"fft": "vkfft"}, **IMAGE)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    bad = vis.copy()
+    bad[5, 1] = np.nan                                    # masked: no effect
+    assert np.all(np.isfinite(op.vis2dirty(bad, wgt)))
+    bad[6, 0] = np.inf
+    with pytest.raises(ValueError, match="vis has NaN"):
+        op.vis2dirty(bad, wgt)
+    bad_wgt = wgt.copy()
+    bad_wgt[3, 0] = np.nan
+    with pytest.raises(ValueError, match="wgt has NaN"):
+        op.vis2dirty(vis, bad_wgt)
+    with pytest.raises(ValueError, match="wgt has NaN"):
+        op.dirty2vis(dirty, bad_wgt)
+    dirty[4, 7] = np.nan
+    with pytest.raises(ValueError, match="dirty has NaN"):
+        op.dirty2vis(dirty)
