@@ -61,6 +61,24 @@ def stage_times(op, repeats):
     return {k: float(np.median(v)) for k, v in out.items()} | {"active_planes": len(planes)}
 
 
+def call_parts(op, vis, dirty, repeats):
+    """Wall time of the parts of a reused call: values up and gathered, the planes on the
+    device (device FFT only), the image down; the same for dirty2vis."""
+    out = {"values_in_s": median_time(lambda: (op._upload(vis, op._vis_full), op._data_launch(op._gather, False)),
+                                      repeats)}
+    if op.device_fft is not None:
+        out["vis2dirty_planes_s"] = median_time(lambda: op._vis2dirty_device(None), repeats)
+
+        def planes():
+            op._dirty2vis_device(dirty)
+            op.queue.finish()
+
+        out["dirty2vis_planes_s"] = median_time(planes, repeats)
+    out["values_out_s"] = median_time(lambda: (op._data_launch(op._scatter, False),
+                                               op._download(op._vis_full, np.empty(op.shape, op.complex))), repeats)
+    return out
+
+
 def cufinufft_times(op, uvw, freq, repeats):
     """cuFINUFFT spread (type 1) and interpolation (type 2), spreadinterponly, on op's grid."""
     import cupy as cp
@@ -157,6 +175,7 @@ def main(argv=None):
                                  **{k: v for k, v in kw.items() if k not in ("precision", "npix_x", "npix_y")}),
         max(1, a.repeats // 2))
     res.update(stage_times(op, a.repeats))
+    res.update(call_parts(op, vis, dirty, a.repeats))
     if a.cufinufft:
         res["cufinufft"] = cufinufft_times(op, uvw, freq, a.repeats)
     print(json.dumps(res, indent=1))

@@ -10,6 +10,8 @@
     the pixel's coordinates: nothing of the image's size crosses from the host.  Without
     it the host sends a0 = (w_start t) mod 1 and s = dw t (float64 there, so c = a0 + p s
     keeps its fraction in single precision) and the inverse correction per pixel.
+    The kernels run over (npix_y, npix_x): dimension 0, the one a work-group's neighbours
+    share, runs along an image row and a grid row, so their reads are coalesced.
     Template variables: double, use_w, phase_double. #}
 {% include "complex.cl" %}
 {% if phase_double %}
@@ -115,7 +117,7 @@ inline int grid_index(const int i, const int npix, const int n)
 __kernel void accumulate(__global const complex_t *restrict grid, __global real_t *image, PIXEL_ARGS,
                          const int nu, const int nv, const int npix_x, const int npix_y, const int plane)
 {
-    const int ix = get_global_id(0), iy = get_global_id(1);
+    const int iy = get_global_id(0), ix = get_global_id(1);   /* neighbours along a row: coalesced */
     if (ix >= npix_x || iy >= npix_y)
         return;
     const int pix = ix * npix_y + iy;
@@ -135,7 +137,7 @@ __kernel void accumulate(__global const complex_t *restrict grid, __global real_
 __kernel void finish(__global const real_t *restrict image, __global real_t *out, PIXEL_ARGS,
                      const int npix_x, const int npix_y, __global int *restrict not_finite)
 {
-    const int ix = get_global_id(0), iy = get_global_id(1);
+    const int iy = get_global_id(0), ix = get_global_id(1);   /* neighbours along a row: coalesced */
     if (ix >= npix_x || iy >= npix_y)
         return;
     const int i = ix * npix_y + iy;
@@ -151,7 +153,7 @@ __kernel void load_plane(__global const real_t *restrict scaled, PIXEL_ARGS,
                          __global complex_t *grid, const int nu, const int nv, const int npix_x,
                          const int npix_y, const int plane)
 {
-    const int ix = get_global_id(0), iy = get_global_id(1);
+    const int iy = get_global_id(0), ix = get_global_id(1);   /* neighbours along a row: coalesced */
     if (ix >= npix_x || iy >= npix_y)
         return;
     const int pix = ix * npix_y + iy;

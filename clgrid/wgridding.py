@@ -588,12 +588,12 @@ class WGridder:
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
                 self.device_fft.backward(self._grid)
-                self._accumulate(q, (g.npix_x, g.npix_y), None, self._grid, self._image_acc, *self._pixel_args,
+                self._accumulate(q, (g.npix_y, g.npix_x), None, self._grid, self._image_acc, *self._pixel_args,
                                  *self._plane_args(plane))
             if progress is not None:
                 q.finish()
                 progress(1)
-        self._finish(q, (g.npix_x, g.npix_y), None, self._image_acc, self._image_out, *self._pixel_args,
+        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         image = np.empty((g.npix_x, g.npix_y), self.real)
         not_finite = np.empty(3, np.int32)
@@ -610,7 +610,7 @@ class WGridder:
         g, q = self.geometry, self.queue
         self._upload(np.asarray(dirty, self.real), self._image_acc)
         fill_zeros(q, self._tally, 12, np.int32)
-        self._finish(q, (g.npix_x, g.npix_y), None, self._image_acc, self._image_out, *self._pixel_args,
+        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         not_finite = np.empty(1, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
@@ -619,7 +619,7 @@ class WGridder:
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
-                self._load_plane(q, (g.npix_x, g.npix_y), None, self._image_out, *self._pixel_args, self._grid,
+                self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
                                  *self._plane_args(plane))
                 self.device_fft.forward(self._grid)
                 self._launch_interp(plane)
