@@ -153,6 +153,16 @@ def test_without_a_cluster_on_dask_threads(monkeypatch, queue, kernels, rng, dev
                             device=device_name).compute()
     np.testing.assert_array_equal(vis_out, clgrid.Degridder(N, CELL, kernels, device=queue).degrid(grid, uvw,
                                                                                                    None, FREQS))
+    # dirty2vis: the image one node of the graph, chunks from uvw and channel_chunks
+    wide_uvw, _, wgt, _ = wide_field(rng, "single")
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    geometry = dict(freq=WIDE_FREQS, wgt=wgt, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"],
+                    epsilon=1e-4, do_wgridding=True, device=device_name)
+    with dask.config.set(scheduler="threads"):
+        predicted = cd.dirty2vis(uvw=blocks(wide_uvw), dirty=dirty, channel_chunks=CHANNEL_CHUNK, **geometry)
+        assert predicted.numblocks == (3, 2)
+        expected = clgrid.dirty2vis(uvw=wide_uvw, dirty=dirty, **geometry)
+        assert relative_error(predicted.compute(), expected) <= 2e-4      # each within epsilon of the truth
     cd.clear_cache()
 
 
@@ -316,3 +326,25 @@ def test_vis2dirty_arguments_are_refused_by_name(rng):
         cd.dirty2vis(dirty=np.zeros((2, 64, 48), np.float32), **geometry)
     with pytest.raises(TypeError, match="device must be None or a device name"):
         cd.dirty2vis(dirty=np.zeros((64, 48), np.float32), device=object(), **geometry)
+
+
+def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng, tmp_path):
+    """examples/dask_ms_imaging.py: a simulated MS (python-casacore) read lazily by dask-ms in
+    rows and channels, imaged over the workers; its 1 Jy source lands on its pixel at 1 Jy/beam."""
+    optional("daskms", "test")
+    optional("casacore.tables", "test")
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "dask_ms_imaging.py")
+    spec = importlib.util.spec_from_file_location("dask_ms_imaging", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    pixsize, npix = np.deg2rad(1.5 / 3600.0), 128
+    offset = rng.integers(-50, 51, 2)                      # pixels east and north of the centre
+    example.write_ms(str(tmp_path / "sim.ms"), source=tuple(offset * pixsize), ntime=20, nchan=4)
+    observation = example.read_ms(str(tmp_path / "sim.ms"), rows=15_000, channels=2)
+    assert observation["vis"].numblocks == (3, 2)
+    dirty = example.image(observation, npix, pixsize)
+    peak = np.unravel_index(np.argmax(dirty), dirty.shape)
+    assert peak == tuple(npix // 2 + offset), (peak, offset)
+    assert abs(dirty[peak] - 1.0) <= 1e-3
