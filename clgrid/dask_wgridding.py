@@ -34,6 +34,11 @@ prefers worker i mod n (`clgrid.dask_chunks.prefer_worker`: a preference, Dask m
 move it); its data follow it there once, and Dask keeps the copy for later calls.  With
 more chunks per worker than ``keep_operators``, every call rebuilds them all (the least
 recently used goes first): raise it for major cycles, memory allowing.
+
+Memory, with one thread per worker: a task holds its chunk, its operator and the image
+it returns; an addition holds two images and their sum.  A finished image waits on its
+worker until its pair in the tree is done too (Dask runs an addition as soon as both
+are there), so a worker holds at most a few images besides its kept operators.
 """
 
 from __future__ import annotations
