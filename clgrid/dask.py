@@ -47,7 +47,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 from .dask_chunks import Chunk, Layout, check_device, chunk_sizes, forget_shared, naming, prefer_worker, shared, \
-    tree_sum
+    tree_sum, workers_to_prefer
 from .dask_wgridding import cached_wgridders, clear_wgridders, dirty2vis, vis2dirty
 from .degridder import Degridder
 from .errors import DeviceCapabilityError, EmptyInputWarning
@@ -347,10 +347,10 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
                        deterministic=bool(deterministic))
     uvw_pieces, flag_pieces = layout.pieces(uvw, channels=False), _pieces(layout, flags)
     chunks = _plan_keys(layout.chunks(), uvw_pieces, flag_pieces, freqs, keep_plans)
-    parts = []
+    parts, workers = [], workers_to_prefer(keep_plans)
     for u, v, w, f, chunk in zip(uvw_pieces, _pieces(layout, vis), _pieces(layout, weights),
                                  flag_pieces, chunks):
-        with prefer_worker(chunk, keep_plans):
+        with prefer_worker(chunk, workers):
             parts.append(dask.delayed(_grid_chunk, pure=False)(u, v, w, f, stack, chunk, token, options,
                                                                _channel_freqs(freqs, chunk)))
     total = tree_sum(parts, dask.delayed(_add, pure=False))
@@ -405,11 +405,11 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
     options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation)
     dtype = np.complex128 if precision == "double" else np.complex64
     uvw_pieces, flag_pieces = layout.pieces(uvw, channels=False), _pieces(layout, flags)
-    pieces = []
+    pieces, workers = [], workers_to_prefer(keep_plans)
     for u, f, chunk in zip(uvw_pieces, flag_pieces, _plan_keys(layout.chunks(), uvw_pieces, flag_pieces, freqs,
                                                                keep_plans)):
         chans = _channel_freqs(freqs, chunk)
-        with prefer_worker(chunk, keep_plans):
+        with prefer_worker(chunk, workers):
             task = dask.delayed(_degrid_chunk, pure=False)(model, u, f, stack, chunk, token, options, chans)
         shape = (chunk.rows[1] - chunk.rows[0],) + uvw.shape[1:-1] + (() if chans is None else (chans.size,))
         pieces.append(da.from_delayed(task, shape=shape + (grid.shape[0],), dtype=dtype))

@@ -27,7 +27,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 __all__ = ["Chunk", "Layout", "chunk_sizes", "client", "shared", "forget_shared", "tree_sum", "naming",
-           "prefer_worker", "check_device"]
+           "workers_to_prefer", "prefer_worker", "check_device"]
 
 KEPT_SCATTERED = 8          # scattered objects kept for later calls (kernel stacks)
 _scattered: dict = {}       # on the client: (client id, name) -> Future
@@ -230,15 +230,21 @@ def forget_shared() -> None:
         _scattered.clear()
 
 
-def prefer_worker(chunk: Chunk, enabled: bool):
-    """When ``enabled``, on a distributed cluster, chunk i prefers worker i mod n (by
-    address), so that later calls tend to find what an earlier one left there.  A
-    preference, not a restriction: Dask may still move it (work stealing, a worker
-    gone), and a task pinned to a lost worker would wait for ever."""
+def workers_to_prefer(enabled: bool) -> list | None:
+    """The worker addresses, sorted, for `prefer_worker` (asked once per call, not per
+    chunk: each question is a round trip to the scheduler); None when not ``enabled`` or
+    without a distributed cluster."""
     current = client() if enabled else None
     if current is None:
-        return contextlib.nullcontext()
-    workers = sorted(current.scheduler_info(n_workers=-1)["workers"])
+        return None
+    return sorted(current.scheduler_info(n_workers=-1)["workers"]) or None
+
+
+def prefer_worker(chunk: Chunk, workers: list | None):
+    """With ``workers`` (from `workers_to_prefer`), chunk i prefers worker i mod n, so that
+    later calls tend to find what an earlier one left there.  A preference, not a
+    restriction: Dask may still move it (a worker gone), and a task pinned to a lost
+    worker would wait for ever."""
     if not workers:
         return contextlib.nullcontext()
     return dask.annotate(workers=[workers[chunk.index % len(workers)]], allow_other_workers=True)

@@ -50,7 +50,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .dask_chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum
+from .dask_chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
+    workers_to_prefer
 from .wgridding import WGridder
 
 try:
@@ -258,10 +259,10 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
                        divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device, nthreads,
                        verbosity, tuning)
     keep = _keep(keep_operators)
-    parts = []
+    parts, workers = [], workers_to_prefer(keep > 0)
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
-        with prefer_worker(chunk, keep > 0):
+        with prefer_worker(chunk, workers):
             parts.append(dask.delayed(_image_chunk, pure=False)(u, freq[slice(*chunk.channels)], v, w, m, chunk,
                                                                 options, keep))
     image, said = dask.compute(tree_sum(parts, dask.delayed(_add_images, pure=False)))[0]
@@ -313,10 +314,10 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     keep = _keep(keep_operators)
     image = shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
     dtype = np.complex128 if precision == "double" else np.complex64
-    pieces = []
+    pieces, workers = [], workers_to_prefer(keep > 0)
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
-        with prefer_worker(chunk, keep > 0):
+        with prefer_worker(chunk, workers):
             task = dask.delayed(_vis_chunk, pure=False)(image, u, freq[slice(*chunk.channels)], w, m, chunk,
                                                         options, keep)
         shape = (chunk.rows[1] - chunk.rows[0], chunk.channels[1] - chunk.channels[0])
