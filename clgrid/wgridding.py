@@ -26,14 +26,17 @@ summed; the sum is divided by the kernel's Fourier transform in u, v and w.  Poi
 with w < 0 are moved to (-u, -v, -w) and conjugated first (the image is real), which
 halves the range of w the planes cover.
 
-Where the work runs is the tuning table's ``[wgridding]`` choice (platforms/*.toml, or
-``tuning=``): ``spread = "atomic"`` (a work-item per visibility, float atomic adds: GPUs)
-or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed once per
-operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,
+The points are planned once per operator, on the device (`clgrid.wgrid_plan`: first
+cells, offsets and plane in float64, sorted by plane and by bin or row).  Where the
+work runs is the tuning table's ``[wgridding]`` choice (platforms/*.toml, or
+``tuning=``): ``spread = "bins"`` (a work-group per bin of cells and piece of its points,
+accumulating in local memory: GPUs), ``"atomic"`` (a work-item per visibility, float
+atomic adds) or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed
+once per operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,
 the crop as views, per-pixel work on ``nthreads`` threads), ``"mapped"`` (the same FFT,
 with crop, w phase and correction by device kernels, cl_kernels/wgrid_planes.cl) or
 ``"vkfft"`` (pyvkfft on the device with those kernels: nothing per plane crosses to the
-host).  Kernel values come from per-tap polynomials (clgrid.accuracy.horner_coefficients).
+host; with fp64 the correction and w phases are computed per pixel there as well).  Kernel values come from per-tap polynomials (clgrid.accuracy.horner_coefficients).
 """
 
 from __future__ import annotations
