@@ -6,7 +6,10 @@
     footprints wrap around its edges, which is exact for a discrete image (clgrid.accuracy
     says why the kernel is what it is).
     Template variables: double, atomic, support (W), use_w (bool), degree and coef (the
-    kernel's per-tap polynomials, (degree + 1) x W). #}
+    kernel's per-tap polynomials, (degree + 1) x W); for the "bins" spread bin_u, bin_v,
+    keys_per_plane, wg, team (work-items per point), subproblem (points per work-group
+    at most) and local_atomic ("ptx": NVIDIA's shared-memory reduction, else
+    compare-and-swap). #}
 {% include "common.cl" %}
 #define SUPPORT {{ support }}
 {% if double %}
@@ -115,6 +118,123 @@ __kernel void interp(__global const int4 *restrict first,
     }
     vis[k] += sum * plane_weight(f, x, plane);
 }
+
+
+{% if bin_u %}
+/* -- The "bins" variant (tuning: [wgridding] spread = "bins"), for GPUs: cuFINUFFT's
+   "subproblem" method (Shih et al. 2021, IPDPSW) with the kernel values by Horner's rule.
+   The points whose first cell lies in one bin of BIN_U x BIN_V cells (wgrid_plan's
+   "bins" layout: starts[g][bin] is where those of first plane g begin) and that have a
+   tap on this plane are cut into subproblems of at most SUBPROBLEM points
+   (subproblems[i] = (bin, piece), made by the operator), so that the dense bins of a
+   real array's core are shared among many work-groups.  A work-group spreads its points
+   into a tile of local memory (the bin and the W - 1 cells its footprints reach beyond
+   it): a team of TEAM >= W^2 work-items takes one point at a time, each work-item one
+   of its W x W cells, computing that cell's two kernel values itself and adding with a
+   local atomic (teams of one work-group can meet on a cell).  Then the tile's non-zero
+   cells are added to the grid with global atomics: one global addition per tile cell
+   instead of one per visibility and cell. */
+#define BIN_U {{ bin_u }}
+#define BIN_V {{ bin_v }}
+#define TILE_U (BIN_U + SUPPORT - 1)
+#define TILE_V (BIN_V + SUPPORT - 1)
+#define KEYS_PER_PLANE {{ keys_per_plane }}
+#define WG {{ wg }}
+#define TEAM {{ team }}
+#define SUBPROBLEM {{ subproblem }}
+
+{% if local_atomic == "ptx" %}
+inline void tile_add(volatile __local real_t *address, const real_t value)
+{
+{% if double %}
+    asm volatile("red.shared.add.f64 [%0], %1;" :: "l"(address), "d"(value) : "memory");
+{% else %}
+    asm volatile("red.shared.add.f32 [%0], %1;" :: "l"(address), "f"(value) : "memory");
+{% endif %}
+}
+{% else %}
+#define tile_add local_atomic_add_real
+{% endif %}
+
+/* Kernel value at z (the point's offset mapped to the polynomials' variable) from one
+   tap's coefficients held in registers: each work-item of a team keeps those of its
+   own cell's two taps, where reading them from COEF would make the work-items of a
+   warp ask the constant cache for W different addresses at once. */
+inline real_t tap_at(const real_t *coef, const real_t z)
+{
+    real_t k = coef[0];
+    for (int d = 1; d <= DEGREE; ++d)
+        k = k * z + coef[d];
+    return k;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void spread_bins(__global const int4 *restrict first, __global const real4_t *restrict frac,
+                 __global const complex_t *restrict vis, __global real_t *grid,
+                 __global const int *restrict starts, __global const int2 *restrict subproblems,
+                 const int first_job, const int nu, const int nv, const int plane)
+{
+    __local real_t tile[2 * TILE_U * TILE_V];
+    const int lid = get_local_id(0);
+    const int2 job = subproblems[first_job + get_group_id(0)];
+    const int bin = job.x;
+    const int bins_v = (nv + BIN_V - 1) / BIN_V;
+{% if use_w %}
+    const int g_lo = max(0, plane - SUPPORT + 1);
+{% else %}
+    const int g_lo = plane;
+{% endif %}
+    for (int c = lid; c < 2 * TILE_U * TILE_V; c += WG)
+        tile[c] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int u0 = (bin / bins_v) * BIN_U, v0 = (bin % bins_v) * BIN_V;
+    /* this work-item's cell of every footprint, and its taps' coefficients */
+    const int cell_ab = lid % TEAM;
+    const int a = cell_ab / SUPPORT, b = cell_ab - a * SUPPORT;
+    const bool in_footprint = cell_ab < SUPPORT * SUPPORT;
+    real_t coef_a[DEGREE + 1], coef_b[DEGREE + 1];
+    for (int d = 0; d <= DEGREE; ++d) {
+        coef_a[d] = in_footprint ? COEF[d][a] : 0;
+        coef_b[d] = in_footprint ? COEF[d][b] : 0;
+    }
+    /* this work-group's points: [skip, skip + SUBPROBLEM) of the bin's runs, plane by plane */
+    int skip = job.y * SUBPROBLEM, left = SUBPROBLEM;
+    for (int g = g_lo; g <= plane && left > 0; ++g) {
+        const int run = starts[g * KEYS_PER_PLANE + bin], count = starts[g * KEYS_PER_PLANE + bin + 1] - run;
+        if (skip >= count) {
+            skip -= count;
+            continue;
+        }
+        const int start = run + skip, end = run + min(count, skip + left);
+        left -= end - start;
+        skip = 0;
+        for (int k = start + lid / TEAM; k < end; k += WG / TEAM) {
+            const int4 f = first[k];
+            const real4_t x = frac[k];
+            if (!in_footprint)
+                continue;
+            const complex_t v = vis[k] * plane_weight(f, x, plane);
+            const real_t weight = tap_at(coef_a, (real_t)2 * x.x + (real_t)(SUPPORT - 1))
+                                  * tap_at(coef_b, (real_t)2 * x.y + (real_t)(SUPPORT - 1));
+            __local real_t *cell = tile + 2 * ((f.x - u0 + a) * TILE_V + (f.y - v0 + b));
+            tile_add(cell, v.x * weight);
+            tile_add(cell + 1, v.y * weight);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int c = lid; c < TILE_U * TILE_V; c += WG) {
+        const complex_t value = (complex_t)(tile[2 * c], tile[2 * c + 1]);
+        if (value.x == 0 && value.y == 0)
+            continue;
+        int iu = u0 + c / TILE_V, iv = v0 + c % TILE_V;
+        if (iu >= nu)
+            iu -= nu;
+        if (iv >= nv)
+            iv -= nv;
+        atomic_add_complex(grid, (size_t)iu * nv + iv, value);
+    }
+}
+{% endif %}
 
 
 /* -- The "rows" variant (tuning: [wgridding] spread = "rows"), for CPUs, where float
@@ -235,28 +355,48 @@ __kernel void interp_taps(__global const int4 *restrict first,
 __kernel void gather_vis(__global const complex_t *restrict vis_in, __global const real_t *restrict wgt,
                          __global const int *restrict src, __global const complex_t *restrict phase,
                          __global complex_t *restrict out, const int count, const int use_wgt,
-                         const int use_phase)
+                         const int use_phase, __global int *restrict tally)
 {
+    /* tally: [0] non-finite visibilities, [1] non-finite weights, [2] non-zero weighted
+       visibilities, among the kept ones (the operator refuses the first two and warns
+       when the last is 0). */
+    __local int seen[3];
+    const int lid = get_local_id(0);
+    if (lid < 3)
+        seen[lid] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
     const int k = get_global_id(0);
-    if (k >= count)
-        return;
-    const int s = src[k];
-    const int i = s < 0 ? -s - 1 : s;
-    complex_t v = vis_in[i];
-    if (use_wgt)
-        v *= wgt[i];
-    if (s < 0)
-        v.y = -v.y;
-    if (use_phase)
-        v = cmul(v, phase[k]);
-    out[k] = v;
+    if (k < count) {
+        const int s = src[k];
+        const int i = s < 0 ? -s - 1 : s;
+        complex_t v = vis_in[i];
+        if (!(isfinite(v.x) && isfinite(v.y)))
+            atomic_inc(&seen[0]);
+        if (use_wgt) {
+            const real_t w = wgt[i];
+            if (!isfinite(w))
+                atomic_inc(&seen[1]);
+            v *= w;
+        }
+        if (v.x != 0 || v.y != 0)
+            atomic_inc(&seen[2]);
+        if (s < 0)
+            v.y = -v.y;
+        if (use_phase)
+            v = cmul(v, phase[k]);
+        out[k] = v;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < 3 && seen[lid])
+        atomic_add(&tally[lid], seen[lid]);
 }
 
 __kernel void scatter_vis(__global const complex_t *restrict values, __global const real_t *restrict wgt,
                           __global const int *restrict src, __global const complex_t *restrict phase,
                           __global complex_t *restrict out, const int count, const int use_wgt,
-                          const int use_phase)
+                          const int use_phase, __global int *restrict tally)
 {
+    /* tally[1]: non-finite weights among the kept visibilities. */
     const int k = get_global_id(0);
     if (k >= count)
         return;
@@ -267,7 +407,11 @@ __kernel void scatter_vis(__global const complex_t *restrict values, __global co
         v = cmul_conj(v, phase[k]);
     if (s < 0)
         v.y = -v.y;
-    if (use_wgt)
-        v *= wgt[i];
+    if (use_wgt) {
+        const real_t w = wgt[i];
+        if (!isfinite(w))
+            atomic_inc(&tally[1]);
+        v *= w;
+    }
     out[i] = v;
 }

@@ -33,17 +33,23 @@ class CountingSort:
         self._place = cl.Kernel(program, "place")
         self._scan = ExclusiveScan(queue)
 
-    def __call__(self, packed: cl.Buffer, source: cl.Buffer, n: int, wait_for=None):
-        """``(sorted_packed, sorted_source, events)``: new buffers in key order."""
+    def __call__(self, packed: cl.Buffer, source: cl.Buffer, n: int, wait_for=None, starts: cl.Buffer = None):
+        """``(sorted_packed, sorted_source, events)``: new buffers in key order.  ``starts``,
+        if given (``num_keys + 1`` ints), receives where each key's run begins (the last:
+        ``n``)."""
         context = self.queue.context
         counts = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4 * (self.num_keys + 1))
         cursor = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4 * (self.num_keys + 1))
         sorted_packed = cl.Buffer(context, cl.mem_flags.READ_WRITE, 16 * max(n, 1))
         sorted_source = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4 * max(n, 1))
         events = [fill_zeros(self.queue, counts, 4 * (self.num_keys + 1), np.int32, wait_for)]
+        if starts is not None and not n:
+            events.append(fill_zeros(self.queue, starts, 4 * (self.num_keys + 1), np.int32, wait_for))
         if n:
             events.append(self._count(self.queue, (n,), None, packed, np.int32(n), counts))
             events += self._scan(counts, cursor, self.num_keys + 1)
+            if starts is not None:
+                events.append(cl.enqueue_copy(self.queue, starts, cursor, byte_count=4 * (self.num_keys + 1)))
             events.append(self._place(self.queue, (n,), None, packed, source, np.int32(n), cursor,
                                       sorted_packed, sorted_source))
         return sorted_packed, sorted_source, events

@@ -1,12 +1,14 @@
-"""Gridding and degridding over Dask: visibilities chunked along rows, one OpenCL device
-per worker (the ``dask`` extra: dask[array] and distributed).
+"""Gridding and degridding over Dask: visibilities chunked along rows and channels, one
+OpenCL device per worker (the ``dask`` extra: dask[array] and distributed); and, from
+`clgrid.dask_wgridding`, `vis2dirty` / `dirty2vis` with ducc0.wgridder's keywords.
 
-`grid` grids each row chunk in a task on the worker that holds it (planned there, with
-a `Gridder` the worker process keeps between tasks and calls: its programs are built
-once per process, not once per chunk) and sums the partial grids pairwise by chunk
-index, a tree fixed by the chunking alone, so the result does not depend on which
-worker finished first.  `degrid` predicts a Dask array of visibilities chunked like
-``uvw`` from a model grid sent to each worker once.
+`grid` grids each chunk (rows, and channels where there are ``freqs``) in a task on the
+worker that holds it (planned there, with a `Gridder` the worker process keeps between
+tasks and calls: its programs are built once per process, not once per chunk) and sums
+the partial grids pairwise by chunk index, a tree fixed by the chunking alone, so the
+result does not depend on which worker finished first.  `degrid` predicts a Dask array
+of visibilities chunked like the data from a model grid sent to each worker once.  The
+chunking, the sum and what is sent once are `clgrid.dask_chunks`.
 
 The kernel stack travels as its arrays under a key of their content (a scattered
 object on a distributed cluster, one graph node otherwise) and is rebuilt once per
@@ -29,11 +31,9 @@ to the rounding of the grid's precision (tested to 1e-5 relative in single).  Wi
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import threading
-import uuid
 import warnings
 from collections import OrderedDict
 
@@ -46,6 +46,9 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
+from .dask_chunks import Chunk, Layout, check_device, chunk_sizes, forget_shared, naming, prefer_worker, shared, \
+    tree_sum, workers_to_prefer
+from .dask_wgridding import cached_wgridders, clear_wgridders, dirty2vis, vis2dirty
 from .degridder import Degridder
 from .errors import DeviceCapabilityError, EmptyInputWarning
 from .gridder import Gridder
@@ -53,15 +56,14 @@ from .kernels import KernelStack
 from .operation import BYTES_PER_SAMPLE
 from .runtime import devices, matching_devices
 
-__all__ = ["grid", "degrid", "assign_devices", "clear_cache", "cached_operators", "cached_plans", "kernel_token",
-           "tree_sum"]
+__all__ = ["grid", "degrid", "vis2dirty", "dirty2vis", "assign_devices", "clear_cache", "cached_operators",
+           "cached_plans", "cached_wgridders", "kernel_token", "tree_sum"]
 
 CACHED_OPERATORS = 8        # per worker process: each holds a device grid and its programs
 _operators: OrderedDict = OrderedDict()
 _kernel_stacks: dict = {}
 _plans: OrderedDict = OrderedDict()   # keep_plans: (chunk key, geometry, context) -> Plan
 _plan_counts = {"made": 0, "reused": 0}
-_scattered: dict = {}       # on the client: (client id, name) -> Future of a kernel stack
 _lock = threading.Lock()
 
 # summed over chunks in the report; the other entries are the same for every chunk or joined
@@ -116,16 +118,17 @@ def _operator(cls, token: str, fields: tuple, options: dict):
 
 
 def clear_cache() -> int:
-    """Drop this process's operators, kept plans and kernel stacks (on every worker:
-    ``client.run(clgrid.dask.clear_cache)``); returns how many operators were dropped."""
+    """Drop this process's operators (`vis2dirty`'s too), kept plans and kernel stacks (on
+    every worker: ``client.run(clgrid.dask.clear_cache)``); returns how many operators
+    were dropped."""
     with _lock:
         count = len(_operators)
         _operators.clear()
         _kernel_stacks.clear()
-        _scattered.clear()
         _plans.clear()
         _plan_counts.update(made=0, reused=0)
-    return count
+    forget_shared()
+    return count + clear_wgridders()
 
 
 def cached_operators() -> list:
@@ -176,20 +179,14 @@ def assign_devices(client, device: str = "gpu") -> dict:
     return assigned
 
 
-def _where(chunk: tuple) -> str:
-    index, rows = chunk[:2]
-    return f"clgrid.dask: chunk {index}, rows {rows[0]}:{rows[1]}"
-
-
-def _positions(operator, chunk: tuple, uvw, flags, freqs) -> tuple:
+def _positions(operator, chunk: Chunk, uvw, flags, freqs) -> tuple:
     """``(positions, flags, freqs)`` for the operator's call: the chunk's kept `Plan` where
     ``keep_plans`` gave it a key (made on first use; gridders and degridders of the same
     geometry on the worker share it), else uvw with its flags and freqs to plan in the call."""
-    plan_key = chunk[2]
-    if plan_key is None:
+    if chunk.plan_key is None:
         return uvw, flags, freqs
     geometry = operator.geometry
-    key = (plan_key, id(geometry.kernels), geometry.grid_size, geometry.cell_size, geometry.interpolation,
+    key = (chunk.plan_key, id(geometry.kernels), geometry.grid_size, geometry.cell_size, geometry.interpolation,
            geometry.time_block, operator.context.int_ptr)
     with _lock:
         plan = _plans.get(key)
@@ -209,45 +206,22 @@ def _positions(operator, chunk: tuple, uvw, flags, freqs) -> tuple:
 
 def _grid_chunk(uvw, vis, weights, flags, kernels, chunk, token, options, freqs):
     """One task: grid one chunk; returns ``(grid, report)``."""
-    gridder = _operator(Gridder, token, kernels, options)
-    try:
+    with naming(chunk):
+        gridder = _operator(Gridder, token, kernels, options)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmptyInputWarning)   # the caller warns for the whole set
             positions, flags, freqs = _positions(gridder, chunk, uvw, flags, freqs)
             return gridder.grid(positions, vis, weights, flags, freqs, return_report=True)
-    except Exception as error:
-        if hasattr(error, "add_note"):
-            error.add_note(_where(chunk))
-        raise
 
 
 def _degrid_chunk(model, uvw, flags, kernels, chunk, token, options, freqs):
     """One task: degrid one chunk's visibilities from the model grid."""
-    degridder = _operator(Degridder, token, kernels, options)
-    try:
+    with naming(chunk):
+        degridder = _operator(Degridder, token, kernels, options)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmptyInputWarning)
             positions, flags, freqs = _positions(degridder, chunk, uvw, flags, freqs)
             return degridder.degrid(model, positions, flags, freqs)
-    except Exception as error:
-        if hasattr(error, "add_note"):
-            error.add_note(_where(chunk))
-        raise
-
-
-def _chunks(rows: tuple, uvw_blocks: list, flag_blocks: list, freqs, keep_plans: bool) -> list:
-    """``(index, (first row, end row), plan key or None)`` per chunk.  The plan key names the
-    chunk's positions by the Dask keys of its uvw and flags blocks (content-derived for
-    `dask.array.from_array` and readers alike) and the frequencies."""
-    starts = np.concatenate([[0], np.cumsum(rows)]).astype(int)
-    out = []
-    for i, (u, f) in enumerate(zip(uvw_blocks, flag_blocks)):
-        key = None
-        if keep_plans:
-            flag_key = f.key if isinstance(f, Delayed) else dask.base.tokenize(f)
-            key = (str(u.key), str(flag_key), dask.base.tokenize(freqs))
-        out.append((i, (int(starts[i]), int(starts[i + 1])), key))
-    return out
 
 
 def _add(a: tuple, b: tuple) -> tuple:
@@ -272,150 +246,113 @@ def _merge(a: dict, b: dict) -> dict:
     return merged
 
 
-def tree_sum(parts: list, add):
-    """Pairwise sums by index, level by level ([0+1, 2+3, ...], an odd last one carried up):
-    a tree fixed by the number of parts, whatever order they finish in."""
-    if not parts:
-        raise ValueError("nothing to sum")
-    while len(parts) > 1:
-        parts = [add(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-    return parts[0]
-
-
 # -- on the client ---------------------------------------------------------------------
-
-def _client():
-    """The distributed Client in use, or None (then dask's local scheduler runs the tasks)."""
-    try:
-        from distributed import get_client
-        return get_client()
-    except (ImportError, ValueError):
-        return None
-
-
-def _shared(name: str, value, keep: bool = False):
-    """``value`` as one dependency of every task: scattered to every worker once on a
-    distributed cluster, else one node of the graph (not copied into each task).  With
-    ``keep`` the scattered future is kept for later calls with the same ``name`` (the
-    kernel stack of every major cycle); otherwise each call scatters under a key of its
-    own (re-scattering a key that an earlier call is releasing loses it)."""
-    client = _client()
-    if client is None:
-        return dask.delayed(value, name=name, traverse=False)
-    key = (client.id, name)
-    with _lock:
-        future = _scattered.get(key) if keep else None
-    if future is None or future.status != "finished":
-        unique = f"{name}-{uuid.uuid4().hex[:12]}"     # a dict: a tuple would scatter element by element
-        future = client.scatter({unique: value}, broadcast=True, hash=False)[unique]
-        if keep:
-            with _lock:
-                _scattered[key] = future
-                while len(_scattered) > CACHED_OPERATORS:
-                    _scattered.pop(next(iter(_scattered)))
-    return future
-
-
-def _placed(chunk: tuple, keep_plans: bool):
-    """With ``keep_plans`` on a distributed cluster, chunk i prefers worker i mod n (by
-    address), so that later calls tend to find its plan there.  A preference, not a
-    restriction: Dask may still move it (work stealing, a worker gone), and a task pinned
-    to a lost worker would wait for ever."""
-    client = _client() if keep_plans else None
-    if client is None:
-        return contextlib.nullcontext()
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    if not workers:
-        return contextlib.nullcontext()
-    return dask.annotate(workers=[workers[chunk[0] % len(workers)]], allow_other_workers=True)
-
-
-def _check_device(device):
-    if device is not None and not isinstance(device, str):
-        raise TypeError(f"device must be None or a device name (str) that each worker resolves, got "
-                        f"{type(device).__name__}: pyopencl objects belong to one process")
-    return device
-
 
 def _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation, **more) -> dict:
     if on_dropped not in ("warn", "raise", "ignore"):
         raise ValueError(f"on_dropped must be 'warn', 'raise' or 'ignore', got {on_dropped!r}")
     return dict(grid_size=int(grid_size), cell_size=float(cell_size), method=method, precision=precision,
-                device=_check_device(device), interpolation=interpolation,
+                device=check_device(device), interpolation=interpolation,
                 tuning=None if tuning is None else tuple(sorted(tuning.items())),
                 on_dropped="raise" if on_dropped == "raise" else "ignore", **more)   # the caller warns
 
 
-def _row_chunks(uvw):
+def _layout(uvw, freqs, channel_chunks, per_channel: tuple) -> Layout:
+    """Row chunks from ``uvw`` (a dask array: its first axis); channel chunks, where there are
+    ``freqs``, from ``channel_chunks``, else from the first dask array of ``per_channel``
+    (vis, weights, flags) whose channel axis (the one after uvw's leading axes) has them all."""
     if not isinstance(uvw, da.Array):
         raise TypeError(f"uvw must be a dask array chunked along rows (its first axis), e.g. "
                         f"dask.array.from_array(uvw, chunks=(rows, 3)); got {type(uvw).__name__}")
     if uvw.ndim < 2 or uvw.shape[-1] != 3:
         raise ValueError(f"uvw must have shape (..., 3), got {uvw.shape}")
-    rows = uvw.chunks[0]
-    if any(np.isnan(r) for r in rows):
-        raise ValueError("uvw has chunks of unknown size: call uvw.compute_chunk_sizes() first")
-    return rows
+    nrow, leading = uvw.shape[0], uvw.ndim - 1
+    rows = chunk_sizes("uvw", uvw.chunks[0], nrow)
+    if freqs is None:
+        if channel_chunks is not None:
+            raise ValueError("channel_chunks needs freqs: without them the data have no channel axis")
+        return Layout(rows, None, nrow, None, leading)
+    nchan = freqs.size
+    if channel_chunks is None:
+        channel_chunks = next((a.chunks[leading] for a in per_channel if isinstance(a, da.Array)
+                               and a.ndim > leading and a.shape[0] == nrow and a.shape[leading] == nchan), -1)
+    return Layout(rows, chunk_sizes("channel_chunks", channel_chunks, nchan), nrow, nchan, leading)
 
 
-def _blocks(a, rows: tuple, nrow: int, leading: int) -> list:
-    """One piece of ``a`` per row chunk: a dask or numpy array with ``nrow`` rows and at
-    least ``leading`` axes is split as ``uvw`` is; anything else (None, or a small array
-    that broadcasts, such as weights per channel) goes whole to every task."""
-    if a is None:
-        return [None] * len(rows)
-    shape = a.shape if isinstance(a, da.Array) else np.shape(a)
-    if len(shape) < leading or shape[0] != nrow:
-        if isinstance(a, da.Array):
-            a = a.compute()
-        return [a] * len(rows)
-    if not isinstance(a, da.Array):
-        a = da.from_array(np.asarray(a), chunks=(rows,) + tuple(-1 for _ in shape[1:]))
-    a = a.rechunk((rows,) + tuple(-1 for _ in shape[1:]))
-    return list(a.to_delayed().reshape(len(rows)))
+def _pieces(layout: Layout, a) -> list:
+    """Weights, flags or vis cut per chunk; an array that broadcasts goes whole to each task,
+    cut to its channels on the axis where `Gridder` reads them: the second last where it
+    has as many axes as the visibilities (one per visibility), else the last (one per
+    sample, broadcast to ``uvw.shape[:-1] + (nchan,)``)."""
+    ndim = len(a.shape if isinstance(a, da.Array) else np.shape(a)) if a is not None else 0
+    return layout.pieces(a, broadcast_channel_axis=-2 if ndim == layout.leading + 2 else -1)
+
+
+def _plan_keys(chunks: list, uvw_pieces: list, flag_pieces: list, freqs, keep_plans: bool) -> list:
+    """The chunks with their plan keys where ``keep_plans``: a chunk's positions named by the
+    Dask keys of its uvw and flags blocks (content-derived for `dask.array.from_array` and
+    readers alike) and its frequencies."""
+    if not keep_plans:
+        return chunks
+    out = []
+    for chunk, u, f in zip(chunks, uvw_pieces, flag_pieces):
+        flag_key = f.key if isinstance(f, Delayed) else dask.base.tokenize(f)
+        chans = freqs if chunk.channels is None else freqs[slice(*chunk.channels)]
+        out.append(Chunk(chunk.index, chunk.rows, chunk.channels,
+                         (str(u.key), str(flag_key), dask.base.tokenize(chans))))
+    return out
+
+
+def _channel_freqs(freqs, chunk: Chunk):
+    return freqs if freqs is None or chunk.channels is None else freqs[slice(*chunk.channels)]
 
 
 def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell_size: float,
          kernels: KernelStack, method: str = "auto", precision: str = "single", deterministic: bool = False,
          device: str | None = None, tuning: dict | None = None, on_dropped: str = "warn",
-         interpolation: str = "nearest", keep_plans: bool = False, return_report: bool = False,
-         compute: bool = True):
-    """Grid visibilities chunked along rows over Dask; returns the summed ``(npol, N, N)`` grid.
+         interpolation: str = "nearest", keep_plans: bool = False, channel_chunks=None,
+         return_report: bool = False, compute: bool = True):
+    """Grid visibilities chunked along rows and channels over Dask; returns the summed
+    ``(npol, N, N)`` grid.
 
     Arguments as for `clgrid.Gridder` and `Gridder.grid`.  ``uvw`` is a dask array whose
     chunks along its first axis (rows, or baselines of ``(nbaseline, ntime, 3)`` tracks)
-    make the tasks; ``vis``, and ``weights``/``flags`` with as many rows, are split the
-    same way (dask or numpy arrays); channels and polarisations stay whole.  ``device``
-    is a name each worker resolves (None: the worker's ``$CLGRID_DEVICE``).  Partial grids
-    are summed pairwise by chunk index (`tree_sum`); with ``deterministic=True`` the
-    result is bit-identical from run to run for the same chunking (module docstring).
-    With ``return_report=True`` returns ``(grid, report)``, the counts and ``norm`` summed
-    over chunks.  ``compute=False`` returns a `dask.delayed` of ``(grid, report)`` instead.
+    make the row blocks; with ``freqs``, ``channel_chunks`` (an int or sizes; default: the
+    chunks of ``vis``, else ``weights`` or ``flags``, along their channel axis) make the
+    channel blocks, and each task grids one row block's channels of one channel block.
+    ``vis``, and ``weights``/``flags`` with as many rows, are split the same way (dask or
+    numpy arrays); polarisations stay whole, and a smaller array that broadcasts goes to
+    each task whole (cut to its channels where it has them).  ``device`` is a name each
+    worker resolves (None: the worker's ``$CLGRID_DEVICE``).  Partial grids are summed
+    pairwise by chunk index (`tree_sum`); with ``deterministic=True`` the result is
+    bit-identical from run to run for the same chunking (module docstring).  With
+    ``return_report=True`` returns ``(grid, report)``, the counts and ``norm`` summed over
+    chunks.  ``compute=False`` returns a `dask.delayed` of ``(grid, report)`` instead.
     ``keep_plans=True`` keeps each chunk's `Plan` on its worker, named by the Dask keys of
-    its uvw and flags blocks, for later calls on the same chunks (major cycles: `degrid`
-    with ``keep_plans=True`` uses the same plans): a chunk is planned at most once per
-    worker; on a distributed cluster chunk i prefers worker i mod n (sorted by address)
-    so later calls tend to find its plan.  Kept plans take at most a quarter of the
-    device's memory per worker, least recently used dropped.
+    its uvw and flags blocks and its frequencies, for later calls on the same chunks (major
+    cycles: `degrid` with ``keep_plans=True`` uses the same plans): a chunk is planned at
+    most once per worker; on a distributed cluster chunk i prefers worker i mod n (sorted
+    by address) so later calls tend to find its plan.  Kept plans take at most a quarter
+    of the device's memory per worker, least recently used dropped.
     """
-    rows = _row_chunks(uvw)
-    nrow, leading = uvw.shape[0], uvw.ndim - 1
-    uvw = uvw.rechunk((rows,) + (-1,) * (uvw.ndim - 1))
-    token = kernel_token(kernels)
-    stack = _shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
-    options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation,
-                       deterministic=bool(deterministic))
+    freqs = None if freqs is None else np.asarray(freqs, np.float64).reshape(-1)
+    layout = _layout(uvw, freqs, channel_chunks, (vis, weights, flags))
     vis_shape = vis.shape if isinstance(vis, da.Array) else np.shape(vis)
-    if vis_shape[:leading] != uvw.shape[:-1]:
+    if vis_shape[:layout.leading] != uvw.shape[:-1]:
         raise ValueError(f"vis of shape {vis_shape} does not match uvw of shape {uvw.shape}: its leading "
                          f"axes must be uvw's {uvw.shape[:-1]}")
-    freqs = None if freqs is None else np.asarray(freqs, np.float64)
-    uvw_blocks, flag_blocks = _blocks(uvw, rows, nrow, leading), _blocks(flags, rows, nrow, leading)
-    parts = []
-    for u, v, w, f, chunk in zip(uvw_blocks, _blocks(vis, rows, nrow, leading), _blocks(weights, rows, nrow, leading),
-                                 flag_blocks, _chunks(rows, uvw_blocks, flag_blocks, freqs, keep_plans)):
-        with _placed(chunk, keep_plans):
-            parts.append(dask.delayed(_grid_chunk, pure=False)(u, v, w, f, stack, chunk, token, options, freqs))
+    token = kernel_token(kernels)
+    stack = shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
+    options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation,
+                       deterministic=bool(deterministic))
+    uvw_pieces, flag_pieces = layout.pieces(uvw, channels=False), _pieces(layout, flags)
+    chunks = _plan_keys(layout.chunks(), uvw_pieces, flag_pieces, freqs, keep_plans)
+    parts, workers = [], workers_to_prefer(keep_plans)
+    for u, v, w, f, chunk in zip(uvw_pieces, _pieces(layout, vis), _pieces(layout, weights),
+                                 flag_pieces, chunks):
+        with prefer_worker(chunk, workers):
+            parts.append(dask.delayed(_grid_chunk, pure=False)(u, v, w, f, stack, chunk, token, options,
+                                                               _channel_freqs(freqs, chunk)))
     total = tree_sum(parts, dask.delayed(_add, pure=False))
     if not compute:
         return total
@@ -441,9 +378,11 @@ def _warn_left_out(report: dict, on_dropped: str, done: str) -> None:
 def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: float, kernels: KernelStack,
            method: str = "auto", precision: str = "single", device: str | None = None,
            tuning: dict | None = None, on_dropped: str = "warn", interpolation: str = "nearest",
-           keep_plans: bool = False):
+           keep_plans: bool = False, channel_chunks=None):
     """Degrid ``grid`` (npol, N, N) at ``uvw`` over Dask; returns a lazy dask array of
-    visibilities ``uvw.shape[:-1] (+ (nchan,)) + (npol,)`` chunked along rows as ``uvw``.
+    visibilities ``uvw.shape[:-1] (+ (nchan,)) + (npol,)`` chunked along rows as ``uvw``
+    and, with ``freqs``, along channels as ``channel_chunks`` (an int or sizes; default:
+    the chunks of ``flags`` along its channel axis, else all channels in one).
 
     Arguments as for `clgrid.Degridder` and `Degridder.degrid`.  ``grid`` (numpy, or a
     dask array computed to one block) is sent to every worker once: scattered on a
@@ -452,9 +391,8 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
     equals the single-process call's.  Dropped samples come back as 0 (on_dropped="raise"
     makes them an error in the task that meets them).  ``keep_plans`` as for `grid`.
     """
-    rows = _row_chunks(uvw)
-    nrow, leading = uvw.shape[0], uvw.ndim - 1
-    uvw = uvw.rechunk((rows,) + (-1,) * (uvw.ndim - 1))
+    freqs = None if freqs is None else np.asarray(freqs, np.float64).reshape(-1)
+    layout = _layout(uvw, freqs, channel_chunks, (flags,))
     if isinstance(grid, da.Array):
         grid = grid.compute()
     grid = np.asarray(grid)
@@ -462,18 +400,17 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
         raise ValueError(f"grid must be a complex array of shape (npol, {grid_size}, {grid_size}), got "
                          f"{grid.dtype} {grid.shape}")
     token = kernel_token(kernels)
-    stack = _shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
-    model = _shared(f"clgrid-model-{dask.base.tokenize(grid)}", grid)
+    stack = shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
+    model = shared(f"clgrid-model-{dask.base.tokenize(grid)}", grid)
     options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation)
-    freqs = None if freqs is None else np.asarray(freqs, np.float64)
-    tail = ((freqs.size,) if freqs is not None else ()) + (grid.shape[0],)
     dtype = np.complex128 if precision == "double" else np.complex64
-    pieces = []
-    uvw_blocks, flag_blocks = _blocks(uvw, rows, nrow, leading), _blocks(flags, rows, nrow, leading)
-    for u, f, chunk in zip(uvw_blocks, flag_blocks, _chunks(rows, uvw_blocks, flag_blocks, freqs, keep_plans)):
-        with _placed(chunk, keep_plans):
-            task = dask.delayed(_degrid_chunk, pure=False)(model, u, f, stack, chunk, token, options, freqs)
-        first, end = chunk[1]
-        pieces.append(da.from_delayed(task, shape=(end - first,) + uvw.shape[1:-1] + tail, dtype=dtype))
-    return da.concatenate(pieces, axis=0)
-
+    uvw_pieces, flag_pieces = layout.pieces(uvw, channels=False), _pieces(layout, flags)
+    pieces, workers = [], workers_to_prefer(keep_plans)
+    for u, f, chunk in zip(uvw_pieces, flag_pieces, _plan_keys(layout.chunks(), uvw_pieces, flag_pieces, freqs,
+                                                               keep_plans)):
+        chans = _channel_freqs(freqs, chunk)
+        with prefer_worker(chunk, workers):
+            task = dask.delayed(_degrid_chunk, pure=False)(model, u, f, stack, chunk, token, options, chans)
+        shape = (chunk.rows[1] - chunk.rows[0],) + uvw.shape[1:-1] + (() if chans is None else (chans.size,))
+        pieces.append(da.from_delayed(task, shape=shape + (grid.shape[0],), dtype=dtype))
+    return layout.assemble(pieces, channel_axis=layout.leading)

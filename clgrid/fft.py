@@ -136,6 +136,9 @@ def import_vkfft():
         raise ImportError(f"pyvkfft is installed but cannot load: {first}") from None
 
 
+_vkfft_apps: dict = {}
+
+
 class DeviceFFT:
     """In-place unnormalised 2-D C2C transforms of a device grid through pyvkfft (VkFFT's
     OpenCL backend), on the operator's queue: ``backward`` exponent ``+``, ``forward``
@@ -144,9 +147,14 @@ class DeviceFFT:
     def __init__(self, queue, nu: int, nv: int, dtype):
         import pyopencl.array as cla
 
-        vk = import_vkfft()
         self.queue, self.shape, self.dtype = queue, (int(nu), int(nv)), np.dtype(dtype)
-        self._app = vk.VkFFTApp(self.shape, self.dtype, queue=queue, ndim=2, norm=0, inplace=True)
+        key = (queue.int_ptr, self.shape, self.dtype)
+        if key not in _vkfft_apps:
+            # VkFFT generates and builds its kernels per plan: kept for the next operator
+            # of the same grid (one-call vis2dirty makes one per call)
+            _vkfft_apps[key] = import_vkfft().VkFFTApp(self.shape, self.dtype, queue=queue, ndim=2, norm=0,
+                                                       inplace=True)
+        self._app = _vkfft_apps[key]
         self._array = cla
 
     def _wrap(self, buffer):

@@ -85,6 +85,10 @@ class KernelStack:
     oversample : samples per grid cell
     w_scale : plane of a visibility is ``round(sqrt(|w| * w_scale))``
     taper : name of the anti-aliasing taper, or None for user arrays
+
+    What accuracy a stack gives is measured, not promised:
+    `clgrid.stack_accuracy.stack_image_error` images random visibilities through it and
+    compares with a direct Fourier transform (BENCHMARKS.md, "Image errors").
     """
 
     planes: tuple

@@ -20,7 +20,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-__all__ = ["Staging", "to_device_array"]
+__all__ = ["Staging", "shared_staging", "to_device_array"]
 
 # Pieces of 64 MiB: each costs about 0.7 ms of thread dispatch on the H100 machine, so smaller
 # pieces lose more than the overlap gains (16 MiB: 32 ms for a whole grid() call, 64 MiB: 22 ms).
@@ -107,6 +107,23 @@ class Staging:
                 events[i].wait()
                 n = min(self.piece, dst.size - start)
                 _parallel_copy(dst[start:start + n], self._host[i % 2][:n])
+
+
+_shared: dict = {}
+
+
+def shared_staging(queue: cl.CommandQueue) -> Staging | None:
+    """One `Staging` per queue for operators made and dropped call after call (clgrid.vis2dirty
+    builds an operator per call): pinning 128 MiB costs tens of milliseconds, so it is
+    done once.  None where staging does not pay (`Staging.worth_it`).  Its lock
+    serialises the copies of operators sharing it."""
+    if not Staging.worth_it(queue.device):
+        return None
+    with _pool_lock:
+        key = queue.int_ptr
+        if key not in _shared:
+            _shared[key] = Staging(queue)
+        return _shared[key]
 
 
 def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:

@@ -26,144 +26,51 @@ summed; the sum is divided by the kernel's Fourier transform in u, v and w.  Poi
 with w < 0 are moved to (-u, -v, -w) and conjugated first (the image is real), which
 halves the range of w the planes cover.
 
-Where the work runs is the tuning table's ``[wgridding]`` choice (platforms/*.toml, or
-``tuning=``): ``spread = "atomic"`` (a work-item per visibility, float atomic adds: GPUs)
-or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed once per
-operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,
+The points are planned once per operator, on the device (`clgrid.wgrid_plan`: first
+cells, offsets and plane in float64, sorted by plane and by bin or row).  Where the
+work runs is the tuning table's ``[wgridding]`` choice (platforms/*.toml, or
+``tuning=``): ``spread = "bins"`` (a work-group per bin of cells and piece of its points,
+accumulating in local memory: GPUs), ``"atomic"`` (a work-item per visibility, float
+atomic adds) or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed
+once per operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,
 the crop as views, per-pixel work on ``nthreads`` threads), ``"mapped"`` (the same FFT,
 with crop, w phase and correction by device kernels, cl_kernels/wgrid_planes.cl) or
 ``"vkfft"`` (pyvkfft on the device with those kernels: nothing per plane crosses to the
-host).  Kernel values come from per-tap polynomials (clgrid.accuracy.horner_coefficients).
+host; with fp64 the correction and w phases are computed per pixel there as well).  Kernel values come from per-tap polynomials (clgrid.accuracy.horner_coefficients).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
-from dataclasses import dataclass
+from functools import cached_property
+from types import SimpleNamespace
 
 import numpy as np
 import pyopencl as cl
 
-from .accuracy import KernelChoice, choose_kernel, horner_coefficients, kernel_transform
+from .accuracy import choose_kernel, horner_coefficients, kernel_transform
 from .atomics import atomic_unavailable, build_options_for
 from .codegen import build_program, render
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .runtime import device_facts, fill_zeros, get_queue
 from .strategies.base import check_precision
+from .transfer import shared_staging
 from .tuning import resolve_tuning
+from .wgrid_plan import Geometry, Layout, PointPlan, plan_points
 
-__all__ = ["WGridder", "vis2dirty", "dirty2vis", "Geometry", "PointPlan", "plan_points"]
+__all__ = ["WGridder", "vis2dirty", "dirty2vis", "Geometry", "PointPlan"]
 
 SPEED_OF_LIGHT = 299792458.0
 MIN_NPIX = 16
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """Image and grid: what every plan of one operator shares."""
-
-    npix_x: int
-    npix_y: int
-    pixsize_x: float
-    pixsize_y: float
-    center_x: float        # already multiplied by the u/v flip sign
-    center_y: float
-    nu: int                # padded grid
-    nv: int
-    kernel: KernelChoice
-    do_wgridding: bool
-    w_min: float = 0.0     # wavelengths, after the w flip
-    dw: float = 1.0        # w-plane spacing
-    num_planes: int = 1
-    nshift: float = 0.0    # (n - 1) = nshift + t, |t| <= t_half over the image
-
-    @property
-    def w_start(self) -> float:
-        """w of plane 0."""
-        return self.w_min - self.kernel.support / 2 * self.dw
-
-    def image_lm(self):
-        x = (np.arange(self.npix_x) - self.npix_x // 2) * self.pixsize_x + self.center_x
-        y = (np.arange(self.npix_y) - self.npix_y // 2) * self.pixsize_y + self.center_y
-        return x, y
-
-
-@dataclass
-class PointPlan:
-    """Where each kept visibility goes, sorted by its first w-plane.
-
-    ``index`` picks the kept visibilities from the flattened (nrow * nchan) input in this
-    order; ``first`` (n, 4) int32 holds the first u cell, first v cell (both modulo the
-    grid) and first plane; ``frac`` (n, 4) the offset of the first tap from the
-    visibility in cells (planes), in [-W/2, -W/2 + 1); ``plane_start[p]`` is where the
-    visibilities whose first plane is p begin; ``phase`` the factor gridding applies
-    (centre shift and nshift), conjugated by degridding.
-    """
-
-    index: np.ndarray
-    first: np.ndarray
-    frac: np.ndarray
-    plane_start: np.ndarray
-    phase: np.ndarray
-
-    @property
-    def num_vis(self) -> int:
-        return len(self.index)
-
-    def active(self, plane: int, support: int) -> tuple[int, int]:
-        """(start, count) of the visibilities with a tap on ``plane``."""
-        lo = self.plane_start[max(0, plane - support + 1)]
-        hi = self.plane_start[min(plane + 1, len(self.plane_start) - 1)]
-        return int(lo), int(hi - lo)
-
-
-def plan_points(u, v, w, geometry: Geometry) -> PointPlan:
-    """Host planning in float64 for the analytic path: cells, offsets and plane order.
-
-    ``u, v, w`` in wavelengths (flips applied) of the kept visibilities only.  This is
-    the one function to replace by the device Plan (clgrid.plan) when the two paths meet:
-    it needs, per point, the first tap and its offset on each axis, and an order in which
-    the points of one w-plane are contiguous.
-    """
-    g, support = geometry, geometry.kernel.support
-    half = support / 2.0
-    pos_u = u * (g.nu * g.pixsize_x)
-    pos_v = v * (g.nv * g.pixsize_y)
-    first_u, first_v = np.ceil(pos_u - half), np.ceil(pos_v - half)
-    if g.do_wgridding:
-        pos_w = (w - g.w_start) / g.dw
-        first_w = np.ceil(pos_w - half)
-        frac_w = first_w - pos_w
-    else:
-        first_w = np.zeros_like(u)
-        frac_w = np.zeros_like(u)
-    # by first plane (a plane's visibilities contiguous), then first u cell (rows of the
-    # grid in order: cache-friendly atomics, and the row lists of the "rows" spread)
-    cell_u = first_u.astype(np.int64) % g.nu
-    plane = first_w.astype(np.int64)
-    if g.nu < 1 << 16 and g.num_planes < 1 << 16:
-        # two stable radix passes on 16-bit keys (numpy sorts those in linear time): by u
-        # cell, then by plane; 4x faster than a comparison sort of the combined key
-        by_u = np.argsort(cell_u.astype(np.uint16), kind="stable")
-        order = by_u[np.argsort(plane[by_u].astype(np.uint16), kind="stable")]
-    else:
-        order = np.argsort(plane * g.nu + cell_u)
-    first = np.empty((len(u), 4), np.int32)
-    first[:, 0] = cell_u[order]
-    first[:, 1] = (first_v.astype(np.int64) % g.nv)[order]
-    first[:, 2] = plane[order]
-    first[:, 3] = 0
-    frac = np.empty((len(u), 4), np.float64)
-    frac[:, 0] = (first_u - pos_u)[order]
-    frac[:, 1] = (first_v - pos_v)[order]
-    frac[:, 2] = frac_w[order]
-    frac[:, 3] = 0.0
-    plane_start = np.searchsorted(first[:, 2], np.arange(g.num_planes + 1), side="left")
-    phase = np.exp(2j * np.pi * (u * g.center_x + v * g.center_y - w * g.nshift))[order] \
-        if (g.center_x or g.center_y or g.nshift) else None
-    return PointPlan(order, first, frac, plane_start, phase)
+SPREAD_MODES = ("atomic", "bins", "rows")
+CHEBYSHEV_DEGREE = 24          # the w correction's series: exact to rounding (see _smooth_transform)
+PIXELS_T = np.dtype([("pixsize_x", np.float64), ("pixsize_y", np.float64), ("center_x", np.float64),
+                     ("center_y", np.float64), ("nshift", np.float64), ("w_start", np.float64), ("dw", np.float64),
+                     ("cheb_lo", np.float64), ("cheb_hi", np.float64), ("npix_x", np.int32), ("npix_y", np.int32),
+                     ("ncheb", np.int32), ("divide_by_n", np.int32)])   # wgrid_planes.cl's pixels_t
 
 
 def _smooth_transform(s, support: int, beta: float, workers: int = 1):
@@ -199,6 +106,29 @@ def _in_row_chunks(workers: int, n: int, fn) -> None:
         list(pool.map(fn, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]))
 
 
+def _abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
+    """Smallest and largest |w| in wavelengths over the kept samples (w * freq / c: the
+    rounding of a product by a positive factor is monotonic, so over all samples these
+    are the extreme |w| of the rows times the extreme factors), on ``workers`` threads."""
+    if keep is None:
+        parts = []
+
+        def extremes(rows):
+            aw = np.abs(uvw[rows, 2])
+            if aw.size:
+                parts.append((aw.min(), aw.max()))
+
+        _in_row_chunks(workers, uvw.shape[0], extremes)
+        lo = float(min(a for a, _ in parts)) * float(scale.min())
+        hi = float(max(b for _, b in parts)) * float(scale.max())
+    else:
+        ws = np.abs(uvw[:, 2])[:, None] * scale[None, :]
+        lo, hi = float(ws[keep].min()), float(ws[keep].max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError("uvw has NaN or infinite entries (in unmasked samples)")
+    return lo, hi
+
+
 def _good_size(n: int) -> int:
     """The smallest even size >= n with only small prime factors (fast FFTs)."""
     import scipy.fft
@@ -223,7 +153,8 @@ def _n_minus_one_range(x, y):
 class WGridder:
     """The imaging operator for one set of points: ``vis2dirty(vis, wgt)`` and
     ``dirty2vis(dirty, wgt)``, with the plan, device program, grid and FFT kept between
-    calls (a major cycle calls both many times)."""
+    calls (a major cycle calls both many times).  Calls on one operator are serialised
+    by a lock (they share its device buffers)."""
 
     def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
                  epsilon: float, do_wgridding: bool = False, mask=None, flip_u: bool = False,
@@ -237,8 +168,6 @@ class WGridder:
             raise ValueError(f"uvw must have shape (nrow, 3), got {uvw.shape}")
         if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
             raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
-        if not np.all(np.isfinite(uvw)):
-            raise ValueError("uvw has NaN or infinite entries")
         for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
             if int(n) != n or n < MIN_NPIX or n % 2:
                 raise ValueError(f"{name} must be an even integer >= {MIN_NPIX}, got {n!r}")
@@ -247,40 +176,37 @@ class WGridder:
                 raise ValueError(f"{name} must be a positive angle in radians, got {p!r}")
         self.nrow, self.nchan = uvw.shape[0], freq.size
         self.shape = (self.nrow, self.nchan)
+        if self.nrow * self.nchan >= 1 << 31:
+            raise ValueError(f"nrow * nchan = {self.nrow * self.nchan} visibilities: at most 2^31 - 1 per operator")
         self.npix_x, self.npix_y = int(npix_x), int(npix_y)
         self.precision = precision
         self.divide_by_n = bool(divide_by_n) and bool(do_wgridding)
         self.verbosity = verbosity
         self.real = np.float64 if precision == "double" else np.float32
         self.complex = np.complex128 if precision == "double" else np.complex64
+        self._lock = threading.Lock()
 
-        keep = np.ones(self.shape, bool)
+        keep = None
         if mask is not None:
             mask = np.asarray(mask)
             if mask.shape != self.shape:
                 raise ValueError(f"mask must have shape (nrow, nchan) = {self.shape}, got {mask.shape}")
-            keep &= mask != 0
-        self.keep = keep
-        signs = np.array([-1.0 if flip_u else 1.0, -1.0 if flip_v else 1.0, -1.0 if flip_w else 1.0])
-        rows, chans = np.nonzero(keep)
-        scale = freq[chans] / SPEED_OF_LIGHT
-        u, v, w = ((uvw[rows] * signs).T * scale)
-        self.flat_index = np.flatnonzero(keep.reshape(-1))
-        # The image is real, so V at (u, v, w) is conj(V) at (-u, -v, -w): with w-gridding
-        # every point goes to w >= 0 (conjugated where it moved), which halves the range
-        # of w the planes must cover (as ducc0 does).
-        flipped = (w < 0) if do_wgridding else np.zeros(w.shape, bool)
-        u, v, w = (np.where(flipped, -a, a) for a in (u, v, w))
-
+            keep = mask != 0
+        scale = freq / SPEED_OF_LIGHT
+        signs = (-1.0 if flip_u else 1.0, -1.0 if flip_v else 1.0, -1.0 if flip_w else 1.0)
+        num_kept = self.nrow * self.nchan if keep is None else int(np.count_nonzero(keep))
         cx, cy = signs[0] * center_x, signs[1] * center_y
         x = (np.arange(self.npix_x) - self.npix_x // 2) * pixsize_x + cx
         y = (np.arange(self.npix_y) - self.npix_y // 2) * pixsize_y + cy
         t_lo, t_hi = _n_minus_one_range(x, y) if do_wgridding else (0.0, 0.0)
         nshift = 0.5 * (t_lo + t_hi)
         t_half = max(0.5 * (t_hi - t_lo), 1e-12)
-        w_min, w_max = (float(w.min()), float(w.max())) if w.size else (0.0, 0.0)
+        # With w-gridding every point goes to w >= 0 (the image is real, so V at (u, v, w)
+        # is conj(V) at (-u, -v, -w)): the planes cover |w| only, half the range.
+        workers = self._workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
+        w_min, w_max = _abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else (0.0, 0.0)
         ndim = 3 if do_wgridding else 2
-        nvis = max(u.size, 1)
+        nvis = max(num_kept, 1)
 
         def sizes(choice):
             nu, nv = _good_size(choice.sigma * self.npix_x), _good_size(choice.sigma * self.npix_y)
@@ -301,81 +227,91 @@ class WGridder:
         self.geometry = Geometry(self.npix_x, self.npix_y, float(pixsize_x), float(pixsize_y), float(cx),
                                  float(cy), nu, nv, choice, bool(do_wgridding), w_min, dw, planes,
                                  nshift if do_wgridding else 0.0)
-        self.plan = plan_points(u, v, w, self.geometry)
-        self._conj = flipped[self.plan.index] if np.any(flipped) else None
-        self._workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
-        self._correction = self._grid_correction(x, y, nshift)
         self.fft = HostFFT(nthreads)
-        self._setup_device(device, tuning)
+        self._setup_device(device, tuning, uvw, scale, keep, signs)
         if verbosity:
-            print(f"clgrid.WGridder: {self.plan.num_vis} visibilities, grid {nu}x{nv}, support "
-                  f"{choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, {planes} w-plane(s)")
+            print(f"clgrid.WGridder: {self.plan.num_vis} visibilities (planned on the {self.plan.planned_on}), "
+                  f"grid {nu}x{nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
+                  f"{planes} w-plane(s), spread {self.spread_mode}, fft {self.fft_mode}")
 
     # -- set-up -------------------------------------------------------------------------
-    def _grid_correction(self, x, y, nshift):
-        """Per-pixel divisor: the kernel's transform in u, v (and w), times n if asked."""
+    @cached_property
+    def _host_pixels(self):
+        """Per-pixel quantities on the host, for the host FFT and for devices without fp64:
+        the inverse grid correction, and t = n - 1 - nshift (None without w) both on
+        the distinct |x|, |y| (``small``) and spread over the image."""
         g, k = self.geometry, self.geometry.kernel
+        x, y = g.image_lm()
         cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
         cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
         corr = np.multiply.outer(cu, cv)
-        self._t = self._radial = None
+        t = t_small = radial = None
         if g.do_wgridding:
             # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
             # distinct |x| and |y| (a quarter of the image when it is centred) and spread
             # back by indexing.
             ax, ix = np.unique(np.abs(x), return_inverse=True)
             ay, iy = np.unique(np.abs(y), return_inverse=True)
-            self._radial = np.ix_(ix.reshape(-1), iy.reshape(-1))
+            radial = np.ix_(ix.reshape(-1), iy.reshape(-1))
             n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
-            self._t_small = (n - 1.0) - nshift
-            self._t = self._t_small[self._radial]
-            wcorr = _smooth_transform(g.dw * self._t_small, k.support, k.beta, self._workers)
+            t_small = (n - 1.0) - g.nshift
+            t = t_small[radial]
+            wcorr = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
             if self.divide_by_n:
                 wcorr = wcorr * n
-            corr = corr * wcorr[self._radial]
-        return corr
+            corr = corr * wcorr[radial]
+        return SimpleNamespace(correction=corr, t=t, t_small=t_small, radial=radial)
 
-    def _setup_device(self, device, tuning):
+    def _setup_device(self, device, tuning, uvw, scale, keep, signs):
         self.queue = get_queue(device)
-        facts = device_facts(self.queue.device)
+        facts = self.facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
+        self.staging = shared_staging(self.queue)
+        wparams = resolve_tuning("wgridding", tuning, facts)
+        self.spread_mode = wparams["spread"]
+        if self.spread_mode not in SPREAD_MODES:
+            raise ValueError(f"tuning [wgridding] spread must be one of {SPREAD_MODES}, got {self.spread_mode!r}")
+        self.fft_mode = wparams["fft"]
+        if self.fft_mode not in ("host", "mapped", "vkfft"):
+            raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
+        g = self.geometry
+        if self.spread_mode == "rows":
+            layout = Layout("rows", g.nu, g.nv)
+        else:
+            layout = Layout("bins", g.nu, g.nv, wparams["bin_u"], wparams["bin_v"])
+        self.layout = layout
+        upload = self.staging.upload if self.staging is not None else None
+        self.plan: PointPlan = plan_points(self.queue, uvw, scale, keep, signs, g, layout,
+                                           fold=g.do_wgridding, double=self.precision == "double", upload=upload)
+
         params = resolve_tuning("atomic", None, facts)
         path = params.get("atomic", "cas")
         if atomic_unavailable(path, facts, self.precision == "double"):
             path = "cas"
-        kernel = self.geometry.kernel
+        kernel = g.kernel
         coef = horner_coefficients(kernel.support, kernel.beta)
+        self._wg = 64
+        self._bins_wg = wparams["bins_work_group"]
         source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
-                        support=kernel.support, use_w=self.geometry.do_wgridding, degree=len(coef) - 1,
-                        coef=coef.tolist())
+                        support=kernel.support, use_w=g.do_wgridding, degree=len(coef) - 1, coef=coef.tolist(),
+                        bin_u=layout.bin_u if layout.kind == "bins" else 0, bin_v=layout.bin_v,
+                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg, team=self._team(wparams),
+                        subproblem=wparams["bins_subproblem"], local_atomic="ptx" if path == "ptx" else "cas")
         program = build_program(self.queue.context, source,
                                 tuple(params.get("build_options", ())) + build_options_for(path))
         self._spread = cl.Kernel(program, "spread")
         self._interp = cl.Kernel(program, "interp")
         ctx, mf = self.queue.context, cl.mem_flags
-        p = self.plan
-        n = max(p.num_vis, 1)
-        real4 = np.zeros((n, 4), self.real)
-        real4[:p.num_vis] = p.frac
-        first = np.zeros((n, 4), np.int32)
-        first[:p.num_vis] = p.first
-        self._first = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=first)
-        self._frac = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=real4)
+        n = max(self.plan.num_vis, 1)
         self._vis = cl.Buffer(ctx, mf.READ_WRITE, n * np.dtype(self.complex).itemsize)
-        g = self.geometry
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
-        self._wg = 64
         self._setup_data(program)
-        wparams = resolve_tuning("wgridding", tuning, facts)
-        self.spread_mode = wparams["spread"]
-        if self.spread_mode not in ("atomic", "rows"):
-            raise ValueError(f"tuning [wgridding] spread must be 'atomic' or 'rows', got {self.spread_mode!r}")
         if self.spread_mode == "rows":
             self._setup_rows(program, n)
-        self.fft_mode = wparams["fft"]
-        if self.fft_mode not in ("host", "mapped", "vkfft"):
-            raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
+        if self.spread_mode == "bins":
+            self._spread_bins = cl.Kernel(program, "spread_bins")
+            self._setup_subproblems(wparams["bins_subproblem"])
         self.device_fft = None
         if self.fft_mode == "mapped":
             self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft.workers)
@@ -389,7 +325,8 @@ class WGridder:
             self._setup_planes(facts)
 
     def _setup_planes(self, facts):
-        """The image side on the device (device FFT): correction, w phases, accumulator."""
+        """The image side on the device (device FFT): per-pixel correction and w phases
+        (computed there with fp64, sent by the host without), accumulator."""
         g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
         phase_double = bool(facts.fp64)
         source = render("wgrid_planes.cl", double=self.precision == "double", use_w=g.do_wgridding,
@@ -398,50 +335,80 @@ class WGridder:
         self._accumulate = cl.Kernel(program, "accumulate")
         self._finish = cl.Kernel(program, "finish")
         self._load_plane = cl.Kernel(program, "load_plane")
-        pdt = np.float64 if phase_double else np.float32
-        t = self._t if self._t is not None else np.zeros((g.npix_x, g.npix_y))
-        a0 = np.mod(g.w_start * t, 1.0)
-        s = g.dw * t
 
         def upload(a, dtype):
             return cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a, dtype))
 
-        self._a0, self._s = upload(a0, pdt), upload(s, pdt)
-        self._scale = upload(1.0 / self._correction, self.real)
+        if phase_double:
+            self._pixel_args = self._pixels(upload)
+        else:
+            host = self._host_pixels
+            t = host.t if host.t is not None else np.zeros((g.npix_x, g.npix_y))
+            self._pixel_args = (upload(np.mod(g.w_start * t, 1.0), np.float32), upload(g.dw * t, np.float32),
+                                upload(1.0 / host.correction, self.real))
         npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
         self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._npix_bytes = npix_bytes
 
+    def _pixels(self, upload):
+        """wgrid_planes.cl's pixel model: its geometry (pixels_t), the correction's factors
+        in u and v, and the Chebyshev series of its w factor in dw t over the image."""
+        g, k = self.geometry, self.geometry.kernel
+        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
+        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
+        lo = hi = 0.0
+        cheb = np.ones(1)
+        if g.do_wgridding:
+            x, y = g.image_lm()
+            t_lo, t_hi = _n_minus_one_range(x, y)
+            lo, hi = g.dw * (t_lo - g.nshift), g.dw * (t_hi - g.nshift)
+            pad = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+            lo, hi = lo - pad, hi + pad
+            cheb = np.polynomial.Chebyshev.interpolate(lambda s: kernel_transform(s, k.support, k.beta),
+                                                       CHEBYSHEV_DEGREE, domain=[lo, hi]).coef
+        pix = np.array([(g.pixsize_x, g.pixsize_y, g.center_x, g.center_y, g.nshift, g.w_start, g.dw, lo, hi,
+                         g.npix_x, g.npix_y, cheb.size, int(self.divide_by_n))], PIXELS_T)[0]
+        return pix, upload(cu, np.float64), upload(cv, np.float64), upload(cheb, np.float64)
+
     def _setup_data(self, program):
-        """Where each kept visibility comes from in the caller's (nrow * nchan) array (negative:
-        conjugated), and its phase factor, for gather_vis / scatter_vis on the device."""
-        p, ctx, mf = self.plan, self.queue.context, cl.mem_flags
-        total = self.nrow * self.nchan
-        if total >= 1 << 31:
-            raise ValueError(f"nrow * nchan = {total} visibilities: at most 2^31 - 1 per operator")
-        src = self.flat_index[p.index].astype(np.int64)
-        if self._conj is not None:
-            src = np.where(self._conj, -src - 1, src)
-        n = max(p.num_vis, 1)
-        src_buf = np.zeros(n, np.int32)
-        src_buf[:p.num_vis] = src
-        self._src = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=src_buf)
-        phase = np.ones(n, self.complex)
-        if p.phase is not None:
-            phase[:p.num_vis] = p.phase
-        self._phase_dev = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=phase)
-        self._vis_full = cl.Buffer(ctx, mf.READ_WRITE, max(total, 1) * np.dtype(self.complex).itemsize)
-        self._wgt_full = cl.Buffer(ctx, mf.READ_ONLY, max(total, 1) * np.dtype(self.real).itemsize)
+        """Buffers for the caller's (nrow * nchan) values, and the kernels that pick the kept
+        ones in plan order (weighted, conjugated where the point moved, phase-shifted)."""
+        ctx, mf = self.queue.context, cl.mem_flags
+        total = max(self.nrow * self.nchan, 1)
+        self._vis_full = cl.Buffer(ctx, mf.READ_WRITE, total * np.dtype(self.complex).itemsize)
+        self._wgt_full = cl.Buffer(ctx, mf.READ_ONLY, total * np.dtype(self.real).itemsize)
+        self._tally = cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
+        self._no_phase = cl.Buffer(ctx, mf.READ_ONLY, np.dtype(self.complex).itemsize)
         self._gather = cl.Kernel(program, "gather_vis")
         self._scatter = cl.Kernel(program, "scatter_vis")
 
     def _data_launch(self, kernel, use_wgt):
+        """Gather or scatter; returns the tally (non-finite values, non-finite weights,
+        non-zero weighted values) of the kept visibilities."""
         p = self.plan
+        fill_zeros(self.queue, self._tally, 12, np.int32)
         size = -(-max(p.num_vis, 1) // self._wg) * self._wg
         source, target = (self._vis_full, self._vis) if kernel is self._gather else (self._vis, self._vis_full)
-        return kernel(self.queue, (size,), (self._wg,), source, self._wgt_full, self._src, self._phase_dev,
-                      target, np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None))
+        phase = p.phase if p.phase is not None else self._no_phase
+        kernel(self.queue, (size,), (self._wg,), source, self._wgt_full, p.src, phase, target,
+               np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
+        tally = np.empty(3, np.int32)
+        cl.enqueue_copy(self.queue, tally, self._tally)
+        return tally
+
+    def _upload(self, host, buffer):
+        host = np.ascontiguousarray(host)
+        if self.staging is not None:
+            self.staging.upload(host, buffer)
+        else:
+            cl.enqueue_copy(self.queue, buffer, host)
+
+    def _download(self, buffer, host):
+        if self.staging is not None:
+            self.staging.download(buffer, host)
+        else:
+            cl.enqueue_copy(self.queue, host, buffer).wait()
 
     def _upload_wgt(self, wgt):
         """``wgt`` to the device; False when there is none (every weight 1)."""
@@ -449,60 +416,94 @@ class WGridder:
             return False
         wgt = np.asarray(wgt)
         self._check_values("wgt", wgt, self.shape)
-        if not np.all(np.isfinite(wgt)) and not np.all(np.isfinite(wgt.reshape(-1)[self.flat_index])):
-            raise ValueError("wgt has NaN or infinite entries where not masked")
-        cl.enqueue_copy(self.queue, self._wgt_full, np.ascontiguousarray(wgt, self.real))
+        self._upload(np.asarray(wgt, self.real), self._wgt_full)
         return True
 
     def _setup_rows(self, program, n):
-        """Kernel values of every visibility, once (they depend on the plan only), and
-        where each (first plane, first u cell) run of visibilities begins."""
+        """Kernel values of every visibility, once (they depend on the plan only); the
+        plan's starts are where each (first plane, first u cell) run begins."""
         g, p, ctx, mf = self.geometry, self.plan, self.queue.context, cl.mem_flags
-        support = g.kernel.support
-        taps = (3 if g.do_wgridding else 2) * support
+        taps = (3 if g.do_wgridding else 2) * g.kernel.support
         self._tap = cl.Buffer(ctx, mf.READ_WRITE, n * taps * np.dtype(self.real).itemsize)
         if p.num_vis:
             size = -(-p.num_vis // self._wg) * self._wg
-            cl.Kernel(program, "compute_taps")(self.queue, (size,), (self._wg,), self._frac, self._tap,
+            cl.Kernel(program, "compute_taps")(self.queue, (size,), (self._wg,), p.frac, self._tap,
                                                np.int32(p.num_vis))
-        key = p.first[:, 2].astype(np.int64) * (g.nu + 1) + p.first[:, 0]
-        cells = np.arange(g.num_planes)[:, None] * (g.nu + 1) + np.arange(g.nu + 1)[None, :]
-        row_start = np.searchsorted(key, cells.reshape(-1), side="left").astype(np.int32)
-        self._row_start = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=row_start)
         self._spread_rows = cl.Kernel(program, "spread_rows")
         self._interp_taps = cl.Kernel(program, "interp_taps")
         self._rows_wg = 8
 
+    def _team(self, wparams) -> int:
+        """Work-items per point in the "bins" spread: the table's, raised to the smallest
+        power of two that covers the footprint (one cell each), within the work-group."""
+        cells = self.geometry.kernel.support ** 2
+        team = max(wparams["bins_team"], 1 << (cells - 1).bit_length())
+        if team > self._bins_wg or self._bins_wg % team:
+            raise ValueError(f"tuning [wgridding] bins_work_group={self._bins_wg} must be a multiple of the "
+                             f"team of {team} work-items a {self.geometry.kernel.support}^2 footprint needs")
+        return team
+
+    def _setup_subproblems(self, size: int):
+        """The work-groups of the "bins" spread, plane by plane: (bin, piece) for every piece
+        of at most ``size`` of the points with a tap on the plane whose first cell is in the
+        bin.  ``self._jobs[p]`` is where plane p's begin; the last entry, where they end."""
+        g, p, bins = self.geometry, self.plan, self.layout.keys_per_plane
+        runs = np.diff(p.key_starts).reshape(g.num_planes, bins)         # points per (first plane, bin)
+        planes = np.arange(g.num_planes)
+        lowest = np.maximum(planes - g.kernel.support + 1, 0) if g.do_wgridding else planes
+        # a plane's points in a bin: runs of first planes lowest..p, each bin's points
+        # being contiguous within a first plane (key order), so counted run by run
+        total = np.zeros((g.num_planes, bins), np.int32)
+        for back in range(g.kernel.support if g.do_wgridding else 1):
+            first_plane = planes - back
+            valid = first_plane >= lowest
+            total[valid] += runs[first_plane[valid]]
+        pieces = (-(-total // size)).reshape(-1)                           # plane-major
+        busy = np.flatnonzero(pieces)
+        counts = pieces[busy]
+        bin_of = np.repeat((busy % bins).astype(np.int32), counts)
+        piece = np.arange(bin_of.size, dtype=np.int32) - np.repeat((np.cumsum(counts) - counts).astype(np.int32), counts)
+        table = np.stack([bin_of, piece], axis=1) if bin_of.size else np.zeros((1, 2), np.int32)
+        self._subproblems = cl.Buffer(self.queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                                      hostbuf=np.ascontiguousarray(table, np.int32))
+        self._jobs = np.concatenate([[0], np.cumsum(pieces.reshape(g.num_planes, bins).sum(axis=1))]).tolist()
+
     def _launch_spread(self, plane: int, wait_for=None):
+        g, p = self.geometry, self.plan
         if self.spread_mode == "atomic":
             return self._launch(self._spread, plane, wait_for)
-        g = self.geometry
-        if self.plan.active(plane, g.kernel.support)[1] == 0:
+        if p.active(plane, g.kernel.support)[1] == 0:
             return None
+        if self.spread_mode == "bins":
+            jobs = self._jobs[plane + 1] - self._jobs[plane]
+            return self._spread_bins(self.queue, (jobs * self._bins_wg,), (self._bins_wg,), p.first, p.frac,
+                                     self._vis, self._grid, p.starts, self._subproblems, np.int32(self._jobs[plane]),
+                                     np.int32(g.nu), np.int32(g.nv), np.int32(plane), wait_for=wait_for)
         size = -(-g.nu // self._rows_wg) * self._rows_wg
-        return self._spread_rows(self.queue, (size,), (self._rows_wg,), self._first, self._tap, self._vis,
-                                 self._grid, self._row_start, np.int32(g.nu), np.int32(g.nv), np.int32(plane),
+        return self._spread_rows(self.queue, (size,), (self._rows_wg,), p.first, self._tap, self._vis,
+                                 self._grid, p.starts, np.int32(g.nu), np.int32(g.nv), np.int32(plane),
                                  wait_for=wait_for)
 
     def _launch_interp(self, plane: int, wait_for=None):
-        if self.spread_mode == "atomic":
+        if self.spread_mode != "rows":
             return self._launch(self._interp, plane, wait_for)
         start, count = self.plan.active(plane, self.geometry.kernel.support)
         if count == 0:
             return None
         g = self.geometry
         size = -(-count // self._wg) * self._wg
-        return self._interp_taps(self.queue, (size,), (self._wg,), self._first, self._tap, self._grid, self._vis,
-                                 np.int32(g.nu), np.int32(g.nv), np.int32(plane), np.int32(start),
+        return self._interp_taps(self.queue, (size,), (self._wg,), self.plan.first, self._tap, self._grid,
+                                 self._vis, np.int32(g.nu), np.int32(g.nv), np.int32(plane), np.int32(start),
                                  np.int32(count), wait_for=wait_for)
 
     def _launch(self, kernel, plane: int, wait_for=None):
-        start, count = self.plan.active(plane, self.geometry.kernel.support)
+        p = self.plan
+        start, count = p.active(plane, self.geometry.kernel.support)
         if count == 0:
             return None
         g = self.geometry
         size = -(-count // self._wg) * self._wg
-        args = (self._first, self._frac, self._vis if kernel is self._spread else self._grid,
+        args = (p.first, p.frac, self._vis if kernel is self._spread else self._grid,
                 self._grid if kernel is self._spread else self._vis, np.int32(g.nu), np.int32(g.nv),
                 np.int32(plane), np.int32(start), np.int32(count), self.real(g.kernel.beta))
         return kernel(self.queue, (size,), (self._wg,), *args, wait_for=wait_for)
@@ -522,20 +523,29 @@ class WGridder:
         ``update``); there are ``geometry.num_planes`` of them."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape)
+        with self._lock:
+            return self._vis2dirty(vis, wgt, progress)
+
+    def _vis2dirty(self, vis, wgt, progress):
         p, g = self.plan, self.geometry
-        zero_weight = wgt is not None and not np.any(np.asarray(wgt).reshape(-1)[self.flat_index])
-        if p.num_vis == 0 or zero_weight or not np.any(vis):
+        if p.num_vis == 0:
             self._zero_data_warning("the image")
             return np.zeros((g.npix_x, g.npix_y), self.real)
-        if not np.all(np.isfinite(vis)) and not np.all(np.isfinite(vis.reshape(-1)[self.flat_index])):
-            raise ValueError("vis has NaN or infinite entries where not masked")
         # the caller's array goes up as it is; the device picks, weights, conjugates and
-        # phase-shifts the kept visibilities (gather_vis)
+        # phase-shifts the kept visibilities (gather_vis), and counts what is wrong
         use_wgt = self._upload_wgt(wgt)
-        cl.enqueue_copy(self.queue, self._vis_full, np.ascontiguousarray(vis, self.complex))
-        self._data_launch(self._gather, use_wgt)
+        self._upload(np.asarray(vis, self.complex), self._vis_full)
+        bad_vis, bad_wgt, nonzero = self._data_launch(self._gather, use_wgt)
+        if bad_vis:
+            raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
+        if bad_wgt:
+            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        if nonzero == 0:
+            self._zero_data_warning("the image")
+            return np.zeros((g.npix_x, g.npix_y), self.real)
         if self.device_fft is not None:
             return self._vis2dirty_device(progress)
+        host = self._host_pixels
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
         for plane in range(g.num_planes):
@@ -564,7 +574,7 @@ class WGridder:
                 phase *= step
             if progress is not None:
                 progress(1)
-        image /= self._correction
+        image /= host.correction
         return image.astype(self.real)
 
     def _plane_args(self, plane):
@@ -575,38 +585,52 @@ class WGridder:
         """Spread, transform and crop every plane on the device; one image comes back."""
         g, q = self.geometry, self.queue
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
+        fill_zeros(q, self._tally, 12, np.int32)
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
                 self.device_fft.backward(self._grid)
-                self._accumulate(q, (g.npix_x, g.npix_y), None, self._grid, self._image_acc, self._a0,
-                                 self._s, *self._plane_args(plane))
+                self._accumulate(q, (g.npix_y, g.npix_x), None, self._grid, self._image_acc, *self._pixel_args,
+                                 *self._plane_args(plane))
             if progress is not None:
                 q.finish()
                 progress(1)
-        count = g.npix_x * g.npix_y
-        self._finish(q, (count,), None, self._image_acc, self._scale, self._image_out, np.int32(count))
+        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
+                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         image = np.empty((g.npix_x, g.npix_y), self.real)
-        cl.enqueue_copy(q, image, self._image_out).wait()
+        not_finite = np.empty(3, np.int32)
+        cl.enqueue_copy(q, not_finite, self._tally)
+        self._download(self._image_out, image)
+        if not_finite[0]:
+            warnings.warn(f"clgrid: {not_finite[0]} pixels of the image are NaN or infinite (the sums overflowed "
+                          f"{np.dtype(self.real).name}: use complex128 visibilities)", RuntimeWarning, stacklevel=3)
         return image
 
     def _dirty2vis_device(self, dirty):
+        """The dirty image up once, checked and divided by the correction there; each plane
+        made from it, transformed and interpolated on the device."""
         g, q = self.geometry, self.queue
-        cl.enqueue_copy(q, self._image_out, np.ascontiguousarray(dirty, self.real))
+        self._upload(np.asarray(dirty, self.real), self._image_acc)
+        fill_zeros(q, self._tally, 12, np.int32)
+        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
+                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+        not_finite = np.empty(1, np.int32)
+        cl.enqueue_copy(q, not_finite, self._tally)
+        if not_finite[0]:
+            raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
         for plane in range(g.num_planes):
             if self.plan.active(plane, g.kernel.support)[1]:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
-                self._load_plane(q, (g.npix_x, g.npix_y), None, self._image_out, self._scale, self._a0, self._s,
-                                 self._grid, *self._plane_args(plane))
+                self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
+                                 *self._plane_args(plane))
                 self.device_fft.forward(self._grid)
                 self._launch_interp(plane)
-        q.finish()
 
     def _dirty2vis_host(self, dirty):
         """Each plane made on the host, transformed there and sent to the device."""
         g = self.geometry
-        image = dirty.astype(np.float64) / self._correction
+        image = dirty.astype(np.float64) / self._host_pixels.correction
         phase, step = self._plane_phases()
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
@@ -655,7 +679,8 @@ class WGridder:
         cached = getattr(self, "_phases", None)
         if cached is None:
             # complex128 in either precision: a running product in complex64 drifts.
-            t = self._t_small
+            host = self._host_pixels
+            t = host.t_small
             small = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
 
             def rows(r):
@@ -663,7 +688,7 @@ class WGridder:
                 small[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
 
             _in_row_chunks(self._workers, t.shape[0], rows)
-            cached = (small[0][self._radial], small[1][self._radial])
+            cached = (small[0][host.radial], small[1][host.radial])
             if g.npix_x * g.npix_y <= 1 << 22:
                 self._phases = cached
         return cached[0].copy(), cached[1]
@@ -671,23 +696,31 @@ class WGridder:
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
         dirty = np.asarray(dirty)
-        g, p = self.geometry, self.plan
+        g = self.geometry
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
-        if not np.all(np.isfinite(dirty)):
+        if self.device_fft is None and not np.all(np.isfinite(dirty)):    # the device checks its own
             raise ValueError("dirty has NaN or infinite entries")
-        out = np.zeros(self.shape, self.complex)
+        with self._lock:
+            return self._dirty2vis(dirty, wgt)
+
+    def _dirty2vis(self, dirty, wgt):
+        p = self.plan
+        out = np.empty(self.shape, self.complex)
         if p.num_vis == 0:
             self._zero_data_warning("every visibility")
+            out[...] = 0
             return out
-        fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real).wait()
+        fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real)
         if self.device_fft is not None:
             self._dirty2vis_device(dirty)
         else:
             self._dirty2vis_host(dirty)
         use_wgt = self._upload_wgt(wgt)
         fill_zeros(self.queue, self._vis_full, out.nbytes, self.real)
-        self._data_launch(self._scatter, use_wgt)
-        cl.enqueue_copy(self.queue, out, self._vis_full).wait()
+        bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
+        if bad_wgt:
+            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        self._download(self._vis_full, out)
         return out
 
 
@@ -749,13 +782,13 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
 
 
 def _checked_wgt(wgt, real_dtype):
+    """``wgt`` as an array of floats (NaN and infinities are counted where they matter, on
+    the device, among the unmasked visibilities)."""
     if wgt is None:
         return None
     wgt = np.asarray(wgt)
     if not np.issubdtype(wgt.dtype, np.floating):
         raise TypeError(f"wgt must be a float array, got {wgt.dtype}")
-    if not np.all(np.isfinite(wgt)):
-        raise ValueError("wgt has NaN or infinite entries")
     return wgt
 
 

@@ -1,7 +1,8 @@
 """`clgrid.dask` on a 2-worker `distributed.LocalCluster` (processes) against the
 single-process operators: gridding to 1e-5 relative in single precision, bit-identical
 from run to run with ``deterministic=True``, degridding equal, a failing task raised in
-the caller (within a time limit, not a hang).
+the caller (within a time limit, not a hang); `vis2dirty` / `dirty2vis` with rows and
+channels chunked against `clgrid.vis2dirty` / `dirty2vis` and ducc0, and their adjointness.
 
 One cluster serves the module (starting one takes seconds); its workers get the device
 under test through ``CLGRID_DEVICE`` in their environment, the way README says to assign
@@ -23,6 +24,7 @@ dask = optional("dask", "dask")
 distributed = optional("distributed", "dask")
 da = optional("dask.array", "dask")
 import clgrid.dask as cd  # noqa: E402  (needs dask)
+import clgrid.dask_chunks  # noqa: E402
 
 N, CELL, W_MAX = 64, 2e-3, 40.0
 FREQS = np.array([1.0e8, 1.1e8, 1.2e8])
@@ -72,7 +74,9 @@ def test_grid_equals_single_process(client, queue, kernels, rng):
     uvw, vis, weights, flags = observation(rng)
     single = clgrid.Gridder(N, CELL, kernels, device=queue)
     expected, expected_report = single.grid(uvw, vis, weights, flags, FREQS, return_report=True)
-    grid, report = cd.grid(chunked(uvw), chunked(vis, 500), chunked(weights), chunked(flags), FREQS, grid_size=N,
+    # vis chunked along channels too (2 + 1): each task grids one row block's channels of one channel block
+    vis_chunks = da.from_array(vis, chunks=(500, 2, 2))
+    grid, report = cd.grid(chunked(uvw), vis_chunks, chunked(weights), chunked(flags), FREQS, grid_size=N,
                            cell_size=CELL, kernels=kernels, return_report=True)
     assert grid.dtype == np.complex64 and grid.shape == (2, N, N)
     assert relative_error(grid, expected) <= 1e-5
@@ -83,6 +87,11 @@ def test_grid_equals_single_process(client, queue, kernels, rng):
     names = {op[3] for ops in client.run(cd.cached_operators).values() for op in ops if op[0] == "Gridder"}
     assert names == {queue.device.name.strip()}
     assert not cd.cached_operators()
+    # weights per channel broadcast to every row, cut to each task's channels
+    per_channel = rng.uniform(0.5, 2.0, FREQS.size).astype(np.float32)
+    expected = single.grid(uvw, vis, per_channel, flags, FREQS)
+    assert relative_error(cd.grid(chunked(uvw), vis, per_channel, flags, FREQS, grid_size=N, cell_size=CELL,
+                                  kernels=kernels, channel_chunks=1), expected) <= 1e-5
 
 
 def test_deterministic_is_bit_identical_run_to_run(client, queue, kernels, rng):
@@ -104,8 +113,9 @@ def test_degrid_equals_single_process_and_sends_the_model_once(client, queue, ke
     uvw, _, _, flags = observation(rng)
     model = (rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))).astype(np.complex64)
     expected = clgrid.Degridder(N, CELL, kernels, device=queue).degrid(model, uvw, flags, FREQS)
-    vis = cd.degrid(model, chunked(uvw), chunked(flags), FREQS, grid_size=N, cell_size=CELL, kernels=kernels)
-    assert vis.shape == expected.shape and vis.chunks[0] == chunked(uvw).chunks[0]
+    vis = cd.degrid(model, chunked(uvw), chunked(flags), FREQS, grid_size=N, cell_size=CELL, kernels=kernels,
+                    channel_chunks=2)
+    assert vis.shape == expected.shape and vis.chunks == (chunked(uvw).chunks[0], (2, 1), (2,))
     held = {worker: [key for key in keys if str(key).startswith("clgrid-model-")]
             for worker, keys in client.has_what().items()}
     assert len(held) == 2 and all(len(keys) == 1 for keys in held.values())
@@ -132,7 +142,7 @@ def test_failing_task_raises_in_the_caller(client, kernels, rng):
 
 def test_without_a_cluster_on_dask_threads(monkeypatch, queue, kernels, rng, device_name):
     """No distributed Client: the kernel stack and model are nodes of the graph."""
-    monkeypatch.setattr(cd, "_client", lambda: None)
+    monkeypatch.setattr(clgrid.dask_chunks, "client", lambda: None)
     uvw, vis, weights, flags = observation(rng, npol=1)
     with dask.config.set(scheduler="threads"):
         grid = cd.grid(chunked(uvw), chunked(vis), weights, flags, FREQS, grid_size=N, cell_size=CELL,
@@ -143,6 +153,16 @@ def test_without_a_cluster_on_dask_threads(monkeypatch, queue, kernels, rng, dev
                             device=device_name).compute()
     np.testing.assert_array_equal(vis_out, clgrid.Degridder(N, CELL, kernels, device=queue).degrid(grid, uvw,
                                                                                                    None, FREQS))
+    # dirty2vis: the image one node of the graph, chunks from uvw and channel_chunks
+    wide_uvw, _, wgt, _ = wide_field(rng, "single")
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    geometry = dict(freq=WIDE_FREQS, wgt=wgt, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"],
+                    epsilon=1e-4, do_wgridding=True, device=device_name)
+    with dask.config.set(scheduler="threads"):
+        predicted = cd.dirty2vis(uvw=blocks(wide_uvw), dirty=dirty, channel_chunks=CHANNEL_CHUNK, **geometry)
+        assert predicted.numblocks == (3, 2)
+        expected = clgrid.dirty2vis(uvw=wide_uvw, dirty=dirty, **geometry)
+        assert relative_error(predicted.compute(), expected) <= 2e-4      # each within epsilon of the truth
     cd.clear_cache()
 
 
@@ -195,3 +215,136 @@ def test_kept_plans_serve_later_calls_and_the_degridder(client, queue, kernels, 
     assert relative_error(first, expected) <= 1e-5 and relative_error(second, 2 * expected) <= 1e-5
     np.testing.assert_array_equal(predicted, clgrid.Degridder(N, CELL, kernels, device=queue).degrid(
         model, uvw, flags, FREQS))
+
+
+# -- vis2dirty / dirty2vis ----------------------------------------------------------------
+
+IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
+WIDE_ROWS, WIDE_FREQS = 1100, np.array([1.0e8, 1.1e8, 1.2e8, 1.3e8])
+ROW_CHUNK, CHANNEL_CHUNK = 400, 2      # 3 row blocks (the last short) x 2 channel blocks: 6 tasks
+
+
+def wide_field(rng, precision):
+    """A wide field (about 20 degrees), |w| up to a quarter of |uv|, in ducc0's shapes:
+    uvw (nrow, 3) metres, vis / wgt / mask (nrow, nchan), about 10% masked."""
+    shape = (WIDE_ROWS, WIDE_FREQS.size)
+    uvw = rng.uniform(-1, 1, (WIDE_ROWS, 3)) * np.array([2500.0, 2500.0, 600.0])
+    cdt, rdt = (np.complex64, np.float32) if precision == "single" else (np.complex128, np.float64)
+    vis = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(cdt)
+    wgt = rng.uniform(0.2, 1.0, shape).astype(rdt)
+    mask = (rng.random(shape) > 0.1).astype(np.uint8)
+    return uvw, vis, wgt, mask
+
+
+def blocks(a):
+    return da.from_array(a, chunks=(ROW_CHUNK, CHANNEL_CHUNK) if a.ndim == 2 and a.shape[1] != 3 else (ROW_CHUNK, 3))
+
+
+EPSILON = {"single": 1e-5, "double": 1e-10}
+
+
+@pytest.mark.parametrize("precision", ["single", "double"])
+def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rng, device_name, precision):
+    """Rows and channels chunked: the image within 1e-5 (single) or 2 epsilon (double) of
+    `clgrid.vis2dirty`'s and within epsilon of ducc0's at 1e-12; the visibilities likewise;
+    <dirty2vis(d), v> == <d, vis2dirty(v)>; the image went to each worker once."""
+    wgridder = optional("ducc0.wgridder", "test")
+    eps = EPSILON[precision]
+    uvw, vis, wgt, mask = wide_field(rng, precision)
+    common = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=eps, do_wgridding=True, **IMAGE)
+    single = clgrid.vis2dirty(vis=vis, device=device_name, **common)
+    oracle = wgridder.vis2dirty(vis=vis.astype(np.complex128), **dict(common, wgt=wgt.astype(np.float64),
+                                                                       epsilon=1e-12))
+    # vis and mask as chunked dask arrays, uvw and wgt as numpy: split the same way
+    image = cd.vis2dirty(vis=blocks(vis), **dict(common, mask=blocks(mask)))
+    assert image.dtype == single.dtype and image.shape == (IMAGE["npix_x"], IMAGE["npix_y"])
+    assert relative_error(image, single) <= (1e-5 if precision == "single" else 2 * eps)
+    assert relative_error(image, oracle) <= eps
+
+    dirty = rng.normal(size=image.shape).astype(image.dtype)
+    geometry = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
+    predicted = cd.dirty2vis(dirty=dirty, **dict(geometry, uvw=blocks(uvw), wgt=blocks(wgt)))
+    assert predicted.chunks == ((ROW_CHUNK, ROW_CHUNK, WIDE_ROWS - 2 * ROW_CHUNK), (CHANNEL_CHUNK, CHANNEL_CHUNK))
+    held = [[key for key in keys if str(key).startswith("clgrid-dirty-")] for keys in client.has_what().values()]
+    assert len(held) == 2 and all(len(keys) == 1 for keys in held)        # scattered once, one copy each
+    predicted = predicted.compute()
+    assert predicted.dtype == vis.dtype
+    expected = clgrid.dirty2vis(dirty=dirty, device=device_name, **geometry)
+    assert relative_error(predicted, expected) <= (1e-5 if precision == "single" else 2 * eps)
+    assert not np.any(predicted[mask == 0])
+    # adjoint, weights and mask applied once each way: Re <dirty2vis(d), v> = <d, vis2dirty(v)>, to what
+    # each side's error allows (Cauchy-Schwarz); a wrong sign or conjugation misses by about |lhs|
+    lhs, rhs = np.vdot(predicted, vis).real, np.vdot(dirty, image)
+    allowed = eps * (np.linalg.norm(dirty) * np.linalg.norm(image) + np.linalg.norm(predicted) * np.linalg.norm(vis))
+    assert abs(lhs - rhs) <= allowed < 0.01 * abs(lhs)
+
+
+def test_wgridders_are_kept_for_later_calls(client, rng):
+    """A major cycle: the second call on the same chunks finds each chunk's operator on the
+    worker that made it (chunk i prefers worker i mod n); keep_operators=0 keeps none."""
+    uvw, vis, wgt, mask = wide_field(rng, "single")
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, **IMAGE)
+    client.run(cd.clear_cache)
+    first = cd.vis2dirty(vis=blocks(vis), **common)
+    second = cd.vis2dirty(vis=blocks(2 * vis), **common)         # new values, same points
+    counts = list(client.run(cd.cached_wgridders).values())
+    made, reused = sum(c["made"] for c in counts), sum(c["reused"] for c in counts)
+    assert made + reused == 12 and reused >= 3, counts
+    assert relative_error(second, 2 * first) <= 1e-6
+    client.run(cd.clear_cache)
+    cd.vis2dirty(vis=blocks(vis), keep_operators=0, **common)
+    assert sum(c["kept"] for c in client.run(cd.cached_wgridders).values()) == 0
+
+
+def test_vis2dirty_failing_chunk_raises_in_the_caller(client, rng):
+    uvw, vis, wgt, _ = wide_field(rng, "single")
+    vis[ROW_CHUNK + 7, 3] = np.nan              # unmasked NaN in row block 1, channel block 1: chunk 3
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        call = pool.submit(cd.vis2dirty, uvw=uvw, freq=WIDE_FREQS, vis=blocks(vis), wgt=wgt, epsilon=1e-4, **IMAGE)
+        with pytest.raises(ValueError, match="NaN") as caught:
+            call.result(timeout=120)                              # raises, not hangs
+    note = "".join(getattr(caught.value, "__notes__", []))
+    assert f"chunk 3, rows {ROW_CHUNK}:{2 * ROW_CHUNK}, channels 2:4" in note
+
+
+def test_vis2dirty_arguments_are_refused_by_name(rng):
+    uvw, vis, wgt, mask = wide_field(rng, "single")
+    common = dict(uvw=uvw, freq=WIDE_FREQS, epsilon=1e-4, **IMAGE)
+    with pytest.raises(TypeError, match="unexpected keyword argument.*nthread"):
+        cd.vis2dirty(vis=vis, nthread=2, **common)
+    with pytest.raises(ValueError, match=r"vis must have shape \(nrow, nchan\)"):
+        cd.vis2dirty(vis=blocks(vis[:, :3]), **common)
+    with pytest.raises(TypeError, match="wgt must be a float array"):
+        cd.vis2dirty(vis=vis, wgt=mask, **common)
+    with pytest.raises(TypeError, match="vis must be complex64 or complex128"):
+        cd.vis2dirty(vis=vis.real, **common)
+    with pytest.raises(ValueError, match="row_chunks=7.5"):
+        cd.vis2dirty(vis=vis, row_chunks=7.5, **common)
+    geometry = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
+    with pytest.raises(ValueError, match="dirty must be 2-D"):
+        cd.dirty2vis(dirty=np.zeros((2, 64, 48), np.float32), **geometry)
+    with pytest.raises(TypeError, match="device must be None or a device name"):
+        cd.dirty2vis(dirty=np.zeros((64, 48), np.float32), device=object(), **geometry)
+
+
+def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng, tmp_path):
+    """examples/dask_ms_imaging.py: a simulated MS (python-casacore) read lazily by dask-ms in
+    rows and channels, imaged over the workers; its 1 Jy source lands on its pixel at 1 Jy/beam."""
+    optional("daskms", "test")
+    optional("casacore.tables", "test")
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "dask_ms_imaging.py")
+    spec = importlib.util.spec_from_file_location("dask_ms_imaging", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    pixsize, npix = np.deg2rad(1.5 / 3600.0), 128
+    offset = rng.integers(-50, 51, 2)                      # pixels east and north of the centre
+    example.write_ms(str(tmp_path / "sim.ms"), source=tuple(offset * pixsize), ntime=20, nchan=4)
+    observation = example.read_ms(str(tmp_path / "sim.ms"), rows=15_000, channels=2)
+    assert observation["vis"].numblocks == (3, 2)
+    dirty = example.image(observation, npix, pixsize)
+    peak = np.unravel_index(np.argmax(dirty), dirty.shape)
+    assert peak == tuple(npix // 2 + offset), (peak, offset)
+    assert abs(dirty[peak] - 1.0) <= 1e-3

@@ -47,9 +47,21 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
-def test_atomic_spread_against_ducc0(rng, epsilon, single, wgrid):
-    img, vis = against_ducc0(rng, {"spread": "atomic"}, epsilon, single, wgrid)
+@pytest.mark.parametrize("spread", ["atomic", "bins"])
+def test_spread_variants_against_ducc0(rng, spread, epsilon, single, wgrid):
+    img, vis = against_ducc0(rng, {"spread": spread}, epsilon, single, wgrid)
     assert img <= epsilon and vis <= epsilon, (img, vis)
+
+
+@pytest.mark.parametrize("bin_size", [(8, 16), (5, 3)])
+def test_bins_of_any_size_match_rows(rng, bin_size):
+    """The "bins" spread with bins that do not divide the grid (the last bin short, footprints
+    wrapping round the grid's edge) gives the "rows" spread's image."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=700)
+    images = [clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
+                              tuning=tuning).vis2dirty(vis, wgt)
+              for tuning in ({"spread": "rows"}, {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": 256, "bins_team": 16, "bins_subproblem": 7})]
+    assert relative_error(images[1], images[0]) < 1e-12
 
 
 @vkfft
@@ -91,3 +103,30 @@ def test_mapped_host_fft_against_ducc0(rng, single):
     eps = 1e-5 if single else 1e-10
     img, vis = against_ducc0(rng, {"fft": "mapped"}, eps, single, True, center_y=0.02)
     assert img <= eps and vis <= eps, (img, vis)
+
+
+@vkfft
+def test_device_path_refuses_non_finite_values(rng):
+    """With the device FFT the values are checked on the device (counted by the gather and
+    correction kernels): NaN anywhere unmasked is refused by name, masked NaN is not."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=300)
+    mask = np.ones(vis.shape, np.uint8)
+    mask[5, 1] = 0
+    op = clgrid.WGridder(uvw, freq, epsilon=1e-6, do_wgridding=True, device=DEVICE, mask=mask,
+                         tuning={"fft": "vkfft"}, **IMAGE)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    bad = vis.copy()
+    bad[5, 1] = np.nan                                    # masked: no effect
+    assert np.all(np.isfinite(op.vis2dirty(bad, wgt)))
+    bad[6, 0] = np.inf
+    with pytest.raises(ValueError, match="vis has NaN"):
+        op.vis2dirty(bad, wgt)
+    bad_wgt = wgt.copy()
+    bad_wgt[3, 0] = np.nan
+    with pytest.raises(ValueError, match="wgt has NaN"):
+        op.vis2dirty(vis, bad_wgt)
+    with pytest.raises(ValueError, match="wgt has NaN"):
+        op.dirty2vis(dirty, bad_wgt)
+    dirty[4, 7] = np.nan
+    with pytest.raises(ValueError, match="dirty has NaN"):
+        op.dirty2vis(dirty)

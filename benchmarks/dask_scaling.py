@@ -1,0 +1,245 @@
+"""Strong scaling of `clgrid.dask.vis2dirty` on one machine: a `LocalCluster` of 1, 2, 4, 8
+workers, each with a CPU OpenCL device (PoCL) limited to cores / workers threads, on one
+MeerKAT-track set; `clgrid.vis2dirty` in one process and ducc0's `vis2dirty` on every
+core in the same run.
+
+What is timed (wall clock on the client, median of --repeats after a warm-up):
+- ``ducc0``: ducc0.wgridder.vis2dirty with nthreads = cores.
+- ``single_call``: clgrid.vis2dirty in this process (all cores: PoCL's threads and the
+  host FFT's), operator built in the call; ``single_reused``: a kept `WGridder`'s call.
+- per worker count, ``call``: `clgrid.dask.vis2dirty` with ``keep_operators=0`` (every
+  chunk's operator built in its task, as `clgrid.vis2dirty` does), and ``reused``: the
+  operators kept from the warm-up (a major cycle's cost).  The data are persisted on the
+  workers first (as a reader on the workers would leave them; that load is timed
+  apart); each task images one chunk of rows (--chunks-per-worker per worker) and
+  channels (--channel-chunks).
+Efficiency = T(1 worker) / (n * T(n workers)).  Where the time goes, from Dask's task
+stream of the median run (`breakdown`): a timeline of the call (start-up, the chunk
+tasks, the additions left after the last chunk, the image back to the client), the
+chunk tasks' compute summed and on the busiest worker, the additions' compute and the
+transfers between workers; ``work_ratio`` is the chunk tasks' compute summed over
+workers relative to the first row's: above 1, efficiency is lost to more work (each
+chunk pays its own FFTs), not to waiting.
+
+    python benchmarks/dask_scaling.py --quick                        # here: under a minute
+    python benchmarks/dask_scaling.py --json dask_scaling.json       # the 16-core machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import clgrid
+
+SPEED_OF_LIGHT = 299792458.0
+
+
+def median_time(fn, repeats: int) -> tuple:
+    """(median seconds, the runs' seconds, the last result) of ``repeats`` calls after a warm-up."""
+    fn()
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)), times, out
+
+
+def observation(rows: int, nchan: int, f_lo: float, f_hi: float):
+    """MeerKAT tracks (benchmarks/wgridding.py's: 64 dishes, 8 h) in metres, ``nchan``
+    channels from ``f_lo`` to ``f_hi``, Gaussian complex64 visibilities."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from wgridding import tracks
+
+    uvw, _ = tracks(rows, f_hi)
+    freq = np.linspace(f_lo, f_hi, nchan)
+    rng = np.random.default_rng(1)
+    vis = (rng.standard_normal((len(uvw), nchan), np.float32)
+           + 1j * rng.standard_normal((len(uvw), nchan), np.float32)).astype(np.complex64)
+    return uvw, freq, vis
+
+
+def breakdown(stream: list, start: float, stop: float) -> dict:
+    """Where one call's wall time went, from Dask's task stream (worker clocks: the same
+    host's as ``start`` / ``stop``).  The wall time is cut into a timeline: ``startup_s``
+    (the call until the first chunk task starts: graph building, scheduling, and sending
+    the graph), ``chunks_s`` (first chunk start to last chunk end), ``reduction_tail_s``
+    (last chunk end to last task end: the additions and transfers left then) and
+    ``gather_s`` (the image back to the client).  Beside it, summed over tasks: the chunk
+    tasks' compute (all workers, and the busiest worker: ``chunks_s`` minus that is idle
+    or imbalance), the additions' compute and the transfers between workers."""
+    from dask.utils import key_split
+
+    per_worker, add, transfer = {}, 0.0, 0.0
+    chunk_start, chunk_stop, last = stop, start, start
+    for task in stream:
+        name = key_split(task["key"])
+        for part in task["startstops"]:
+            seconds = part["stop"] - part["start"]
+            last = max(last, part["stop"])
+            if part["action"] == "transfer":
+                transfer += seconds
+            elif part["action"] == "compute" and name.endswith("image_chunk"):
+                per_worker[task["worker"]] = per_worker.get(task["worker"], 0.0) + seconds
+                chunk_start, chunk_stop = min(chunk_start, part["start"]), max(chunk_stop, part["stop"])
+            elif part["action"] == "compute" and name.endswith("add_images"):
+                add += seconds
+    return {"wall_s": stop - start, "startup_s": chunk_start - start, "chunks_s": chunk_stop - chunk_start,
+            "reduction_tail_s": last - chunk_stop, "gather_s": stop - last,
+            "chunk_compute_s": sum(per_worker.values()),
+            "chunk_compute_busiest_worker_s": max(per_worker.values(), default=0.0),
+            "reduction_compute_s": add, "transfer_s": transfer}
+
+
+def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
+    """One cluster of ``n`` workers: load, warm up, time both variants."""
+    import dask.array as da
+    from distributed import Client, LocalCluster, get_task_stream, wait
+
+    import clgrid.dask as cd
+    from clgrid.dask_wgridding import KEEP_OPERATORS
+
+    threads = max(1, a.cores // n)
+    env = {"CLGRID_DEVICE": a.device, "POCL_MAX_PTHREAD_COUNT": str(threads), "OMP_NUM_THREADS": str(threads),
+           "OPENBLAS_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    out = {"workers": n, "threads_per_worker": threads}
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env=env,
+                      memory_limit=0) as cluster, Client(cluster) as client:
+        units = client.run(lambda: clgrid.runtime.get_queue(None).device.max_compute_units)
+        out["device_compute_units"] = sorted(units.values())
+        rows = -(-len(data["uvw"]) // (n * a.chunks_per_worker))
+        start = time.perf_counter()
+        uvw = client.persist(da.from_array(data["uvw"], chunks=(rows, 3)))
+        vis = client.persist(da.from_array(data["vis"], chunks=(rows, chunks["channel"])))
+        wait([uvw, vis])
+        out["load_s"] = time.perf_counter() - start
+        out["tasks"] = len(uvw.chunks[0]) * len(vis.chunks[1])
+        keep = max(KEEP_OPERATORS, a.chunks_per_worker * len(vis.chunks[1]))   # every chunk's, for "reused"
+        for variant, kept in (("call", 0), ("reused", keep)):
+            runs: list = []
+
+            def run(kept=kept, runs=runs):
+                with get_task_stream(client) as stream:
+                    begin = time.time()
+                    image = cd.vis2dirty(uvw=uvw, vis=vis, nthreads=threads, keep_operators=kept, **common)
+                    end = time.time()
+                runs.append((end - begin, breakdown(stream.data, begin, end)))
+                return image
+
+            seconds, times, image = median_time(run, a.repeats)
+            timed = sorted(runs[1:], key=lambda r: r[0])
+            out[variant] = {"median_s": seconds, "times_s": times, "breakdown": timed[(len(timed) - 1) // 2][1],
+                            "error_vs_single": float(np.linalg.norm(image - reference) / np.linalg.norm(reference))}
+        client.run(cd.clear_cache)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=500_000, help="rows (baseline-times) of the track set")
+    p.add_argument("--nchan", type=int, default=8)
+    p.add_argument("--freq", type=float, nargs=2, default=(1.2e9, 1.6e9), metavar=("LO", "HI"), help="Hz")
+    p.add_argument("--npix", type=int, default=4096)
+    p.add_argument("--epsilon", type=float, default=1e-4)
+    p.add_argument("--double", action="store_true", help="complex128 (default complex64)")
+    p.add_argument("--no-w", action="store_true", help="do_wgridding=False")
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores shared by the workers")
+    p.add_argument("--chunks-per-worker", type=int, default=1, help="row chunks per worker")
+    p.add_argument("--channel-chunks", type=int, default=None, help="channels per chunk (default: all)")
+    p.add_argument("--device", default="pocl", help="each worker's CLGRID_DEVICE, and the single process's")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-ducc0", action="store_true")
+    p.add_argument("--quick", action="store_true", help="a small run (rows 20000, 2 channels, 256^2, 1-2 workers)")
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    if a.quick:
+        a.rows, a.nchan, a.npix, a.repeats = 20_000, 2, 256, 1
+        a.workers = [w for w in a.workers if w <= 2] or [1]
+        a.cores = min(a.cores, 2)
+    if any(a.cores // n < 1 for n in a.workers):
+        p.error(f"--cores {a.cores} cannot give every one of {max(a.workers)} workers a thread")
+    if not clgrid.runtime.matching_devices(a.device):
+        p.error(f"no OpenCL device matches --device {a.device!r}; devices: "
+                + "; ".join(f"{d.platform.name}: {d.name}" for d in clgrid.devices()))
+
+    uvw, freq, vis = observation(a.rows, a.nchan, *a.freq)
+    if a.double:
+        vis = vis.astype(np.complex128)
+    uv_max = np.abs(uvw[:, :2]).max() * freq.max() / SPEED_OF_LIGHT
+    pix = 0.9 / (2 * uv_max)                                  # the longest baseline just sampled
+    common = dict(freq=freq, npix_x=a.npix, npix_y=a.npix, pixsize_x=pix, pixsize_y=pix, epsilon=a.epsilon,
+                  do_wgridding=not a.no_w)
+    res = {"rows": len(uvw), "nchan": a.nchan, "num_vis": int(vis.size), "npix": a.npix, "epsilon": a.epsilon,
+           "precision": "double" if a.double else "single", "w": not a.no_w, "cores": a.cores, "device": a.device,
+           "device_name": clgrid.runtime.get_queue(a.device).device.name.strip(), "repeats": a.repeats,
+           "chunks_per_worker": a.chunks_per_worker, "channel_chunks": a.channel_chunks,
+           "command": " ".join(sys.argv)}
+    print(f"{res['num_vis']:,} visibilities ({len(uvw):,} rows x {a.nchan} channels), {a.npix}^2, "
+          f"epsilon {a.epsilon}, {res['precision']}, {a.cores} cores, device {res['device_name']}", flush=True)
+
+    if not a.no_ducc0:
+        import ducc0.wgridder as wg
+
+        res["ducc0_s"], res["ducc0_times_s"], _ = median_time(
+            lambda: wg.vis2dirty(uvw=uvw, vis=vis, nthreads=a.cores, **common), a.repeats)
+        print(f"ducc0 vis2dirty, {a.cores} threads: {res['ducc0_s']:.3f} s", flush=True)
+    res["single_call_s"], res["single_call_times_s"], reference = median_time(
+        lambda: clgrid.vis2dirty(uvw=uvw, vis=vis, nthreads=a.cores, device=a.device, **common), a.repeats)
+    operator = clgrid.WGridder(uvw, freq, a.npix, a.npix, pix, pix, a.epsilon, not a.no_w, device=a.device,
+                               precision=res["precision"], nthreads=a.cores)
+    res["single_reused_s"], res["single_reused_times_s"], _ = median_time(lambda: operator.vis2dirty(vis), a.repeats)
+    g = operator.geometry
+    res["kernel"] = {"support": g.kernel.support, "sigma": g.kernel.sigma, "grid": [g.nu, g.nv],
+                     "planes": g.num_planes}
+    del operator
+    print(f"clgrid.vis2dirty, one process: {res['single_call_s']:.3f} s (operator reused: "
+          f"{res['single_reused_s']:.3f} s)", flush=True)
+
+    data = {"uvw": uvw, "vis": vis}
+    chunks = {"channel": a.channel_chunks or a.nchan}
+    res["dask"] = []
+    for n in a.workers:
+        row = scale(n, a, data, common, chunks, reference)
+        res["dask"].append(row)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
+        print(f"{n} worker(s) x {row['threads_per_worker']} thread(s), {row['tasks']} tasks: "
+              f"call {row['call']['median_s']:.3f} s, reused {row['reused']['median_s']:.3f} s "
+              f"(load {row['load_s']:.2f} s)", flush=True)
+    first = res["dask"][0]
+    base = {v: first[v]["median_s"] * first["workers"] for v in ("call", "reused")}
+    work = {v: first[v]["breakdown"]["chunk_compute_s"] for v in ("call", "reused")}
+    print(f"\n{'workers':>7} {'call s':>8} {'eff.':>5} {'reused s':>9} {'eff.':>5} {'work':>5}  the reused run's wall "
+          "time: startup + chunks (busiest worker's compute) + reduction tail + gather; transfers")
+    for row in res["dask"]:
+        n = row["workers"]
+        for v in ("call", "reused"):
+            row[v]["efficiency"] = base[v] / (n * row[v]["median_s"])
+            # chunk tasks' compute summed over workers, relative to the first row's: above 1,
+            # efficiency is lost to more work (each chunk's own FFTs, fewer threads per FFT)
+            row[v]["work_ratio"] = row[v]["breakdown"]["chunk_compute_s"] / work[v] if work[v] else None
+            row[v]["speedup_vs_single_call"] = res["single_call_s"] / row[v]["median_s"]
+            if "ducc0_s" in res:
+                row[v]["speedup_vs_ducc0"] = res["ducc0_s"] / row[v]["median_s"]
+        b = row["reused"]["breakdown"]
+        print(f"{n:>7} {row['call']['median_s']:>8.3f} {row['call']['efficiency']:>5.2f} "
+              f"{row['reused']['median_s']:>9.3f} {row['reused']['efficiency']:>5.2f} "
+              f"{row['reused']['work_ratio'] or 0:>5.2f}  "
+              f"{b['startup_s']:.3f} + {b['chunks_s']:.3f} ({b['chunk_compute_busiest_worker_s']:.3f}) + "
+              f"{b['reduction_tail_s']:.3f} + {b['gather_s']:.3f}; {b['transfer_s']:.3f}")
+    print(json.dumps(res, indent=1) if not a.json else f"JSON: {a.json}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
