@@ -19,6 +19,7 @@ import numpy as np
 import pyopencl as cl
 
 import clgrid
+from clgrid.transfer import download, upload
 from clgrid.wgridding import WGridder
 
 from wgridding import tracks
@@ -64,7 +65,7 @@ def stage_times(op, repeats):
 def call_parts(op, vis, dirty, repeats):
     """Wall time of the parts of a reused call: values up and gathered, the planes on the
     device (device FFT only), the image down; the same for dirty2vis."""
-    out = {"values_in_s": median_time(lambda: (op._upload(vis, op._vis_full), op._data_launch(op._gather, False)),
+    out = {"values_in_s": median_time(lambda: (upload(op.queue, vis, op._vis_full, op.staging), op._data_launch(op._gather, False)),
                                       repeats)}
     if op.device_fft is not None:
         out["vis2dirty_planes_s"] = median_time(lambda: op._vis2dirty_device(None), repeats)
@@ -75,7 +76,7 @@ def call_parts(op, vis, dirty, repeats):
 
         out["dirty2vis_planes_s"] = median_time(planes, repeats)
     out["values_out_s"] = median_time(lambda: (op._data_launch(op._scatter, False),
-                                               op._download(op._vis_full, np.empty(op.shape, op.complex))), repeats)
+                                               download(op.queue, op._vis_full, np.empty(op.shape, op.complex), op.staging)), repeats)
     return out
 
 

@@ -21,6 +21,7 @@ from .errors import NonFiniteResultError
 from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
 from .strategies import DEGRIDDING_METHODS, SPELLINGS
+from .transfer import download, upload
 from .values import ValueKernels, check_vis
 
 __all__ = ["Degridder"]
@@ -80,14 +81,7 @@ class Degridder(GridOperation):
             npol = grid.shape[0]
             self._check_grid_fits(npol)
             buffer = self.grid_buffer(npol)
-            host = np.ascontiguousarray(grid, self.strategy.complex_dtype)
-            if self.staging is not None:
-                if wait_for:
-                    cl.wait_for_events(wait_for)
-                self.staging.upload(host, buffer)
-                event = cl.enqueue_marker(self.queue)
-            else:
-                event = cl.enqueue_copy(self.queue, buffer, host, is_blocking=False, wait_for=wait_for)
+            event = upload(self.queue, np.asarray(grid, self.strategy.complex_dtype), buffer, self.staging, wait_for)
         not_finite = count_nonfinite(self.queue, buffer, 2 * npol * self.grid_size ** 2, self.strategy.real_dtype,
                                      wait_for=[event])
         if not_finite and not isinstance(grid, cla.Array) and np.all(np.isfinite(grid)):
@@ -132,11 +126,8 @@ class Degridder(GridOperation):
         if isinstance(out, cla.Array):
             return out
         result = np.empty(shape, target.dtype) if out is None or not out.flags.c_contiguous else out
-        if self.staging is not None:
-            self.queue.finish()
-            self.staging.download(target.data, result)
-        else:
-            target.get(ary=result)
+        self.queue.finish()
+        download(self.queue, target.data, result, self.staging)
         if out is not None and result is not out:
             out[...] = result
             return out

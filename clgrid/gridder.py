@@ -22,7 +22,7 @@ from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from .runtime import fill_zeros
 from .strategies import GRIDDING_METHODS, SPELLINGS
-from .transfer import to_device_array
+from .transfer import download, to_device_array
 from .values import ValueKernels, check_vis, check_weights, to_device
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
@@ -250,10 +250,7 @@ class Gridder(GridOperation):
             return out
         shape = (npol, self.grid_size, self.grid_size)
         result = np.empty(shape, self.strategy.complex_dtype) if out is None or not out.flags.c_contiguous else out
-        if self.staging is not None:
-            self.staging.download(grid_buffer, result, wait_for=events[-1:])
-        else:
-            cl.enqueue_copy(self.queue, result, grid_buffer, wait_for=events[-1:]).wait()
+        download(self.queue, grid_buffer, result, self.staging, wait_for=events[-1:])
         if out is not None and result is not out:
             out[...] = result
             result = out

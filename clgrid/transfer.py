@@ -20,7 +20,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-__all__ = ["Staging", "shared_staging", "to_device_array"]
+__all__ = ["Staging", "shared_staging", "to_device_array", "upload", "download"]
 
 # Pieces of 64 MiB: each costs about 0.7 ms of thread dispatch on the H100 machine, so smaller
 # pieces lose more than the overlap gains (16 MiB: 32 ms for a whole grid() call, 64 MiB: 22 ms).
@@ -124,6 +124,27 @@ def shared_staging(queue: cl.CommandQueue) -> Staging | None:
         if key not in _shared:
             _shared[key] = Staging(queue)
         return _shared[key]
+
+
+def upload(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None, wait_for=None) -> cl.Event:
+    """Copy ``host`` into the start of ``buffer`` after ``wait_for``: through ``staging`` when
+    there is one (done on return; the event is a marker), else a plain enqueued copy."""
+    host = np.ascontiguousarray(host)
+    if staging is None:
+        return cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait_for)
+    if wait_for:
+        cl.wait_for_events(wait_for)
+    staging.upload(host, buffer)
+    return cl.enqueue_marker(queue)
+
+
+def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None, wait_for=None) -> None:
+    """Copy the start of ``buffer`` into the C-contiguous ``host`` after ``wait_for``; returns
+    when done."""
+    if staging is None:
+        cl.enqueue_copy(queue, host, buffer, wait_for=wait_for).wait()
+    else:
+        staging.download(buffer, host, wait_for=wait_for)
 
 
 def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:

@@ -23,7 +23,9 @@ import pyopencl as cl
 from .accuracy import KernelChoice
 from .codegen import build_program, render
 from .counting_sort import CountingSort
-from .runtime import device_facts
+from .runtime import device_facts, fill_zeros
+from .strategies.base import read_only_buffer
+from .transfer import upload
 
 __all__ = ["Geometry", "Layout", "PointPlan", "plan_points", "plan_on_host"]
 
@@ -182,9 +184,8 @@ def plan_on_host(uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fo
     return dict(first=first[order], frac=frac[order], src=src[order].astype(np.int32), phase=phase, starts=starts)
 
 
-def _upload(queue, host, dtype):
-    return cl.Buffer(queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
-                     hostbuf=np.ascontiguousarray(host, dtype))
+def _copy(queue, host, dtype) -> cl.Buffer:
+    return read_only_buffer(queue.context, np.asarray(host, dtype))
 
 
 def _plane_start(starts: np.ndarray, geometry: Geometry, layout: Layout) -> np.ndarray:
@@ -199,11 +200,11 @@ GEOMETRY_T = np.dtype([("sign_u", np.float64), ("sign_v", np.float64), ("sign_w"
 
 
 def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fold: bool,
-                double: bool, upload=None) -> PointPlan:
+                double: bool, staging=None) -> PointPlan:
     """Plan the samples of ``uvw`` (nrow, 3) metres at ``scale`` (nchan,) = freq / c, where
     ``keep`` (nrow, nchan; None: all) is set, on ``queue``'s device.  ``signs``: the flips
     (+1 or -1 per axis); ``fold``: move w < 0 to -uvw; ``double``: offsets and phases in
-    double.  ``upload(host, buffer)``, if given, carries uvw to the device (pinned staging)."""
+    double.  ``staging`` (`clgrid.transfer.Staging`), if given, carries uvw to the device."""
     g = geometry
     real = np.float64 if double else np.float32
     cplx = np.complex128 if double else np.complex64
@@ -212,23 +213,20 @@ def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layo
         host = plan_on_host(uvw, scale, keep, signs, g, layout, fold)
         n = max(host["first"].shape[0], 1)
         pad = lambda a, dtype: np.concatenate([np.asarray(a, dtype), np.zeros((n - a.shape[0],) + a.shape[1:], dtype)])
-        return PointPlan(_upload(queue, pad(host["first"], np.int32), np.int32),
-                         _upload(queue, pad(host["frac"], real), real), _upload(queue, pad(host["src"], np.int32), np.int32),
-                         None if host["phase"] is None else _upload(queue, pad(host["phase"], cplx), cplx),
-                         _upload(queue, host["starts"], np.int32), _plane_start(host["starts"], g, layout),
+        return PointPlan(_copy(queue, pad(host["first"], np.int32), np.int32),
+                         _copy(queue, pad(host["frac"], real), real), _copy(queue, pad(host["src"], np.int32), np.int32),
+                         None if host["phase"] is None else _copy(queue, pad(host["phase"], cplx), cplx),
+                         _copy(queue, host["starts"], np.int32), _plane_start(host["starts"], g, layout),
                          host["starts"], int(host["first"].shape[0]), "host")
 
     ctx, mf = queue.context, cl.mem_flags
     nsample = nrow * nchan
     num_keys = g.num_planes * layout.keys_per_plane
     uvw_buf = cl.Buffer(ctx, mf.READ_ONLY, max(uvw.nbytes, 8))
-    host_uvw = np.ascontiguousarray(uvw, np.float64)
-    if upload is not None and host_uvw.nbytes:
-        upload(host_uvw, uvw_buf)
-    elif host_uvw.nbytes:
-        cl.enqueue_copy(queue, uvw_buf, host_uvw)
-    scale_buf = _upload(queue, scale, np.float64)
-    keep_buf = None if keep is None else _upload(queue, keep.reshape(-1), np.uint8)
+    if uvw.size:
+        upload(queue, np.asarray(uvw, np.float64), uvw_buf, staging)
+    scale_buf = _copy(queue, scale, np.float64)
+    keep_buf = None if keep is None else _copy(queue, keep.reshape(-1), np.uint8)
     source = render("wgrid_plan.cl", double=double, use_w=g.do_wgridding, fold=fold, layout=layout.kind,
                     bin_u=layout.bin_u, bin_v=layout.bin_v, keys_per_plane=layout.keys_per_plane,
                     num_planes=g.num_planes, support=g.kernel.support)
@@ -239,7 +237,8 @@ def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layo
     n = max(nsample, 1)
     keyed = cl.Buffer(ctx, mf.READ_WRITE, 16 * n)
     index = cl.Buffer(ctx, mf.READ_WRITE, 4 * n)
-    bad = _upload(queue, np.zeros(2, np.int32), np.int32)
+    bad = cl.Buffer(ctx, mf.READ_WRITE, 8)
+    fill_zeros(queue, bad, 8, np.int32)
     if nsample:
         cl.Kernel(program, "classify")(queue, (nsample,), None, uvw_buf, scale_buf, keep_buf, geo, keyed, index, bad)
     starts = cl.Buffer(ctx, mf.READ_WRITE, 4 * (num_keys + 2))

@@ -56,8 +56,8 @@ from .atomics import atomic_unavailable, build_options_for
 from .codegen import build_program, render
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .runtime import device_facts, fill_zeros, get_queue
-from .strategies.base import check_precision
-from .transfer import shared_staging
+from .strategies.base import check_precision, read_only_buffer
+from .transfer import download, shared_staging, upload
 from .tuning import resolve_tuning
 from .wgrid_plan import Geometry, Layout, PointPlan, plan_points
 
@@ -242,9 +242,7 @@ class WGridder:
         the distinct |x|, |y| (``small``) and spread over the image."""
         g, k = self.geometry, self.geometry.kernel
         x, y = g.image_lm()
-        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
-        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
-        corr = np.multiply.outer(cu, cv)
+        corr = np.multiply.outer(*self._uv_correction())
         t = t_small = radial = None
         if g.do_wgridding:
             # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
@@ -261,6 +259,14 @@ class WGridder:
                 wcorr = wcorr * n
             corr = corr * wcorr[radial]
         return SimpleNamespace(correction=corr, t=t, t_small=t_small, radial=radial)
+
+    def _uv_correction(self):
+        """The grid correction's factors along x and y: the kernel's transform at each
+        pixel's frequency on the padded grid."""
+        g, k = self.geometry, self.geometry.kernel
+        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
+        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
+        return cu, cv
 
     def _setup_device(self, device, tuning, uvw, scale, keep, signs):
         self.queue = get_queue(device)
@@ -280,9 +286,8 @@ class WGridder:
         else:
             layout = Layout("bins", g.nu, g.nv, wparams["bin_u"], wparams["bin_v"])
         self.layout = layout
-        upload = self.staging.upload if self.staging is not None else None
-        self.plan: PointPlan = plan_points(self.queue, uvw, scale, keep, signs, g, layout,
-                                           fold=g.do_wgridding, double=self.precision == "double", upload=upload)
+        self.plan: PointPlan = plan_points(self.queue, uvw, scale, keep, signs, g, layout, fold=g.do_wgridding,
+                                           double=self.precision == "double", staging=self.staging)
 
         params = resolve_tuning("atomic", None, facts)
         path = params.get("atomic", "cas")
@@ -336,27 +341,26 @@ class WGridder:
         self._finish = cl.Kernel(program, "finish")
         self._load_plane = cl.Kernel(program, "load_plane")
 
-        def upload(a, dtype):
-            return cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a, dtype))
+        def copy(a, dtype):
+            return read_only_buffer(ctx, np.asarray(a, dtype))
 
         if phase_double:
-            self._pixel_args = self._pixels(upload)
+            self._pixel_args = self._pixels(copy)
         else:
             host = self._host_pixels
             t = host.t if host.t is not None else np.zeros((g.npix_x, g.npix_y))
-            self._pixel_args = (upload(np.mod(g.w_start * t, 1.0), np.float32), upload(g.dw * t, np.float32),
-                                upload(1.0 / host.correction, self.real))
+            self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
+                                copy(1.0 / host.correction, self.real))
         npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
         self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._npix_bytes = npix_bytes
 
-    def _pixels(self, upload):
+    def _pixels(self, copy):
         """wgrid_planes.cl's pixel model: its geometry (pixels_t), the correction's factors
         in u and v, and the Chebyshev series of its w factor in dw t over the image."""
         g, k = self.geometry, self.geometry.kernel
-        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
-        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
+        cu, cv = self._uv_correction()
         lo = hi = 0.0
         cheb = np.ones(1)
         if g.do_wgridding:
@@ -369,7 +373,7 @@ class WGridder:
                                                        CHEBYSHEV_DEGREE, domain=[lo, hi]).coef
         pix = np.array([(g.pixsize_x, g.pixsize_y, g.center_x, g.center_y, g.nshift, g.w_start, g.dw, lo, hi,
                          g.npix_x, g.npix_y, cheb.size, int(self.divide_by_n))], PIXELS_T)[0]
-        return pix, upload(cu, np.float64), upload(cv, np.float64), upload(cheb, np.float64)
+        return pix, copy(cu, np.float64), copy(cv, np.float64), copy(cheb, np.float64)
 
     def _setup_data(self, program):
         """Buffers for the caller's (nrow * nchan) values, and the kernels that pick the kept
@@ -397,26 +401,13 @@ class WGridder:
         cl.enqueue_copy(self.queue, tally, self._tally)
         return tally
 
-    def _upload(self, host, buffer):
-        host = np.ascontiguousarray(host)
-        if self.staging is not None:
-            self.staging.upload(host, buffer)
-        else:
-            cl.enqueue_copy(self.queue, buffer, host)
-
-    def _download(self, buffer, host):
-        if self.staging is not None:
-            self.staging.download(buffer, host)
-        else:
-            cl.enqueue_copy(self.queue, host, buffer).wait()
-
     def _upload_wgt(self, wgt):
         """``wgt`` to the device; False when there is none (every weight 1)."""
         if wgt is None:
             return False
         wgt = np.asarray(wgt)
         self._check_values("wgt", wgt, self.shape)
-        self._upload(np.asarray(wgt, self.real), self._wgt_full)
+        upload(self.queue, np.asarray(wgt, self.real), self._wgt_full, self.staging)
         return True
 
     def _setup_rows(self, program, n):
@@ -464,8 +455,7 @@ class WGridder:
         bin_of = np.repeat((busy % bins).astype(np.int32), counts)
         piece = np.arange(bin_of.size, dtype=np.int32) - np.repeat((np.cumsum(counts) - counts).astype(np.int32), counts)
         table = np.stack([bin_of, piece], axis=1) if bin_of.size else np.zeros((1, 2), np.int32)
-        self._subproblems = cl.Buffer(self.queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
-                                      hostbuf=np.ascontiguousarray(table, np.int32))
+        self._subproblems = read_only_buffer(self.queue.context, table.astype(np.int32))
         self._jobs = np.concatenate([[0], np.cumsum(pieces.reshape(g.num_planes, bins).sum(axis=1))]).tolist()
 
     def _launch_spread(self, plane: int, wait_for=None):
@@ -534,7 +524,7 @@ class WGridder:
         # the caller's array goes up as it is; the device picks, weights, conjugates and
         # phase-shifts the kept visibilities (gather_vis), and counts what is wrong
         use_wgt = self._upload_wgt(wgt)
-        self._upload(np.asarray(vis, self.complex), self._vis_full)
+        upload(self.queue, np.asarray(vis, self.complex), self._vis_full, self.staging)
         bad_vis, bad_wgt, nonzero = self._data_launch(self._gather, use_wgt)
         if bad_vis:
             raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
@@ -601,7 +591,7 @@ class WGridder:
         image = np.empty((g.npix_x, g.npix_y), self.real)
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
-        self._download(self._image_out, image)
+        download(self.queue, self._image_out, image, self.staging)
         if not_finite[0]:
             warnings.warn(f"clgrid: {not_finite[0]} pixels of the image are NaN or infinite (the sums overflowed "
                           f"{np.dtype(self.real).name}: use complex128 visibilities)", RuntimeWarning, stacklevel=3)
@@ -611,7 +601,7 @@ class WGridder:
         """The dirty image up once, checked and divided by the correction there; each plane
         made from it, transformed and interpolated on the device."""
         g, q = self.geometry, self.queue
-        self._upload(np.asarray(dirty, self.real), self._image_acc)
+        upload(self.queue, np.asarray(dirty, self.real), self._image_acc, self.staging)
         fill_zeros(q, self._tally, 12, np.int32)
         self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
@@ -720,7 +710,7 @@ class WGridder:
         bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        self._download(self._vis_full, out)
+        download(self.queue, self._vis_full, out, self.staging)
         return out
 
 
