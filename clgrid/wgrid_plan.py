@@ -64,6 +64,17 @@ class Geometry:
         """Whether gridding multiplies each visibility by a phase (centre shift, nshift)."""
         return bool(self.center_x or self.center_y or self.nshift)
 
+    def first_planes(self, w):
+        """The first w-plane of points at ``w`` (wavelengths, folded to w >= 0), as float64:
+        their taps fall on planes first .. first + support - 1.  The planning's arithmetic
+        (`plan_on_host`, wgrid_plan.cl), so that whoever splits points by plane agrees
+        with it to the bit."""
+        return np.ceil(self.plane_positions(w) - self.kernel.support / 2.0)
+
+    def plane_positions(self, w):
+        """Where points at ``w`` fall in the stack, in planes from plane 0."""
+        return (np.asarray(w, np.float64) - self.w_start) / self.dw
+
     def image_lm(self):
         x = (np.arange(self.npix_x) - self.npix_x // 2) * self.pixsize_x + self.center_x
         y = (np.arange(self.npix_y) - self.npix_y // 2) * self.pixsize_y + self.center_y
@@ -160,8 +171,8 @@ def plan_on_host(uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fo
     pos_u, pos_v = u * cells_u, v * cells_v
     first_u, first_v = np.ceil(pos_u - half), np.ceil(pos_v - half)
     if g.do_wgridding:
-        pos_w = (w - g.w_start) / g.dw
-        first_w = np.ceil(pos_w - half)
+        pos_w = g.plane_positions(w)
+        first_w = g.first_planes(w)
         frac_w = first_w - pos_w
     else:
         first_w = frac_w = np.zeros_like(u)

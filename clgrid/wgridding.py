@@ -61,7 +61,7 @@ from .transfer import download, shared_staging, upload
 from .tuning import resolve_tuning
 from .wgrid_plan import Geometry, Layout, PointPlan, plan_points
 
-__all__ = ["WGridder", "vis2dirty", "dirty2vis", "Geometry", "PointPlan"]
+__all__ = ["WGridder", "vis2dirty", "dirty2vis", "choose_geometry", "Geometry", "PointPlan"]
 
 SPEED_OF_LIGHT = 299792458.0
 MIN_NPIX = 16
@@ -150,35 +150,130 @@ def _n_minus_one_range(x, y):
     return math.sqrt(1.0 - far) - 1.0, math.sqrt(1.0 - cx * cx - cy * cy) - 1.0
 
 
+def _image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y) -> tuple:
+    """The `Geometry` fields the image keywords set (checked, naming the argument), and
+    half the range of ``n - 1 - nshift`` over the image (the w-plane spacing follows it)."""
+    for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
+        if int(n) != n or n < MIN_NPIX or n % 2:
+            raise ValueError(f"{name} must be an even integer >= {MIN_NPIX}, got {n!r}")
+    for name, p in (("pixsize_x", pixsize_x), ("pixsize_y", pixsize_y)):
+        if not (np.isfinite(p) and p > 0):
+            raise ValueError(f"{name} must be a positive angle in radians, got {p!r}")
+    npix_x, npix_y = int(npix_x), int(npix_y)
+    cx, cy = signs[0] * center_x, signs[1] * center_y
+    x = (np.arange(npix_x) - npix_x // 2) * pixsize_x + cx
+    y = (np.arange(npix_y) - npix_y // 2) * pixsize_y + cy
+    t_lo, t_hi = _n_minus_one_range(x, y) if do_wgridding else (0.0, 0.0)
+    fields = dict(npix_x=npix_x, npix_y=npix_y, pixsize_x=float(pixsize_x), pixsize_y=float(pixsize_y),
+                  center_x=float(cx), center_y=float(cy), do_wgridding=bool(do_wgridding),
+                  nshift=0.5 * (t_lo + t_hi) if do_wgridding else 0.0)
+    return fields, max(0.5 * (t_hi - t_lo), 1e-12)
+
+
+def _signs(flip_u, flip_v, flip_w) -> tuple:
+    return -1.0 if flip_u else 1.0, -1.0 if flip_v else 1.0, -1.0 if flip_w else 1.0
+
+
+def choose_geometry(npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float, epsilon: float,
+                    do_wgridding: bool, w_range: tuple, num_kept: int, flip_u: bool = False, flip_v: bool = False,
+                    center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1, sigma_max: float = 2.6,
+                    precision: str = "double") -> Geometry:
+    """The padded grid, kernel and w-planes for imaging ``num_kept`` samples whose |w|
+    (wavelengths, after the flips: the planes cover |w| only) spans ``w_range`` = (lo, hi),
+    with `WGridder`'s keywords: what `WGridder` chooses from its own points, and what
+    operators that share one grid and one stack of planes (`clgrid.dask_slabs`) are given.
+    The kernel is the cheapest that reaches ``epsilon`` for spreading that many samples
+    plus the FFTs of that many planes."""
+    fields, t_half = _image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding,
+                                   _signs(flip_u, flip_v, False), center_x, center_y)
+    w_min, w_max = (float(w_range[0]), float(w_range[1])) if do_wgridding and num_kept else (0.0, 0.0)
+    ndim = 3 if do_wgridding else 2
+    nvis = max(int(num_kept), 1)
+
+    def sizes(choice):
+        nu, nv = _good_size(choice.sigma * fields["npix_x"]), _good_size(choice.sigma * fields["npix_y"])
+        if not do_wgridding:
+            return nu, nv, 1.0, 1
+        dw = 1.0 / (2.0 * choice.sigma * t_half)
+        return nu, nv, dw, int(math.ceil((w_max - w_min) / dw)) + choice.support
+
+    def cost(choice):
+        # Spreading: one complex multiply-add per footprint cell per plane it touches;
+        # FFT: 5 N log2 N per plane; both in the same rough units.
+        nu, nv, _, planes = sizes(choice)
+        spread = nvis * choice.support ** ndim * 8.0
+        return spread + planes * 5.0 * nu * nv * math.log2(nu * nv)
+
+    choice = choose_kernel(epsilon, precision, ndim, cost=cost, sigma_min=sigma_min, sigma_max=sigma_max)
+    nu, nv, dw, planes = sizes(choice)
+    return Geometry(nu=nu, nv=nv, kernel=choice, w_min=w_min, dw=dw, num_planes=planes, **fields)
+
+
+def _check_geometry(geometry: Geometry, fields: dict, w_range: tuple | None) -> None:
+    """Refuse a given geometry that another image describes, or whose w-planes do not
+    hold every tap of the points (|w| spanning ``w_range``; None: no point kept)."""
+    for name, mine in fields.items():
+        if getattr(geometry, name) != mine:
+            raise ValueError(f"geometry's {name} = {getattr(geometry, name)!r} differs from this operator's "
+                             f"{mine!r} (from its keywords)")
+    if not geometry.do_wgridding or w_range is None:
+        return
+    first = geometry.first_planes(np.asarray(w_range, np.float64))
+    if first[0] < 0 or first[1] + geometry.kernel.support > geometry.num_planes:
+        covered = geometry.w_min + (geometry.num_planes - geometry.kernel.support) * geometry.dw
+        raise ValueError(f"geometry does not cover the points: their |w| spans [{w_range[0]:.6g}, "
+                         f"{w_range[1]:.6g}] wavelengths, its w-planes [{geometry.w_min:.6g}, {covered:.6g}]")
+
+
+def _plane_range(planes, geometry: Geometry) -> range:
+    if planes is None:
+        return range(geometry.num_planes)
+    try:
+        lo, hi = planes
+        ok = int(lo) == lo and int(hi) == hi and 0 <= lo < hi <= geometry.num_planes
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"planes must be (lo, hi) with 0 <= lo < hi <= {geometry.num_planes} (the geometry's "
+                         f"w-planes), got {planes!r}")
+    return range(int(lo), int(hi))
+
+
 class WGridder:
     """The imaging operator for one set of points: ``vis2dirty(vis, wgt)`` and
     ``dirty2vis(dirty, wgt)``, with the plan, device program, grid and FFT kept between
     calls (a major cycle calls both many times).  Calls on one operator are serialised
-    by a lock (they share its device buffers)."""
+    by a lock (they share its device buffers).
+
+    ``geometry`` (a `Geometry` from `choose_geometry`; None: chosen from these points)
+    lets operators over parts of one data set share one padded grid, kernel and stack of
+    w-planes; it must agree with the image keywords and hold every tap of the points
+    (refused otherwise, naming what differs).  ``planes`` = (lo, hi) restricts the
+    operator to w-planes lo..hi-1: it spreads, transforms and interpolates only the taps
+    that fall on them, so over a partition of the planes the images add up to the whole
+    image, and the visibilities to the whole visibilities; points whose taps all fall
+    outside add nothing."""
 
     def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
                  epsilon: float, do_wgridding: bool = False, mask=None, flip_u: bool = False,
                  flip_v: bool = False, flip_w: bool = False, divide_by_n: bool = True,
                  center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
                  sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
-                 verbosity: int = 0, tuning: dict | None = None):
+                 verbosity: int = 0, tuning: dict | None = None, geometry: Geometry | None = None,
+                 planes: tuple | None = None):
         uvw = np.asarray(uvw, np.float64)
         freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
         if uvw.ndim != 2 or uvw.shape[1] != 3:
             raise ValueError(f"uvw must have shape (nrow, 3), got {uvw.shape}")
         if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
             raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
-        for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
-            if int(n) != n or n < MIN_NPIX or n % 2:
-                raise ValueError(f"{name} must be an even integer >= {MIN_NPIX}, got {n!r}")
-        for name, p in (("pixsize_x", pixsize_x), ("pixsize_y", pixsize_y)):
-            if not (np.isfinite(p) and p > 0):
-                raise ValueError(f"{name} must be a positive angle in radians, got {p!r}")
+        signs = _signs(flip_u, flip_v, flip_w)
+        fields, _ = _image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y)
         self.nrow, self.nchan = uvw.shape[0], freq.size
         self.shape = (self.nrow, self.nchan)
         if self.nrow * self.nchan >= 1 << 31:
             raise ValueError(f"nrow * nchan = {self.nrow * self.nchan} visibilities: at most 2^31 - 1 per operator")
-        self.npix_x, self.npix_y = int(npix_x), int(npix_y)
+        self.npix_x, self.npix_y = fields["npix_x"], fields["npix_y"]
         self.precision = precision
         self.divide_by_n = bool(divide_by_n) and bool(do_wgridding)
         self.verbosity = verbosity
@@ -193,46 +288,26 @@ class WGridder:
                 raise ValueError(f"mask must have shape (nrow, nchan) = {self.shape}, got {mask.shape}")
             keep = mask != 0
         scale = freq / SPEED_OF_LIGHT
-        signs = (-1.0 if flip_u else 1.0, -1.0 if flip_v else 1.0, -1.0 if flip_w else 1.0)
         num_kept = self.nrow * self.nchan if keep is None else int(np.count_nonzero(keep))
-        cx, cy = signs[0] * center_x, signs[1] * center_y
-        x = (np.arange(self.npix_x) - self.npix_x // 2) * pixsize_x + cx
-        y = (np.arange(self.npix_y) - self.npix_y // 2) * pixsize_y + cy
-        t_lo, t_hi = _n_minus_one_range(x, y) if do_wgridding else (0.0, 0.0)
-        nshift = 0.5 * (t_lo + t_hi)
-        t_half = max(0.5 * (t_hi - t_lo), 1e-12)
         # With w-gridding every point goes to w >= 0 (the image is real, so V at (u, v, w)
         # is conj(V) at (-u, -v, -w)): the planes cover |w| only, half the range.
         workers = self._workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
-        w_min, w_max = _abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else (0.0, 0.0)
-        ndim = 3 if do_wgridding else 2
-        nvis = max(num_kept, 1)
-
-        def sizes(choice):
-            nu, nv = _good_size(choice.sigma * self.npix_x), _good_size(choice.sigma * self.npix_y)
-            if not do_wgridding:
-                return nu, nv, 1.0, 1
-            dw = 1.0 / (2.0 * choice.sigma * t_half)
-            return nu, nv, dw, int(math.ceil((w_max - w_min) / dw)) + choice.support
-
-        def cost(choice):
-            # Spreading: one complex multiply-add per footprint cell per plane it touches;
-            # FFT: 5 N log2 N per plane; both in the same rough units.
-            nu, nv, _, planes = sizes(choice)
-            spread = nvis * choice.support ** ndim * 8.0
-            return spread + planes * 5.0 * nu * nv * math.log2(nu * nv)
-
-        choice = choose_kernel(epsilon, precision, ndim, cost=cost, sigma_min=sigma_min, sigma_max=sigma_max)
-        nu, nv, dw, planes = sizes(choice)
-        self.geometry = Geometry(self.npix_x, self.npix_y, float(pixsize_x), float(pixsize_y), float(cx),
-                                 float(cy), nu, nv, choice, bool(do_wgridding), w_min, dw, planes,
-                                 nshift if do_wgridding else 0.0)
+        w_range = _abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else None
+        if geometry is None:
+            geometry = choose_geometry(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, w_range,
+                                       num_kept, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max, precision)
+        else:
+            _check_geometry(geometry, fields, w_range)
+        self.geometry = geometry
+        self.planes = _plane_range(planes, geometry)
         self.fft = HostFFT(nthreads)
         self._setup_device(device, tuning, uvw, scale, keep, signs)
         if verbosity:
+            g, choice = geometry, geometry.kernel
             print(f"clgrid.WGridder: {self.plan.num_vis} visibilities (planned on the {self.plan.planned_on}), "
-                  f"grid {nu}x{nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
-                  f"{planes} w-plane(s), spread {self.spread_mode}, fft {self.fft_mode}")
+                  f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
+                  f"w-planes {self.planes.start}:{self.planes.stop} of {g.num_planes}, spread {self.spread_mode}, "
+                  f"fft {self.fft_mode}")
 
     # -- set-up -------------------------------------------------------------------------
     @cached_property
@@ -510,7 +585,7 @@ class WGridder:
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
         """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
-        ``update``); there are ``geometry.num_planes`` of them."""
+        ``update``); there are ``len(planes)`` of them."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape)
         with self._lock:
@@ -538,7 +613,7 @@ class WGridder:
         host = self._host_pixels
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
-        for plane in range(g.num_planes):
+        for plane in self.planes:
             if self.plan.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
@@ -576,7 +651,7 @@ class WGridder:
         g, q = self.geometry, self.queue
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
         fill_zeros(q, self._tally, 12, np.int32)
-        for plane in range(g.num_planes):
+        for plane in self.planes:
             if self.plan.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
@@ -609,7 +684,7 @@ class WGridder:
         cl.enqueue_copy(q, not_finite, self._tally)
         if not_finite[0]:
             raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
-        for plane in range(g.num_planes):
+        for plane in self.planes:
             if self.plan.active(plane, g.kernel.support)[1]:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
@@ -625,7 +700,7 @@ class WGridder:
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
             step = step.conj()
-        for plane in range(g.num_planes):
+        for plane in self.planes:
             if self.plan.active(plane, g.kernel.support)[1]:
                 grid = self._map_grid()
                 grid[...] = 0
@@ -661,8 +736,9 @@ class WGridder:
         return grid
 
     def _plane_phases(self):
-        """exp(-2 pi i w_p t) for plane 0 (a fresh copy: callers advance it) and the factor
-        from one plane to the next; kept with the operator up to 4 M pixels (64 MiB each)."""
+        """exp(-2 pi i w_p t) for the first of the operator's planes (a fresh copy: callers
+        advance it) and the factor from one plane to the next; kept with the operator up to
+        4 M pixels (64 MiB each)."""
         g = self.geometry
         if not g.do_wgridding:
             return None, None
@@ -672,9 +748,10 @@ class WGridder:
             host = self._host_pixels
             t = host.t_small
             small = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
+            w_first = g.w_start + self.planes.start * g.dw
 
             def rows(r):
-                small[0][r] = np.exp(-2j * np.pi * g.w_start * t[r])
+                small[0][r] = np.exp(-2j * np.pi * w_first * t[r])
                 small[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
 
             _in_row_chunks(self._workers, t.shape[0], rows)

@@ -131,6 +131,54 @@ def test_all_masked_or_zero_weight_gives_zeros_and_a_warning(rng):
         assert np.all(image == 0) and image.shape == (IMAGE["npix_x"], IMAGE["npix_y"])
 
 
+@pytest.mark.parametrize("spread,fft,single", [("rows", "host", False), ("bins", "mapped", True)])
+def test_shared_geometry_and_plane_ranges_add_up_to_the_whole(rng, spread, fft, single):
+    """Operators over parts of the points, given the whole set's geometry and a partition
+    of its w-planes (each part x each range), sum to the whole operator's image and
+    visibilities to rounding: the split `clgrid.dask` makes over workers."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
+    cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
+    vis, wgt = vis.astype(cd), wgt.astype(rd)
+    mask = (rng.uniform(size=vis.shape) > 0.1).astype(np.uint8)
+    kw = dict(epsilon=1e-4 if single else 1e-9, do_wgridding=True, center_x=0.02, flip_v=True, device=DEVICE,
+              precision="single" if single else "double", tuning={"spread": spread, "fft": fft}, **IMAGE)
+    whole = clgrid.WGridder(uvw, freq, mask=mask, **kw)
+    g = whole.geometry
+    assert g == clgrid.wgridding.choose_geometry(
+        w_range=clgrid.wgridding._abs_w_range(uvw, freq / C, mask != 0), num_kept=np.count_nonzero(mask),
+        **{k: v for k, v in kw.items() if k not in ("device", "tuning")})
+    cuts = sorted(rng.choice(np.arange(1, g.num_planes), 2, replace=False))
+    ranges = list(zip([0] + cuts, cuts + [g.num_planes]))
+    rows = np.array_split(rng.permutation(len(uvw)), 2)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(rd)
+    image, predicted = np.zeros_like(dirty, np.float64), np.zeros(vis.shape, np.complex128)
+    for r in rows:
+        for planes in ranges:
+            part = clgrid.WGridder(uvw[r], freq, mask=mask[r], geometry=g, planes=planes, **kw)
+            assert part.geometry is g and part.planes == range(*planes)
+            image += part.vis2dirty(vis[r], wgt[r])
+            predicted[r] += part.dirty2vis(dirty, wgt[r])
+    tolerance = 1e-5 if single else 1e-12
+    assert relative_error(image, whole.vis2dirty(vis, wgt)) <= tolerance
+    assert relative_error(predicted, whole.dirty2vis(dirty, wgt)) <= tolerance
+
+
+def test_a_geometry_that_does_not_fit_is_refused_naming_what_differs(rng):
+    uvw, freq, _, _ = wide_field(rng, nrow=300)
+    kw = dict(epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
+    low = np.abs(uvw[:, 2]) < 200                       # a geometry made for the low |w| only
+    g = clgrid.WGridder(uvw[low], freq, **kw).geometry
+    with pytest.raises(ValueError, match=r"geometry does not cover the points: their \|w\| spans"):
+        clgrid.WGridder(uvw, freq, geometry=g, **kw)
+    with pytest.raises(ValueError, match="geometry's npix_x = 96 differs"):
+        clgrid.WGridder(uvw[low], freq, geometry=g, **dict(kw, npix_x=64))
+    with pytest.raises(ValueError, match="geometry's center_y"):
+        clgrid.WGridder(uvw[low], freq, geometry=g, center_y=0.01, **kw)
+    for planes in ((0, g.num_planes + 1), (3, 3), (-1, 2), "all"):
+        with pytest.raises(ValueError, match=r"planes must be \(lo, hi\)"):
+            clgrid.WGridder(uvw[low], freq, geometry=g, planes=planes, **kw)
+
+
 @pytest.mark.parametrize("bad,match", [
     (dict(npix_x=95), "npix_x"), (dict(npix_y=8), "npix_y"), (dict(pixsize_x=-1.0), "pixsize_x"),
     (dict(epsilon=1e-6, single=True), "epsilon"), (dict(epsilon=1e-14), "epsilon"),
