@@ -211,16 +211,19 @@ GEOMETRY_T = np.dtype([("sign_u", np.float64), ("sign_v", np.float64), ("sign_w"
 
 
 def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fold: bool,
-                double: bool, staging=None) -> PointPlan:
+                double: bool, staging=None, on_host: bool = False) -> PointPlan:
     """Plan the samples of ``uvw`` (nrow, 3) metres at ``scale`` (nchan,) = freq / c, where
     ``keep`` (nrow, nchan; None: all) is set, on ``queue``'s device.  ``signs``: the flips
     (+1 or -1 per axis); ``fold``: move w < 0 to -uvw; ``double``: offsets and phases in
-    double.  ``staging`` (`clgrid.transfer.Staging`), if given, carries uvw to the device."""
+    double.  ``staging`` (`clgrid.transfer.Staging`), if given, carries uvw to the device.
+    ``on_host``: plan in numpy (as devices without fp64 do), for an order within each key
+    fixed by the input (the device's counting sort orders a key's points by its atomics,
+    which differ from run to run)."""
     g = geometry
     real = np.float64 if double else np.float32
     cplx = np.complex128 if double else np.complex64
     nrow, nchan = uvw.shape[0], scale.size
-    if not device_facts(queue.device).fp64:
+    if on_host or not device_facts(queue.device).fp64:
         host = plan_on_host(uvw, scale, keep, signs, g, layout, fold)
         n = max(host["first"].shape[0], 1)
         pad = lambda a, dtype: np.concatenate([np.asarray(a, dtype), np.zeros((n - a.shape[0],) + a.shape[1:], dtype)])

@@ -61,7 +61,7 @@ from .transfer import download, shared_staging, upload
 from .tuning import resolve_tuning
 from .wgrid_plan import Geometry, Layout, PointPlan, plan_points
 
-__all__ = ["WGridder", "vis2dirty", "dirty2vis", "choose_geometry", "Geometry", "PointPlan"]
+__all__ = ["WGridder", "vis2dirty", "dirty2vis", "choose_geometry", "imaging_work", "Geometry", "PointPlan"]
 
 SPEED_OF_LIGHT = 299792458.0
 MIN_NPIX = 16
@@ -150,6 +150,14 @@ def _n_minus_one_range(x, y):
     return math.sqrt(1.0 - far) - 1.0, math.sqrt(1.0 - cx * cx - cy * cy) - 1.0
 
 
+def imaging_work(cells, planes, nu: int, nv: int):
+    """A rough model of imaging's work, in one unit for both parts: spreading ``cells``
+    footprint cells (one complex multiply-add each, counted once per plane a point
+    touches) and transforming ``planes`` padded grids of ``nu`` x ``nv`` (5 N log2 N each).
+    It ranks kernels (`choose_geometry`) and weighs w-planes (`clgrid.dask_slabs`)."""
+    return cells * 8.0 + planes * 5.0 * nu * nv * math.log2(nu * nv)
+
+
 def _image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y) -> tuple:
     """The `Geometry` fields the image keywords set (checked, naming the argument), and
     half the range of ``n - 1 - nshift`` over the image (the w-plane spacing follows it)."""
@@ -198,11 +206,8 @@ def choose_geometry(npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float
         return nu, nv, dw, int(math.ceil((w_max - w_min) / dw)) + choice.support
 
     def cost(choice):
-        # Spreading: one complex multiply-add per footprint cell per plane it touches;
-        # FFT: 5 N log2 N per plane; both in the same rough units.
         nu, nv, _, planes = sizes(choice)
-        spread = nvis * choice.support ** ndim * 8.0
-        return spread + planes * 5.0 * nu * nv * math.log2(nu * nv)
+        return imaging_work(nvis * choice.support ** ndim, planes, nu, nv)
 
     choice = choose_kernel(epsilon, precision, ndim, cost=cost, sigma_min=sigma_min, sigma_max=sigma_max)
     nu, nv, dw, planes = sizes(choice)
@@ -252,7 +257,9 @@ class WGridder:
     operator to w-planes lo..hi-1: it spreads, transforms and interpolates only the taps
     that fall on them, so over a partition of the planes the images add up to the whole
     image, and the visibilities to the whole visibilities; points whose taps all fall
-    outside add nothing."""
+    outside add nothing.  ``deterministic``: the same image bits from run to run, for a
+    price: the points planned on the host (`clgrid.wgrid_plan.plan_points`'s ``on_host``)
+    and spread by rows (no atomics)."""
 
     def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
                  epsilon: float, do_wgridding: bool = False, mask=None, flip_u: bool = False,
@@ -260,7 +267,7 @@ class WGridder:
                  center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
                  sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
                  verbosity: int = 0, tuning: dict | None = None, geometry: Geometry | None = None,
-                 planes: tuple | None = None):
+                 planes: tuple | None = None, deterministic: bool = False):
         uvw = np.asarray(uvw, np.float64)
         freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
         if uvw.ndim != 2 or uvw.shape[1] != 3:
@@ -301,7 +308,7 @@ class WGridder:
         self.geometry = geometry
         self.planes = _plane_range(planes, geometry)
         self.fft = HostFFT(nthreads)
-        self._setup_device(device, tuning, uvw, scale, keep, signs)
+        self._setup_device(device, tuning, uvw, scale, keep, signs, bool(deterministic))
         if verbosity:
             g, choice = geometry, geometry.kernel
             print(f"clgrid.WGridder: {self.plan.num_vis} visibilities (planned on the {self.plan.planned_on}), "
@@ -343,13 +350,18 @@ class WGridder:
         cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
         return cu, cv
 
-    def _setup_device(self, device, tuning, uvw, scale, keep, signs):
+    def _setup_device(self, device, tuning, uvw, scale, keep, signs, deterministic):
         self.queue = get_queue(device)
         facts = self.facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
         self.staging = shared_staging(self.queue)
         wparams = resolve_tuning("wgridding", tuning, facts)
         self.spread_mode = wparams["spread"]
+        if deterministic and self.spread_mode != "rows":
+            if tuning and tuning.get("spread") not in (None, "rows"):
+                raise ValueError(f"deterministic=True needs spread 'rows' (no atomics), not tuning [wgridding] "
+                                 f"spread={tuning['spread']!r}")
+            self.spread_mode = "rows"
         if self.spread_mode not in SPREAD_MODES:
             raise ValueError(f"tuning [wgridding] spread must be one of {SPREAD_MODES}, got {self.spread_mode!r}")
         self.fft_mode = wparams["fft"]
@@ -362,7 +374,8 @@ class WGridder:
             layout = Layout("bins", g.nu, g.nv, wparams["bin_u"], wparams["bin_v"])
         self.layout = layout
         self.plan: PointPlan = plan_points(self.queue, uvw, scale, keep, signs, g, layout, fold=g.do_wgridding,
-                                           double=self.precision == "double", staging=self.staging)
+                                           double=self.precision == "double", staging=self.staging,
+                                           on_host=deterministic)
 
         params = resolve_tuning("atomic", None, facts)
         path = params.get("atomic", "cas")
