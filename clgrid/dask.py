@@ -350,7 +350,7 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
     parts, workers = [], workers_to_prefer(keep_plans)
     for u, v, w, f, chunk in zip(uvw_pieces, _pieces(layout, vis), _pieces(layout, weights),
                                  flag_pieces, chunks):
-        with prefer_worker(chunk, workers):
+        with prefer_worker(chunk.index, workers):
             parts.append(dask.delayed(_grid_chunk, pure=False)(u, v, w, f, stack, chunk, token, options,
                                                                _channel_freqs(freqs, chunk)))
     total = tree_sum(parts, dask.delayed(_add, pure=False))
@@ -409,7 +409,7 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
     for u, f, chunk in zip(uvw_pieces, flag_pieces, _plan_keys(layout.chunks(), uvw_pieces, flag_pieces, freqs,
                                                                keep_plans)):
         chans = _channel_freqs(freqs, chunk)
-        with prefer_worker(chunk, workers):
+        with prefer_worker(chunk.index, workers):
             task = dask.delayed(_degrid_chunk, pure=False)(model, u, f, stack, chunk, token, options, chans)
         shape = (chunk.rows[1] - chunk.rows[0],) + uvw.shape[1:-1] + (() if chans is None else (chans.size,))
         pieces.append(da.from_delayed(task, shape=shape + (grid.shape[0],), dtype=dtype))

@@ -240,14 +240,15 @@ def workers_to_prefer(enabled: bool) -> list | None:
     return sorted(current.scheduler_info(n_workers=-1)["workers"]) or None
 
 
-def prefer_worker(chunk: Chunk, workers: list | None):
-    """With ``workers`` (from `workers_to_prefer`), chunk i prefers worker i mod n, so that
-    later calls tend to find what an earlier one left there.  A preference, not a
-    restriction: Dask may still move it (a worker gone), and a task pinned to a lost
-    worker would wait for ever."""
+def prefer_worker(index: int, workers: list | None):
+    """With ``workers`` (from `workers_to_prefer`), task ``index`` (a chunk's, a slab's)
+    prefers worker index mod n, so that later calls tend to find what an earlier one left
+    there, and the tasks spread over the workers.  A preference, not a restriction: Dask
+    may still move it (a worker gone), and a task pinned to a lost worker would wait for
+    ever."""
     if not workers:
         return contextlib.nullcontext()
-    return dask.annotate(workers=[workers[chunk.index % len(workers)]], allow_other_workers=True)
+    return dask.annotate(workers=[workers[index % len(workers)]], allow_other_workers=True)
 
 
 def check_device(device):

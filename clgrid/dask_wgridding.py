@@ -3,42 +3,51 @@
 Dask arrays chunked along rows and channels, one OpenCL device per worker.
 Reached as `clgrid.dask.vis2dirty` and `clgrid.dask.dirty2vis`.
 
-Imaging is linear in the visibilities, so the dirty image of all of them is the sum of
-the dirty images of the chunks.  Each task images one chunk (rows ``a:b``, channels
-``c:d``) with a `WGridder` the worker keeps, and the images are added pairwise by chunk
-number (`clgrid.dask_chunks.tree_sum`), a tree fixed by the chunking: the result does
-not depend on which task finished first.  ``dirty2vis`` is the adjoint: the image goes
-to every worker once, and each task predicts its chunk's visibilities.
+Imaging is linear in the visibilities, and over the w-planes: the dirty image of all of
+them is a sum of partial images, added pairwise in a tree fixed by their number
+(`clgrid.dask_chunks.tree_sum`), so the result does not depend on which task finished
+first.  ``dirty2vis`` is the adjoint: the image goes to every worker once.  Two ways to
+cut the work (``split``):
 
-Why per-chunk images and not per-chunk grids.  A grid sum needs every chunk gridded onto
-the same padded grid and the same w-planes, which `WGridder` chooses from its own points
-(the w range sets the planes, the number of points weighs the kernel choice); its public
-operator takes visibilities and gives images, and its internals are not an interface.
-An image is also the smaller thing to move and add: ``npix_x * npix_y`` reals, against a
-padded grid of about ``(1.2-2 npix)^2`` complex values per w-plane, of which w-gridding
-has many, so a grid-level reduction would move all planes or hold them all.  The price:
-each chunk pays its own FFTs (one per w-plane its points touch), so chunks should be large
-(millions of visibilities, or one per worker); `benchmarks/dask_scaling.py` measures it.
-Each chunk's image is accurate to ``epsilon`` (relative L2), and so is their sum; it is
-not bit-identical to a single-process call, whose operator chose its kernel and planes
-for all points at once (the two agree to about ``epsilon``; tested).
+- ``"planes"`` (with w-gridding; `clgrid.dask_slabs` says why and how): one geometry for
+  all the data (the |w| range and number of samples reduced over the chunks first), the
+  w-planes cut into ``slabs`` slabs of about equal work (default: one per worker), and
+  each slab's task images the samples with a tap on its planes, taken from every chunk,
+  with a `WGridder` over those planes only.  The FFTs and per-pixel work are the
+  planes', once: n workers share them.  A task holds its slab's samples (about
+  1 + (W - 1) / (planes per slab) times 1 / slabs of them) and one grid: raise ``slabs``
+  where that does not fit a worker.
+- ``"rows"``: each task images one chunk (rows ``a:b``, channels ``c:d``) with an operator
+  of its own, on a grid and w-planes of its own; with w, each chunk pays every plane's FFT
+  (BENCHMARKS.md: it does not scale on CPUs), so this is for 2-D imaging (one plane: the
+  only cost it repeats is that plane's FFT), and for data one task holds whole.
+
+``"auto"`` takes ``"planes"`` with ``do_wgridding`` unless there is one chunk and one
+slab (the same single operator either way), ``"rows"`` otherwise.  GPU workers, whose
+FFTs are cheap next to moving samples between workers, may do better with ``"rows"`` and
+few large chunks (not measured: several-GPU machines are not lent).  With either, the sum
+is accurate to ``epsilon`` (relative L2) and agrees with a single-process call to about
+``epsilon`` (tested; with ``"planes"`` the geometry is that call's, so they agree to
+rounding).  ``deterministic=True`` gives the same bits from run to run
+(`WGridder`'s ``deterministic``: points planned on the host, spread by rows).
 
 Operators: building a `WGridder` plans its points on the host, which costs more than a
 call; a worker keeps the ``keep_operators`` it used last (default 4), keyed by the
-content of the chunk's uvw, frequencies and mask (a token of the arrays, not Dask keys,
-so a recomputed but equal chunk finds its operator) with every geometry keyword, the
-device and the worker's ``$CLGRID_DEVICE``; `vis2dirty` and `dirty2vis` on the same chunk
-share one.  Each kept operator holds its plan, padded grid and per-pixel tables:
-``keep_operators=0`` keeps none.  So that a later call finds a chunk's operator, chunk i
-prefers worker i mod n (`clgrid.dask_chunks.prefer_worker`: a preference, Dask may still
-move it); its data follow it there once, and Dask keeps the copy for later calls.  With
-more chunks per worker than ``keep_operators``, every call rebuilds them all (the least
-recently used goes first): raise it for major cycles, memory allowing.
+content of its points (a chunk's uvw, frequencies and mask; a slab's u, v, w) with its
+geometry, planes, every keyword, the device and the worker's ``$CLGRID_DEVICE``
+(a token of the arrays, not Dask keys, so a recomputed but equal chunk finds its
+operator); `vis2dirty` and `dirty2vis` on the same data share them.  Each kept operator
+holds its plan, padded grid and per-pixel tables: ``keep_operators=0`` keeps none.  So
+that a later call finds them, chunk (or slab) i prefers worker i mod n
+(`clgrid.dask_chunks.prefer_worker`: a preference, Dask may still move it); slabs always
+do, which also spreads them over the workers.  With more tasks per worker than
+``keep_operators``, every call rebuilds them all (the least recently used goes first):
+raise it for major cycles, memory allowing.
 
-Memory, with one thread per worker: a task holds its chunk, its operator and the image
-it returns; an addition holds two images and their sum.  A finished image waits on its
-worker until its pair in the tree is done too (Dask runs an addition as soon as both
-are there), so a worker holds at most a few images besides its kept operators.
+Memory, with one thread per worker: a task holds its chunk or slab, its operator and the
+image it returns; an addition holds two images and their sum.  A finished image waits on
+its worker until its pair in the tree is done too, so a worker holds at most a few images
+besides its kept operators.
 """
 
 from __future__ import annotations
@@ -52,7 +61,8 @@ import numpy as np
 
 from .dask_chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
     workers_to_prefer
-from .wgridding import WGridder
+from .dask_slabs import Slab, assemble, extent, geometry_of, join, plane_counts, select, slab_bounds, split
+from .wgridding import SPEED_OF_LIGHT, WGridder
 
 try:
     import dask
@@ -60,33 +70,37 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["vis2dirty", "dirty2vis", "cached_wgridders", "clear_wgridders", "KEEP_OPERATORS"]
+__all__ = ["vis2dirty", "dirty2vis", "cached_wgridders", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
 
 KEEP_OPERATORS = 4
+SPLITS = ("auto", "planes", "rows")
 _operators: OrderedDict = OrderedDict()     # key -> (WGridder, its lock)
 _counts = {"made": 0, "reused": 0}
 _lock = threading.Lock()
 
 # keywords of ducc0.wgridder accepted and without effect, as clgrid.vis2dirty takes them
 ACCEPTED_WITHOUT_EFFECT = ("allow_nshift", "double_precision_accumulation")
+# a slab's operator takes its samples' u, v, w in wavelengths: one channel at c (a scale of 1)
+UNIT_FREQ = np.array([SPEED_OF_LIGHT])
 
 
 # -- on the workers -------------------------------------------------------------------
 
-def _operator(uvw, freq, mask, options: dict, keep: int) -> tuple:
-    """The worker's `WGridder` for these points and this geometry, with the lock that
-    serialises its calls: built on first use and kept (the ``keep`` used last), else made
-    for this call only."""
+def _operator(uvw, freq, mask, options: dict, keep: int, geometry=None, planes=None) -> tuple:
+    """The worker's `WGridder` for these points and this geometry (given, with its planes,
+    for a slab; else its own), with the lock that serialises its calls: built on first
+    use and kept (the ``keep`` used last), else made for this call only."""
     key = (dask.base.tokenize(np.asarray(uvw), np.asarray(freq), None if mask is None else np.asarray(mask)),
-           tuple(sorted(options.items())), os.environ.get("CLGRID_DEVICE"))
+           tuple(sorted(options.items())), geometry, planes, os.environ.get("CLGRID_DEVICE"))
     with _lock:
         found = _operators.get(key)
         if found is not None:
             _operators.move_to_end(key)
             _counts["reused"] += 1
             return found
-    made = (WGridder(uvw, freq, mask=mask, **dict(options, tuning=None if options["tuning"] is None
-                                                    else dict(options["tuning"]))), threading.Lock())
+    made = (WGridder(uvw, freq, mask=mask, geometry=geometry, planes=planes,
+                     **dict(options, tuning=None if options["tuning"] is None else dict(options["tuning"]))),
+            threading.Lock())
     with _lock:
         _counts["made"] += 1
         if keep > 0:
@@ -118,24 +132,31 @@ def _all_masked(mask) -> bool:
     return mask is not None and not np.any(mask)
 
 
+def _zeros(options: dict) -> np.ndarray:
+    real = np.float64 if options["precision"] == "double" else np.float32
+    return np.zeros((options["npix_x"], options["npix_y"]), real)
+
+
+def _imaged(operator, lock, vis, wgt) -> tuple:
+    """The operator's image of ``vis`` and the warnings it gave (none where the image is
+    zero: a part without data is no news; the caller warns for the set)."""
+    with lock, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        image = operator.vis2dirty(vis, wgt)
+    return image, frozenset(str(w.message) for w in caught) if np.any(image) else frozenset()
+
+
 def _image_chunk(uvw, freq, vis, wgt, mask, chunk, options, keep):
-    """One task: the dirty image of one chunk, and the warnings it gave (empty where the
-    chunk added nothing: a chunk without data is no news; the caller warns for the set)."""
-    g = options
-    real = np.float64 if g["precision"] == "double" else np.float32
+    """One task of the rows split: the dirty image of one chunk, and its warnings."""
     with naming(chunk):
         if _all_masked(mask):                # nothing to image: no operator, no warning
-            return np.zeros((g["npix_x"], g["npix_y"]), real), frozenset()
-        operator, lock = _operator(uvw, freq, mask, g, keep)
-        with lock, warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            image = operator.vis2dirty(vis, wgt)
-        said = frozenset(str(w.message) for w in caught) if np.any(image) else frozenset()
-        return image, said
+            return _zeros(options), frozenset()
+        operator, lock = _operator(uvw, freq, mask, options, keep)
+        return _imaged(operator, lock, vis, wgt)
 
 
 def _vis_chunk(dirty, uvw, freq, wgt, mask, chunk, options, keep):
-    """One task: the visibilities of one chunk predicted from the image."""
+    """One task of the rows split: the visibilities of one chunk predicted from the image."""
     with naming(chunk):
         if _all_masked(mask):
             dtype = np.complex128 if options["precision"] == "double" else np.complex64
@@ -143,6 +164,60 @@ def _vis_chunk(dirty, uvw, freq, wgt, mask, chunk, options, keep):
         operator, lock = _operator(uvw, freq, mask, options, keep)
         with lock:
             return operator.dirty2vis(dirty, wgt)
+
+
+def _chunk_extent(chunk, uvw, freq, mask):
+    with naming(chunk):
+        return extent(uvw, freq, mask)
+
+
+def _chunk_counts(chunk, uvw, freq, mask, geometry):
+    with naming(chunk):
+        return plane_counts(uvw, freq, mask, geometry)
+
+
+def _chunk_select(chunk, uvw, freq, vis, wgt, mask, geometry, bounds, indices):
+    with naming(chunk):
+        return select(uvw, freq, vis, wgt, mask, geometry, bounds, indices)
+
+
+def _chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
+    with naming(chunk):
+        return assemble(_chunk_shape(chunk), taken, shares, wgt, mask, dtype)
+
+
+def _slab_operator(points, geometry, slab: Slab, options, keep):
+    """The operator of a slab's samples over its planes; None where it has none."""
+    if slab.planes[0] == slab.planes[1] or not len(points):
+        return None
+    return _operator(points, UNIT_FREQ, None, options, keep, geometry, slab.planes)
+
+
+def _image_slab(parts, geometry, bounds, index, options, keep):
+    """One task of the planes split: the image of the taps on one slab's planes, from its
+    samples of every chunk (in chunk order), and its warnings."""
+    slab = Slab(index, bounds[index])
+    with naming(slab):
+        points, values = join(parts)
+        found = _slab_operator(points, geometry, slab, options, keep)
+        if found is None:
+            return _zeros(options), frozenset()
+        return _imaged(*found, values[:, None], None)
+
+
+def _vis_slab(dirty, parts, geometry, bounds, index, options, keep):
+    """One task of the planes split: its samples' shares of the visibilities (the taps on
+    its planes, unweighted), one array per chunk."""
+    slab = Slab(index, bounds[index])
+    with naming(slab):
+        points, _ = join(parts)
+        found = _slab_operator(points, geometry, slab, options, keep)
+        if found is None:
+            dtype = np.complex128 if options["precision"] == "double" else np.complex64
+            return split(np.zeros(len(points), dtype), parts)
+        operator, lock = found
+        with lock:
+            return split(operator.dirty2vis(dirty)[:, 0], parts)
 
 
 def _add_images(a: tuple, b: tuple) -> tuple:
@@ -197,14 +272,16 @@ def _frequencies(freq):
 
 
 def _options(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u, flip_v, flip_w, divide_by_n,
-             center_x, center_y, sigma_min, sigma_max, precision, device, nthreads, verbosity, tuning) -> dict:
+             center_x, center_y, sigma_min, sigma_max, precision, device, nthreads, verbosity, tuning,
+             deterministic) -> dict:
     """`WGridder`'s keywords, as plain values (they key the workers' operators)."""
     return dict(npix_x=int(npix_x), npix_y=int(npix_y), pixsize_x=float(pixsize_x), pixsize_y=float(pixsize_y),
                 epsilon=float(epsilon), do_wgridding=bool(do_wgridding), flip_u=bool(flip_u), flip_v=bool(flip_v),
                 flip_w=bool(flip_w), divide_by_n=bool(divide_by_n), center_x=float(center_x),
                 center_y=float(center_y), sigma_min=float(sigma_min), sigma_max=float(sigma_max),
                 precision=precision, device=check_device(device), nthreads=int(nthreads),
-                verbosity=int(verbosity), tuning=None if tuning is None else tuple(sorted(tuning.items())))
+                verbosity=int(verbosity), tuning=None if tuning is None else tuple(sorted(tuning.items())),
+                deterministic=bool(deterministic))
 
 
 def _precision(dtype, name: str, kinds: dict) -> str:
@@ -226,26 +303,112 @@ def _keep(keep_operators) -> int:
     return int(keep_operators)
 
 
+def _split(split, slabs, do_wgridding, layout: Layout, keep: int) -> tuple:
+    """(the split, the number of slabs, the workers tasks prefer or None): module docstring."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
+    if slabs is not None and (isinstance(slabs, bool) or int(slabs) != slabs or slabs < 1):
+        raise ValueError(f"slabs must be a positive integer or None (one per worker), got {slabs!r}")
+    if split == "planes" and not do_wgridding:
+        raise ValueError("split='planes' needs do_wgridding=True: without w there is one plane to share")
+    workers = workers_to_prefer(True)
+    count = int(slabs) if slabs is not None else len(workers or [None])
+    if split == "auto":
+        tasks = layout.shape[0] * layout.shape[1]
+        split = "planes" if do_wgridding and (count > 1 or tasks > 1) else "rows"
+    return split, count, workers if split == "planes" or keep > 0 else None
+
+
+def _task(function):
+    return dask.delayed(function, pure=False)
+
+
+def _slab_geometry(layout: Layout, uvw, freq, mask, options: dict, count: int) -> tuple:
+    """The planes split's first steps in the graph: each chunk's pieces (chunks, uvw,
+    freq, mask), the geometry of them all and the slabs' planes, both delayed."""
+    chunks, points, masks = layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(mask)
+    freqs = [freq[slice(*chunk.channels)] for chunk in chunks]
+    pieces = list(zip(chunks, points, freqs, masks))
+    geometry = _task(geometry_of)([_task(_chunk_extent)(*piece) for piece in pieces], options)
+    bounds = _task(slab_bounds)([_task(_chunk_counts)(*piece, geometry) for piece in pieces], geometry, count)
+    return pieces, geometry, bounds
+
+
+def _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers) -> list:
+    parts = []
+    for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
+                                 layout.pieces(wgt), layout.pieces(mask)):
+        with prefer_worker(chunk.index, workers):
+            parts.append(_task(_image_chunk)(u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep))
+    return parts
+
+
+def _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, workers) -> list:
+    pieces, geometry, bounds = _slab_geometry(layout, uvw, freq, mask, options, count)
+    selected = [dask.delayed(_chunk_select, pure=False, nout=count)(chunk, u, f, v, w, m, geometry, bounds, False)
+                for (chunk, u, f, m), v, w in zip(pieces, layout.pieces(vis), layout.pieces(wgt))]
+    parts = []
+    for s in range(count):
+        inputs = [taken[s] for taken in selected]       # outside the annotation: they stay with their chunk
+        with prefer_worker(s, workers):
+            parts.append(_task(_image_slab)(inputs, geometry, bounds, s, options, keep))
+    return parts
+
+
+def _rows_vis(layout, image, uvw, freq, wgt, mask, options, keep, workers, dtype) -> list:
+    pieces = []
+    for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
+                              layout.pieces(mask)):
+        with prefer_worker(chunk.index, workers):
+            task = _task(_vis_chunk)(image, u, freq[slice(*chunk.channels)], w, m, chunk, options, keep)
+        pieces.append(da.from_delayed(task, shape=_chunk_shape(chunk), dtype=dtype))
+    return pieces
+
+
+def _slab_vis(layout, image, uvw, freq, wgt, mask, options, keep, count, workers, dtype) -> list:
+    pieces, geometry, bounds = _slab_geometry(layout, uvw, freq, mask, options, count)
+    selected = [dask.delayed(_chunk_select, pure=False, nout=2 * count)(chunk, u, f, None, None, m, geometry, bounds,
+                                                                        True) for chunk, u, f, m in pieces]
+    shares = []
+    for s in range(count):
+        inputs = [taken[s] for taken in selected]
+        with prefer_worker(s, workers):
+            shares.append(dask.delayed(_vis_slab, pure=False, nout=len(pieces))(image, inputs, geometry, bounds, s,
+                                                                                options, keep))
+    out = []
+    for i, ((chunk, _, _, m), w) in enumerate(zip(pieces, layout.pieces(wgt))):
+        task = _task(_chunk_assemble)(chunk, [selected[i][count + s] for s in range(count)],
+                                      [shares[s][i] for s in range(count)], w, m, dtype)
+        out.append(da.from_delayed(task, shape=_chunk_shape(chunk), dtype=dtype))
+    return out
+
+
+def _chunk_shape(chunk) -> tuple:
+    return chunk.rows[1] - chunk.rows[0], chunk.channels[1] - chunk.channels[0]
+
+
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               dirty=None, device=None, tuning=None, row_chunks=None, channel_chunks=None,
-              keep_operators=KEEP_OPERATORS, **ignored):
+              keep_operators=KEEP_OPERATORS, split="auto", slabs=None, deterministic=False, **ignored):
     """`clgrid.vis2dirty` over Dask: the dirty image (npix_x, npix_y) of ``vis``.
 
     Keywords and meaning as `clgrid.vis2dirty` (ducc0.wgridder's).  ``uvw`` (nrow, 3),
     ``vis``, ``wgt`` and ``mask`` (nrow, nchan) may be dask or numpy arrays, ``freq`` too
-    (nchan,).  The tasks are the chunks of rows and channels: ``row_chunks`` /
-    ``channel_chunks`` (an int or sizes) where given, else the chunks of the first dask
-    array among uvw, vis, wgt, mask along rows, and among vis, wgt, mask (or ``freq``)
-    along channels; without any, one task.  ``vis``'s dtype sets the precision.
-    ``device`` is a name each worker resolves (None: its ``$CLGRID_DEVICE``, else its first
-    GPU, else PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how
-    many operators each worker keeps for later calls (module docstring).  The images of
-    the chunks are summed pairwise by chunk number (row blocks, channel blocks inside
-    them), whatever order the tasks finish in.  A failing task's exception is raised here
-    with a note naming its chunk (``clgrid.dask: chunk 3, rows 680:1020, channels 2:4``).
-    ``dirty``, if given, receives the image.
+    (nchan,).  The data's chunks are ``row_chunks`` / ``channel_chunks`` (an int or sizes)
+    where given, else the chunks of the first dask array among uvw, vis, wgt, mask along
+    rows, and among vis, wgt, mask (or ``freq``) along channels; without any, one chunk.
+    ``split`` ("auto", "planes", "rows") and ``slabs`` (None: one per worker) choose how
+    the work is cut (module docstring): by slabs of w-planes, each taking its samples
+    from every chunk, or by chunks.  ``vis``'s dtype sets the precision.  ``device`` is a
+    name each worker resolves (None: its ``$CLGRID_DEVICE``, else its first GPU, else
+    PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how many
+    operators each worker keeps for later calls; ``deterministic``: the same bits from
+    run to run (module docstring).  The partial images are summed pairwise by slab or
+    chunk number, whatever order the tasks finish in.  A failing task's exception is
+    raised here with a note naming its chunk (``clgrid.dask: chunk 3, rows 680:1020,
+    channels 2:4``) or slab.  ``dirty``, if given, receives the image.
     """
     _refuse_unknown(ignored)
     precision = _precision(vis.dtype if hasattr(vis, "dtype") else np.asarray(vis).dtype, "vis",
@@ -257,15 +420,14 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
                      channel_chunks if channel_chunks is not None else freq_chunks)
     options = _options(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u, flip_v, flip_w,
                        divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device, nthreads,
-                       verbosity, tuning)
+                       verbosity, tuning, deterministic)
     keep = _keep(keep_operators)
-    parts, workers = [], workers_to_prefer(keep > 0)
-    for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
-                                 layout.pieces(wgt), layout.pieces(mask)):
-        with prefer_worker(chunk, workers):
-            parts.append(dask.delayed(_image_chunk, pure=False)(u, freq[slice(*chunk.channels)], v, w, m, chunk,
-                                                                options, keep))
-    image, said = dask.compute(tree_sum(parts, dask.delayed(_add_images, pure=False)))[0]
+    split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
+    if split == "rows":
+        parts = _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers)
+    else:
+        parts = _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, workers)
+    image, said = dask.compute(tree_sum(parts, _task(_add_images)))[0]
     for message in sorted(said):
         warnings.warn(message, stacklevel=2)
     if not np.any(image):
@@ -281,18 +443,20 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               vis=None, device=None, npix_x=0, npix_y=0, tuning=None, row_chunks=None, channel_chunks=None,
-              keep_operators=KEEP_OPERATORS, **ignored):
+              keep_operators=KEEP_OPERATORS, split="auto", slabs=None, deterministic=False, **ignored):
     """`clgrid.dirty2vis` over Dask: the visibilities (nrow, nchan) of the image ``dirty``,
-    as a lazy dask array chunked along rows and channels as the tasks are.
+    as a lazy dask array chunked along rows and channels as the data are.
 
     Keywords and meaning as `clgrid.dirty2vis` (ducc0.wgridder's); ``dirty``'s dtype
     (float32 or float64, numpy or a dask array) sets the precision.  Chunks as for
     `vis2dirty`: ``row_chunks`` / ``channel_chunks``, else those of the first dask array
-    among uvw, wgt, mask along rows, and among wgt, mask (or ``freq``) along channels.
-    The image is sent to every worker once (scattered on a distributed cluster, one node
-    of the graph otherwise), not once per task.  A chunk without any unmasked visibility
-    comes back as zeros without an operator or a warning.  ``vis``, if given (numpy),
-    receives the computed visibilities and is returned instead of the dask array.
+    among uvw, wgt, mask along rows, and among wgt, mask (or ``freq``) along channels;
+    ``split``, ``slabs``, ``keep_operators`` and ``deterministic`` as there.  The image is
+    sent to every worker once (scattered on a distributed cluster, one node of the graph
+    otherwise), not once per task.  With the planes split, each slab predicts its samples'
+    share and each chunk adds its slabs' shares in slab order; a chunk without any
+    unmasked visibility comes back as zeros.  ``vis``, if given (numpy), receives the
+    computed visibilities and is returned instead of the dask array.
     """
     _refuse_unknown(ignored)
     dirty = _local(dirty)
@@ -310,18 +474,15 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
                      row_chunks, channel_chunks if channel_chunks is not None else freq_chunks)
     options = _options(dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u,
                        flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device,
-                       nthreads, verbosity, tuning)
+                       nthreads, verbosity, tuning, deterministic)
     keep = _keep(keep_operators)
+    split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
     image = shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
     dtype = np.complex128 if precision == "double" else np.complex64
-    pieces, workers = [], workers_to_prefer(keep > 0)
-    for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
-                              layout.pieces(mask)):
-        with prefer_worker(chunk, workers):
-            task = dask.delayed(_vis_chunk, pure=False)(image, u, freq[slice(*chunk.channels)], w, m, chunk,
-                                                        options, keep)
-        shape = (chunk.rows[1] - chunk.rows[0], chunk.channels[1] - chunk.channels[0])
-        pieces.append(da.from_delayed(task, shape=shape, dtype=dtype))
+    if split == "rows":
+        pieces = _rows_vis(layout, image, uvw, freq, wgt, mask, options, keep, workers, dtype)
+    else:
+        pieces = _slab_vis(layout, image, uvw, freq, wgt, mask, options, keep, count, workers, dtype)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = result.compute()

@@ -1,0 +1,216 @@
+"""The w-plane split of `clgrid.dask.vis2dirty` / `dirty2vis` with w-gridding: one
+geometry for every chunk of the data, the stack of w-planes cut into slabs of about equal
+work, and which samples of each chunk each slab takes (and, for `dirty2vis`, how their
+predictions go back into the chunk).  Plain numpy on the workers; the tasks and the graph
+are `clgrid.dask_wgridding`'s.
+
+Why slabs of planes, not chunks of rows.  Imaging with w is spreading (each sample's
+W x W x W taps, on the W planes from its first one) plus, per w-plane, an FFT of the
+padded grid and per-pixel work (crop, w phase, sum).  Rows span every w, so an operator
+per chunk of rows repeats every plane: n chunks did n times the FFTs and pixel work
+(BENCHMARKS.md: 8 workers on 16 cores were 3.5 times slower than 1).  Here every operator
+shares one `Geometry` (`clgrid.wgridding.choose_geometry` on the |w| range and number of
+samples reduced over all chunks first: `extent`), and the operator of slab s owns planes
+``lo_s .. hi_s - 1`` (`WGridder(planes=...)`).  A sample with first plane g has taps on
+planes g .. g + W - 1, so it can straddle slabs.  Two ways to split:
+
+- each sample to the slab of its first plane, that slab's operator transforming planes
+  lo .. hi + W - 2: the W - 1 planes past every slab's end are transformed twice, (S - 1)
+  (W - 1) extra FFTs (W = 7, 32 planes, 8 slabs: 42, more than the planes themselves);
+- each sample to every slab its taps touch, each operator spreading only the taps on its
+  own planes: the FFTs and pixel work are the planes' exactly, the spreading too (each tap
+  once); what repeats is per-sample work (selecting, moving, planning, the tap tables) for
+  the samples near a slab's edges, about 1 + (W - 1) / (planes per slab) times.
+
+The second is what `select` does: on CPUs the planes are the cost, and per-sample work is
+the cheap part.  Taking the samples from each chunk (one pass of comparisons, in place)
+rather than re-chunking the data by w (a sort of all samples) moves the same data.
+
+Exactness.  A sample's first plane comes from the planning's own arithmetic
+(`Geometry.first_planes`) on the same float64 u, v, w the slab's operator plans: uvw times
+freq / c, handed over with freq = c (a scale of exactly 1), so `select` and the operators'
+plans agree to the bit; the slabs' planes partition the stack, so every tap is spread
+once (tested: points on slab edges, slabs without points).
+
+Balance.  Planes differ in work (samples crowd at small |w|): a plane costs its FFT and
+pixel work where any tap falls on it, plus its taps' W x W cells
+(`clgrid.wgridding.imaging_work`, from a histogram of first planes reduced over the
+chunks: `plane_counts`); `slab_bounds` cuts the planes into contiguous slabs with the
+smallest largest cost.
+
+What moves: each selected sample's u, v, w (float64) and its weighted visibility (the
+weight applied in `select`, as the operator would), 32 bytes in single precision, times
+the overlap above.  For `dirty2vis` each slab predicts its samples' share (its planes'
+taps, unweighted); each chunk adds its slabs' shares in slab order and weights them
+(`assemble`), on the chunk's worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .wgridding import SPEED_OF_LIGHT, _abs_w_range, choose_geometry, imaging_work
+from .wgrid_plan import Geometry
+
+__all__ = ["Slab", "extent", "geometry_of", "plane_counts", "slab_bounds", "select", "join", "split", "assemble"]
+
+
+@dataclass(frozen=True)
+class Slab:
+    """One slab's task: its number in the sum and its w-planes ``lo:hi`` (empty where
+    lo == hi: more slabs than planes with work)."""
+
+    index: int
+    planes: tuple
+
+    def describe(self) -> str:
+        """The note a failing slab task's error carries to the caller."""
+        return f"clgrid.dask: w-plane slab {self.index}, planes {self.planes[0]}:{self.planes[1]}"
+
+
+def _scale(freq) -> np.ndarray:
+    return np.asarray(freq, np.float64).reshape(-1) / SPEED_OF_LIGHT
+
+
+def _kept(shape: tuple, mask) -> np.ndarray:
+    """Flat indices (row * nchan + channel) of the samples that count."""
+    if mask is None:
+        return np.arange(shape[0] * shape[1])
+    return np.flatnonzero(np.asarray(mask).reshape(-1))
+
+
+def _finite(name: str, values: np.ndarray) -> np.ndarray:
+    bad = np.count_nonzero(~np.isfinite(values))
+    if bad:
+        raise ValueError(f"{name} has NaN or infinite entries where not masked ({bad})")
+    return values
+
+
+def extent(uvw, freq, mask) -> tuple:
+    """(smallest |w|, largest |w|, number of samples) over one chunk's kept samples,
+    wavelengths; (inf, -inf, 0) without any.  Combined over chunks by `geometry_of` to
+    what the operator of all the samples would find (a min and max of the same products)."""
+    uvw = np.asarray(uvw, np.float64)
+    scale = _scale(freq)
+    keep = None if mask is None else np.asarray(mask) != 0
+    count = uvw.shape[0] * scale.size if keep is None else int(np.count_nonzero(keep))
+    if count == 0:
+        return np.inf, -np.inf, 0
+    lo, hi = _abs_w_range(uvw, scale, keep)
+    return lo, hi, count
+
+
+def geometry_of(extents: list, options: dict) -> Geometry:
+    """The geometry of all the chunks, from their `extent`: `choose_geometry` with the
+    call's keywords (``options``, `clgrid.dask_wgridding`'s)."""
+    count = sum(e[2] for e in extents)
+    w_range = (min(e[0] for e in extents), max(e[1] for e in extents)) if count else None
+    o = options
+    return choose_geometry(o["npix_x"], o["npix_y"], o["pixsize_x"], o["pixsize_y"], o["epsilon"],
+                           o["do_wgridding"], w_range, count, o["flip_u"], o["flip_v"], o["center_x"],
+                           o["center_y"], o["sigma_min"], o["sigma_max"], o["precision"])
+
+
+def _first_planes(points: np.ndarray, geometry: Geometry) -> np.ndarray:
+    """Each sample's first plane (its w folded to w >= 0, as the operator folds it)."""
+    return geometry.first_planes(np.abs(points[:, 2]))
+
+
+def _points(uvw, freq, flat: np.ndarray) -> np.ndarray:
+    """u, v, w in wavelengths (k, 3) of the samples ``flat``: uvw times freq / c, the
+    product the operator's planning forms (flips are signs, exact either side of it)."""
+    scale = _scale(freq)
+    rows, chans = np.divmod(flat, scale.size)
+    points = np.asarray(uvw, np.float64)[rows] * scale[chans, None]
+    _finite("uvw", points)
+    return points
+
+
+def plane_counts(uvw, freq, mask, geometry: Geometry) -> np.ndarray:
+    """How many of one chunk's kept samples have each first plane (num_planes,)."""
+    shape = (len(uvw), _scale(freq).size)
+    points = _points(uvw, freq, _kept(shape, mask))
+    return np.bincount(_first_planes(points, geometry).astype(np.int64), minlength=geometry.num_planes)
+
+
+def slab_bounds(counts: list, geometry: Geometry, slabs: int) -> list:
+    """``slabs`` contiguous ranges (lo, hi) of the planes, in order, that cover them all
+    with the smallest largest work (`imaging_work` per plane: its FFT where any tap falls
+    on it, its taps' cells); trailing ranges are empty (lo == hi) where fewer suffice."""
+    g, support = geometry, geometry.kernel.support
+    first = np.sum(counts, axis=0) if len(counts) else np.zeros(g.num_planes, np.int64)
+    taps = np.convolve(first, np.ones(support, np.int64))[:g.num_planes]     # samples with a tap on each plane
+    work = imaging_work(taps * float(support) ** 2, taps > 0, g.nu, g.nv)
+    if not np.any(work):
+        return [(0, 0)] * slabs
+    # the smallest largest sum that `slabs` ranges reach, by bisection; ``high`` always
+    # reaches it (the total, raised past the rounding of `_fill`'s running sums)
+    low, high = float(work.max()), float(work.sum()) * (1.0 + 1e-9)
+    for _ in range(64):
+        middle = 0.5 * (low + high)
+        low, high = (low, middle) if len(_fill(work, middle)) <= slabs else (middle, high)
+    starts = _fill(work, high)
+    edges = starts + [g.num_planes] * (slabs - len(starts) + 1)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _fill(work: np.ndarray, limit: float) -> list:
+    """Where each range starts when planes are taken in order while the sum stays within ``limit``."""
+    starts, total = [0], 0.0
+    for plane, cost in enumerate(work):
+        if total + cost > limit and total > 0:
+            starts.append(plane)
+            total = 0.0
+        total += cost
+    return starts
+
+
+def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices: bool = False) -> tuple:
+    """One chunk's samples for each slab of ``bounds``: those with a tap on its planes
+    (first plane < hi and first plane + W > lo), as (points (k, 3) wavelengths, values
+    (k,): vis times wgt; None without vis).  With ``indices``, the flat indices of each
+    slab's samples in the chunk follow, one array per slab (for `assemble`).  Non-finite
+    vis, wgt or uvw where not masked are refused here, where the chunk is known."""
+    shape = (len(uvw), _scale(freq).size)
+    flat = _kept(shape, mask)
+    points = _points(uvw, freq, flat)
+    values = None
+    if vis is not None:
+        values = _finite("vis", np.asarray(vis).reshape(-1)[flat])
+        if wgt is not None:
+            values = values * _finite("wgt", np.asarray(wgt).reshape(-1)[flat].astype(values.real.dtype))
+    first = _first_planes(points, geometry)
+    support = geometry.kernel.support
+    parts, taken = [], []
+    for lo, hi in bounds:
+        take = np.flatnonzero((first < hi) & (first + support > lo))
+        parts.append((points[take], None if values is None else values[take]))
+        taken.append(flat[take])
+    return tuple(parts + taken) if indices else tuple(parts)
+
+
+def join(parts: list) -> tuple:
+    """A slab's parts from every chunk (in chunk order) as one set: (points, values or None)."""
+    points = np.concatenate([p for p, _ in parts]) if parts else np.zeros((0, 3))
+    values = None if not parts or parts[0][1] is None else np.concatenate([v for _, v in parts])
+    return points, values
+
+
+def split(predicted: np.ndarray, parts: list) -> tuple:
+    """A slab's predicted values cut back into its parts, one array per chunk."""
+    edges = np.cumsum([len(p) for p, _ in parts])[:-1]
+    return tuple(np.split(predicted, edges))
+
+
+def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype) -> np.ndarray:
+    """One chunk's visibilities (shape): each slab's share added at its samples, in slab
+    order, then weighted; zero where masked."""
+    out = np.zeros(shape[0] * shape[1], dtype)
+    for flat, share in zip(taken, shares):
+        out[flat] += share                    # a slab takes a sample at most once
+    if wgt is not None:
+        kept = _kept(shape, mask)
+        out[kept] *= _finite("wgt", np.asarray(wgt).reshape(-1)[kept].astype(out.real.dtype))
+    return out.reshape(shape)

@@ -1,0 +1,160 @@
+"""The w-plane split's bookkeeping (clgrid.dask_slabs), without a cluster: the geometry
+reduced over chunks is the single operator's, each slab takes exactly the samples with a
+tap on its planes (as the operators' planning places them, to the bit, points on the
+slabs' edges included), every tap falls in exactly one slab, the slabs balance the work,
+and the predictions go back to their samples.  The cluster runs are in tests/test_dask.py."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("dask", reason="clgrid.dask needs dask (pip install 'clgrid[dask]')")
+
+from clgrid import dask_slabs, wgrid_plan  # noqa: E402
+from clgrid.wgridding import SPEED_OF_LIGHT, WGridder, _abs_w_range, choose_geometry, imaging_work  # noqa: E402
+
+IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
+FREQS = np.array([1.0, 1.1, 1.3]) * SPEED_OF_LIGHT        # channel 0 at c: metres are wavelengths there
+
+
+def options(**kw):
+    """`clgrid.dask_wgridding`'s options as `geometry_of` reads them."""
+    return dict(dict(epsilon=1e-5, do_wgridding=True, flip_u=False, flip_v=False, center_x=0.0, center_y=0.0,
+                     sigma_min=1.1, sigma_max=2.6, precision="double", **IMAGE), **kw)
+
+
+def observation(rng, nrow=2000):
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
+    mask = (rng.random((nrow, FREQS.size)) > 0.1).astype(np.uint8)
+    return uvw, mask
+
+
+def on_edges(rng, uvw, geometry, rows, w_range):
+    """``rows`` of uvw moved to w exactly where a first plane begins at channel 0 (and one
+    step of rounding either side), for every plane whose w keeps the rows inside
+    ``w_range`` at every channel: points on every slab edge, whatever the slabs."""
+    g = geometry
+    w = g.w_start + (np.arange(g.num_planes) + g.kernel.support / 2.0) * g.dw
+    w = np.concatenate([w, np.nextafter(w, np.inf), np.nextafter(w, -np.inf)])
+    w = w[(w > w_range[0]) & (w * (FREQS.max() / SPEED_OF_LIGHT) < w_range[1])]
+    uvw[rows, 2] = rng.choice(w, len(rows)) * rng.choice([-1.0, 1.0], len(rows))
+    return uvw
+
+
+def geometry_for(uvw, mask, **kw):
+    return choose_geometry(w_range=_abs_w_range(uvw, FREQS / SPEED_OF_LIGHT, None if mask is None else mask != 0),
+                           num_kept=uvw.shape[0] * FREQS.size if mask is None else int(np.count_nonzero(mask)),
+                           **{k: v for k, v in options(**kw).items() if k not in ("flip_u", "flip_v")})
+
+
+def plan_first_planes(uvw, freq, mask, geometry, signs=(1.0, 1.0, 1.0)):
+    """Each kept sample's first plane as the operator's planning finds it, by flat index."""
+    host = wgrid_plan.plan_on_host(uvw, np.asarray(freq) / SPEED_OF_LIGHT, None if mask is None else mask != 0,
+                                   signs, geometry, wgrid_plan.Layout("rows", geometry.nu, geometry.nv), True)
+    src = host["src"]
+    flat = np.where(src < 0, -src - 1, src)
+    out = np.full(len(uvw) * np.size(freq), -10**6)
+    out[flat] = host["first"][:, 2]
+    return out
+
+
+def test_geometry_reduced_over_chunks_is_the_single_operators(rng):
+    uvw, mask = observation(rng)
+    chunks = np.array_split(np.arange(len(uvw)), 5)
+    extents = [dask_slabs.extent(uvw[r], FREQS[1:], mask[r, 1:]) for r in chunks]      # channels 1: only
+    extents.append(dask_slabs.extent(uvw[:0], FREQS, None))                           # an empty chunk
+    geometry = dask_slabs.geometry_of(extents, options(center_x=0.01, flip_u=True))
+    single = WGridder(uvw, FREQS[1:], mask=mask[:, 1:], epsilon=1e-5, do_wgridding=True, center_x=0.01,
+                      flip_u=True, **IMAGE).geometry
+    assert geometry == single
+    assert dask_slabs.extent(uvw, FREQS, np.zeros_like(mask)) == (np.inf, -np.inf, 0)
+
+
+@pytest.mark.parametrize("nslabs", [1, 3, 7])
+def test_each_slab_takes_exactly_the_samples_with_a_tap_on_its_planes(rng, nslabs):
+    uvw, mask = observation(rng)
+    freq = FREQS
+    geometry = geometry_for(uvw, mask)
+    w_range = _abs_w_range(uvw, freq / SPEED_OF_LIGHT, mask != 0)
+    aw = np.abs(uvw[:, 2])
+    inside = (aw * (freq.max() / SPEED_OF_LIGHT) < w_range[1]) & (aw > w_range[0])     # no sample an extreme
+    uvw = on_edges(rng, uvw, geometry, rng.choice(np.flatnonzero(inside), 600, replace=False), w_range)
+    assert geometry_for(uvw, mask) == geometry                                  # the same geometry
+    counts = [dask_slabs.plane_counts(uvw[r], freq, mask[r], geometry) for r in np.array_split(np.arange(2000), 3)]
+    bounds = dask_slabs.slab_bounds(counts, geometry, nslabs)
+    assert bounds[0][0] == 0 and bounds[-1][1] == geometry.num_planes and len(bounds) == nslabs
+    assert all(a[1] == b[0] for a, b in zip(bounds[:-1], bounds[1:]))         # a partition, in order
+
+    vis = rng.normal(size=mask.shape) + 1j * rng.normal(size=mask.shape)
+    wgt = rng.uniform(0.5, 1.0, mask.shape)
+    out = dask_slabs.select(uvw, freq, vis, wgt, mask, geometry, bounds, indices=True)
+    parts, taken = out[:nslabs], out[nslabs:]
+    first = plan_first_planes(uvw, freq, mask, geometry)
+    W = geometry.kernel.support
+    kept = np.flatnonzero(mask.reshape(-1))
+    edge = geometry.plane_positions(np.abs(uvw[:, 2])) - W / 2.0
+    assert np.count_nonzero(edge == np.round(edge)) > 100      # exactly where a plane (and a slab) begins
+    taps = np.zeros(first.size, int)
+    for (lo, hi), (points, values), flat in zip(bounds, parts, taken):
+        expected = kept[(first[kept] < hi) & (first[kept] + W > lo)]
+        np.testing.assert_array_equal(flat, expected)
+        np.testing.assert_array_equal(values, vis.reshape(-1)[flat] * wgt.reshape(-1)[flat])
+        # the slab's operator plans its points (wavelengths, freq = c) on the same planes
+        np.testing.assert_array_equal(plan_first_planes(points, [SPEED_OF_LIGHT], None, geometry), first[flat])
+        taps[flat] += np.clip(np.minimum(first[flat] + W, hi) - np.maximum(first[flat], lo), 0, None)
+    assert np.all(taps[kept] == W)                     # every tap of every kept sample in one slab
+    assert not np.any(taps[np.flatnonzero(mask.reshape(-1) == 0)])
+
+
+def test_slabs_balance_the_work_and_trailing_ones_are_empty(rng):
+    g = geometry_for(*observation(rng, nrow=500))
+    W, P = g.kernel.support, g.num_planes
+    crowded = np.zeros(P, np.int64)
+    crowded[0] = 10**6                                     # every sample's taps on planes 0 .. W-1
+    bounds = dask_slabs.slab_bounds([crowded], g, P + 5)
+    assert bounds == [(k, k + 1) for k in range(W - 1)] + [(W - 1, P)] + [(P, P)] * (P + 5 - W)
+    counts = rng.integers(0, 10**5, P)
+    taps = np.convolve(counts, np.ones(W, np.int64))[:P]
+    work = imaging_work(taps * float(W) ** 2, taps > 0, g.nu, g.nv)
+    low = np.where(np.arange(P) < P // 2, counts, 0)        # two chunks' histograms, summed
+    for nslabs in (2, 3, 5):
+        bounds = dask_slabs.slab_bounds([low, counts - low], g, nslabs)
+        largest = max(work[lo:hi].sum() for lo, hi in bounds)
+        assert largest <= work.sum() / nslabs + work.max()             # within a plane of an even cut
+    assert dask_slabs.slab_bounds([np.zeros(P, np.int64)], g, 3) == [(0, 0)] * 3
+
+
+def test_predictions_go_back_to_their_samples_weighted(rng):
+    shape, dtype = (50, 3), np.complex64
+    mask = rng.random(shape) > 0.2
+    wgt = rng.uniform(0.5, 1.0, shape).astype(np.float32)
+    wgt[~mask] = np.nan                                   # masked: never read
+    kept = np.flatnonzero(mask.reshape(-1))
+    taken = [kept[: len(kept) // 2 + 5], kept[len(kept) // 2:]]               # overlapping, as slabs do
+    shares = [(rng.normal(size=len(t)) + 1j * rng.normal(size=len(t))).astype(dtype) for t in taken]
+    out = dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype)
+    expected = np.zeros(shape[0] * shape[1], dtype)
+    for t, s in zip(taken, shares):
+        np.add.at(expected, t, s)
+    expected[kept] *= wgt.reshape(-1)[kept]
+    np.testing.assert_array_equal(out.reshape(-1), expected)
+    assert out.dtype == dtype and not np.any(out[~mask])
+    parts = [(np.zeros((n, 3)), None) for n in (3, 0, 4)]
+    assert [len(p) for p in dask_slabs.split(np.arange(7), parts)] == [3, 0, 4]
+
+
+def test_bad_values_are_refused_naming_them(rng):
+    uvw, mask = observation(rng, nrow=40)
+    g = choose_geometry(w_range=_abs_w_range(uvw, FREQS / SPEED_OF_LIGHT, None), num_kept=uvw.shape[0] * 3,
+                        **{k: v for k, v in options().items() if k not in ("flip_u", "flip_v")})
+    vis = np.ones(mask.shape, np.complex64)
+    vis[3, 1] = np.nan
+    bounds = [(0, g.num_planes)]
+    with pytest.raises(ValueError, match=r"vis has NaN or infinite entries where not masked \(1\)"):
+        dask_slabs.select(uvw, FREQS, vis, None, None, g, bounds)
+    mask[3, 1] = 0
+    dask_slabs.select(uvw, FREQS, vis, None, mask, g, bounds)                   # masked: fine
+    with pytest.raises(ValueError, match="wgt has NaN"):
+        dask_slabs.select(uvw, FREQS, np.ones(mask.shape, np.complex64), np.full(mask.shape, np.inf), None, g, bounds)
+    uvw[5, 0] = np.nan
+    with pytest.raises(ValueError, match="uvw has NaN"):
+        dask_slabs.select(uvw, FREQS, np.ones(mask.shape, np.complex64), None, None, g, bounds)
