@@ -8,18 +8,21 @@ What is timed (wall clock on the client, median of --repeats after a warm-up):
 - ``single_call``: clgrid.vis2dirty in this process (all cores: PoCL's threads and the
   host FFT's), operator built in the call; ``single_reused``: a kept `WGridder`'s call.
 - per worker count, ``call``: `clgrid.dask.vis2dirty` with ``keep_operators=0`` (every
-  chunk's operator built in its task, as `clgrid.vis2dirty` does), and ``reused``: the
-  operators kept from the warm-up (a major cycle's cost).  The data are persisted on the
-  workers first (as a reader on the workers would leave them; that load is timed
-  apart); each task images one chunk of rows (--chunks-per-worker per worker) and
-  channels (--channel-chunks).
+  task's operator built in it, as `clgrid.vis2dirty` does), and ``reused``: the operators
+  kept from the warm-up (a major cycle's cost).  The data are persisted on the workers
+  first (as a reader on the workers would leave them; that load is timed apart) in one
+  chunk of rows (--chunks-per-worker per worker) and channels (--channel-chunks) per
+  task.  ``--split`` is passed on: "auto" cuts the w-planes into one slab per worker
+  (`clgrid.dask_slabs`), "rows" images each chunk on its own (the split before).
 Efficiency = T(1 worker) / (n * T(n workers)).  Where the time goes, from Dask's task
-stream of the median run (`breakdown`): a timeline of the call (start-up, the chunk
-tasks, the additions left after the last chunk, the image back to the client), the
-chunk tasks' compute summed and on the busiest worker, the additions' compute and the
-transfers between workers; ``work_ratio`` is the chunk tasks' compute summed over
-workers relative to the first row's: above 1, efficiency is lost to more work (each
-chunk pays its own FFTs), not to waiting.
+stream of the median run (`breakdown`): a timeline of the call (start-up; preparing:
+the geometry, the slabs and each chunk's selection for them, until the first imaging
+task starts; the imaging tasks; the additions left after the last one; the image back
+to the client), with, summed over tasks, the preparing tasks' compute, the imaging
+tasks' compute (all workers, and the busiest one), the additions' and the transfers
+between workers; ``work_ratio`` is the imaging compute summed over workers relative to
+the first row's: above 1, efficiency is lost to more work, not to waiting.  ``slabs``:
+each worker count's slabs of planes, and the samples each takes.
 
     python benchmarks/dask_scaling.py --quick                        # here: under a minute
     python benchmarks/dask_scaling.py --json dask_scaling.json       # the 16-core machine
@@ -65,19 +68,26 @@ def observation(rows: int, nchan: int, f_lo: float, f_hi: float):
     return uvw, freq, vis
 
 
+# task names as dask.utils.key_split gives them (no leading underscore)
+IMAGING = ("image_chunk", "image_slab")
+PREPARING = ("chunk_extent", "geometry_of", "chunk_counts", "slab_bounds", "chunk_select", "getitem")
+
+
 def breakdown(stream: list, start: float, stop: float) -> dict:
     """Where one call's wall time went, from Dask's task stream (worker clocks: the same
     host's as ``start`` / ``stop``).  The wall time is cut into a timeline: ``startup_s``
-    (the call until the first chunk task starts: graph building, scheduling, and sending
-    the graph), ``chunks_s`` (first chunk start to last chunk end), ``reduction_tail_s``
-    (last chunk end to last task end: the additions and transfers left then) and
-    ``gather_s`` (the image back to the client).  Beside it, summed over tasks: the chunk
-    tasks' compute (all workers, and the busiest worker: ``chunks_s`` minus that is idle
-    or imbalance), the additions' compute and the transfers between workers."""
+    (the call until the first task starts: workers asked, graph built and sent),
+    ``prepare_s`` (first task start to the first imaging task's start: the geometry,
+    slabs and selections, and moving them), ``images_s`` (first imaging start to last
+    imaging end), ``reduction_tail_s`` (last imaging end to last task end: the additions
+    and transfers left then) and ``gather_s`` (the image back to the client).  Beside it,
+    summed over tasks: the preparing tasks' compute, the imaging tasks' compute (all
+    workers, and the busiest worker: ``images_s`` minus that is idle or imbalance), the
+    additions' compute and the transfers between workers."""
     from dask.utils import key_split
 
-    per_worker, add, transfer = {}, 0.0, 0.0
-    chunk_start, chunk_stop, last = stop, start, start
+    per_worker, add, prepare, transfer = {}, 0.0, 0.0, 0.0
+    first, image_start, image_stop, last = stop, stop, start, start
     for task in stream:
         name = key_split(task["key"])
         for part in task["startstops"]:
@@ -85,16 +95,39 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
             last = max(last, part["stop"])
             if part["action"] == "transfer":
                 transfer += seconds
-            elif part["action"] == "compute" and name.endswith("image_chunk"):
+                continue
+            if part["action"] != "compute":
+                continue
+            first = min(first, part["start"])
+            if name in IMAGING:
                 per_worker[task["worker"]] = per_worker.get(task["worker"], 0.0) + seconds
-                chunk_start, chunk_stop = min(chunk_start, part["start"]), max(chunk_stop, part["stop"])
-            elif part["action"] == "compute" and name.endswith("add_images"):
+                image_start, image_stop = min(image_start, part["start"]), max(image_stop, part["stop"])
+            elif name == "add_images":
                 add += seconds
-    return {"wall_s": stop - start, "startup_s": chunk_start - start, "chunks_s": chunk_stop - chunk_start,
-            "reduction_tail_s": last - chunk_stop, "gather_s": stop - last,
-            "chunk_compute_s": sum(per_worker.values()),
-            "chunk_compute_busiest_worker_s": max(per_worker.values(), default=0.0),
+            elif name in PREPARING:
+                prepare += seconds
+    return {"wall_s": stop - start, "startup_s": first - start, "prepare_s": image_start - first,
+            "images_s": image_stop - image_start, "reduction_tail_s": last - image_stop, "gather_s": stop - last,
+            "prepare_compute_s": prepare, "image_compute_s": sum(per_worker.values()),
+            "image_compute_busiest_worker_s": max(per_worker.values(), default=0.0),
             "reduction_compute_s": add, "transfer_s": transfer}
+
+
+def slabs(n: int, data: dict, common: dict, precision: str) -> list:
+    """The slabs ``n`` workers get (`clgrid.dask_slabs`, as the call makes them): planes
+    and samples taken, per slab."""
+    from clgrid import dask_slabs
+
+    options = dict(common, flip_u=False, flip_v=False, center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6,
+                   precision=precision)
+    geometry = dask_slabs.geometry_of([dask_slabs.extent(data["uvw"], common["freq"], None)], options)
+    counts = dask_slabs.plane_counts(data["uvw"], common["freq"], None, geometry)
+    bounds = dask_slabs.slab_bounds([counts], geometry, n)
+    taps = np.convolve(counts, np.ones(geometry.kernel.support, np.int64))[:geometry.num_planes]
+    first = np.concatenate([[0], np.cumsum(counts)])
+    support = geometry.kernel.support
+    return [{"planes": [lo, hi], "samples": int(first[hi] - first[max(lo - support + 1, 0)]) if hi > lo else 0,
+             "taps_on_planes": int(taps[lo:hi].sum())} for lo, hi in bounds]
 
 
 def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
@@ -120,14 +153,15 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
         wait([uvw, vis])
         out["load_s"] = time.perf_counter() - start
         out["tasks"] = len(uvw.chunks[0]) * len(vis.chunks[1])
-        keep = max(KEEP_OPERATORS, a.chunks_per_worker * len(vis.chunks[1]))   # every chunk's, for "reused"
+        keep = max(KEEP_OPERATORS, a.chunks_per_worker * len(vis.chunks[1]))   # every task's, for "reused"
         for variant, kept in (("call", 0), ("reused", keep)):
             runs: list = []
 
             def run(kept=kept, runs=runs):
                 with get_task_stream(client) as stream:
                     begin = time.time()
-                    image = cd.vis2dirty(uvw=uvw, vis=vis, nthreads=threads, keep_operators=kept, **common)
+                    image = cd.vis2dirty(uvw=uvw, vis=vis, nthreads=threads, keep_operators=kept, split=a.split,
+                                         **common)
                     end = time.time()
                 runs.append((end - begin, breakdown(stream.data, begin, end)))
                 return image
@@ -154,6 +188,7 @@ def main(argv=None):
     p.add_argument("--chunks-per-worker", type=int, default=1, help="row chunks per worker")
     p.add_argument("--channel-chunks", type=int, default=None, help="channels per chunk (default: all)")
     p.add_argument("--device", default="pocl", help="each worker's CLGRID_DEVICE, and the single process's")
+    p.add_argument("--split", default="auto", choices=("auto", "planes", "rows"), help="clgrid.dask's split")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-ducc0", action="store_true")
     p.add_argument("--quick", action="store_true", help="a small run (rows 20000, 2 channels, 256^2, 1-2 workers)")
@@ -179,7 +214,7 @@ def main(argv=None):
     res = {"rows": len(uvw), "nchan": a.nchan, "num_vis": int(vis.size), "npix": a.npix, "epsilon": a.epsilon,
            "precision": "double" if a.double else "single", "w": not a.no_w, "cores": a.cores, "device": a.device,
            "device_name": clgrid.runtime.get_queue(a.device).device.name.strip(), "repeats": a.repeats,
-           "chunks_per_worker": a.chunks_per_worker, "channel_chunks": a.channel_chunks,
+           "chunks_per_worker": a.chunks_per_worker, "channel_chunks": a.channel_chunks, "split": a.split,
            "command": " ".join(sys.argv)}
     print(f"{res['num_vis']:,} visibilities ({len(uvw):,} rows x {a.nchan} channels), {a.npix}^2, "
           f"epsilon {a.epsilon}, {res['precision']}, {a.cores} cores, device {res['device_name']}", flush=True)
@@ -207,6 +242,8 @@ def main(argv=None):
     res["dask"] = []
     for n in a.workers:
         row = scale(n, a, data, common, chunks, reference)
+        if not a.no_w and a.split != "rows":
+            row["slabs"] = slabs(n, data, common, res["precision"])
         res["dask"].append(row)
         if a.json:
             with open(a.json, "w") as f:
@@ -216,16 +253,16 @@ def main(argv=None):
               f"(load {row['load_s']:.2f} s)", flush=True)
     first = res["dask"][0]
     base = {v: first[v]["median_s"] * first["workers"] for v in ("call", "reused")}
-    work = {v: first[v]["breakdown"]["chunk_compute_s"] for v in ("call", "reused")}
+    work = {v: first[v]["breakdown"]["image_compute_s"] for v in ("call", "reused")}
     print(f"\n{'workers':>7} {'call s':>8} {'eff.':>5} {'reused s':>9} {'eff.':>5} {'work':>5}  the reused run's wall "
-          "time: startup + chunks (busiest worker's compute) + reduction tail + gather; transfers")
+          "time: startup + prepare + images (busiest worker's compute) + reduction tail + gather; transfers")
     for row in res["dask"]:
         n = row["workers"]
         for v in ("call", "reused"):
             row[v]["efficiency"] = base[v] / (n * row[v]["median_s"])
-            # chunk tasks' compute summed over workers, relative to the first row's: above 1,
-            # efficiency is lost to more work (each chunk's own FFTs, fewer threads per FFT)
-            row[v]["work_ratio"] = row[v]["breakdown"]["chunk_compute_s"] / work[v] if work[v] else None
+            # imaging tasks' compute summed over workers, relative to the first row's: above 1,
+            # efficiency is lost to more work (planes repeated, fewer threads per FFT)
+            row[v]["work_ratio"] = row[v]["breakdown"]["image_compute_s"] / work[v] if work[v] else None
             row[v]["speedup_vs_single_call"] = res["single_call_s"] / row[v]["median_s"]
             if "ducc0_s" in res:
                 row[v]["speedup_vs_ducc0"] = res["ducc0_s"] / row[v]["median_s"]
@@ -233,8 +270,9 @@ def main(argv=None):
         print(f"{n:>7} {row['call']['median_s']:>8.3f} {row['call']['efficiency']:>5.2f} "
               f"{row['reused']['median_s']:>9.3f} {row['reused']['efficiency']:>5.2f} "
               f"{row['reused']['work_ratio'] or 0:>5.2f}  "
-              f"{b['startup_s']:.3f} + {b['chunks_s']:.3f} ({b['chunk_compute_busiest_worker_s']:.3f}) + "
-              f"{b['reduction_tail_s']:.3f} + {b['gather_s']:.3f}; {b['transfer_s']:.3f}")
+              f"{b['startup_s']:.3f} + {b['prepare_s']:.3f} + {b['images_s']:.3f} "
+              f"({b['image_compute_busiest_worker_s']:.3f}) + {b['reduction_tail_s']:.3f} + {b['gather_s']:.3f}; "
+              f"{b['transfer_s']:.3f}")
     print(json.dumps(res, indent=1) if not a.json else f"JSON: {a.json}")
     if a.json:
         with open(a.json, "w") as f:

@@ -74,11 +74,15 @@ def _scale(freq) -> np.ndarray:
     return np.asarray(freq, np.float64).reshape(-1) / SPEED_OF_LIGHT
 
 
-def _kept(shape: tuple, mask) -> np.ndarray:
-    """Flat indices (row * nchan + channel) of the samples that count."""
-    if mask is None:
-        return np.arange(shape[0] * shape[1])
-    return np.flatnonzero(np.asarray(mask).reshape(-1))
+def _kept(mask) -> np.ndarray | None:
+    """Flat indices (row * nchan + channel) of the samples that count; None: all."""
+    return None if mask is None else np.flatnonzero(np.asarray(mask).reshape(-1))
+
+
+def _at(a, flat) -> np.ndarray:
+    """The flat entries ``flat`` (None: all) of the (nrow, nchan) array ``a``."""
+    a = np.asarray(a).reshape(-1)
+    return a if flat is None else a[flat]
 
 
 def _finite(name: str, values: np.ndarray) -> np.ndarray:
@@ -118,20 +122,22 @@ def _first_planes(points: np.ndarray, geometry: Geometry) -> np.ndarray:
     return geometry.first_planes(np.abs(points[:, 2]))
 
 
-def _points(uvw, freq, flat: np.ndarray) -> np.ndarray:
-    """u, v, w in wavelengths (k, 3) of the samples ``flat``: uvw times freq / c, the
-    product the operator's planning forms (flips are signs, exact either side of it)."""
-    scale = _scale(freq)
-    rows, chans = np.divmod(flat, scale.size)
-    points = np.asarray(uvw, np.float64)[rows] * scale[chans, None]
-    _finite("uvw", points)
-    return points
+def _points(uvw, freq, flat) -> np.ndarray:
+    """u, v, w in wavelengths (k, 3) of the samples ``flat`` (None: all): uvw times
+    freq / c, the product the operator's planning forms (flips are signs, exact either
+    side of it)."""
+    scale, uvw = _scale(freq), np.asarray(uvw, np.float64)
+    if flat is None:
+        points = (uvw[:, None, :] * scale[None, :, None]).reshape(-1, 3)
+    else:
+        rows, chans = np.divmod(flat, scale.size)
+        points = uvw[rows] * scale[chans, None]
+    return _finite("uvw", points)
 
 
 def plane_counts(uvw, freq, mask, geometry: Geometry) -> np.ndarray:
     """How many of one chunk's kept samples have each first plane (num_planes,)."""
-    shape = (len(uvw), _scale(freq).size)
-    points = _points(uvw, freq, _kept(shape, mask))
+    points = _points(uvw, freq, _kept(mask))
     return np.bincount(_first_planes(points, geometry).astype(np.int64), minlength=geometry.num_planes)
 
 
@@ -173,21 +179,20 @@ def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices:
     (k,): vis times wgt; None without vis).  With ``indices``, the flat indices of each
     slab's samples in the chunk follow, one array per slab (for `assemble`).  Non-finite
     vis, wgt or uvw where not masked are refused here, where the chunk is known."""
-    shape = (len(uvw), _scale(freq).size)
-    flat = _kept(shape, mask)
+    flat = _kept(mask)
     points = _points(uvw, freq, flat)
     values = None
     if vis is not None:
-        values = _finite("vis", np.asarray(vis).reshape(-1)[flat])
+        values = _finite("vis", _at(vis, flat))
         if wgt is not None:
-            values = values * _finite("wgt", np.asarray(wgt).reshape(-1)[flat].astype(values.real.dtype))
+            values = values * _finite("wgt", _at(wgt, flat).astype(values.real.dtype))
     first = _first_planes(points, geometry)
-    support = geometry.kernel.support
+    last = first + (geometry.kernel.support - 1)
     parts, taken = [], []
     for lo, hi in bounds:
-        take = np.flatnonzero((first < hi) & (first + support > lo))
+        take = np.flatnonzero((first < hi) & (last >= lo))
         parts.append((points[take], None if values is None else values[take]))
-        taken.append(flat[take])
+        taken.append(take if flat is None else flat[take])
     return tuple(parts + taken) if indices else tuple(parts)
 
 
@@ -211,6 +216,10 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype) -> np.nd
     for flat, share in zip(taken, shares):
         out[flat] += share                    # a slab takes a sample at most once
     if wgt is not None:
-        kept = _kept(shape, mask)
-        out[kept] *= _finite("wgt", np.asarray(wgt).reshape(-1)[kept].astype(out.real.dtype))
+        kept = _kept(mask)
+        weights = _finite("wgt", _at(wgt, kept).astype(out.real.dtype))
+        if kept is None:
+            out *= weights
+        else:
+            out[kept] *= weights
     return out.reshape(shape)
