@@ -129,6 +129,15 @@ def _abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
     return lo, hi
 
 
+def _pixel_blocks(rows: slice, block_rows: slice, npix_y: int, pixels: int = 1 << 16):
+    """(a, b): the image rows both in ``rows`` and in ``block_rows``, cut into runs of
+    about ``pixels`` pixels (npix_y per row), so that the w phases spread over a run stay
+    in cache while they are used."""
+    lo, hi = max(rows.start, block_rows.start), min(rows.stop, block_rows.stop)
+    step = max(1, pixels // npix_y)
+    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+
 def _good_size(n: int) -> int:
     """The smallest even size >= n with only small prime factors (fast FFTs)."""
     import scipy.fft
@@ -635,21 +644,16 @@ class WGridder:
 
                 def rows(r, blocks=blocks):
                     for (bi, bj), view in blocks:
-                        lo, hi = max(r.start, bi.start), min(r.stop, bi.stop)
-                        if lo >= hi:
-                            continue
-                        part = view[lo - bi.start:hi - bi.start]
-                        if phase is not None:
-                            np.multiply(part, phase[lo:hi, bj], out=part, casting="same_kind")
-                        image[lo:hi, bj] += part.real
-                    if phase is not None:
-                        phase[r] *= step[r]
+                        for a, b in _pixel_blocks(r, bi, g.npix_y):
+                            part = view[a - bi.start:b - bi.start]
+                            if phase is not None:
+                                np.multiply(part, self._phases_at(phase, a, b, bj), out=part, casting="same_kind")
+                            image[a:b, bj] += part.real
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
                 del blocks
                 grid.base.release(self.queue)
-            elif phase is not None:
-                phase *= step
+            self._advance(phase, step)
             if progress is not None:
                 progress(1)
         image /= host.correction
@@ -721,24 +725,20 @@ class WGridder:
 
                 def rows(r):
                     for (bi, bj), view in blocks:
-                        lo, hi = max(r.start, bi.start), min(r.stop, bi.stop)
-                        if lo >= hi:
-                            continue
-                        part = view[lo - bi.start:hi - bi.start]
-                        if phase is None:
-                            part[...] = image[lo:hi, bj]
-                        else:
-                            np.multiply(image[lo:hi, bj], phase[lo:hi, bj], out=part, casting="same_kind")
-                    if phase is not None:
-                        phase[r] *= step[r]
+                        for a, b in _pixel_blocks(r, bi, g.npix_y):
+                            part = view[a - bi.start:b - bi.start]
+                            if phase is None:
+                                part[...] = image[a:b, bj]
+                            else:
+                                np.multiply(image[a:b, bj], self._phases_at(phase, a, b, bj), out=part,
+                                            casting="same_kind")
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
                 self.fft.forward(grid, g.npix_x)
                 del blocks
                 grid.base.release(self.queue)
                 self._launch_interp(plane).wait()
-            elif phase is not None:
-                phase *= step
+            self._advance(phase, step)
 
     def _map_grid(self, wait_for=None):
         """The device grid as a host array (mapped: on a CPU device no copy is made; on a
@@ -750,28 +750,43 @@ class WGridder:
 
     def _plane_phases(self):
         """exp(-2 pi i w_p t) for the first of the operator's planes (a fresh copy: callers
-        advance it) and the factor from one plane to the next; kept with the operator up to
-        4 M pixels (64 MiB each)."""
+        advance it, `_advance`) and the factor from one plane to the next, both on the
+        distinct |x|, |y| (``_host_pixels``' small grid: a quarter of a centred image; the
+        callers spread them over the image a few rows at a time, `_phases_at`); kept with the
+        operator up to 8 M entries (128 MiB each)."""
         g = self.geometry
         if not g.do_wgridding:
             return None, None
         cached = getattr(self, "_phases", None)
         if cached is None:
             # complex128 in either precision: a running product in complex64 drifts.
-            host = self._host_pixels
-            t = host.t_small
-            small = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
+            t = self._host_pixels.t_small
+            cached = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
             w_first = g.w_start + self.planes.start * g.dw
 
             def rows(r):
-                small[0][r] = np.exp(-2j * np.pi * w_first * t[r])
-                small[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
+                cached[0][r] = np.exp(-2j * np.pi * w_first * t[r])
+                cached[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
 
             _in_row_chunks(self._workers, t.shape[0], rows)
-            cached = (small[0][host.radial], small[1][host.radial])
-            if g.npix_x * g.npix_y <= 1 << 22:
+            if t.size <= 1 << 23:
                 self._phases = cached
         return cached[0].copy(), cached[1]
+
+    def _phases_at(self, small, a: int, b: int, cols: slice):
+        """``small`` (on the distinct |x|, |y|) at image rows a..b-1 and columns ``cols``."""
+        ix, iy = self._host_pixels.radial
+        return small[ix[a:b], iy[:, cols]]
+
+    def _advance(self, phase, step) -> None:
+        """The phases from one plane to the next (in place, on ``workers`` threads)."""
+        if phase is None:
+            return
+
+        def rows(r):
+            phase[r] *= step[r]
+
+        _in_row_chunks(self._workers, phase.shape[0], rows)
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
