@@ -28,9 +28,10 @@ rather than re-chunking the data by w (a sort of all samples) moves the same dat
 
 Exactness.  A sample's first plane comes from the planning's own arithmetic
 (`Geometry.first_planes`) on the same float64 u, v, w the slab's operator plans: uvw times
-freq / c, handed over with freq = c (a scale of exactly 1), so `select` and the operators'
-plans agree to the bit; the slabs' planes partition the stack, so every tap is spread
-once (tested: points on slab edges, slabs without points).
+freq / c, formed the same way on both sides and handed to the operator with freq = c (a
+scale of exactly 1), so `select` and the operators' plans agree to the bit; the slabs'
+planes partition the stack, so every tap is spread once (tested: points on slab edges,
+slabs without points).
 
 Balance.  Planes differ in work (samples crowd at small |w|): a plane costs its FFT and
 pixel work where any tap falls on it, plus its taps' W x W cells
@@ -38,11 +39,13 @@ pixel work where any tap falls on it, plus its taps' W x W cells
 chunks: `plane_counts`); `slab_bounds` cuts the planes into contiguous slabs with the
 smallest largest cost.
 
-What moves: each selected sample's u, v, w (float64) and its weighted visibility (the
-weight applied in `select`, as the operator would), 32 bytes in single precision, times
-the overlap above.  For `dirty2vis` each slab predicts its samples' share (its planes'
-taps, unweighted); each chunk adds its slabs' shares in slab order and weights them
-(`assemble`), on the chunk's worker.
+What moves (`Part`): the rows of the selected samples (uvw, float64), each sample's row
+and channel, and its weighted visibility (the weight applied in `select`, as the operator
+would): about 16 bytes a sample in single precision (32 as u, v, w and value), times the
+overlap above; the slab's task forms u, v, w (the same products as the planning) only to
+build its operator, and a kept operator is found by the parts' token.  For `dirty2vis`
+each slab predicts its samples' share (its planes' taps, unweighted); each chunk adds its
+slabs' shares in slab order and weights them (`assemble`), on the chunk's worker.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ import numpy as np
 from .wgridding import SPEED_OF_LIGHT, _abs_w_range, choose_geometry, imaging_work
 from .wgrid_plan import Geometry
 
-__all__ = ["Slab", "extent", "geometry_of", "plane_counts", "slab_bounds", "select", "join", "split", "assemble"]
+__all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "select", "points_of", "split",
+           "assemble"]
 
 
 @dataclass(frozen=True)
@@ -117,28 +121,27 @@ def geometry_of(extents: list, options: dict) -> Geometry:
                            o["center_y"], o["sigma_min"], o["sigma_max"], o["precision"])
 
 
-def _first_planes(points: np.ndarray, geometry: Geometry) -> np.ndarray:
-    """Each sample's first plane (its w folded to w >= 0, as the operator folds it)."""
-    return geometry.first_planes(np.abs(points[:, 2]))
-
-
-def _points(uvw, freq, flat) -> np.ndarray:
-    """u, v, w in wavelengths (k, 3) of the samples ``flat`` (None: all): uvw times
-    freq / c, the product the operator's planning forms (flips are signs, exact either
-    side of it)."""
-    scale, uvw = _scale(freq), np.asarray(uvw, np.float64)
+def _abs_w(uvw: np.ndarray, scale: np.ndarray, flat) -> np.ndarray:
+    """|w| in wavelengths of the samples ``flat`` (None: all): |uvw's w| times freq / c,
+    the product the operator's planning forms and folds (flips are signs, exact either
+    side of it).  Refuses rows with NaN or infinite uvw where a sample is kept."""
+    bad_rows = ~np.all(np.isfinite(uvw), axis=1)
     if flat is None:
-        points = (uvw[:, None, :] * scale[None, :, None]).reshape(-1, 3)
+        bad = np.count_nonzero(bad_rows) * scale.size
+        aw = (np.abs(uvw[:, 2])[:, None] * scale[None, :]).reshape(-1)
     else:
         rows, chans = np.divmod(flat, scale.size)
-        points = uvw[rows] * scale[chans, None]
-    return _finite("uvw", points)
+        bad = np.count_nonzero(bad_rows[rows])
+        aw = np.abs(uvw[rows, 2]) * scale[chans]
+    if bad:
+        raise ValueError(f"uvw has NaN or infinite entries where not masked ({bad} samples)")
+    return aw
 
 
 def plane_counts(uvw, freq, mask, geometry: Geometry) -> np.ndarray:
     """How many of one chunk's kept samples have each first plane (num_planes,)."""
-    points = _points(uvw, freq, _kept(mask))
-    return np.bincount(_first_planes(points, geometry).astype(np.int64), minlength=geometry.num_planes)
+    first = geometry.first_planes(_abs_w(np.asarray(uvw, np.float64), _scale(freq), _kept(mask)))
+    return np.bincount(first.astype(np.int64), minlength=geometry.num_planes)
 
 
 def slab_bounds(counts: list, geometry: Geometry, slabs: int) -> list:
@@ -173,39 +176,69 @@ def _fill(work: np.ndarray, limit: float) -> list:
     return starts
 
 
+@dataclass
+class Part:
+    """One chunk's samples for one slab, as they travel to it: the rows they are in
+    (``uvw``, metres), each sample's row among them and channel, the chunk's freq / c,
+    and the samples' weighted visibilities (None for `dirty2vis`).  Rows rather than
+    u, v, w per sample: a row's channels mostly go to the same slabs, and 14 bytes per
+    sample move instead of 32 (single precision)."""
+
+    uvw: np.ndarray
+    row: np.ndarray
+    chan: np.ndarray
+    scale: np.ndarray
+    values: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def points(self) -> np.ndarray:
+        """u, v, w in wavelengths (k, 3): the products the chunk's operator would form."""
+        return self.uvw[self.row] * self.scale[self.chan, None]
+
+
+def _part(uvw, scale, flat, values) -> Part:
+    """The samples ``flat`` (ascending) of a chunk as a `Part`."""
+    rows, chans = np.divmod(flat, scale.size)
+    new = np.ones(rows.size, bool)
+    np.not_equal(rows[1:], rows[:-1], out=new[1:])
+    return Part(uvw[rows[new]], (np.cumsum(new) - 1).astype(np.int32),
+                chans.astype(np.min_scalar_type(scale.size - 1)), scale, values)
+
+
 def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices: bool = False) -> tuple:
     """One chunk's samples for each slab of ``bounds``: those with a tap on its planes
-    (first plane < hi and first plane + W > lo), as (points (k, 3) wavelengths, values
-    (k,): vis times wgt; None without vis).  With ``indices``, the flat indices of each
-    slab's samples in the chunk follow, one array per slab (for `assemble`).  Non-finite
-    vis, wgt or uvw where not masked are refused here, where the chunk is known."""
-    flat = _kept(mask)
-    points = _points(uvw, freq, flat)
+    (first plane < hi and first plane + W > lo), as a `Part` (values: vis times wgt;
+    None without vis).  With ``indices``, the flat indices of each slab's samples in the
+    chunk follow, one array per slab (for `assemble`).  Non-finite vis, wgt or uvw where
+    not masked are refused here, where the chunk is known."""
+    uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
+    first = geometry.first_planes(_abs_w(uvw, scale, flat))
+    last = first + (geometry.kernel.support - 1)
     values = None
     if vis is not None:
         values = _finite("vis", _at(vis, flat))
         if wgt is not None:
             values = values * _finite("wgt", _at(wgt, flat).astype(values.real.dtype))
-    first = _first_planes(points, geometry)
-    last = first + (geometry.kernel.support - 1)
     parts, taken = [], []
     for lo, hi in bounds:
         take = np.flatnonzero((first < hi) & (last >= lo))
-        parts.append((points[take], None if values is None else values[take]))
-        taken.append(take if flat is None else flat[take])
+        samples = take if flat is None else flat[take]
+        parts.append(_part(uvw, scale, samples, None if values is None else values[take]))
+        taken.append(samples)
     return tuple(parts + taken) if indices else tuple(parts)
 
 
-def join(parts: list) -> tuple:
-    """A slab's parts from every chunk (in chunk order) as one set: (points, values or None)."""
-    points = np.concatenate([p for p, _ in parts]) if parts else np.zeros((0, 3))
-    values = None if not parts or parts[0][1] is None else np.concatenate([v for _, v in parts])
-    return points, values
+def points_of(parts: list) -> np.ndarray:
+    """A slab's samples from every chunk (its parts, in chunk order) as u, v, w in
+    wavelengths (k, 3)."""
+    return np.concatenate([p.points() for p in parts]) if parts else np.zeros((0, 3))
 
 
 def split(predicted: np.ndarray, parts: list) -> tuple:
     """A slab's predicted values cut back into its parts, one array per chunk."""
-    edges = np.cumsum([len(p) for p, _ in parts])[:-1]
+    edges = np.cumsum([len(p) for p in parts])[:-1]
     return tuple(np.split(predicted, edges))
 
 

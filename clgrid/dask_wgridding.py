@@ -61,7 +61,7 @@ import numpy as np
 
 from .dask_chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
     workers_to_prefer
-from .dask_slabs import Slab, assemble, extent, geometry_of, join, plane_counts, select, slab_bounds, split
+from .dask_slabs import Slab, assemble, extent, geometry_of, plane_counts, points_of, select, slab_bounds, split
 from .wgridding import SPEED_OF_LIGHT, WGridder
 
 try:
@@ -86,18 +86,21 @@ UNIT_FREQ = np.array([SPEED_OF_LIGHT])
 
 # -- on the workers -------------------------------------------------------------------
 
-def _operator(uvw, freq, mask, options: dict, keep: int, geometry=None, planes=None) -> tuple:
+def _operator(content, points, options: dict, keep: int, geometry=None, planes=None) -> tuple:
     """The worker's `WGridder` for these points and this geometry (given, with its planes,
     for a slab; else its own), with the lock that serialises its calls: built on first
-    use and kept (the ``keep`` used last), else made for this call only."""
-    key = (dask.base.tokenize(np.asarray(uvw), np.asarray(freq), None if mask is None else np.asarray(mask)),
-           tuple(sorted(options.items())), geometry, planes, os.environ.get("CLGRID_DEVICE"))
+    use and kept (the ``keep`` used last), else made for this call only.  ``content``:
+    the arrays that fix the points (their token keys the operator); ``points()``: (uvw,
+    freq, mask) to build it from, asked for only when it is built."""
+    key = (dask.base.tokenize(content), tuple(sorted(options.items())), geometry, planes,
+           os.environ.get("CLGRID_DEVICE"))
     with _lock:
         found = _operators.get(key)
         if found is not None:
             _operators.move_to_end(key)
             _counts["reused"] += 1
             return found
+    uvw, freq, mask = points()
     made = (WGridder(uvw, freq, mask=mask, geometry=geometry, planes=planes,
                      **dict(options, tuning=None if options["tuning"] is None else dict(options["tuning"]))),
             threading.Lock())
@@ -109,6 +112,12 @@ def _operator(uvw, freq, mask, options: dict, keep: int, geometry=None, planes=N
         while len(_operators) > keep:
             _operators.popitem(last=False)
     return made
+
+
+def _chunk_operator(uvw, freq, mask, options: dict, keep: int) -> tuple:
+    """A chunk's own operator (the rows split)."""
+    uvw, freq, mask = np.asarray(uvw), np.asarray(freq), None if mask is None else np.asarray(mask)
+    return _operator((uvw, freq, mask), lambda: (uvw, freq, mask), options, keep)
 
 
 def cached_wgridders() -> dict:
@@ -151,7 +160,7 @@ def _image_chunk(uvw, freq, vis, wgt, mask, chunk, options, keep):
     with naming(chunk):
         if _all_masked(mask):                # nothing to image: no operator, no warning
             return _zeros(options), frozenset()
-        operator, lock = _operator(uvw, freq, mask, options, keep)
+        operator, lock = _chunk_operator(uvw, freq, mask, options, keep)
         return _imaged(operator, lock, vis, wgt)
 
 
@@ -161,7 +170,7 @@ def _vis_chunk(dirty, uvw, freq, wgt, mask, chunk, options, keep):
         if _all_masked(mask):
             dtype = np.complex128 if options["precision"] == "double" else np.complex64
             return np.zeros((len(uvw), len(freq)), dtype)
-        operator, lock = _operator(uvw, freq, mask, options, keep)
+        operator, lock = _chunk_operator(uvw, freq, mask, options, keep)
         with lock:
             return operator.dirty2vis(dirty, wgt)
 
@@ -186,22 +195,25 @@ def _chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
         return assemble(_chunk_shape(chunk), taken, shares, wgt, mask, dtype)
 
 
-def _slab_operator(points, geometry, slab: Slab, options, keep):
-    """The operator of a slab's samples over its planes; None where it has none."""
-    if slab.planes[0] == slab.planes[1] or not len(points):
+def _slab_operator(parts, geometry, slab: Slab, options, keep):
+    """The operator of a slab's samples (its parts from every chunk, in chunk order) over
+    its planes, keyed by the parts as they came (their u, v, w are formed only to build
+    it); None where it has none."""
+    if slab.planes[0] == slab.planes[1] or not sum(len(p) for p in parts):
         return None
-    return _operator(points, UNIT_FREQ, None, options, keep, geometry, slab.planes)
+    content = [(p.uvw, p.row, p.chan, p.scale) for p in parts]
+    return _operator(content, lambda: (points_of(parts), UNIT_FREQ, None), options, keep, geometry, slab.planes)
 
 
 def _image_slab(parts, geometry, bounds, index, options, keep):
     """One task of the planes split: the image of the taps on one slab's planes, from its
-    samples of every chunk (in chunk order), and its warnings."""
+    samples of every chunk, and its warnings."""
     slab = Slab(index, bounds[index])
     with naming(slab):
-        points, values = join(parts)
-        found = _slab_operator(points, geometry, slab, options, keep)
+        found = _slab_operator(parts, geometry, slab, options, keep)
         if found is None:
             return _zeros(options), frozenset()
+        values = np.concatenate([p.values for p in parts])
         return _imaged(*found, values[:, None], None)
 
 
@@ -210,11 +222,10 @@ def _vis_slab(dirty, parts, geometry, bounds, index, options, keep):
     its planes, unweighted), one array per chunk."""
     slab = Slab(index, bounds[index])
     with naming(slab):
-        points, _ = join(parts)
-        found = _slab_operator(points, geometry, slab, options, keep)
+        found = _slab_operator(parts, geometry, slab, options, keep)
         if found is None:
             dtype = np.complex128 if options["precision"] == "double" else np.complex64
-            return split(np.zeros(len(points), dtype), parts)
+            return split(np.zeros(sum(len(p) for p in parts), dtype), parts)
         operator, lock = found
         with lock:
             return split(operator.dirty2vis(dirty)[:, 0], parts)
@@ -266,8 +277,8 @@ def _frequencies(freq):
     chunks where it is a dask array."""
     chunks = freq.chunks[0] if isinstance(freq, da.Array) and freq.ndim == 1 else None
     freq = _local(freq).astype(np.float64).reshape(-1)
-    if freq.size == 0:
-        raise ValueError("freq must hold at least one frequency")
+    if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
+        raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
     return freq, chunks
 
 

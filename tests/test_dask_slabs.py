@@ -94,11 +94,13 @@ def test_each_slab_takes_exactly_the_samples_with_a_tap_on_its_planes(rng, nslab
     edge = geometry.plane_positions(np.abs(uvw[:, 2])) - W / 2.0
     assert np.count_nonzero(edge == np.round(edge)) > 100      # exactly where a plane (and a slab) begins
     taps = np.zeros(first.size, int)
-    for (lo, hi), (points, values), flat in zip(bounds, parts, taken):
+    for (lo, hi), part, flat in zip(bounds, parts, taken):
         expected = kept[(first[kept] < hi) & (first[kept] + W > lo)]
         np.testing.assert_array_equal(flat, expected)
-        np.testing.assert_array_equal(values, vis.reshape(-1)[flat] * wgt.reshape(-1)[flat])
+        np.testing.assert_array_equal(part.values, vis.reshape(-1)[flat] * wgt.reshape(-1)[flat])
+        assert len(part.uvw) == len(np.unique(flat // freq.size)) and part.chan.dtype == np.uint8
         # the slab's operator plans its points (wavelengths, freq = c) on the same planes
+        points = dask_slabs.points_of([part])
         np.testing.assert_array_equal(plan_first_planes(points, [SPEED_OF_LIGHT], None, geometry), first[flat])
         taps[flat] += np.clip(np.minimum(first[flat] + W, hi) - np.maximum(first[flat], lo), 0, None)
     assert np.all(taps[kept] == W)                     # every tap of every kept sample in one slab
@@ -138,7 +140,7 @@ def test_predictions_go_back_to_their_samples_weighted(rng):
     expected[kept] *= wgt.reshape(-1)[kept]
     np.testing.assert_array_equal(out.reshape(-1), expected)
     assert out.dtype == dtype and not np.any(out[~mask])
-    parts = [(np.zeros((n, 3)), None) for n in (3, 0, 4)]
+    parts = [np.zeros(n) for n in (3, 0, 4)]                # anything with a length: Parts in use
     assert [len(p) for p in dask_slabs.split(np.arange(7), parts)] == [3, 0, 4]
 
 
