@@ -14,7 +14,11 @@ What is timed (wall clock on the client, median of --repeats after a warm-up):
   chunk of rows (--chunks-per-worker per worker) and channels (--channel-chunks) per
   task.  ``--split`` is passed on: "auto" cuts the w-planes into one slab per worker
   (`clgrid.dask_slabs`), "rows" images each chunk on its own (the split before).
-Efficiency = T(1 worker) / (n * T(n workers)).  Where the time goes, from Dask's task
+The workers share the same cores whatever their number (1 x 16 threads ... 8 x 2), so the
+ideal is T(n workers) = T(1 worker): ``speedup`` = T(1) / T(n) (1.0: nothing lost to the
+split; above 1: the split's processes use the cores better than one process's threads).
+``efficiency`` = T(1) / (n * T(n)), the textbook strong-scaling figure, is kept for
+comparison with the earlier runs.  Where the time goes, from Dask's task
 stream of the median run (`breakdown`): a timeline of the call (start-up; preparing:
 the geometry, the slabs and each chunk's selection for them, until the first imaging
 task starts; the imaging tasks; the additions left after the last one; the image back
@@ -82,11 +86,12 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
     imaging end), ``reduction_tail_s`` (last imaging end to last task end: the additions
     and transfers left then) and ``gather_s`` (the image back to the client).  Beside it,
     summed over tasks: the preparing tasks' compute, the imaging tasks' compute (all
-    workers, and the busiest worker: ``images_s`` minus that is idle or imbalance), the
-    additions' compute and the transfers between workers."""
+    workers, and the busiest worker: ``images_s`` minus that is idle or imbalance; and
+    each task's, longest first), the additions' compute and the transfers between
+    workers."""
     from dask.utils import key_split
 
-    per_worker, add, prepare, transfer = {}, 0.0, 0.0, 0.0
+    per_worker, tasks, add, prepare, transfer = {}, [], 0.0, 0.0, 0.0
     first, image_start, image_stop, last = stop, stop, start, start
     for task in stream:
         name = key_split(task["key"])
@@ -101,6 +106,7 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
             first = min(first, part["start"])
             if name in IMAGING:
                 per_worker[task["worker"]] = per_worker.get(task["worker"], 0.0) + seconds
+                tasks.append(seconds)
                 image_start, image_stop = min(image_start, part["start"]), max(image_stop, part["stop"])
             elif name == "add_images":
                 add += seconds
@@ -110,6 +116,7 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
             "images_s": image_stop - image_start, "reduction_tail_s": last - image_stop, "gather_s": stop - last,
             "prepare_compute_s": prepare, "image_compute_s": sum(per_worker.values()),
             "image_compute_busiest_worker_s": max(per_worker.values(), default=0.0),
+            "image_tasks_s": sorted(tasks, reverse=True),
             "reduction_compute_s": add, "transfer_s": transfer}
 
 
@@ -254,12 +261,14 @@ def main(argv=None):
     first = res["dask"][0]
     base = {v: first[v]["median_s"] * first["workers"] for v in ("call", "reused")}
     work = {v: first[v]["breakdown"]["image_compute_s"] for v in ("call", "reused")}
-    print(f"\n{'workers':>7} {'call s':>8} {'eff.':>5} {'reused s':>9} {'eff.':>5} {'work':>5}  the reused run's wall "
-          "time: startup + prepare + images (busiest worker's compute) + reduction tail + gather; transfers")
+    print(f"\n{'workers':>7} {'call s':>8} {'eff.':>5} {'reused s':>9} {'eff.':>5} {'speedup':>7} {'work':>5}  the "
+          "reused run's wall time: startup + prepare + images (busiest worker's compute) + reduction tail + gather; "
+          "transfers")
     for row in res["dask"]:
         n = row["workers"]
         for v in ("call", "reused"):
             row[v]["efficiency"] = base[v] / (n * row[v]["median_s"])
+            row[v]["speedup"] = first[v]["median_s"] / row[v]["median_s"]       # the same cores
             # imaging tasks' compute summed over workers, relative to the first row's: above 1,
             # efficiency is lost to more work (planes repeated, fewer threads per FFT)
             row[v]["work_ratio"] = row[v]["breakdown"]["image_compute_s"] / work[v] if work[v] else None
@@ -268,7 +277,7 @@ def main(argv=None):
                 row[v]["speedup_vs_ducc0"] = res["ducc0_s"] / row[v]["median_s"]
         b = row["reused"]["breakdown"]
         print(f"{n:>7} {row['call']['median_s']:>8.3f} {row['call']['efficiency']:>5.2f} "
-              f"{row['reused']['median_s']:>9.3f} {row['reused']['efficiency']:>5.2f} "
+              f"{row['reused']['median_s']:>9.3f} {row['reused']['efficiency']:>5.2f} {row['reused']['speedup']:>7.2f} "
               f"{row['reused']['work_ratio'] or 0:>5.2f}  "
               f"{b['startup_s']:.3f} + {b['prepare_s']:.3f} + {b['images_s']:.3f} "
               f"({b['image_compute_busiest_worker_s']:.3f}) + {b['reduction_tail_s']:.3f} + {b['gather_s']:.3f}; "
