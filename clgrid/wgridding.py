@@ -66,6 +66,7 @@ __all__ = ["WGridder", "vis2dirty", "dirty2vis", "choose_geometry", "imaging_wor
 SPEED_OF_LIGHT = 299792458.0
 MIN_NPIX = 16
 SPREAD_MODES = ("atomic", "bins", "rows")
+PIXEL_RUN = 1 << 16             # pixels the host's per-pixel work takes at a time (its phases stay in cache)
 CHEBYSHEV_DEGREE = 24          # the w correction's series: exact to rounding (see _smooth_transform)
 PIXELS_T = np.dtype([("pixsize_x", np.float64), ("pixsize_y", np.float64), ("center_x", np.float64),
                      ("center_y", np.float64), ("nshift", np.float64), ("w_start", np.float64), ("dw", np.float64),
@@ -129,7 +130,7 @@ def _abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
     return lo, hi
 
 
-def _pixel_blocks(rows: slice, block_rows: slice, npix_y: int, pixels: int = 1 << 16):
+def _pixel_blocks(rows: slice, block_rows: slice, npix_y: int, pixels: int = PIXEL_RUN):
     """(a, b): the image rows both in ``rows`` and in ``block_rows``, cut into runs of
     about ``pixels`` pixels (npix_y per row), so that the w phases spread over a run stay
     in cache while they are used."""
@@ -643,11 +644,12 @@ class WGridder:
                 blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
 
                 def rows(r, blocks=blocks):
+                    scratch = self._pixel_scratch()
                     for (bi, bj), view in blocks:
                         for a, b in _pixel_blocks(r, bi, g.npix_y):
                             part = view[a - bi.start:b - bi.start]
                             if phase is not None:
-                                np.multiply(part, self._phases_at(phase, a, b, bj), out=part, casting="same_kind")
+                                np.multiply(part, self._phases_at(phase, a, b, bj, scratch, cast=True), out=part)
                             image[a:b, bj] += part.real
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
@@ -724,14 +726,17 @@ class WGridder:
                 blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
 
                 def rows(r):
+                    scratch = self._pixel_scratch()
                     for (bi, bj), view in blocks:
                         for a, b in _pixel_blocks(r, bi, g.npix_y):
                             part = view[a - bi.start:b - bi.start]
                             if phase is None:
                                 part[...] = image[a:b, bj]
-                            else:
-                                np.multiply(image[a:b, bj], self._phases_at(phase, a, b, bj), out=part,
-                                            casting="same_kind")
+                                continue
+                            phases = self._phases_at(phase, a, b, bj, scratch, cast=False)
+                            # real times complex as reals times reals: one dtype, no casting buffers
+                            phases.view(np.float64).reshape(phases.shape + (2,))[...] *= image[a:b, bj][..., None]
+                            part[...] = phases
 
                 _in_row_chunks(self._workers, g.npix_x, rows)
                 self.fft.forward(grid, g.npix_x)
@@ -773,10 +778,37 @@ class WGridder:
                 self._phases = cached
         return cached[0].copy(), cached[1]
 
-    def _phases_at(self, small, a: int, b: int, cols: slice):
-        """``small`` (on the distinct |x|, |y|) at image rows a..b-1 and columns ``cols``."""
+    @cached_property
+    def _phase_index(self):
+        """Where each image row's and column's phases sit in the flattened small grid: row
+        offsets (npix_x,) and columns (npix_y,)."""
         ix, iy = self._host_pixels.radial
-        return small[ix[a:b], iy[:, cols]]
+        return (ix.reshape(-1) * self._host_pixels.t_small.shape[1]).astype(np.intp), iy.reshape(-1).astype(np.intp)
+
+    def _pixel_scratch(self):
+        """One thread's buffers for `_phases_at`, a run of `_pixel_blocks` each."""
+        size = max(1, PIXEL_RUN // self.geometry.npix_y) * self.geometry.npix_y
+        return SimpleNamespace(index=np.empty(size, np.intp), phases=np.empty(size, np.complex128),
+                               cast=np.empty(size, self.complex))
+
+    def _phases_at(self, small, a: int, b: int, cols: slice, scratch, cast: bool):
+        """``small`` (on the distinct |x|, |y|) at image rows a..b-1 and columns ``cols``, in
+        ``scratch`` (`_pixel_scratch`): complex128, or the grid's complex type with ``cast``.
+        Nothing is allocated: in a Dask worker (whose allocator gives every large temporary
+        fresh pages: distributed sets MALLOC_TRIM_THRESHOLD_) a temporary per run doubled
+        the time of a call (measured, 4096^2)."""
+        rows, columns = self._phase_index
+        columns = columns[cols]
+        shape = (b - a, columns.size)
+        index = scratch.index[:shape[0] * shape[1]].reshape(shape)
+        np.add(rows[a:b, None], columns[None, :], out=index)
+        phases = scratch.phases[:index.size].reshape(shape)
+        np.take(small.reshape(-1), index, out=phases, mode="clip")
+        if not cast or phases.dtype == self.complex:
+            return phases
+        out = scratch.cast[:index.size].reshape(shape)
+        out[...] = phases
+        return out
 
     def _advance(self, phase, step) -> None:
         """The phases from one plane to the next (in place, on ``workers`` threads)."""
