@@ -13,7 +13,9 @@ What is timed (wall clock on the client, median of --repeats after a warm-up):
   first (as a reader on the workers would leave them; that load is timed apart) in one
   chunk of rows (--chunks-per-worker per worker) and channels (--channel-chunks) per
   task.  ``--split`` is passed on: "auto" cuts the w-planes into one slab per worker
-  (`clgrid.dask_slabs`), "rows" images each chunk on its own (the split before).
+  (`clgrid.dask_slabs`), "rows" images each chunk on its own (the split before).  The
+  workers start without Dask's MALLOC_TRIM_THRESHOLD_ (README, "Beyond one machine"),
+  unless ``--dask-malloc-trim``.
 The workers share the same cores whatever their number (1 x 16 threads ... 8 x 2), so the
 ideal is T(n workers) = T(1 worker): ``speedup`` = T(1) / T(n) (1.0: nothing lost to the
 split; above 1: the split's processes use the cores better than one process's threads).
@@ -139,6 +141,7 @@ def slabs(n: int, data: dict, common: dict, precision: str) -> list:
 
 def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
     """One cluster of ``n`` workers: load, warm up, time both variants."""
+    import dask
     import dask.array as da
     from distributed import Client, LocalCluster, get_task_stream, wait
 
@@ -149,8 +152,12 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
     env = {"CLGRID_DEVICE": a.device, "POCL_MAX_PTHREAD_COUNT": str(threads), "OMP_NUM_THREADS": str(threads),
            "OPENBLAS_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     out = {"workers": n, "threads_per_worker": threads}
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env=env,
-                      memory_limit=0) as cluster, Client(cluster) as client:
+    # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes every large
+    # temporary fresh pages (scipy's FFT allocates per call): unset unless --dask-malloc-trim
+    trim = {} if a.dask_malloc_trim else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+    with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                             dashboard_address=None, env=env, memory_limit=0) as cluster, \
+            Client(cluster) as client:
         units = client.run(lambda: clgrid.runtime.get_queue(None).device.max_compute_units)
         out["device_compute_units"] = sorted(units.values())
         rows = -(-len(data["uvw"]) // (n * a.chunks_per_worker))
@@ -196,6 +203,8 @@ def main(argv=None):
     p.add_argument("--channel-chunks", type=int, default=None, help="channels per chunk (default: all)")
     p.add_argument("--device", default="pocl", help="each worker's CLGRID_DEVICE, and the single process's")
     p.add_argument("--split", default="auto", choices=("auto", "planes", "rows"), help="clgrid.dask's split")
+    p.add_argument("--dask-malloc-trim", action="store_true",
+                   help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers (slows the host FFT)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-ducc0", action="store_true")
     p.add_argument("--quick", action="store_true", help="a small run (rows 20000, 2 channels, 256^2, 1-2 workers)")
@@ -222,6 +231,7 @@ def main(argv=None):
            "precision": "double" if a.double else "single", "w": not a.no_w, "cores": a.cores, "device": a.device,
            "device_name": clgrid.runtime.get_queue(a.device).device.name.strip(), "repeats": a.repeats,
            "chunks_per_worker": a.chunks_per_worker, "channel_chunks": a.channel_chunks, "split": a.split,
+           "workers_malloc_trim_threshold": "dask's 65536" if a.dask_malloc_trim else "unset",
            "command": " ".join(sys.argv)}
     print(f"{res['num_vis']:,} visibilities ({len(uvw):,} rows x {a.nchan} channels), {a.npix}^2, "
           f"epsilon {a.epsilon}, {res['precision']}, {a.cores} cores, device {res['device_name']}", flush=True)

@@ -138,9 +138,13 @@ def main(argv=None):
     p.add_argument("--channels", type=int, default=None, help="channels per chunk (default: all)")
     p.add_argument("--device", default=os.environ.get("CLGRID_DEVICE", "pocl"), help="each worker's device")
     a = p.parse_args(argv)
+    import dask
     from distributed import Client, LocalCluster
 
-    with tempfile.TemporaryDirectory() as tmp, \
+    # workers without Dask's MALLOC_TRIM_THRESHOLD_: with it, every large temporary (scipy's
+    # FFT makes some per call) is fresh pages, and the host FFT takes twice as long (README)
+    no_trim = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+    with tempfile.TemporaryDirectory() as tmp, dask.config.set(no_trim), \
             LocalCluster(n_workers=a.workers, threads_per_worker=1, dashboard_address=None,
                          env={"CLGRID_DEVICE": a.device}) as cluster, Client(cluster):
         truth, path = None, a.ms
