@@ -23,7 +23,10 @@ planes g .. g + W - 1, so it can straddle slabs.  Two ways to split:
   the samples near a slab's edges, about 1 + (W - 1) / (planes per slab) times.
 
 The second is what `select` does: on CPUs the planes are the cost, and per-sample work is
-the cheap part.  Taking the samples from each chunk (one pass of comparisons, in place)
+the cheap part.  Measured on 16 cores (BENCHMARKS.md): 8 workers 4.5 s where chunks of
+rows took 17.9 s; each plane is now done once, and what is left is that a plane's FFT and
+pixel passes are memory-bound, so processes sharing one machine's memory do not make
+them faster.  Taking the samples from each chunk (one pass of comparisons, in place)
 rather than re-chunking the data by w (a sort of all samples) moves the same data.
 
 Exactness.  A sample's first plane comes from the planning's own arithmetic
