@@ -148,6 +148,10 @@ def _zeros(options: dict) -> np.ndarray:
     return np.zeros((options["npix_x"], options["npix_y"]), real)
 
 
+def _complex(precision: str):
+    return np.complex128 if precision == "double" else np.complex64
+
+
 def _imaged(operator, lock, vis, wgt) -> tuple:
     """The operator's image of ``vis`` and the warnings it gave (none where the image is
     zero: a part without data is no news; the caller warns for the set)."""
@@ -170,8 +174,7 @@ def _vis_chunk(dirty, uvw, freq, wgt, mask, chunk, options, keep):
     """One task of the rows split: the visibilities of one chunk predicted from the image."""
     with naming(chunk):
         if _all_masked(mask):
-            dtype = np.complex128 if options["precision"] == "double" else np.complex64
-            return np.zeros((len(uvw), len(freq)), dtype)
+            return np.zeros((len(uvw), len(freq)), _complex(options["precision"]))
         operator, lock = _chunk_operator(uvw, freq, mask, options, keep)
         with lock:
             return operator.dirty2vis(dirty, wgt)
@@ -226,8 +229,7 @@ def _vis_slab(dirty, parts, geometry, bounds, index, options, keep):
     with naming(slab):
         found = _slab_operator(parts, geometry, slab, options, keep)
         if found is None:
-            dtype = np.complex128 if options["precision"] == "double" else np.complex64
-            return split(np.zeros(sum(len(p) for p in parts), dtype), parts)
+            return split(np.zeros(sum(len(p) for p in parts), _complex(options["precision"])), parts)
         operator, lock = found
         with lock:
             return split(operator.dirty2vis(dirty)[:, 0], parts)
@@ -491,7 +493,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     keep = _keep(keep_operators)
     split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
     image = shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
-    dtype = np.complex128 if precision == "double" else np.complex64
+    dtype = _complex(precision)
     if split == "rows":
         pieces = _rows_vis(layout, image, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:
