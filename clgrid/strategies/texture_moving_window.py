@@ -12,12 +12,12 @@ so chunks, cut where the support changes, never mix footprints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import pyopencl as cl
 
-from ..plan import Positions
-from .base import read_only_buffer
+from ..baseline_order import track_shape
+from .base import extended, read_only_buffer
 from .moving_window import MovingWindowGridding, MovingWindowPlan
 from .texture import TextureSampling, device_positions
 
@@ -36,10 +36,12 @@ class TextureMovingWindowGridding(TextureSampling, MovingWindowGridding):
 
     name = "texture_moving_window"
 
-    def upload(self, positions: Positions, plan, npol: int) -> TextureMovingWindowPlan:
-        """The moving-window plan and the positions, both in chunk order."""
-        order, start, count = self.chunk_tracks(positions, plan)
-        chunked = self.upload_chunks(positions, order, start, count)
-        return TextureMovingWindowPlan(
-            **{f.name: getattr(chunked, f.name) for f in fields(chunked)},
-            position=read_only_buffer(self.queue.context, device_positions(positions)[order]))
+    def arrange(self, plan, npol: int) -> TextureMovingWindowPlan:
+        """The moving-window plan and the positions, both in chunk order, cut on the host
+        (plans for interpolated weights are made there, with their float64 positions)."""
+        track_shape(plan)
+        positions = plan.host()
+        order, chunks = self.chunker.on_host(positions, plan)
+        chunked = self.with_work(self.chunker.upload(positions, order, chunks))
+        return extended(chunked, TextureMovingWindowPlan,
+                        position=read_only_buffer(self.queue.context, device_positions(positions)[order]))
