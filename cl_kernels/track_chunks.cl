@@ -1,4 +1,4 @@
-{# The moving window's order of a plan, on the device (clgrid/track_chunks.py).
+{# The moving window's order of a plan, on the device (clgrid/strategies/track_chunks.py).
 
    A baseline's kept samples lie consecutively in the plan, in the caller's order
    (sample s belongs to baseline s / baseline_length).  A small key, `minor`, splits
@@ -11,22 +11,28 @@
    3. place: a work-group per baseline walks its samples in order, WG at a time; a
       sample takes its key's cursor plus the samples of that key before it in the
       tile, so a run keeps the plan's order (the counting sort of counting_sort.cl
-      takes slots by atomics, which would shuffle it);
+      takes slots by atomics, which would shuffle it).  WG = 1 on CPUs: a core walks
+      a baseline with no comparisons;
    4. count_chunks, the caller's scan, write_chunks: each run cut into chunks (first,
       count, widest support, whether the first sample's kernel is conjugated);
-   5. the chunks ordered by descending support with count_keys and place again (one
-      "baseline" of chunks, minor = rank of the support), and, for the gridder,
-      expand_work: a row (chunk, tile) per work-group.
+   5. count_ranks, the caller's scan, place_by_rank: the chunks ordered by descending
+      support, stably, in blocks of BLOCK (a radix sort's pass: counts per (rank, block),
+      rank first, scanned; a chunk goes to its (rank, block)'s start plus the chunks
+      of its rank before it in the block);
+   6. for the gridder, expand_work: a row (chunk, tile) per work-group.
 
    Tables are written an int at a time: Oclgrind 21.10 takes a vector built from
    scalars for unset (its uninitialised-value check runs on these kernels).
 
-   Template variables: minor (a C expression of the int4 `p`, the int `s` and the int
-   `nchan`: the packed plan, sample index and channels, or a chunk and its index),
-   preamble (C declarations the expression reads), wg (work-items of place). #}
+   Template variables: minor (a C expression of the int4 packed plan `p`, the sample
+   index `s` and the int `nchan`), preamble (C declarations it reads), rank_of_support
+   (rank of each support, widest 0), wg (work-items of place), block (chunks per
+   work-group of count_ranks and place_by_rank). #}
 #define WG {{ wg }}
+#define BLOCK {{ block }}
 
 {{ preamble }}
+__constant int RANK_OF_SUPPORT[{{ rank_of_support | length }}] = { {{- rank_of_support | join(", ") -}} };
 
 inline int minor_of(const int4 p, const int s, const int nchan)
 {
@@ -63,11 +69,11 @@ void place(__global const int4 *restrict packed, __global const int *restrict so
         }
         tile_keys[lid] = m;
         barrier(CLK_LOCAL_MEM_FENCE);
-        int before = 0, after = 0;
-        for (int j = 0; j < WG; ++j) {
-            before += j < lid && tile_keys[j] == m;
-            after += j > lid && tile_keys[j] == m;
-        }
+        int before = 0, last = 1;
+        for (int j = 0; j < lid; ++j)
+            before += tile_keys[j] == m;
+        for (int j = lid + 1; j < WG && last; ++j)
+            last = tile_keys[j] != m;
         const int key = first_key + m;
         if (i < end) {
             const int slot = cursor[key] + before;
@@ -75,7 +81,7 @@ void place(__global const int4 *restrict packed, __global const int *restrict so
             sorted_source[slot] = s;
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);   /* every cursor read before it moves */
-        if (i < end && !after)
+        if (i < end && last)
             cursor[key] += before + 1;
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
@@ -117,6 +123,41 @@ __kernel void write_chunks(__global const int *restrict starts, __global const i
     chunks[4 * c + 1] = count;
     chunks[4 * c + 2] = widest;
     chunks[4 * c + 3] = sorted_packed[first].w < 0;
+}
+
+/* Chunks per (rank, block of BLOCK chunks), rank first, and per rank. */
+__kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
+void count_ranks(__global const int4 *restrict chunks, const int num_chunks, __global int *restrict counts,
+                 __global int *restrict per_rank)
+{
+    const int c = get_global_id(0);
+    if (c < num_chunks) {
+        const int rank = RANK_OF_SUPPORT[chunks[c].z];
+        atomic_inc(&counts[rank * get_num_groups(0) + get_group_id(0)]);
+        atomic_inc(&per_rank[rank]);
+    }
+}
+
+/* starts: the scanned counts of count_ranks. */
+__kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
+void place_by_rank(__global const int4 *restrict chunks, const int num_chunks, __global const int *restrict starts,
+                   __global int4 *restrict sorted_chunks)
+{
+    __local int tile_ranks[BLOCK];
+    const int c = get_global_id(0), lid = get_local_id(0);
+    int4 chunk = (int4)(0);
+    int rank = -1;
+    if (c < num_chunks) {
+        chunk = chunks[c];
+        rank = RANK_OF_SUPPORT[chunk.z];
+    }
+    tile_ranks[lid] = rank;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int before = 0;
+    for (int j = 0; j < lid; ++j)
+        before += tile_ranks[j] == rank;
+    if (c < num_chunks)
+        sorted_chunks[starts[rank * get_num_groups(0) + get_group_id(0)] + before] = chunk;
 }
 
 /* One row (chunk, tile) per work-group of the gridder: chunks of support s, ordered

@@ -26,6 +26,7 @@ if __name__ == "__main__":
     parser.add_argument("out")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--key", choices=sorted(KEYS), required=True)
+    parser.add_argument("--wg", type=int, required=True)
     args = parser.parse_args()
     stack = small_stack()
     uvw, _, _ = random_inputs(np.random.default_rng(args.seed), 48, 1, stack)
@@ -33,7 +34,7 @@ if __name__ == "__main__":
     queue = clgrid.runtime.get_queue("oclgrind")
     geometry = clgrid.Gridder(N, CELL, stack, method="atomic", device=queue).geometry
     plan = make_plan(queue, geometry, uvw, where="host")
-    chunker = TrackChunker(queue, stack, KEYS[args.key](stack), 5)
+    chunker = TrackChunker(queue, stack, KEYS[args.key](stack), 5, args.wg)
     order, host = chunker.on_host(plan.host(), plan)
     chunked = chunker.on_device(plan)
     tiles = np.arange(1, chunked.supports.size + 1)

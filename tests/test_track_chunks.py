@@ -80,11 +80,11 @@ KEYS = {"support_and_sign": SupportAndSign, "channel": lambda stack: Channel()}
 
 @pytest.mark.parametrize("tracks", [random_tracks, meerkat_tracks])
 @pytest.mark.parametrize("key", sorted(KEYS))
-@pytest.mark.parametrize("max_length", [3, 17, 4096])
-def test_device_chunks_equal_the_hosts(queue, rng, stack, tracks, key, max_length):
+@pytest.mark.parametrize("max_length, wg", [(3, 1), (17, 64), (17, 5), (4096, 64)])
+def test_device_chunks_equal_the_hosts(queue, rng, stack, tracks, key, max_length, wg):
     uvw = tracks(rng, 24, 40)
     plan = device_plan(queue, stack, uvw, flags_for(rng, uvw.shape[:-1] + (FREQS.size,)))
-    chunker = TrackChunker(queue, stack, KEYS[key](stack), max_length)
+    chunker = TrackChunker(queue, stack, KEYS[key](stack), max_length, wg)
     positions = plan.host()
     order, chunks = chunker.on_host(positions, plan)
     device = chunker.on_device(plan)
@@ -104,7 +104,7 @@ def test_device_chunks_equal_the_hosts(queue, rng, stack, tracks, key, max_lengt
 def test_chunks_are_runs_of_one_key_in_the_samples_order_widest_first(queue, rng, stack, key):
     uvw = random_tracks(rng, 16, 60)
     plan = device_plan(queue, stack, uvw, flags_for(rng, uvw.shape[:-1] + (FREQS.size,)))
-    chunker = TrackChunker(queue, stack, KEYS[key](stack), 11)
+    chunker = TrackChunker(queue, stack, KEYS[key](stack), 11, 64)
     positions = plan.host()
     order, chunks = chunker.on_host(positions, plan)
     sample = positions.sample[order]
@@ -133,7 +133,7 @@ def test_plans_made_on_the_host_are_cut_on_the_host_alike(queue, rng, stack, key
     """`TrackChunker.arrange` by where the plan was made: the same buffers either way."""
     uvw = meerkat_tracks(rng, 20, 30)
     flags = flags_for(rng, uvw.shape[:-1] + (FREQS.size,))
-    chunker = TrackChunker(queue, stack, KEYS[key](stack), 9)
+    chunker = TrackChunker(queue, stack, KEYS[key](stack), 9, 16)
     made = [chunker.arrange(device_plan(queue, stack, uvw, flags, where)) for where in ("device", "host")]
     for a, b in zip(*(downloaded(queue, m) for m in made)):
         np.testing.assert_array_equal(a, b)
@@ -144,7 +144,7 @@ def test_one_baseline_and_single_time_steps(queue, rng, stack):
     tracks of one time step are runs of one sample per channel."""
     for uvw in (random_tracks(rng, 6, 30).reshape(-1, 3), random_tracks(rng, 30, 1)):
         plan = device_plan(queue, stack, uvw, None)
-        chunker = TrackChunker(queue, stack, Channel(), 7)
+        chunker = TrackChunker(queue, stack, Channel(), 7, 64)
         order, chunks = chunker.on_host(plan.host(), plan)
         np.testing.assert_array_equal(downloaded(queue, chunker.on_device(plan))[2], chunks)
 
@@ -152,7 +152,7 @@ def test_one_baseline_and_single_time_steps(queue, rng, stack):
 def test_work_list_has_every_tile_once_the_widest_chunks_first(queue, rng, stack):
     uvw = random_tracks(rng, 12, 40)
     plan = device_plan(queue, stack, uvw, None)
-    chunker = TrackChunker(queue, stack, SupportAndSign(stack), 13)
+    chunker = TrackChunker(queue, stack, SupportAndSign(stack), 13, 64)
     chunked = chunker.on_device(plan)
     tiles = -(-window_units(2 * chunked.supports + 1, 2, 2) // 16)
     assert tiles.max() > 1, "windows of several tiles"
@@ -189,12 +189,13 @@ def test_gridding_and_degridding_through_device_chunks_match_the_reference(queue
 
 
 @pytest.mark.oclgrind
-@pytest.mark.parametrize("key", sorted(KEYS))
-def test_chunk_kernels_under_oclgrind(rng, tmp_path, key):
+@pytest.mark.parametrize("key, wg", [("support_and_sign", 8), ("channel", 1)])
+def test_chunk_kernels_under_oclgrind(rng, tmp_path, key, wg):
     """No race, out-of-bounds access or unset read in the chunk kernels, and Oclgrind's cut
     equal to the host's."""
     out = tmp_path / "chunks.npz"
-    run, used = run_case("oclgrind_chunks_case.py", out, "--seed", int(rng.integers(1 << 31)), "--key", key)
+    run, used = run_case("oclgrind_chunks_case.py", out, "--seed", int(rng.integers(1 << 31)), "--key", key,
+                        "--wg", wg)
     assert used == ("--data-races", "--uninitialized")
     assert run.returncode == 0, run.output[-3000:]
     assert run.diagnostics == [], "\n\n".join(run.diagnostics[:3])

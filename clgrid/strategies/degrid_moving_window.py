@@ -32,7 +32,7 @@ class MovingWindowDegridding(Strategy):
     name = "degrid_moving_window"
     template = "degrid_moving_window.cl"
     kernel_layout = "by_offset"
-    counts = ("group_u", "group_items", "steps_per_group", "vis_per_batch")
+    counts = ("group_u", "group_items", "steps_per_group", "vis_per_batch", "arrange_wg")
 
     work_group_parameters = ("group_items",)
 
@@ -45,7 +45,8 @@ class MovingWindowDegridding(Strategy):
     def chunker(self) -> TrackChunker:
         """Segments: a track (baseline, channel) in time order, at most steps_per_group long,
         its window as wide as its widest support."""
-        return TrackChunker(self.queue, self.kernels, Channel(), self.tuning["steps_per_group"])
+        return TrackChunker(self.queue, self.kernels, Channel(), self.tuning["steps_per_group"],
+                            self.tuning["arrange_wg"])
 
     def arrange(self, plan, npol: int) -> ChunkedPlan:
         """Track by track, cut into segments (on the device for plans made there)."""

@@ -56,7 +56,7 @@ class MovingWindowGridding(Strategy):
 
     name = "moving_window"
     template = "grid_moving_window.cl"
-    counts = ("work_group_size", "coarsen_u", "coarsen_v", "batch", "chunk_visibilities")
+    counts = ("work_group_size", "coarsen_u", "coarsen_v", "batch", "chunk_visibilities", "arrange_wg")
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)
@@ -109,8 +109,9 @@ class MovingWindowGridding(Strategy):
     @cached_property
     def chunker(self) -> TrackChunker:
         """Chunks: runs of one baseline, support and sign of w, at most chunk_visibilities long."""
-        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels),
-                            self.tuning["chunk_visibilities"])
+        t = self.tuning
+        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels), t["chunk_visibilities"],
+                            t["arrange_wg"])
 
     def arrange(self, plan, npol: int) -> MovingWindowPlan:
         """Chunks of baseline-ordered samples (refused without a baseline axis), cut on the

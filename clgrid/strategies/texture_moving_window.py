@@ -13,6 +13,7 @@ so chunks, cut where the support changes, never mix footprints.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyopencl as cl
 
@@ -20,6 +21,7 @@ from ..baseline_order import track_shape
 from .base import extended, read_only_buffer
 from .moving_window import MovingWindowGridding, MovingWindowPlan
 from .texture import TextureSampling, device_positions
+from .track_chunks import SupportAndSign, TrackChunker
 
 __all__ = ["TextureMovingWindowPlan", "TextureMovingWindowGridding"]
 
@@ -35,6 +37,14 @@ class TextureMovingWindowGridding(TextureSampling, MovingWindowGridding):
     """Moving-window gridding with interpolated weights."""
 
     name = "texture_moving_window"
+    counts = tuple(name for name in MovingWindowGridding.counts if name != "arrange_wg")
+
+    @cached_property
+    def chunker(self) -> TrackChunker:
+        """Chunks cut on the host, where plans for interpolated weights are made (so no
+        ``arrange_wg``: the device only expands the work list)."""
+        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels),
+                            self.tuning["chunk_visibilities"], wg=1)
 
     def arrange(self, plan, npol: int) -> TextureMovingWindowPlan:
         """The moving-window plan and the positions, both in chunk order, cut on the host

@@ -38,7 +38,7 @@ from .base import DevicePlan, read_only_buffer
 __all__ = ["ChunkedPlan", "SupportAndSign", "Channel", "TrackChunker"]
 
 INT32_MAX = 2 ** 31 - 1
-PLACE_WG = 64   # samples a work-group of `place` takes at a time (each compares its key with the others')
+RANK_BLOCK = 64   # chunks a work-group orders by support: rank counts take supports x chunks / 64 ints
 
 
 @dataclass
@@ -55,11 +55,6 @@ class ChunkedPlan(DevicePlan):
     num_chunks: int
     supports: np.ndarray
     per_support: np.ndarray
-
-
-def _table(name: str, values) -> str:
-    """A C constant array ``name`` holding ``values``."""
-    return f"__constant int {name}[{len(values)}] = {{{', '.join(str(int(v)) for v in values)}}};"
 
 
 class SupportAndSign:
@@ -79,7 +74,8 @@ class SupportAndSign:
     def on_device(self) -> tuple:
         """(C expression, preamble) of the same key, from the packed plan ``p``."""
         minor_of_plane = 2 * np.searchsorted(self.distinct, self.kernels.supports)
-        return "MINOR_OF_PLANE[p.w & 0x7fffffff] + (p.w < 0)", _table("MINOR_OF_PLANE", minor_of_plane)
+        return "MINOR_OF_PLANE[p.w & 0x7fffffff] + (p.w < 0)", \
+            f"__constant int MINOR_OF_PLANE[{minor_of_plane.size}] = {{{', '.join(map(str, minor_of_plane))}}};"
 
 
 class Channel:
@@ -97,15 +93,18 @@ class Channel:
 
 class TrackChunker:
     """Cuts plans into chunks: runs by ``key`` (`SupportAndSign`, `Channel`) of at most
-    ``max_length`` samples, widest support first."""
+    ``max_length`` samples, widest support first.  ``wg`` work-items put a baseline's
+    samples in order (the strategies' tuning ``arrange_wg``): many compare keys in
+    local memory (GPUs), one walks the baseline alone (CPUs)."""
 
-    def __init__(self, queue: cl.CommandQueue, kernels: KernelStack, key, max_length: int):
+    def __init__(self, queue: cl.CommandQueue, kernels: KernelStack, key, max_length: int, wg: int):
         self.queue = queue
         self.key = key
         self.max_length = int(max_length)
         self.descending = np.unique(kernels.supports)[::-1]
         self.kernels = kernels
-        self.wg = int(min(PLACE_WG, queue.device.max_work_group_size))
+        self.wg = int(min(wg, queue.device.max_work_group_size))
+        self.block = int(min(RANK_BLOCK, queue.device.max_work_group_size))
 
     def arrange(self, plan) -> ChunkedPlan:
         """The chunks of ``plan``: on the device where it was made there, else on the host."""
@@ -145,65 +144,48 @@ class TrackChunker:
 
     # -- on the device ----------------------------------------------------------------
 
-    def _program(self, minor: str, preamble: str) -> cl.Program:
-        return build_program(self.queue.context, render("track_chunks.cl", minor=minor, preamble=preamble,
-                                                        wg=self.wg))
-
     @cached_property
-    def plan_program(self) -> cl.Program:
-        """The kernels with the key's minor: for the plan's samples."""
-        return self._program(*self.key.on_device())
-
-    @cached_property
-    def chunk_program(self) -> cl.Program:
-        """The kernels with the support's rank, widest first, as minor: for the chunks."""
+    def program(self) -> cl.Program:
+        """The kernels, with the key's minor and the supports' ranks, widest first."""
+        minor, preamble = self.key.on_device()
         rank = np.zeros(int(self.descending.max()) + 1, np.int32)
         rank[self.descending] = np.arange(self.descending.size)
-        return self._program("RANK_OF_SUPPORT[p.z]", _table("RANK_OF_SUPPORT", rank))
+        return build_program(self.queue.context, render("track_chunks.cl", minor=minor, preamble=preamble,
+                                                        rank_of_support=rank.tolist(), wg=self.wg, block=self.block))
 
     @cached_property
     def plane_supports(self) -> cl.Buffer:
         """The stack's support per plane, on the device."""
         return read_only_buffer(self.queue.context, self.kernels.supports.astype(np.int32))
 
-    def _sort(self, program, packed, source, n: int, length: int, nchan: int, num_minor: int,
-              num_baselines: int, scan: ExclusiveScan) -> dict:
-        """Stable order of (packed, source) by key (baseline, minor): ``packed`` and ``source`` in
-        that order, ``counts`` and ``starts`` per key, and the ``cursor`` scratch (device
-        arrays, all enqueued: the caller keeps them until it has waited for the queue)."""
-        queue = self.queue
-        num_keys = num_baselines * num_minor
-        if num_keys >= INT32_MAX:
-            raise ValueError(f"{num_baselines} baselines x {num_minor} runs each overflow 32-bit run keys")
-        # counts copied from zeros, not filled: Oclgrind reads fills as unset
-        out = {"counts": cla.to_device(queue, np.zeros(num_keys + 1, np.int32)),
-               "starts": cla.empty(queue, num_keys + 1, np.int32),
-               "packed": cla.empty(queue, (n, 4), np.int32), "source": cla.empty(queue, n, np.int32)}
-        cl.Kernel(program, "count_keys")(queue, (n,), None, packed, source, np.int32(n), np.int32(length),
-                                         np.int32(nchan), np.int32(num_minor), out["counts"].data)
-        scan(out["counts"].data, out["starts"].data, num_keys + 1)
-        out["cursor"] = out["starts"].copy()
-        cl.Kernel(program, "place")(queue, (num_baselines * self.wg,), (self.wg,), packed, source,
-                                    np.int32(nchan), np.int32(num_minor), out["starts"].data, out["cursor"].data,
-                                    out["packed"].data, out["source"].data)
-        return out
-
     def on_device(self, plan) -> ChunkedPlan:
         """The chunks of a plan made on the device, made there.  Every buffer it enqueues work
         on stays referenced until the last count is read back (Oclgrind frees a released
         buffer under pending kernels, though OpenCL says it must wait)."""
-        queue, n = self.queue, plan.num_kept
+        queue, n, program = self.queue, plan.num_kept, self.program
         if not n:
             return self.upload(plan.host(), np.zeros(0, np.int64), np.zeros((0, 4), np.int32))
         scan = ExclusiveScan(queue)   # one per call: its scratch and kernels are not shared between threads
         length = baseline_length(plan)
-        samples = self._sort(self.plan_program, plan.packed.data, plan.sample.data, n, length, plan.nchan or 1,
-                             self.key.num_minor(plan), plan.num_samples // length, scan)
-        starts = samples["starts"]
-        num_keys = starts.size - 1
+        num_baselines, num_minor = plan.num_samples // length, self.key.num_minor(plan)
+        num_keys = num_baselines * num_minor
+        if num_keys >= INT32_MAX:
+            raise ValueError(f"{num_baselines} baselines x {num_minor} runs each overflow 32-bit run keys")
+        # counts copied from zeros, not filled: Oclgrind reads fills as unset
+        counts = cla.to_device(queue, np.zeros(num_keys + 1, np.int32))
+        starts = cla.empty(queue, num_keys + 1, np.int32)
+        cl.Kernel(program, "count_keys")(queue, (n,), None, plan.packed.data, plan.sample.data, np.int32(n),
+                                         np.int32(length), np.int32(plan.nchan or 1), np.int32(num_minor),
+                                         counts.data)
+        scan(counts.data, starts.data, num_keys + 1)
+        cursor = starts.copy()
+        packed, source = cla.empty(queue, (n, 4), np.int32), cla.empty(queue, n, np.int32)
+        cl.Kernel(program, "place")(queue, (num_baselines * self.wg,), (self.wg,), plan.packed.data,
+                                    plan.sample.data, np.int32(plan.nchan or 1), np.int32(num_minor), starts.data,
+                                    cursor.data, packed.data, source.data)
+
         chunks_of_key = cla.empty(queue, num_keys + 1, np.int32)
         chunk_starts = cla.empty(queue, num_keys + 1, np.int32)
-        program = self.chunk_program
         cl.Kernel(program, "count_chunks")(queue, (num_keys + 1,), None, starts.data, np.int32(num_keys),
                                            np.int32(self.max_length), chunks_of_key.data)
         scan(chunks_of_key.data, chunk_starts.data, num_keys + 1)
@@ -211,14 +193,22 @@ class TrackChunker:
         chunks = cla.empty(queue, (num_chunks, 4), np.int32)
         cl.Kernel(program, "write_chunks")(queue, (num_chunks,), None, starts.data, chunk_starts.data,
                                            np.int32(num_keys), np.int32(num_chunks), np.int32(self.max_length),
-                                           samples["packed"].data, self.plane_supports, chunks.data)
-        index = cla.arange(queue, num_chunks, dtype=np.int32)
-        widest_first = self._sort(program, chunks.data, index.data, num_chunks, num_chunks, 1,
-                                  self.descending.size, 1, scan)
-        per_rank = widest_first["counts"].get()[:-1]
+                                           packed.data, self.plane_supports, chunks.data)
+
+        blocks, ranks = -(-num_chunks // self.block), self.descending.size
+        rank_counts = cla.to_device(queue, np.zeros(ranks * blocks + 1, np.int32))
+        rank_starts = cla.empty(queue, ranks * blocks + 1, np.int32)
+        per_rank = cla.to_device(queue, np.zeros(ranks, np.int32))
+        cl.Kernel(program, "count_ranks")(queue, (blocks * self.block,), (self.block,), chunks.data,
+                                          np.int32(num_chunks), rank_counts.data, per_rank.data)
+        scan(rank_counts.data, rank_starts.data, ranks * blocks + 1)
+        widest_first = cla.empty(queue, (num_chunks, 4), np.int32)
+        cl.Kernel(program, "place_by_rank")(queue, (blocks * self.block,), (self.block,), chunks.data,
+                                            np.int32(num_chunks), rank_starts.data, widest_first.data)
+        per_rank = per_rank.get()
         present = per_rank > 0
-        return ChunkedPlan(samples["packed"].data, None, n, samples["source"].data, widest_first["packed"].data,
-                           num_chunks, self.descending[present], per_rank[present])
+        return ChunkedPlan(packed.data, None, n, source.data, widest_first.data, num_chunks,
+                           self.descending[present], per_rank[present])
 
     def work_list(self, chunked: ChunkedPlan, tiles: np.ndarray) -> tuple:
         """``(work, rows)``: one int2 row (chunk, tile) per work-group, ``tiles[i]`` for each chunk
@@ -233,7 +223,7 @@ class TrackChunker:
         work = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, 8 * max(total, 1))
         if total:
             table = read_only_buffer(self.queue.context, by_support)
-            cl.Kernel(self.chunk_program, "expand_work")(
+            cl.Kernel(self.program, "expand_work")(
                 self.queue, (chunked.num_chunks,), None, chunked.chunks, np.int32(chunked.num_chunks),
                 table, work).wait()   # before ``table`` is released (see `on_device`)
         return work, total
