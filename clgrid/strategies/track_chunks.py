@@ -16,7 +16,9 @@ A plan made on the device is cut there (``cl_kernels/track_chunks.cl``: counts, 
 and a stable placement; two small counts come back to size the tables); a plan made on
 the host (no fp64, w held over time blocks, interpolated kernels) holds its positions
 there already and is cut with numpy (`TrackChunker.on_host`), into the same order to
-the entry: the tests hold the two equal.
+the entry: the tests hold the two equal.  One work-group places a baseline, so the
+device cut runs in parallel over baselines: uvw with a single row axis (one baseline,
+which the degridder takes as one track per channel) is placed by one work-group alone.
 """
 
 from __future__ import annotations
