@@ -227,7 +227,6 @@ class WGridder:
         self.geometry = Geometry(self.npix_x, self.npix_y, float(pixsize_x), float(pixsize_y), float(cx),
                                  float(cy), nu, nv, choice, bool(do_wgridding), w_min, dw, planes,
                                  nshift if do_wgridding else 0.0)
-        self.fft = HostFFT(nthreads)
         self._setup_device(device, tuning, uvw, scale, keep, signs)
         if verbosity:
             print(f"clgrid.WGridder: {self.plan.num_vis} visibilities (planned on the {self.plan.planned_on}), "
@@ -281,6 +280,7 @@ class WGridder:
         self.spread_mode = wparams["spread"]
         if self.spread_mode not in SPREAD_MODES:
             raise ValueError(f"tuning [wgridding] spread must be one of {SPREAD_MODES}, got {self.spread_mode!r}")
+        self.fft = HostFFT(self._workers, wparams["host_fft"])
         self.fft_mode = wparams["fft"]
         if self.fft_mode not in ("host", "mapped", "vkfft"):
             raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
@@ -323,7 +323,7 @@ class WGridder:
             self._setup_subproblems(wparams["bins_subproblem"])
         self.device_fft = None
         if self.fft_mode == "mapped":
-            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft.workers)
+            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft)
         if self.fft_mode == "vkfft":
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)

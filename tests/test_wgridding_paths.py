@@ -133,6 +133,28 @@ def test_device_fft_matches_host_fft_and_is_adjoint(rng):
     _device_side_matches_host(rng, "vkfft")
 
 
+@pytest.mark.parametrize("fft", ["host", "mapped"])
+def test_host_fft_libraries_agree(rng, fft):
+    """ducc0.fft and scipy.fft behind the host FFT give the same image and visibilities."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=500)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    ops = {lib: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
+                                tuning={"fft": fft, "host_fft": lib}) for lib in ("scipy", "ducc0")}
+    assert {lib: op.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
+    assert relative_error(ops["ducc0"].vis2dirty(vis, wgt), ops["scipy"].vis2dirty(vis, wgt)) < 1e-12
+    assert relative_error(ops["ducc0"].dirty2vis(dirty, wgt), ops["scipy"].dirty2vis(dirty, wgt)) < 1e-12
+
+
+def test_host_fft_choice_is_checked(rng, monkeypatch):
+    uvw, freq, vis, wgt = wide_field(rng, nrow=50)
+    with pytest.raises(ValueError, match="host_fft must be one of"):
+        clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "numpy"})
+    monkeypatch.setitem(__import__("sys").modules, "ducc0.fft", None)     # as if ducc0 were not installed
+    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).fft.library == "scipy"
+    with pytest.raises(ImportError, match="needs ducc0"):
+        clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "ducc0"})
+
+
 def test_mapped_host_fft_matches_host_fft_and_is_adjoint(rng):
     """The host FFT in place on the mapped device grid, with crop, phase and correction
     on the device (the device-FFT path's kernels, with no pyvkfft needed)."""
