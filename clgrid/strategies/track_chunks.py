@@ -31,7 +31,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from ..baseline_order import baseline_length
-from ..codegen import build_program, render
+from ..codegen import build_program, kernel, render
 from ..kernels import KernelStack
 from ..plan import Positions
 from ..scan import ExclusiveScan
@@ -167,7 +167,7 @@ class TrackChunker:
         queue, n, program = self.queue, plan.num_kept, self.program
         if not n:
             return self.upload(plan.host(), np.zeros(0, np.int64), np.zeros((0, 4), np.int32))
-        scan = ExclusiveScan(queue)   # one per call: its scratch and kernels are not shared between threads
+        scan = ExclusiveScan(queue)   # one per call: its scratch is not shared between threads
         length = baseline_length(plan)
         num_baselines, num_minor = plan.num_samples // length, self.key.num_minor(plan)
         num_keys = num_baselines * num_minor
@@ -176,37 +176,37 @@ class TrackChunker:
         # counts copied from zeros, not filled: Oclgrind reads fills as unset
         counts = cla.to_device(queue, np.zeros(num_keys + 1, np.int32))
         starts = cla.empty(queue, num_keys + 1, np.int32)
-        cl.Kernel(program, "count_keys")(queue, (n,), None, plan.packed.data, plan.sample.data, np.int32(n),
-                                         np.int32(length), np.int32(plan.nchan or 1), np.int32(num_minor),
-                                         counts.data)
+        kernel(program, "count_keys")(queue, (n,), None, plan.packed.data, plan.sample.data, np.int32(n),
+                                      np.int32(length), np.int32(plan.nchan or 1), np.int32(num_minor),
+                                      counts.data)
         scan(counts.data, starts.data, num_keys + 1)
         cursor = starts.copy()
         packed, source = cla.empty(queue, (n, 4), np.int32), cla.empty(queue, n, np.int32)
-        cl.Kernel(program, "place")(queue, (num_baselines * self.wg,), (self.wg,), plan.packed.data,
-                                    plan.sample.data, np.int32(plan.nchan or 1), np.int32(num_minor), starts.data,
-                                    cursor.data, packed.data, source.data)
+        kernel(program, "place")(queue, (num_baselines * self.wg,), (self.wg,), plan.packed.data,
+                                 plan.sample.data, np.int32(plan.nchan or 1), np.int32(num_minor), starts.data,
+                                 cursor.data, packed.data, source.data)
 
         chunks_of_key = cla.empty(queue, num_keys + 1, np.int32)
         chunk_starts = cla.empty(queue, num_keys + 1, np.int32)
-        cl.Kernel(program, "count_chunks")(queue, (num_keys + 1,), None, starts.data, np.int32(num_keys),
-                                           np.int32(self.max_length), chunks_of_key.data)
+        kernel(program, "count_chunks")(queue, (num_keys + 1,), None, starts.data, np.int32(num_keys),
+                                        np.int32(self.max_length), chunks_of_key.data)
         scan(chunks_of_key.data, chunk_starts.data, num_keys + 1)
         num_chunks = int(chunk_starts[num_keys].get())
         chunks = cla.empty(queue, (num_chunks, 4), np.int32)
-        cl.Kernel(program, "write_chunks")(queue, (num_chunks,), None, starts.data, chunk_starts.data,
-                                           np.int32(num_keys), np.int32(num_chunks), np.int32(self.max_length),
-                                           packed.data, self.plane_supports, chunks.data)
+        kernel(program, "write_chunks")(queue, (num_chunks,), None, starts.data, chunk_starts.data,
+                                        np.int32(num_keys), np.int32(num_chunks), np.int32(self.max_length),
+                                        packed.data, self.plane_supports, chunks.data)
 
         blocks, ranks = -(-num_chunks // self.block), self.descending.size
         rank_counts = cla.to_device(queue, np.zeros(ranks * blocks + 1, np.int32))
         rank_starts = cla.empty(queue, ranks * blocks + 1, np.int32)
         per_rank = cla.to_device(queue, np.zeros(ranks, np.int32))
-        cl.Kernel(program, "count_ranks")(queue, (blocks * self.block,), (self.block,), chunks.data,
-                                          np.int32(num_chunks), rank_counts.data, per_rank.data)
+        kernel(program, "count_ranks")(queue, (blocks * self.block,), (self.block,), chunks.data,
+                                       np.int32(num_chunks), rank_counts.data, per_rank.data)
         scan(rank_counts.data, rank_starts.data, ranks * blocks + 1)
         widest_first = cla.empty(queue, (num_chunks, 4), np.int32)
-        cl.Kernel(program, "place_by_rank")(queue, (blocks * self.block,), (self.block,), chunks.data,
-                                            np.int32(num_chunks), rank_starts.data, widest_first.data)
+        kernel(program, "place_by_rank")(queue, (blocks * self.block,), (self.block,), chunks.data,
+                                         np.int32(num_chunks), rank_starts.data, widest_first.data)
         per_rank = per_rank.get()
         present = per_rank > 0
         return ChunkedPlan(packed.data, None, n, source.data, widest_first.data, num_chunks,
@@ -225,7 +225,7 @@ class TrackChunker:
         work = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, 8 * max(total, 1))
         if total:
             table = read_only_buffer(self.queue.context, by_support)
-            cl.Kernel(self.program, "expand_work")(
+            kernel(self.program, "expand_work")(
                 self.queue, (chunked.num_chunks,), None, chunked.chunks, np.int32(chunked.num_chunks),
                 table, work).wait()   # before ``table`` is released (see `on_device`)
         return work, total
