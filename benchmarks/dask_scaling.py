@@ -153,7 +153,7 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
            "OPENBLAS_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     out = {"workers": n, "threads_per_worker": threads}
     # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes every large
-    # temporary fresh pages (scipy's FFT allocates per call): unset unless --dask-malloc-trim
+    # temporary fresh pages (the host FFT allocates per call): unset unless --dask-malloc-trim
     trim = {} if a.dask_malloc_trim else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
     with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                              dashboard_address=None, env=env, memory_limit=0) as cluster, \

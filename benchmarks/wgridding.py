@@ -41,6 +41,9 @@ def main(argv=None):
     p.add_argument("--nthreads", type=int, default=os.cpu_count())
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--oracle", action="store_true", help="errors against ducc0 at epsilon=1e-12")
+    p.add_argument("--variants", default=None,
+                   help='clgrid tunings to interleave, as JSON {"name": {[wgridding] overrides}, ...}; '
+                        'their keys are prefixed "clgrid_<name>_"')
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     import ducc0.wgridder as wg
@@ -57,34 +60,49 @@ def main(argv=None):
     res = {"num_vis": len(uvw), "npix": a.npix, "epsilon": a.epsilon, "single": a.single, "w": not a.no_w,
            "nthreads": a.nthreads, "w_range": float(np.ptp(uvw[:, 2]) * freq[0] / 299792458.0)}
 
-    t = time.perf_counter()
-    op = clgrid.WGridder(uvw, freq, a.npix, a.npix, pix, pix, a.epsilon, not a.no_w,
-                         precision="single" if a.single else "double", device=a.device, nthreads=a.nthreads)
-    res["clgrid_operator_setup_s"] = time.perf_counter() - t
+    variants = json.loads(a.variants) if a.variants else {"": None}
     runs = {
         "ducc0_vis2dirty_s": lambda: wg.vis2dirty(vis=vis, npix_x=a.npix, npix_y=a.npix, **common),
         "ducc0_dirty2vis_s": lambda: wg.dirty2vis(dirty=dirty, **common),
-        "clgrid_vis2dirty_call_s": lambda: clgrid.vis2dirty(vis=vis, npix_x=a.npix, npix_y=a.npix,
-                                                            device=a.device, **common),
-        "clgrid_dirty2vis_call_s": lambda: clgrid.dirty2vis(dirty=dirty, device=a.device, **common),
-        "clgrid_vis2dirty_reused_s": lambda: op.vis2dirty(vis),
-        "clgrid_dirty2vis_reused_s": lambda: op.dirty2vis(dirty),
     }
+    for name, tuning in variants.items():
+        key = f"clgrid_{name}_" if name else "clgrid_"
+        t = time.perf_counter()
+        op = clgrid.WGridder(uvw, freq, a.npix, a.npix, pix, pix, a.epsilon, not a.no_w,
+                             precision="single" if a.single else "double", device=a.device, nthreads=a.nthreads,
+                             tuning=tuning)
+        res[key + "operator_setup_s"] = time.perf_counter() - t
+        runs.update({
+            key + "vis2dirty_call_s": lambda tuning=tuning: clgrid.vis2dirty(
+                vis=vis, npix_x=a.npix, npix_y=a.npix, device=a.device, tuning=tuning, **common),
+            key + "dirty2vis_call_s": lambda tuning=tuning: clgrid.dirty2vis(
+                dirty=dirty, device=a.device, tuning=tuning, **common),
+            key + "vis2dirty_reused_s": op.vis2dirty,
+            key + "dirty2vis_reused_s": op.dirty2vis,
+        })
+    arguments = {"vis2dirty": vis, "dirty2vis": dirty}
     # Interleaved: each repeat runs every variant once, so that a shared machine's load,
     # which drifts over seconds, falls on all of them alike; medians over the repeats.
-    outputs = {k: fn() for k, fn in runs.items()}             # warm-up (program builds)
+    def call(key):
+        fn = runs[key]
+        return fn(arguments[key.split("_")[-3]]) if key.endswith("reused_s") else fn()
+
+    outputs = {k: call(k) for k in runs}                     # warm-up (program builds)
     samples = {k: [] for k in runs}
     for _ in range(a.repeats):
-        for k, fn in runs.items():
+        for k in runs:
             t = time.perf_counter()
-            fn()
+            call(k)
             samples[k].append(time.perf_counter() - t)
     res.update({k: float(np.median(v)) for k, v in samples.items()})
     ref_img, ref_vis = outputs["ducc0_vis2dirty_s"], outputs["ducc0_dirty2vis_s"]
-    img, got_vis = outputs["clgrid_vis2dirty_call_s"], outputs["clgrid_dirty2vis_call_s"]
-    for side in ("vis2dirty", "dirty2vis"):
-        for how in ("call", "reused"):
-            res[f"ratio_{side}_{how}"] = res[f"clgrid_{side}_{how}_s"] / res[f"ducc0_{side}_s"]
+    first = f"clgrid_{next(iter(variants))}_" if next(iter(variants)) else "clgrid_"
+    img, got_vis = outputs[first + "vis2dirty_call_s"], outputs[first + "dirty2vis_call_s"]
+    for name in variants:
+        key = f"clgrid_{name}_" if name else "clgrid_"
+        for side in ("vis2dirty", "dirty2vis"):
+            for how in ("call", "reused"):
+                res[f"ratio_{key[7:]}{side}_{how}"] = res[f"{key}{side}_{how}_s"] / res[f"ducc0_{side}_s"]
     g = op.geometry
     res["kernel"] = {"support": g.kernel.support, "sigma": g.kernel.sigma, "grid": [g.nu, g.nv],
                      "planes": g.num_planes}

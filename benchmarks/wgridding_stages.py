@@ -5,6 +5,9 @@ w-planes (spread or interpolation, FFT, per-plane image work), from profiling ev
     python benchmarks/wgridding_stages.py --device nvidia --num-vis 4000000 --npix 4096 --single
     python benchmarks/wgridding_stages.py --device pocl --num-vis 200000 --npix 1024 --single --repeats 2
 
+With --sweep '[{...}, ...]', only the spread and interpolation device times for each of
+those [wgridding] tunings (each on top of --tuning), one operator at a time.
+
 With --cufinufft, also cuFINUFFT's spreading and interpolation (setpts + execute,
 gpu_spreadinterponly, the same points on the same grid, each gpu_method) beside
 clgrid's 2-D spread and interpolation kernels at the same kernel width (needs cufinufft
@@ -119,6 +122,19 @@ def cufinufft_times(op, uvw, freq, repeats):
     return rows
 
 
+def sweep(uvw, freq, kw, tunings, repeats):
+    """Spread and interpolation device times (all planes) for each tuning."""
+    rows = []
+    for tuning in tunings:
+        op = WGridder(uvw, freq, **(kw | {"tuning": kw["tuning"] | tuning}))
+        row = {"tuning": tuning} | stage_times(op, repeats)
+        print(f"{json.dumps(tuning):90s} spread {row['spread_s'] * 1e3:8.3f} ms  interp {row['interp_s'] * 1e3:8.3f} ms",
+              flush=True)
+        rows.append(row)
+        del op
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-vis", type=int, default=4_000_000)
@@ -131,6 +147,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--spread", default=None, help="tuning [wgridding] spread: atomic, bins or rows")
     p.add_argument("--tuning", default=None, help="more [wgridding] overrides as JSON, e.g. '{\"bin_u\": 64}'")
+    p.add_argument("--sweep", default=None, help="a JSON list of [wgridding] tunings to time the spread of")
     p.add_argument("--cufinufft", action="store_true")
     p.add_argument("--profile-setup", action="store_true", help="print where the operator's set-up goes (cProfile)")
     p.add_argument("--json", default=None)
@@ -146,6 +163,12 @@ def main(argv=None):
               do_wgridding=not a.no_w, precision="single" if a.single else "double", device=a.device,
               nthreads=a.nthreads, tuning=({"spread": a.spread} if a.spread else {}) | json.loads(a.tuning or "{}"))
     res = {"tuning": kw["tuning"], "num_vis": len(uvw), "npix": a.npix, "epsilon": a.epsilon, "single": a.single, "w": not a.no_w}
+    if a.sweep:
+        res["sweep"] = sweep(uvw, freq, kw, json.loads(a.sweep), a.repeats)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     setup = []
     for _ in range(max(2, a.repeats // 2)):
         t = time.perf_counter()

@@ -1,7 +1,8 @@
 {# Moving-window degridder: seed 004's moving window run backwards, as in seed 001.
     A work-group per segment of a track (consecutive time steps of one baseline and
-    channel) and per tile of the window.  Work-item (x, y) of the window owns the grid
-    points u' = x, v' = y (mod window); the window is at least as wide as every
+    channel, clgrid/strategies/track_chunks.py) and per tile of the window; one launch
+    per window width.  Work-item (x, y) of the window owns the grid points u' = x,
+    v' = y (mod window); the window is at least as wide as every
     footprint in the segment, so the work-item holds at most one point of any
     footprint.  It keeps that point's grid values in registers while the track moves,
     reloading them only when its point changes, and contributes grid * conj(weight).
@@ -43,11 +44,12 @@ __kernel void degrid_moving_window(
     __global const int *restrict support,        /* [plane] */
     __global const complex_t *restrict grid,     /* [NPOL][GRID_SIZE][GRID_SIZE] */
     __global complex_t *restrict vis,            /* [num_vis][NPOL], plan order, zeroed */
-    __global const int2 *restrict segments,      /* [group z]: first visibility, count */
+    __global const int4 *restrict segments,      /* first visibility, count, widest support, - */
+    const int first_segment,                     /* this launch's: segment first_segment + group z */
     const int window,                            /* >= 2 * support + 1 along the segment */
     __local complex_t *partials)                 /* [VALUES][local size] */
 {
-    const int2 segment = segments[get_group_id(2)];
+    const int4 segment = segments[first_segment + get_group_id(2)];
     const int x = get_global_id(0), y = get_global_id(1);
     const int owner = x < window && y < window;
     const int lanes = get_local_size(0) * get_local_size(1);

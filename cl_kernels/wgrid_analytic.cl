@@ -7,9 +7,8 @@
     says why the kernel is what it is).
     Template variables: double, atomic, support (W), use_w (bool), degree and coef (the
     kernel's per-tap polynomials, (degree + 1) x W); for the "bins" spread bin_u, bin_v,
-    keys_per_plane, wg, team (work-items per point), subproblem (points per work-group
-    at most) and local_atomic ("ptx": NVIDIA's shared-memory reduction, else
-    compare-and-swap). #}
+    keys_per_plane, wg, subproblem (points per work-group at most) and batch (points in
+    local memory at a time). #}
 {% include "common.cl" %}
 #define SUPPORT {{ support }}
 {% if double %}
@@ -129,44 +128,28 @@ __kernel void interp(__global const int4 *restrict first,
    (subproblems[i] = (bin, piece), made by the operator), so that the dense bins of a
    real array's core are shared among many work-groups.  A work-group spreads its points
    into a tile of local memory (the bin and the W - 1 cells its footprints reach beyond
-   it): a team of TEAM >= W^2 work-items takes one point at a time, each work-item one
-   of its W x W cells, computing that cell's two kernel values itself and adding with a
-   local atomic (teams of one work-group can meet on a cell).  Then the tile's non-zero
-   cells are added to the grid with global atomics: one global addition per tile cell
-   instead of one per visibility and cell. */
+   it), then adds the tile's non-zero cells to the grid with global atomics: one global
+   addition per tile cell instead of one per visibility and cell.
+   Within the tile every work-item owns cells, not points: the work-group loads BATCH
+   (<= WG, what local memory holds) points at a time into local memory, each work-item computing one point's 2W kernel
+   values; then the whole work-group takes the points one by one, each work-item adding
+   to its own cells of the footprint with plain loads and stores, and a barrier before
+   the next point (whose cells may be other work-items').  No atomics, and 2W kernel
+   evaluations per point.  (cuFINUFFT gives each thread a point and adds to shared memory
+   with atomics; on the H100 that mapping, with Horner's rule per cell and NVIDIA's
+   red.shared, took 1.29 ms where this one takes 0.46 ms: platforms/nvidia.toml.) */
 #define BIN_U {{ bin_u }}
 #define BIN_V {{ bin_v }}
 #define TILE_U (BIN_U + SUPPORT - 1)
 #define TILE_V (BIN_V + SUPPORT - 1)
 #define KEYS_PER_PLANE {{ keys_per_plane }}
 #define WG {{ wg }}
-#define TEAM {{ team }}
 #define SUBPROBLEM {{ subproblem }}
-
-{% if local_atomic == "ptx" %}
-inline void tile_add(volatile __local real_t *address, const real_t value)
-{
-{% if double %}
-    asm volatile("red.shared.add.f64 [%0], %1;" :: "l"(address), "d"(value) : "memory");
-{% else %}
-    asm volatile("red.shared.add.f32 [%0], %1;" :: "l"(address), "f"(value) : "memory");
-{% endif %}
-}
-{% else %}
-#define tile_add local_atomic_add_real
-{% endif %}
-
-/* Kernel value at z (the point's offset mapped to the polynomials' variable) from one
-   tap's coefficients held in registers: each work-item of a team keeps those of its
-   own cell's two taps, where reading them from COEF would make the work-items of a
-   warp ask the constant cache for W different addresses at once. */
-inline real_t tap_at(const real_t *coef, const real_t z)
-{
-    real_t k = coef[0];
-    for (int d = 1; d <= DEGREE; ++d)
-        k = k * z + coef[d];
-    return k;
-}
+#define BATCH {{ batch }}
+#define CELLS_PER_ITEM ((SUPPORT * SUPPORT + WG - 1) / WG)
+/* a point's kernel values in local memory at an odd stride: the work-items reading one
+   point's W values, and those writing W values of consecutive points, hit distinct banks */
+#define KSTRIDE (SUPPORT | 1)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void spread_bins(__global const int4 *restrict first, __global const real4_t *restrict frac,
@@ -174,7 +157,7 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
                  __global const int *restrict starts, __global const int2 *restrict subproblems,
                  const int first_job, const int nu, const int nv, const int plane)
 {
-    __local real_t tile[2 * TILE_U * TILE_V];
+    __local complex_t tile[TILE_U * TILE_V];
     const int lid = get_local_id(0);
     const int2 job = subproblems[first_job + get_group_id(0)];
     const int bin = job.x;
@@ -184,18 +167,19 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
 {% else %}
     const int g_lo = plane;
 {% endif %}
-    for (int c = lid; c < 2 * TILE_U * TILE_V; c += WG)
+    for (int c = lid; c < TILE_U * TILE_V; c += WG)
         tile[c] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const int u0 = (bin / bins_v) * BIN_U, v0 = (bin % bins_v) * BIN_V;
-    /* this work-item's cell of every footprint, and its taps' coefficients */
-    const int cell_ab = lid % TEAM;
-    const int a = cell_ab / SUPPORT, b = cell_ab - a * SUPPORT;
-    const bool in_footprint = cell_ab < SUPPORT * SUPPORT;
-    real_t coef_a[DEGREE + 1], coef_b[DEGREE + 1];
-    for (int d = 0; d <= DEGREE; ++d) {
-        coef_a[d] = in_footprint ? COEF[d][a] : 0;
-        coef_b[d] = in_footprint ? COEF[d][b] : 0;
+    /* the points of one batch, and this work-item's cells of every footprint */
+    __local complex_t batch_v[BATCH];              /* value, times its weight on this plane */
+    __local real_t batch_ku[BATCH][KSTRIDE], batch_kv[BATCH][KSTRIDE];
+    __local int2 batch_cell[BATCH];                /* first cell, in the tile */
+    int cell_a[CELLS_PER_ITEM], cell_b[CELLS_PER_ITEM];
+    for (int i = 0; i < CELLS_PER_ITEM; ++i) {
+        const int c = min(lid + i * WG, SUPPORT * SUPPORT - 1);
+        cell_a[i] = c / SUPPORT;
+        cell_b[i] = c - cell_a[i] * SUPPORT;
     }
     /* this work-group's points: [skip, skip + SUBPROBLEM) of the bin's runs, plane by plane */
     int skip = job.y * SUBPROBLEM, left = SUBPROBLEM;
@@ -208,22 +192,38 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
         const int start = run + skip, end = run + min(count, skip + left);
         left -= end - start;
         skip = 0;
-        for (int k = start + lid / TEAM; k < end; k += WG / TEAM) {
-            const int4 f = first[k];
-            const real4_t x = frac[k];
-            if (!in_footprint)
-                continue;
-            const complex_t v = vis[k] * plane_weight(f, x, plane);
-            const real_t weight = tap_at(coef_a, (real_t)2 * x.x + (real_t)(SUPPORT - 1))
-                                  * tap_at(coef_b, (real_t)2 * x.y + (real_t)(SUPPORT - 1));
-            __local real_t *cell = tile + 2 * ((f.x - u0 + a) * TILE_V + (f.y - v0 + b));
-            tile_add(cell, v.x * weight);
-            tile_add(cell + 1, v.y * weight);
+        for (int at = start; at < end; at += BATCH) {
+            const int n = min(BATCH, end - at);
+            if (lid < n) {
+                const int k = at + lid;
+                const int4 f = first[k];
+                const real4_t x = frac[k];
+                real_t t[SUPPORT];
+                taps(t, x.x);
+                for (int j = 0; j < SUPPORT; ++j)
+                    batch_ku[lid][j] = t[j];
+                taps(t, x.y);
+                for (int j = 0; j < SUPPORT; ++j)
+                    batch_kv[lid][j] = t[j];
+                batch_v[lid] = vis[k] * plane_weight(f, x, plane);
+                batch_cell[lid] = (int2)(f.x - u0, f.y - v0);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int e = 0; e < n; ++e) {
+                const int2 cell = batch_cell[e];
+                const complex_t v = batch_v[e];
+                #pragma unroll
+                for (int i = 0; i < CELLS_PER_ITEM; ++i)
+                    if (lid + i * WG < SUPPORT * SUPPORT)
+                        tile[(cell.x + cell_a[i]) * TILE_V + cell.y + cell_b[i]]
+                            += v * (batch_ku[e][cell_a[i]] * batch_kv[e][cell_b[i]]);
+                barrier(CLK_LOCAL_MEM_FENCE);   /* the next point's cells may be others' */
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int c = lid; c < TILE_U * TILE_V; c += WG) {
-        const complex_t value = (complex_t)(tile[2 * c], tile[2 * c + 1]);
+        const complex_t value = tile[c];
         if (value.x == 0 && value.y == 0)
             continue;
         int iu = u0 + c / TILE_V, iv = v0 + c % TILE_V;

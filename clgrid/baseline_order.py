@@ -5,8 +5,8 @@ needs inputs whose first axis is the baseline and whose next axes are time:
 ``uvw (nbaseline, ntime, 3)`` and ``vis (nbaseline, ntime, [nchan,] npol)``.
 Measurement sets store rows instead (one per baseline and integration, any order,
 with antenna1/antenna2/time columns): `to_baseline_order` turns those into tracks,
-flagging the (baseline, time) slots no row fills.  `baseline_of` and
-`hold_w` read flattened `Samples` that are in this order.
+flagging the (baseline, time) slots no row fills.  `baseline_length`, `baseline_of`
+and `hold_w` read flattened `Samples` (or a plan) in this order.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from .plan import Samples
 
-__all__ = ["BaselineOrdered", "to_baseline_order", "track_shape", "baseline_of", "hold_w"]
+__all__ = ["BaselineOrdered", "to_baseline_order", "track_shape", "baseline_length", "baseline_of", "hold_w"]
 
 
 @dataclass
@@ -104,18 +104,16 @@ def track_shape(samples: Samples) -> tuple:
     return int(np.prod(lead[:-1])), lead[-1], samples.nchan or 1
 
 
+def baseline_length(samples) -> int:
+    """Consecutive flattened samples of one baseline: time steps times channels (`track_shape`;
+    uvw with a single row axis is one baseline)."""
+    return samples.leading_shape[-1] * (samples.nchan or 1)
+
+
 def baseline_of(samples: Samples, sample: np.ndarray) -> np.ndarray:
     """Baseline (`track_shape`) of flattened sample indices."""
-    _, ntime, nchan = track_shape(samples)
-    return sample // (ntime * nchan)
-
-
-def track_keys(samples, sample: np.ndarray) -> np.ndarray:
-    """Track of flattened sample indices: one per (baseline, channel), time along it, with
-    baselines as `track_shape` says; uvw with a single row axis is one track per channel."""
-    nchan = samples.nchan or 1
-    row, chan = np.divmod(sample, nchan)
-    return (row // samples.leading_shape[-1]) * nchan + chan
+    track_shape(samples)
+    return sample // baseline_length(samples)
 
 
 def hold_w(samples: Samples, time_block: int) -> Samples:

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pyopencl as cl
 
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 from .errors import EmptyInputWarning, NonFiniteResultError
 
 __all__ = ["count_nonfinite", "check_gridded", "check_degridded"]
@@ -31,7 +31,7 @@ def count_nonfinite(queue: cl.CommandQueue, buffer: cl.Buffer, count: int, real_
     program = build_program(queue.context, render("finite_check.cl", double=double))
     found = np.zeros(1, np.uint32)
     found_buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=found)
-    kernel = cl.Kernel(program, "count_nonfinite")
+    kernel = codegen_kernel(program, "count_nonfinite")
     groups = min(GROUPS, -(-int(count) // GROUP_SIZE))
     block = -(-int(count) // groups)
     event = kernel(queue, (groups * GROUP_SIZE,), (GROUP_SIZE,), buffer, np.uint64(count), np.uint64(block),

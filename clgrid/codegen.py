@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tempfile
+import threading
 from pathlib import Path
 
 import jinja2
@@ -19,9 +20,10 @@ import pyopencl as cl
 
 from .errors import KernelBuildError
 
-__all__ = ["kernel_dir", "render", "build_program"]
+__all__ = ["kernel_dir", "render", "build_program", "kernel"]
 
 _programs: dict = {}
+_kernels = threading.local()
 
 
 def kernel_dir() -> Path:
@@ -80,3 +82,20 @@ def build_program(context: cl.Context, source: str, options: tuple = ()) -> cl.P
                                    f"saved to {path}\n{exc}") from None
         _programs[key] = program
     return program
+
+
+def kernel(program: cl.Program, name: str) -> cl.Kernel:
+    """The kernel ``name`` of ``program``, one object per thread, kept.
+
+    A kernel object holds its arguments from setting them to enqueueing, so threads must
+    not share one; but a new object per launch costs pyopencl an invoker lookup in its
+    on-disk cache (about 0.4 ms; 3.5 ms of a 4 M-visibility `Gridder.grid` on the H100
+    went there).  Within one thread, enqueueing captures the arguments, so reuse is safe."""
+    cache = getattr(_kernels, "cache", None)
+    if cache is None:
+        cache = _kernels.cache = {}
+    key = (program.int_ptr, name)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = (cl.Kernel(program, name), program)    # the program kept alive with it
+    return found[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 from .runtime import fill_zeros
 from .scan import ExclusiveScan
 
@@ -28,9 +28,7 @@ class CountingSort:
             raise ValueError(f"num_keys must be in [1, 2**31 - 1), got {num_keys}")
         self.queue = queue
         self.num_keys = int(num_keys)
-        program = build_program(queue.context, render("counting_sort.cl", key=key, num_keys=self.num_keys))
-        self._count = cl.Kernel(program, "count_keys")
-        self._place = cl.Kernel(program, "place")
+        self._program = build_program(queue.context, render("counting_sort.cl", key=key, num_keys=self.num_keys))
         self._scan = ExclusiveScan(queue)
 
     def __call__(self, packed: cl.Buffer, source: cl.Buffer, n: int, wait_for=None, starts: cl.Buffer = None):
@@ -46,10 +44,10 @@ class CountingSort:
         if starts is not None and not n:
             events.append(fill_zeros(self.queue, starts, 4 * (self.num_keys + 1), np.int32, wait_for))
         if n:
-            events.append(self._count(self.queue, (n,), None, packed, np.int32(n), counts))
+            events.append(codegen_kernel(self._program, "count_keys")(self.queue, (n,), None, packed, np.int32(n), counts))
             events += self._scan(counts, cursor, self.num_keys + 1)
             if starts is not None:
                 events.append(cl.enqueue_copy(self.queue, starts, cursor, byte_count=4 * (self.num_keys + 1)))
-            events.append(self._place(self.queue, (n,), None, packed, source, np.int32(n), cursor,
+            events.append(codegen_kernel(self._program, "place")(self.queue, (n,), None, packed, source, np.int32(n), cursor,
                                       sorted_packed, sorted_source))
         return sorted_packed, sorted_source, events

@@ -32,7 +32,7 @@ import math
 import numpy as np
 import pyopencl as cl
 
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 from .device_sum import DeviceSum
 from .errors import DeviceCapabilityError
 from .runtime import fill_zeros
@@ -79,7 +79,7 @@ class FixedPointGrid:
                              f"__global const {real}2 *v")(queue, count, values).get()
         exponent = scale_exponent(total, self.gridder.kernels)
         program = build_program(queue.context, render("fixed_point.cl", double=real == "double"))
-        cl.Kernel(program, "scale_by_power_of_two")(queue, (min(WORK_ITEMS, 2 * count),), None, values,
+        codegen_kernel(program, "scale_by_power_of_two")(queue, (min(WORK_ITEMS, 2 * count),), None, values,
                                                     np.uint64(2 * count), np.int32(exponent))
         return exponent
 
@@ -106,7 +106,7 @@ class FixedPointGrid:
         real = self.gridder.strategy.real_dtype
         program = build_program(queue.context, render("fixed_point.cl", double=real == np.float64))
         count = self._count(npol)
-        events.append(cl.Kernel(program, "fixed_to_real")(
+        events.append(codegen_kernel(program, "fixed_to_real")(
             queue, (min(WORK_ITEMS, count),), None, fixed, grid_buffer, np.uint64(count),
             np.int32(prepared.value_exponent), np.int32(accumulate), wait_for=events[-1:]))
         return events

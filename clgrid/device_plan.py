@@ -29,7 +29,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 from .device_sum import DeviceSum
 from .kernels import KernelStack, offset_range
 from .plan import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities,
@@ -224,13 +224,13 @@ class Plan:
 
 
 class _Planner:
-    """The planning program of one context (built once) and a scan for one planning call
-    (kernel objects hold their arguments: each call, perhaps on another thread, has its own)."""
+    """The planning program of one context (built once), its kernels (one per thread:
+    kernel objects hold their arguments) and a scan for one planning call."""
 
     def __init__(self, queue):
         program = build_program(queue.context, render("plan_positions.cl"))
-        self.classify = cl.Kernel(program, "classify")
-        self.compact = cl.Kernel(program, "compact")
+        self.classify = codegen_kernel(program, "classify")
+        self.compact = codegen_kernel(program, "compact")
         self.scan = ExclusiveScan(queue)
 
 

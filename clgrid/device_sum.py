@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 
 __all__ = ["DeviceSum"]
 
@@ -48,7 +48,7 @@ class DeviceSum:
         groups = max(1, min(GROUPS, -(-n // WG)))
         partials = np.empty(groups, self.dtype)
         buffer = cl.Buffer(self.context, cl.mem_flags.WRITE_ONLY, partials.nbytes)
-        kernel = cl.Kernel(self.program, "partial_sums")   # its own arguments: calls may overlap in threads
+        kernel = codegen_kernel(self.program, "partial_sums")   # per thread: calls may overlap in threads
         event = kernel(queue, (groups * WG,), (WG,), *args, np.int32(n), buffer, wait_for=wait_for)
         copy = cl.enqueue_copy(queue, partials, buffer, wait_for=[event], is_blocking=False)
         return PendingSum(partials, copy)

@@ -1,7 +1,7 @@
 """The FFT seam of the w-gridding operator: unnormalised 2-D transforms of a padded grid,
 with the crop to (or the zero-padding from) the image folded in.
 
-`HostFFT` runs scipy.fft with threads in place on host arrays, in the grid's own
+`HostFFT` runs ducc0.fft or scipy.fft with threads in place on host arrays, in the grid's own
 precision (complex64 stays complex64), and transforms the second axis only where the
 image needs it: of the ``nu`` rows of the grid only ``npix_x`` survive the crop, so the
 second pass works on those alone (1 / sigma of the work of a full pass); the crop itself
@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-__all__ = ["HostFFT", "crop", "embed"]
+__all__ = ["HostFFT", "MappedHostFFT", "DeviceFFT", "crop", "embed", "host_fft_library"]
 
 
 def _blocks(n: int, npix: int):
@@ -53,17 +53,43 @@ def embed(a: np.ndarray, n: int, axis: int, dtype=None) -> np.ndarray:
     return out
 
 
-class HostFFT:
-    """scipy.fft in place on a host grid, with the crop folded in: ``backward`` is
-    ``sum_g G[g] exp(+2 pi i g a / N)`` (unscaled) on every column, then on the rows the
-    image keeps only, and returns where each block of the image lies in the grid (views,
-    no copies); ``forward`` is the adjoint's transform (exponent ``-``) of a grid whose
-    only non-zero rows are the image's: those rows, then every column."""
+HOST_FFT_LIBRARIES = ("auto", "scipy", "ducc0")
 
-    def __init__(self, workers: int | None = None):
+
+def host_fft_library(choice: str) -> str:
+    """The library behind a [wgridding] ``host_fft`` choice: "auto" is ducc0.fft where it
+    is installed (1.6x scipy.fft's speed on 2880^2 complex64, one axis, 2 threads here:
+    BENCHMARKS.md), else scipy.fft; "ducc0" without ducc0 installed is refused."""
+    if choice not in HOST_FFT_LIBRARIES:
+        raise ValueError(f"tuning [wgridding] host_fft must be one of {HOST_FFT_LIBRARIES}, got {choice!r}")
+    if choice == "scipy":
+        return choice
+    try:
+        import ducc0.fft  # noqa: F401
+        return "ducc0"
+    except ImportError:
+        if choice == "ducc0":
+            raise ImportError("tuning [wgridding] host_fft = 'ducc0' needs ducc0: pip install ducc0") from None
+        return "scipy"
+
+
+class HostFFT:
+    """A threaded FFT (ducc0.fft or scipy.fft) in place on a host grid, with the crop folded
+    in: ``backward`` is ``sum_g G[g] exp(+2 pi i g a / N)`` (unscaled) on every column,
+    then on the rows the image keeps only, and returns where each block of the image lies
+    in the grid (views, no copies); ``forward`` is the adjoint's transform (exponent ``-``)
+    of a grid whose only non-zero rows are the image's: those rows, then every column."""
+
+    def __init__(self, workers: int | None = None, library: str = "auto"):
         self.workers = int(workers) if workers and workers > 0 else (os.cpu_count() or 1)
+        self.library = host_fft_library(library)
 
     def _in_place(self, view, axis, forward):
+        if self.library == "ducc0":
+            import ducc0.fft
+
+            ducc0.fft.c2c(view, axes=(axis,), forward=forward, inorm=0, out=view, nthreads=self.workers)
+            return
         import scipy.fft
 
         fft = scipy.fft.fft if forward else scipy.fft.ifft
@@ -72,20 +98,22 @@ class HostFFT:
         if not np.shares_memory(out, view):
             view[...] = out
 
+    def transform(self, grid: np.ndarray, npix_x: int, forward: bool) -> None:
+        """The pruned 2-D transform in place: backward every column, then the image's rows;
+        forward the image's rows (the others are 0), then every column."""
+        rows = [r for r, _ in _blocks(grid.shape[0], npix_x) if r.stop > r.start]
+        if not forward:
+            self._in_place(grid, 0, False)
+        for r in rows:
+            self._in_place(grid[r], 1, forward)
+        if forward:
+            self._in_place(grid, 0, True)
+
     def backward(self, grid: np.ndarray, npix_x: int, npix_y: int) -> list:
         """Transform ``grid`` (nu, nv) in place; returns ``[(image_index, grid_view), ...]``:
         ``image[image_index]`` is ``grid_view`` (4 blocks: the crop's quadrants)."""
-        nu, nv = grid.shape
-        self._in_place(grid, 0, False)
-        blocks = []
-        for rows, image_rows in _blocks(nu, npix_x):
-            if rows.stop <= rows.start:
-                continue
-            self._in_place(grid[rows], 1, False)
-            for cols, image_cols in _blocks(nv, npix_y):
-                if cols.stop > cols.start:
-                    blocks.append(((image_rows, image_cols), grid[rows, cols]))
-        return blocks
+        self.transform(grid, npix_x, forward=False)
+        return self.image_blocks(grid, npix_x, npix_y)
 
     def image_blocks(self, grid: np.ndarray, npix_x: int, npix_y: int) -> list:
         """The same ``(image_index, grid_view)`` pairs as `backward`, with no transform."""
@@ -95,11 +123,7 @@ class HostFFT:
 
     def forward(self, grid: np.ndarray, npix_x: int) -> None:
         """Transform ``grid`` (nu, nv) in place, the image's rows first (the others are 0)."""
-        nu = grid.shape[0]
-        for rows, _ in _blocks(nu, npix_x):
-            if rows.stop > rows.start:
-                self._in_place(grid[rows], 1, True)
-        self._in_place(grid, 0, True)
+        self.transform(grid, npix_x, forward=True)
 
 
 def import_vkfft():
@@ -170,40 +194,22 @@ class DeviceFFT:
 
 
 class MappedHostFFT:
-    """The host's threaded FFT (scipy.fft) run in place on a device buffer mapped into host
+    """The host's threaded FFT (`HostFFT`) run in place on a device buffer mapped into host
     memory: on a CPU device (PoCL) mapping copies nothing, so the operator's device-side
     crop, w phase and grid correction (cl_kernels/wgrid_planes.cl) apply with no host
-    copy of a plane at all.  ``backward`` transforms every column, then only the rows the
-    image keeps; ``forward`` only the rows the image filled, then every column."""
+    copy of a plane at all."""
 
-    def __init__(self, queue, nu: int, nv: int, dtype, npix_x: int, workers: int | None = None):
+    def __init__(self, queue, nu: int, nv: int, dtype, npix_x: int, host: HostFFT):
         self.queue, self.shape, self.dtype = queue, (int(nu), int(nv)), np.dtype(dtype)
-        self.workers = int(workers) if workers and workers > 0 else (os.cpu_count() or 1)
-        self.row_blocks = [grid for grid, _ in _blocks(int(nu), int(npix_x)) if grid.stop > grid.start]
+        self.npix_x, self.host = int(npix_x), host
 
     def _transform(self, buffer, forward: bool):
         import pyopencl as cl
-        import scipy.fft
 
         flags = cl.map_flags.READ | cl.map_flags.WRITE
         grid, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, self.shape, self.dtype, is_blocking=True)
         try:
-            fft = scipy.fft.fft if forward else scipy.fft.ifft
-            norm = "backward" if forward else "forward"           # unscaled either way
-
-            def in_place(view, axis):
-                out = fft(view, axis=axis, norm=norm, overwrite_x=True, workers=self.workers)
-                if not np.shares_memory(out, view):
-                    view[...] = out
-
-            if forward:
-                for rows in self.row_blocks:
-                    in_place(grid[rows], 1)
-                in_place(grid, 0)
-            else:
-                in_place(grid, 0)
-                for rows in self.row_blocks:
-                    in_place(grid[rows], 1)
+            self.host.transform(grid, self.npix_x, forward)
         finally:
             grid.base.release(self.queue)
 

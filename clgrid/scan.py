@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 
 __all__ = ["ExclusiveScan"]
 
@@ -25,9 +25,7 @@ class ExclusiveScan:
         self.queue = queue
         self.wg = int(min(wg, queue.device.max_work_group_size))
         self.items = int(items)
-        program = build_program(queue.context, render("scan.cl", wg=self.wg, items=self.items))
-        self._scan_blocks = cl.Kernel(program, "scan_blocks")
-        self._add_block_offsets = cl.Kernel(program, "add_block_offsets")
+        self._program = build_program(queue.context, render("scan.cl", wg=self.wg, items=self.items))
         self._scratch: dict = {}
 
     @property
@@ -44,11 +42,11 @@ class ExclusiveScan:
         """Enqueue the scan of the first ``n`` ints of ``values`` into ``prefix``; returns the events."""
         blocks = -(-n // self.block)
         totals = self._buffer(2 * level, blocks)
-        events = [self._scan_blocks(self.queue, (blocks * self.wg,), (self.wg,), values, prefix, totals,
+        events = [codegen_kernel(self._program, "scan_blocks")(self.queue, (blocks * self.wg,), (self.wg,), values, prefix, totals,
                                     np.int32(n), wait_for=wait_for)]
         if blocks > 1:
             offsets = self._buffer(2 * level + 1, blocks)
             events += self(totals, offsets, blocks, level=level + 1)
-            events.append(self._add_block_offsets(self.queue, (blocks * self.block,), None, prefix, offsets,
+            events.append(codegen_kernel(self._program, "add_block_offsets")(self.queue, (blocks * self.block,), None, prefix, offsets,
                                                   np.int32(n)))
         return events

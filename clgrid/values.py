@@ -16,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 from .device_sum import DeviceSum
 from .transfer import to_device_array
 
@@ -114,14 +114,14 @@ class ValueKernels:
             f"  return w == 0 ? 0 : fabs(({sum_type})v.x * w) + fabs(({sum_type})v.y * w); }}\n")
 
     # Kernel objects hold their arguments, and operators on other threads share this
-    # program: each launch gets its own.
+    # program: each thread gets its own (codegen.kernel).
     @property
     def gather(self) -> cl.Kernel:
-        return cl.Kernel(self.program, "gather_weighted")
+        return codegen_kernel(self.program, "gather_weighted")
 
     @property
     def scatter(self) -> cl.Kernel:
-        return cl.Kernel(self.program, "scatter")
+        return codegen_kernel(self.program, "scatter")
 
     @classmethod
     def of(cls, context, *key) -> "ValueKernels":

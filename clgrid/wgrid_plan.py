@@ -21,7 +21,7 @@ import numpy as np
 import pyopencl as cl
 
 from .accuracy import KernelChoice
-from .codegen import build_program, render
+from .codegen import build_program, render, kernel as codegen_kernel
 from .counting_sort import CountingSort
 from .runtime import device_facts, fill_zeros
 from .strategies.base import read_only_buffer
@@ -254,7 +254,7 @@ def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layo
     bad = cl.Buffer(ctx, mf.READ_WRITE, 8)
     fill_zeros(queue, bad, 8, np.int32)
     if nsample:
-        cl.Kernel(program, "classify")(queue, (nsample,), None, uvw_buf, scale_buf, keep_buf, geo, keyed, index, bad)
+        codegen_kernel(program, "classify")(queue, (nsample,), None, uvw_buf, scale_buf, keep_buf, geo, keyed, index, bad)
     starts = cl.Buffer(ctx, mf.READ_WRITE, 4 * (num_keys + 2))
     _, order, _ = CountingSort(queue, "p.x", num_keys + 1)(keyed, index, nsample, starts=starts)
     keyed.release()
@@ -274,7 +274,7 @@ def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layo
     src = cl.Buffer(ctx, mf.READ_WRITE, 4 * m)
     phase = cl.Buffer(ctx, mf.READ_WRITE, np.dtype(cplx).itemsize * m) if g.has_phase else None
     if num_vis:
-        cl.Kernel(program, "positions")(queue, (num_vis,), None, uvw_buf, scale_buf, geo, order, np.int32(num_vis),
+        codegen_kernel(program, "positions")(queue, (num_vis,), None, uvw_buf, scale_buf, geo, order, np.int32(num_vis),
                                         first, frac, src, phase)
     queue.finish()
     order.release()

@@ -317,7 +317,6 @@ class WGridder:
             _check_geometry(geometry, fields, w_range)
         self.geometry = geometry
         self.planes = _plane_range(planes, geometry)
-        self.fft = HostFFT(nthreads)
         self._setup_device(device, tuning, uvw, scale, keep, signs, bool(deterministic))
         if verbosity:
             g, choice = geometry, geometry.kernel
@@ -365,6 +364,10 @@ class WGridder:
         facts = self.facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
         self.staging = shared_staging(self.queue)
+        # tuning: the [wgridding] section's keys, and "atomic" (the [atomic] section's
+        # float atomic path, for the global adds)
+        tuning = dict(tuning or {})
+        atomic_path = {"atomic": tuning.pop("atomic")} if "atomic" in tuning else None
         wparams = resolve_tuning("wgridding", tuning, facts)
         self.spread_mode = wparams["spread"]
         if deterministic and self.spread_mode != "rows":
@@ -374,6 +377,7 @@ class WGridder:
             self.spread_mode = "rows"
         if self.spread_mode not in SPREAD_MODES:
             raise ValueError(f"tuning [wgridding] spread must be one of {SPREAD_MODES}, got {self.spread_mode!r}")
+        self.fft = HostFFT(self._workers, wparams["host_fft"])
         self.fft_mode = wparams["fft"]
         if self.fft_mode not in ("host", "mapped", "vkfft"):
             raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
@@ -387,7 +391,7 @@ class WGridder:
                                            double=self.precision == "double", staging=self.staging,
                                            on_host=deterministic)
 
-        params = resolve_tuning("atomic", None, facts)
+        params = resolve_tuning("atomic", atomic_path, facts)
         path = params.get("atomic", "cas")
         if atomic_unavailable(path, facts, self.precision == "double"):
             path = "cas"
@@ -398,8 +402,8 @@ class WGridder:
         source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
                         support=kernel.support, use_w=g.do_wgridding, degree=len(coef) - 1, coef=coef.tolist(),
                         bin_u=layout.bin_u if layout.kind == "bins" else 0, bin_v=layout.bin_v,
-                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg, team=self._team(wparams),
-                        subproblem=wparams["bins_subproblem"], local_atomic="ptx" if path == "ptx" else "cas")
+                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg,
+                        subproblem=wparams["bins_subproblem"], batch=self._bins_batch(facts))
         program = build_program(self.queue.context, source,
                                 tuple(params.get("build_options", ())) + build_options_for(path))
         self._spread = cl.Kernel(program, "spread")
@@ -417,7 +421,7 @@ class WGridder:
             self._setup_subproblems(wparams["bins_subproblem"])
         self.device_fft = None
         if self.fft_mode == "mapped":
-            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft.workers)
+            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft)
         if self.fft_mode == "vkfft":
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
@@ -522,15 +526,21 @@ class WGridder:
         self._interp_taps = cl.Kernel(program, "interp_taps")
         self._rows_wg = 8
 
-    def _team(self, wparams) -> int:
-        """Work-items per point in the "bins" spread: the table's, raised to the smallest
-        power of two that covers the footprint (one cell each), within the work-group."""
-        cells = self.geometry.kernel.support ** 2
-        team = max(wparams["bins_team"], 1 << (cells - 1).bit_length())
-        if team > self._bins_wg or self._bins_wg % team:
-            raise ValueError(f"tuning [wgridding] bins_work_group={self._bins_wg} must be a multiple of the "
-                             f"team of {team} work-items a {self.geometry.kernel.support}^2 footprint needs")
-        return team
+    def _bins_batch(self, facts) -> int:
+        """Points the "bins" spread holds in local memory at a time: one per work-item, or
+        fewer where the tile and the batch would not fit (a wide kernel in double)."""
+        if self.layout.kind != "bins":
+            return 0
+        real = np.dtype(self.real).itemsize
+        w = self.geometry.kernel.support
+        tile = (self.layout.bin_u + w - 1) * (self.layout.bin_v + w - 1) * 2 * real
+        per_point = 2 * real + 2 * (w | 1) * real + 8
+        batch = min(self._bins_wg, (facts.local_memory - tile - 256) // per_point)
+        if batch < 1:
+            raise ValueError(f"tuning [wgridding] bin_u={self.layout.bin_u}, bin_v={self.layout.bin_v}: the tile of "
+                             f"{tile / 1024:.1f} KiB for a {w}^2 kernel leaves no room in the device's "
+                             f"{facts.local_memory / 1024:.1f} KiB of local memory; use smaller bins")
+        return int(batch)
 
     def _setup_subproblems(self, size: int):
         """The work-groups of the "bins" spread, plane by plane: (bin, piece) for every piece

@@ -141,8 +141,8 @@ def main(argv=None):
     import dask
     from distributed import Client, LocalCluster
 
-    # workers without Dask's MALLOC_TRIM_THRESHOLD_: with it, every large temporary (scipy's
-    # FFT makes some per call) is fresh pages, and the host FFT takes twice as long (README)
+    # workers without Dask's MALLOC_TRIM_THRESHOLD_: with it, every large temporary (the host
+    # FFT makes some per call) is fresh pages, and the FFT takes longer (README)
     no_trim = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
     with tempfile.TemporaryDirectory() as tmp, dask.config.set(no_trim), \
             LocalCluster(n_workers=a.workers, threads_per_worker=1, dashboard_address=None,

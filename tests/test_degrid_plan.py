@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.baseline_order import track_keys
+from clgrid.baseline_order import baseline_length
 from clgrid.plan import flatten_positions, plan_visibilities
 
 N, CELL = 64, 4e-3
@@ -25,13 +25,11 @@ def planned(rng, stack, shape, nchan=None, npol=1):
     return samples, plan_visibilities(samples, N, CELL, stack)
 
 
-def test_track_keys_follow_baseline_and_channel(rng, stack):
-    samples, plan = planned(rng, stack, (6, 7), nchan=3)
-    keys = track_keys(samples, plan.sample)
-    baseline, rest = np.divmod(plan.sample, 7 * 3)
-    np.testing.assert_array_equal(keys, baseline * 3 + rest % 3)
-    samples, plan = planned(rng, stack, (20,), nchan=2)     # flat uvw: one track per channel
-    np.testing.assert_array_equal(track_keys(samples, plan.sample), plan.sample % 2)
+def test_a_baseline_is_its_time_steps_times_channels(rng, stack):
+    samples, _ = planned(rng, stack, (6, 7), nchan=3)
+    assert baseline_length(samples) == 7 * 3
+    samples, _ = planned(rng, stack, (20,), nchan=2)     # flat uvw: one baseline, a track per channel
+    assert baseline_length(samples) == 20 * 2
 
 
 def test_one_track_definition_for_gridding_and_degridding(rng, stack):
@@ -39,7 +37,7 @@ def test_one_track_definition_for_gridding_and_degridding(rng, stack):
     samples, plan = planned(rng, stack, (2, 3, 7), nchan=2)
     baseline = clgrid.baseline_order.baseline_of(samples, plan.sample)
     np.testing.assert_array_equal(baseline, plan.sample // (7 * 2))
-    np.testing.assert_array_equal(track_keys(samples, plan.sample) // 2, baseline)
+    assert baseline_length(samples) == 7 * 2
     assert clgrid.baseline_order.track_shape(samples) == (6, 7, 2)
 
 

@@ -8,7 +8,6 @@ from clgrid import datasets
 from clgrid.baseline_order import baseline_of, hold_w, to_baseline_order
 from clgrid.benchsets import fixed_support_stack
 from clgrid.plan import SPEED_OF_LIGHT, flatten_samples, plan_visibilities
-from clgrid.strategies.moving_window import chunk_runs, window_units, work_list
 
 from conftest import poison, relative_error
 
@@ -268,30 +267,6 @@ def test_plain_flush_warns_and_is_exact_for_one_chunk(queue, rng):
 def test_bad_tuning_is_refused(queue, stack, tuning, error):
     with pytest.raises(ValueError, match=error):
         clgrid.Gridder(N, CELL, stack, method="moving_window", device=queue, tuning=tuning)
-
-
-def test_split_tracks_makes_runs_of_one_support_in_input_order(rng):
-    n = 2000
-    baseline, support, conj = np.sort(rng.integers(0, 5, n)), rng.integers(3, 6, n), rng.random(n) < 0.3
-    order, start, count = chunk_runs(baseline, support, conj, max_length=37)
-    assert np.array_equal(np.sort(order), np.arange(n)) and count.sum() == n and count.max() <= 37
-    for s, c in zip(start, count):
-        run = order[s:s + c]
-        for key in (baseline, support, conj):
-            assert np.unique(key[run]).size == 1
-        assert np.all(np.diff(run) > 0), "a chunk keeps the samples' time order"
-    runs = {(baseline[i], support[i], conj[i]) for i in range(n)}
-    assert len(runs) <= len(start) <= len(runs) + n // 37
-    assert np.all(np.diff(baseline[order]) >= 0)
-
-
-def test_work_list_has_every_tile_once_and_the_costliest_chunks_first():
-    width, count = np.array([7, 25, 9]), np.array([100, 10, 3000])
-    tiles = -(-window_units(width, 2, 2) // 64)
-    work = work_list(width, count, tiles)
-    assert len(work) == tiles.sum() == 1 + 3 + 1
-    assert sorted(map(tuple, work)) == [(c, t) for c in range(3) for t in range(tiles[c])]
-    assert list(work[:, 0]) == [2, 1, 1, 1, 0]
 
 
 def test_offset_rows_hold_the_quarter_samples_of_every_tap(rng):

@@ -188,3 +188,21 @@ def test_nvidia_buffers_are_capped_at_8_gib_and_a_bigger_grid_is_refused(queue, 
     with pytest.raises(clgrid.errors.DeviceCapabilityError, match="needs 9.66 GiB.*8.00 GiB per buffer"):
         gridder._check_grid_fits(4)
     gridder._check_grid_fits(1)   # 2.41 GiB fits
+
+
+def test_kernel_objects_are_kept_per_thread(queue):
+    """codegen.kernel: the same object again in one thread (no invoker lookup per launch),
+    a different one in another thread (kernel objects hold their arguments)."""
+    import threading
+
+    from clgrid.codegen import build_program, kernel, render
+
+    program = build_program(queue.context, render("scan.cl", wg=64, items=4))
+    mine = kernel(program, "scan_blocks")
+    assert kernel(program, "scan_blocks") is mine
+    assert kernel(program, "add_block_offsets") is not mine
+    other = []
+    thread = threading.Thread(target=lambda: other.append(kernel(program, "scan_blocks")))
+    thread.start()
+    thread.join()
+    assert other[0] is not mine and other[0].function_name == "scan_blocks"

@@ -47,21 +47,62 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
-@pytest.mark.parametrize("spread", ["atomic", "bins"])
-def test_spread_variants_against_ducc0(rng, spread, epsilon, single, wgrid):
-    img, vis = against_ducc0(rng, {"spread": spread}, epsilon, single, wgrid)
+@pytest.mark.parametrize("tuning", [{"spread": "atomic"}, {"spread": "bins", "bins_work_group": 32}])
+def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
+    img, vis = against_ducc0(rng, tuning, epsilon, single, wgrid)
     assert img <= epsilon and vis <= epsilon, (img, vis)
 
 
 @pytest.mark.parametrize("bin_size", [(8, 16), (5, 3)])
-def test_bins_of_any_size_match_rows(rng, bin_size):
+@pytest.mark.parametrize("work_group,subproblem", [(256, 7), (32, 7), (16, 40)])
+def test_bins_of_any_size_match_rows(rng, bin_size, work_group, subproblem):
     """The "bins" spread with bins that do not divide the grid (the last bin short, footprints
-    wrapping round the grid's edge) gives the "rows" spread's image."""
+    wrapping round the grid's edge), subproblems shorter or longer than a work-group's batch
+    and footprints (W^2 cells) larger or smaller than the work-group gives the "rows" spread's image."""
     uvw, freq, vis, wgt = wide_field(rng, nrow=700)
+    bins = {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": work_group,
+            "bins_subproblem": subproblem}
     images = [clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                               tuning=tuning).vis2dirty(vis, wgt)
-              for tuning in ({"spread": "rows"}, {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": 256, "bins_team": 16, "bins_subproblem": 7})]
+              for tuning in ({"spread": "rows"}, bins)]
     assert relative_error(images[1], images[0]) < 1e-12
+
+
+def test_bins_batch_shrinks_to_fit_local_memory(rng):
+    """Bins whose tile leaves room for fewer points than work-items: the batch shrinks and
+    the image is still the "rows" spread's; bins whose tile alone does not fit are refused."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=300)
+    op = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning={"fft": "host"})
+    w = op.geometry.kernel.support
+    per_point = 16 + 2 * (w | 1) * 8 + 8
+    side = int(np.sqrt((op.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
+    bins = {"spread": "bins", "bin_u": side, "bin_v": side, "bins_work_group": 256, "fft": "host"}
+    big = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning=bins)
+    assert 1 <= big._bins_batch(big.facts) < 256
+    rows = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
+                           tuning={"spread": "rows", "fft": "host"})
+    assert relative_error(big.vis2dirty(vis, wgt), rows.vis2dirty(vis, wgt)) < 1e-12
+    with pytest.raises(ValueError, match="bin_u=.*local memory"):
+        clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
+                        tuning=bins | {"bin_u": 2 * side, "bin_v": 2 * side})
+
+
+def test_bins_spread_under_oclgrind(tmp_path):
+    """No data race (a missing barrier between points shows here), no out-of-bounds access
+    in the planning, gather and "bins" spread kernels (tests/oclgrind_wgrid_case.py), and
+    the simulated image is the "rows" spread's."""
+    from oclgrind_cases import run_case
+    from oclgrind_wgrid_case import image, tiny_case
+
+    seed = int(np.random.default_rng().integers(1 << 31))
+    out = tmp_path / "case.npz"
+    # race and bounds checks: the operator zeroes its grid with clEnqueueFillBuffer, whose
+    # zeros Oclgrind 21.10 takes as uninitialised (tests/test_oclgrind.py, FILLS_ON_DEVICE)
+    run, _ = run_case("oclgrind_wgrid_case.py", out, "--seed", seed, checks=("--data-races",))
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.diagnostics == [], "\n\n".join(run.diagnostics[:3])
+    expected = image(*tiny_case(seed), DEVICE, {"spread": "rows", "fft": "host"})
+    assert relative_error(np.load(out)["result"], expected) < 1e-5
 
 
 @vkfft
@@ -90,6 +131,28 @@ def _device_side_matches_host(rng, fft):
 @vkfft
 def test_device_fft_matches_host_fft_and_is_adjoint(rng):
     _device_side_matches_host(rng, "vkfft")
+
+
+@pytest.mark.parametrize("fft", ["host", "mapped"])
+def test_host_fft_libraries_agree(rng, fft):
+    """ducc0.fft and scipy.fft behind the host FFT give the same image and visibilities."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=500)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    ops = {lib: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
+                                tuning={"fft": fft, "host_fft": lib}) for lib in ("scipy", "ducc0")}
+    assert {lib: op.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
+    assert relative_error(ops["ducc0"].vis2dirty(vis, wgt), ops["scipy"].vis2dirty(vis, wgt)) < 1e-12
+    assert relative_error(ops["ducc0"].dirty2vis(dirty, wgt), ops["scipy"].dirty2vis(dirty, wgt)) < 1e-12
+
+
+def test_host_fft_choice_is_checked(rng, monkeypatch):
+    uvw, freq, vis, wgt = wide_field(rng, nrow=50)
+    with pytest.raises(ValueError, match="host_fft must be one of"):
+        clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "numpy"})
+    monkeypatch.setitem(__import__("sys").modules, "ducc0.fft", None)     # as if ducc0 were not installed
+    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).fft.library == "scipy"
+    with pytest.raises(ImportError, match="needs ducc0"):
+        clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "ducc0"})
 
 
 def test_mapped_host_fft_matches_host_fft_and_is_adjoint(rng):

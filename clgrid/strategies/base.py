@@ -54,8 +54,8 @@ class DevicePlan:
 
 
 def extended(device_plan: DevicePlan, cls, **extra) -> DevicePlan:
-    """``device_plan`` as the subclass ``cls`` of DevicePlan, with its ``extra`` fields."""
-    return cls(**{f.name: getattr(device_plan, f.name) for f in fields(DevicePlan)}, **extra)
+    """``device_plan`` as ``cls``, a subclass of its class, with its ``extra`` fields."""
+    return cls(**{f.name: getattr(device_plan, f.name) for f in fields(device_plan)}, **extra)
 
 
 @dataclass

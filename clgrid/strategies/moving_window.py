@@ -5,8 +5,9 @@ their sums in registers while a baseline's kernel slides over the grid; they add
 the device grid (atomically) only when their point changes.  Exact for a support that
 varies along a baseline (seed 000 §8.1): a baseline's samples are cut into *chunks*
 of one support and one sign of w, each gridded with its own window, so no sample is
-gridded with a window of the wrong size.  Samples must arrive ordered by baseline,
-then time (`clgrid.baseline_order`).
+gridded with a window of the wrong size (`clgrid.strategies.track_chunks`, on the
+device for plans made there).  Samples must arrive ordered by baseline, then time
+(`clgrid.baseline_order`).
 
 `time_block` (tuning, 0 = off) offers seed 000's approximation as an explicit option:
 w, hence the w-plane and support, held over blocks of that many time steps
@@ -28,42 +29,21 @@ from functools import cached_property
 import numpy as np
 import pyopencl as cl
 
-from ..baseline_order import baseline_of, hold_w, track_shape
+from ..baseline_order import hold_w, track_shape
 from ..kernels import offset_range
-from .base import DevicePlan, Strategy, read_only_buffer
+from .base import Strategy, extended, read_only_buffer
+from .track_chunks import ChunkedPlan, SupportAndSign, TrackChunker
 
 FLUSHES = ("atomic", "plain")
 
 
 @dataclass
-class MovingWindowPlan(DevicePlan):
-    """The generic plan in chunk order, plus the chunks and the work-group list.
+class MovingWindowPlan(ChunkedPlan):
+    """The plan in chunk order with its chunks (`ChunkedPlan`), plus the work-group list:
+    ``work`` (int2 each, one per work-group): chunk, tile of that chunk's window."""
 
-    ``chunks`` (int4 each): first visibility, count, support, conjugate flag.
-    ``work`` (int2 each, one per work-group): chunk, tile of that chunk's window.
-    """
-
-    chunks: cl.Buffer
     work: cl.Buffer
-    num_chunks: int
     num_groups: int
-
-
-def chunk_runs(baseline, support, conjugate, max_length: int):
-    """Order samples into chunks; returns ``(order, start, count)`` of the chunks.
-
-    A chunk is a run of one baseline with one support and one sign of w, at most
-    ``max_length`` samples long, in the samples' own order: by time, then channel,
-    as Algorithm 2 loops.  (On LOFAR tracks that order moves the window 3.7 times
-    less often than channel by channel: a subband's channels lie within a cell or so.)
-    """
-    run = (baseline.astype(np.int64) * (support.max() + 1) + support) * 2 + conjugate
-    order = np.argsort(run, kind="stable")
-    run = run[order]
-    new_run = np.flatnonzero(np.diff(run, prepend=-1))
-    position = np.arange(run.size) - np.repeat(new_run, np.diff(np.append(new_run, run.size)))
-    start = np.flatnonzero(position % max_length == 0)
-    return order, start, np.diff(np.append(start, run.size))
 
 
 def window_units(width, coarsen_u: int, coarsen_v: int):
@@ -71,22 +51,12 @@ def window_units(width, coarsen_u: int, coarsen_v: int):
     return -(-width // coarsen_u) * -(-width // coarsen_v)
 
 
-def work_list(width, count, tiles_per_window):
-    """One (chunk, tile) row per work-group, the most expensive chunks first."""
-    cost = count.astype(np.int64) * width.astype(np.int64) ** 2
-    order = np.argsort(-cost, kind="stable")
-    chunk = np.repeat(order, tiles_per_window[order])
-    first = np.repeat(np.cumsum(tiles_per_window[order]) - tiles_per_window[order], tiles_per_window[order])
-    tile = np.arange(chunk.size) - first
-    return np.stack([chunk, tile], axis=1).astype(np.int32)
-
-
 class MovingWindowGridding(Strategy):
     """Seed 004's strategy: one work-group per tile of a chunk's window, atomic flushes."""
 
     name = "moving_window"
     template = "grid_moving_window.cl"
-    counts = ("work_group_size", "coarsen_u", "coarsen_v", "batch", "chunk_visibilities")
+    counts = ("work_group_size", "coarsen_u", "coarsen_v", "batch", "chunk_visibilities", "arrange_wg")
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)
@@ -136,36 +106,26 @@ class MovingWindowGridding(Strategy):
         time_block = self.tuning["time_block"]
         return None if time_block <= 1 else (lambda samples: hold_w(samples, time_block))
 
-    def arrange(self, plan, npol: int) -> MovingWindowPlan:
-        """Chunks of baseline-ordered samples (refused without a baseline axis)."""
-        track_shape(plan)
-        return super().arrange(plan, npol)
-
-    def chunk_tracks(self, positions, plan) -> tuple:
-        """``(order, start, count)`` of the positions' chunks (`chunk_runs`)."""
-        return chunk_runs(baseline_of(plan, positions.sample), positions.support, positions.conj,
-                            self.tuning["chunk_visibilities"])
-
-    def upload(self, positions, plan, npol: int) -> MovingWindowPlan:
-        """The positions in chunk order, the chunk table and the work-group list, on the device."""
-        return self.upload_chunks(positions, *self.chunk_tracks(positions, plan))
-
-    def upload_chunks(self, plan, order, start, count) -> MovingWindowPlan:
-        """`upload` for chunks already made: ``order`` of the visibilities, ``start`` and
-        ``count`` of each chunk in that order."""
+    @cached_property
+    def chunker(self) -> TrackChunker:
+        """Chunks: runs of one baseline, support and sign of w, at most chunk_visibilities long."""
         t = self.tuning
-        support = plan.support[order][start]
-        conjugate = plan.conj[order][start]
-        width = 2 * support + 1
-        tiles = -(-window_units(width, t["coarsen_u"], t["coarsen_v"]) // t["work_group_size"])
-        chunks = np.stack([start, count, support, conjugate], axis=1).astype(np.int32)
-        work = work_list(width, count, tiles)
-        context = self.queue.context
-        return MovingWindowPlan(
-            packed=read_only_buffer(context, plan.packed()[order]), vis=None, num_vis=plan.num_kept,
-            source=read_only_buffer(context, plan.sample[order].astype(np.int32)),
-            chunks=read_only_buffer(context, chunks),
-            work=read_only_buffer(context, work), num_chunks=len(chunks), num_groups=len(work))
+        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels), t["chunk_visibilities"],
+                            t["arrange_wg"])
+
+    def arrange(self, plan, npol: int) -> MovingWindowPlan:
+        """Chunks of baseline-ordered samples (refused without a baseline axis), cut on the
+        device for plans made there, and their work-groups."""
+        track_shape(plan)
+        return self.with_work(self.chunker.arrange(plan))
+
+    def with_work(self, chunked: ChunkedPlan) -> MovingWindowPlan:
+        """``chunked`` with its work-group list: every tile of every chunk's window, in chunk
+        order, so the widest windows (the costliest chunks) go first."""
+        t = self.tuning
+        tiles = -(-window_units(2 * chunked.supports + 1, t["coarsen_u"], t["coarsen_v"]) // t["work_group_size"])
+        work, num_groups = self.chunker.work_list(chunked, tiles)
+        return extended(chunked, MovingWindowPlan, work=work, num_groups=num_groups)
 
     def grid(self, plan: MovingWindowPlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into ``grid_buffer``; returns the events."""

@@ -12,14 +12,16 @@ so chunks, cut where the support changes, never mix footprints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from functools import cached_property
 
 import pyopencl as cl
 
-from ..plan import Positions
-from .base import read_only_buffer
+from ..baseline_order import track_shape
+from .base import extended, read_only_buffer
 from .moving_window import MovingWindowGridding, MovingWindowPlan
 from .texture import TextureSampling, device_positions
+from .track_chunks import SupportAndSign, TrackChunker
 
 __all__ = ["TextureMovingWindowPlan", "TextureMovingWindowGridding"]
 
@@ -35,11 +37,21 @@ class TextureMovingWindowGridding(TextureSampling, MovingWindowGridding):
     """Moving-window gridding with interpolated weights."""
 
     name = "texture_moving_window"
+    counts = tuple(name for name in MovingWindowGridding.counts if name != "arrange_wg")
 
-    def upload(self, positions: Positions, plan, npol: int) -> TextureMovingWindowPlan:
-        """The moving-window plan and the positions, both in chunk order."""
-        order, start, count = self.chunk_tracks(positions, plan)
-        chunked = self.upload_chunks(positions, order, start, count)
-        return TextureMovingWindowPlan(
-            **{f.name: getattr(chunked, f.name) for f in fields(chunked)},
-            position=read_only_buffer(self.queue.context, device_positions(positions)[order]))
+    @cached_property
+    def chunker(self) -> TrackChunker:
+        """Chunks cut on the host, where plans for interpolated weights are made (so no
+        ``arrange_wg``: the device only expands the work list)."""
+        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels),
+                            self.tuning["chunk_visibilities"], wg=1)
+
+    def arrange(self, plan, npol: int) -> TextureMovingWindowPlan:
+        """The moving-window plan and the positions, both in chunk order, cut on the host
+        (plans for interpolated weights are made there, with their float64 positions)."""
+        track_shape(plan)
+        positions = plan.host()
+        order, chunks = self.chunker.on_host(positions, plan)
+        chunked = self.with_work(self.chunker.upload(positions, order, chunks))
+        return extended(chunked, TextureMovingWindowPlan,
+                        position=read_only_buffer(self.queue.context, device_positions(positions)[order]))

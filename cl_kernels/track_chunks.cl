@@ -1,0 +1,177 @@
+{# The moving window's order of a plan, on the device (clgrid/strategies/track_chunks.py).
+
+   A baseline's kept samples lie consecutively in the plan, in the caller's order
+   (sample s belongs to baseline s / baseline_length).  A small key, `minor`, splits
+   them into runs (the support and sign of w when gridding, the channel when
+   degridding); each run keeps the samples' own order and is cut into chunks of at
+   most max_length:
+
+   1. count_keys: samples per key = baseline * num_minor + minor;
+   2. the caller scans the counts (clgrid/scan.py): where each key's run starts;
+   3. place: a work-group per baseline walks its samples in order, WG at a time; a
+      sample takes its key's cursor plus the samples of that key before it in the
+      tile, so a run keeps the plan's order (the counting sort of counting_sort.cl
+      takes slots by atomics, which would shuffle it).  WG = 1 on CPUs: a core walks
+      a baseline with no comparisons;
+   4. count_chunks, the caller's scan, write_chunks: each run cut into chunks (first,
+      count, widest support, whether the first sample's kernel is conjugated);
+   5. count_ranks, the caller's scan, place_by_rank: the chunks ordered by descending
+      support, stably, in blocks of BLOCK (a radix sort's pass: counts per (rank, block),
+      rank first, scanned; a chunk goes to its (rank, block)'s start plus the chunks
+      of its rank before it in the block);
+   6. for the gridder, expand_work: a row (chunk, tile) per work-group.
+
+   Tables are written an int at a time: Oclgrind 21.10 takes a vector built from
+   scalars for unset (its uninitialised-value check runs on these kernels).
+
+   Template variables: minor (a C expression of the int4 packed plan `p`, the sample
+   index `s` and the int `nchan`), preamble (C declarations it reads), rank_of_support
+   (rank of each support, widest 0), wg (work-items of place), block (chunks per
+   work-group of count_ranks and place_by_rank). #}
+#define WG {{ wg }}
+#define BLOCK {{ block }}
+
+{{ preamble }}
+__constant int RANK_OF_SUPPORT[{{ rank_of_support | length }}] = { {{- rank_of_support | join(", ") -}} };
+
+inline int minor_of(const int4 p, const int s, const int nchan)
+{
+    return {{ minor }};
+}
+
+__kernel void count_keys(__global const int4 *restrict packed, __global const int *restrict source, const int n,
+                         const int baseline_length, const int nchan, const int num_minor,
+                         __global int *restrict counts)
+{
+    const int i = get_global_id(0);
+    if (i < n)
+        atomic_inc(&counts[source[i] / baseline_length * num_minor + minor_of(packed[i], source[i], nchan)]);
+}
+
+/* starts: the scanned counts; cursor: a copy of them, each key's next free slot. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void place(__global const int4 *restrict packed, __global const int *restrict source, const int nchan,
+           const int num_minor, __global const int *restrict starts, __global int *restrict cursor,
+           __global int4 *restrict sorted_packed, __global int *restrict sorted_source)
+{
+    __local int tile_keys[WG];
+    const int lid = get_local_id(0);
+    const int first_key = get_group_id(0) * num_minor;
+    const int end = starts[first_key + num_minor];      /* the baseline's samples: in the plan and sorted alike */
+    for (int base = starts[first_key]; base < end; base += WG) {
+        const int i = base + lid;
+        int4 p = (int4)(0);
+        int s = 0, m = -1;
+        if (i < end) {
+            p = packed[i];
+            s = source[i];
+            m = minor_of(p, s, nchan);
+        }
+        tile_keys[lid] = m;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        int before = 0, last = 1;
+        for (int j = 0; j < lid; ++j)
+            before += tile_keys[j] == m;
+        for (int j = lid + 1; j < WG && last; ++j)
+            last = tile_keys[j] != m;
+        const int key = first_key + m;
+        if (i < end) {
+            const int slot = cursor[key] + before;
+            sorted_packed[slot] = p;
+            sorted_source[slot] = s;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);   /* every cursor read before it moves */
+        if (i < end && last)
+            cursor[key] += before + 1;
+        barrier(CLK_GLOBAL_MEM_FENCE);
+    }
+}
+
+/* Chunks of each key's run (num_keys + 1 entries, the last 0, for the scan). */
+__kernel void count_chunks(__global const int *restrict starts, const int num_keys, const int max_length,
+                           __global int *restrict chunks_of_key)
+{
+    const int k = get_global_id(0);
+    if (k <= num_keys)
+        chunks_of_key[k] = k < num_keys ? (starts[k + 1] - starts[k] + max_length - 1) / max_length : 0;
+}
+
+/* Chunk c: the key whose chunks it is among (the last with chunk_starts[key] <= c),
+   its samples, the widest support among them and the sign of the first. */
+__kernel void write_chunks(__global const int *restrict starts, __global const int *restrict chunk_starts,
+                           const int num_keys, const int num_chunks, const int max_length,
+                           __global const int4 *restrict sorted_packed, __global const int *restrict supports,
+                           __global int *restrict chunks)
+{
+    const int c = get_global_id(0);
+    if (c >= num_chunks)
+        return;
+    int lo = 0, hi = num_keys - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (chunk_starts[mid] <= c)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const int first = starts[lo] + (c - chunk_starts[lo]) * max_length;
+    const int count = min(max_length, starts[lo + 1] - first);
+    int widest = 0;
+    for (int i = first; i < first + count; ++i)
+        widest = max(widest, supports[sorted_packed[i].w & 0x7fffffff]);
+    chunks[4 * c] = first;
+    chunks[4 * c + 1] = count;
+    chunks[4 * c + 2] = widest;
+    chunks[4 * c + 3] = sorted_packed[first].w < 0;
+}
+
+/* Chunks per (rank, block of BLOCK chunks), rank first, and per rank. */
+__kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
+void count_ranks(__global const int4 *restrict chunks, const int num_chunks, __global int *restrict counts,
+                 __global int *restrict per_rank)
+{
+    const int c = get_global_id(0);
+    if (c < num_chunks) {
+        const int rank = RANK_OF_SUPPORT[chunks[c].z];
+        atomic_inc(&counts[rank * get_num_groups(0) + get_group_id(0)]);
+        atomic_inc(&per_rank[rank]);
+    }
+}
+
+/* starts: the scanned counts of count_ranks. */
+__kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
+void place_by_rank(__global const int4 *restrict chunks, const int num_chunks, __global const int *restrict starts,
+                   __global int4 *restrict sorted_chunks)
+{
+    __local int tile_ranks[BLOCK];
+    const int c = get_global_id(0), lid = get_local_id(0);
+    int4 chunk = (int4)(0);
+    int rank = -1;
+    if (c < num_chunks) {
+        chunk = chunks[c];
+        rank = RANK_OF_SUPPORT[chunk.z];
+    }
+    tile_ranks[lid] = rank;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int before = 0;
+    for (int j = 0; j < lid; ++j)
+        before += tile_ranks[j] == rank;
+    if (c < num_chunks)
+        sorted_chunks[starts[rank * get_num_groups(0) + get_group_id(0)] + before] = chunk;
+}
+
+/* One row (chunk, tile) per work-group of the gridder: chunks of support s, ordered
+   widest first, start at by_support[s] = (first chunk, first row, tiles per chunk). */
+__kernel void expand_work(__global const int4 *restrict chunks, const int num_chunks,
+                          __global const int4 *restrict by_support, __global int *restrict work)
+{
+    const int c = get_global_id(0);
+    if (c >= num_chunks)
+        return;
+    const int4 entry = by_support[chunks[c].z];
+    const int first_row = entry.y + (c - entry.x) * entry.z;
+    for (int tile = 0; tile < entry.z; ++tile) {
+        work[2 * (first_row + tile)] = c;
+        work[2 * (first_row + tile) + 1] = tile;
+    }
+}
