@@ -179,6 +179,12 @@ def _fill(work: np.ndarray, limit: float) -> list:
     return starts
 
 
+def _touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
+    """Which samples, by first plane, have a tap on planes ``lo .. hi - 1``: first < hi
+    and first + W - 1 >= lo; none for an empty slab (lo == hi)."""
+    return (first < hi) & (first + (support - 1) >= lo) & (lo < hi)
+
+
 @dataclass
 class Part:
     """One chunk's samples for one slab, as they travel to it: the rows they are in
@@ -212,13 +218,12 @@ def _part(uvw, scale, flat, values) -> Part:
 
 def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices: bool = False) -> tuple:
     """One chunk's samples for each slab of ``bounds``: those with a tap on its planes
-    (first plane < hi and first plane + W > lo), as a `Part` (values: vis times wgt;
+    (`_touching`), as a `Part` (values: vis times wgt;
     None without vis).  With ``indices``, the flat indices of each slab's samples in the
     chunk follow, one array per slab (for `assemble`).  Non-finite vis, wgt or uvw where
     not masked are refused here, where the chunk is known."""
     uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
     first = geometry.first_planes(_abs_w(uvw, scale, flat))
-    last = first + (geometry.kernel.support - 1)
     values = None
     if vis is not None:
         values = _finite("vis", _at(vis, flat))
@@ -226,7 +231,7 @@ def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices:
             values = values * _finite("wgt", _at(wgt, flat).astype(values.real.dtype))
     parts, taken = [], []
     for lo, hi in bounds:
-        take = np.flatnonzero((first < hi) & (last >= lo))
+        take = np.flatnonzero(_touching(first, lo, hi, geometry.kernel.support))
         samples = take if flat is None else flat[take]
         parts.append(_part(uvw, scale, samples, None if values is None else values[take]))
         taken.append(samples)
