@@ -60,21 +60,24 @@ import numpy as np
 from .wgridding import SPEED_OF_LIGHT, _abs_w_range, choose_geometry, imaging_work
 from .wgrid_plan import Geometry
 
-__all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "select", "points_of", "split",
-           "assemble"]
+__all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "slab_sizes", "chunk_groups",
+           "select", "points_of", "split", "assemble"]
 
 
 @dataclass(frozen=True)
 class Slab:
-    """One slab's task: its number in the sum and its w-planes ``lo:hi`` (empty where
-    lo == hi: more slabs than planes with work)."""
+    """One imaging task of a slab: the slab's number, its w-planes ``lo:hi`` (empty where
+    lo == hi: more slabs than planes with work) and the chunks ``a:b`` whose samples the
+    task takes (`chunk_groups`)."""
 
     index: int
     planes: tuple
+    chunks: tuple
 
     def describe(self) -> str:
         """The note a failing slab task's error carries to the caller."""
-        return f"clgrid.dask: w-plane slab {self.index}, planes {self.planes[0]}:{self.planes[1]}"
+        return (f"clgrid.dask: w-plane slab {self.index}, planes {self.planes[0]}:{self.planes[1]}, "
+                f"chunks {self.chunks[0]}:{self.chunks[1]}")
 
 
 def _scale(freq) -> np.ndarray:
@@ -168,12 +171,13 @@ def slab_bounds(counts: list, geometry: Geometry, slabs: int) -> list:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _fill(work: np.ndarray, limit: float) -> list:
-    """Where each range starts when planes are taken in order while the sum stays within ``limit``."""
+def _fill(work, limit: float) -> list:
+    """Where each range starts when items (planes, chunks) are taken in order while the
+    sum of ``work`` stays within ``limit``; an item over it alone is a range of its own."""
     starts, total = [0], 0.0
-    for plane, cost in enumerate(work):
+    for item, cost in enumerate(work):
         if total + cost > limit and total > 0:
-            starts.append(plane)
+            starts.append(item)
             total = 0.0
         total += cost
     return starts
@@ -183,6 +187,28 @@ def _touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
     """Which samples, by first plane, have a tap on planes ``lo .. hi - 1``: first < hi
     and first + W - 1 >= lo; none for an empty slab (lo == hi)."""
     return (first < hi) & (first + (support - 1) >= lo) & (lo < hi)
+
+
+def slab_sizes(counts: np.ndarray, geometry: Geometry, bounds: list) -> list:
+    """How many samples `select` takes from one chunk for each slab of ``bounds``, from
+    the chunk's `plane_counts` by `select`'s own rule (`_touching`): exactly its parts'
+    lengths."""
+    planes = np.arange(geometry.num_planes)
+    return [int(counts[_touching(planes, lo, hi, geometry.kernel.support)].sum()) for lo, hi in bounds]
+
+
+def chunk_groups(counts: list, geometry: Geometry, bounds: list, cap: int) -> list:
+    """For each slab of ``bounds``, its chunks cut into groups, one imaging task each:
+    (start, end) ranges of chunk numbers, contiguous and in order, taken while the
+    group's samples for the slab (`slab_sizes` of each chunk's ``counts``) stay within
+    ``cap``.  A chunk is never cut, so a group over ``cap`` is one chunk (with
+    neighbours that give the slab nothing)."""
+    sizes = [slab_sizes(c, geometry, bounds) for c in counts]         # by chunk, then slab
+    groups = []
+    for s in range(len(bounds)):
+        starts = _fill([chunk[s] for chunk in sizes], cap)
+        groups.append(list(zip(starts, starts[1:] + [len(counts)])))
+    return groups
 
 
 @dataclass

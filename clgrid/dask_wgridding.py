@@ -64,7 +64,8 @@ import numpy as np
 
 from .dask_chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
     workers_to_prefer
-from .dask_slabs import Slab, assemble, extent, geometry_of, plane_counts, points_of, select, slab_bounds, split
+from .dask_slabs import Slab, assemble, chunk_groups, extent, geometry_of, plane_counts, points_of, select, \
+    slab_bounds, split
 from .wgridding import SPEED_OF_LIGHT, WGridder
 
 try:
@@ -202,7 +203,7 @@ def _chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
 
 
 def _slab_operator(parts, geometry, slab: Slab, options, keep):
-    """The operator of a slab's samples (its parts from every chunk, in chunk order) over
+    """The operator of a slab task's samples (its parts from its chunks, in order) over
     its planes, keyed by the parts as they came (their u, v, w are formed only to build
     it); None where it has none."""
     if slab.planes[0] == slab.planes[1] or not sum(len(p) for p in parts):
@@ -211,10 +212,9 @@ def _slab_operator(parts, geometry, slab: Slab, options, keep):
     return _operator(content, lambda: (points_of(parts), UNIT_FREQ, None), options, keep, geometry, slab.planes)
 
 
-def _image_slab(parts, geometry, bounds, index, options, keep):
+def _image_slab(parts, geometry, slab: Slab, options, keep):
     """One task of the planes split: the image of the taps on one slab's planes, from its
-    samples of every chunk, and its warnings."""
-    slab = Slab(index, bounds[index])
+    samples of its group of chunks, and its warnings."""
     with naming(slab):
         found = _slab_operator(parts, geometry, slab, options, keep)
         if found is None:
@@ -223,10 +223,9 @@ def _image_slab(parts, geometry, bounds, index, options, keep):
         return _imaged(*found, values[:, None], None)
 
 
-def _vis_slab(dirty, parts, geometry, bounds, index, options, keep):
+def _vis_slab(dirty, parts, geometry, slab: Slab, options, keep):
     """One task of the planes split: its samples' shares of the visibilities (the taps on
-    its planes, unweighted), one array per chunk."""
-    slab = Slab(index, bounds[index])
+    its planes, unweighted), one array per chunk of its group."""
     with naming(slab):
         found = _slab_operator(parts, geometry, slab, options, keep)
         if found is None:
@@ -319,6 +318,17 @@ def _keep(keep_operators) -> int:
     return int(keep_operators)
 
 
+def _slab_samples(slab_samples, layout: Layout) -> int:
+    """The most samples a planes task takes: ``slab_samples``, or as many as the largest
+    chunk holds."""
+    if slab_samples is None:
+        return max(layout.rows) * max(layout.channels)
+    if isinstance(slab_samples, bool) or int(slab_samples) != slab_samples or slab_samples < 1:
+        raise ValueError(f"slab_samples must be a positive integer or None (as many as the largest chunk "
+                         f"holds), got {slab_samples!r}")
+    return int(slab_samples)
+
+
 def _split(split, slabs, do_wgridding, layout: Layout, keep: int) -> tuple:
     """(the split, the number of slabs, the workers tasks prefer or None): module docstring."""
     if split not in SPLITS:
@@ -339,15 +349,21 @@ def _task(function):
     return dask.delayed(function, pure=False)
 
 
-def _slab_geometry(layout: Layout, uvw, freq, mask, options: dict, count: int) -> tuple:
-    """The planes split's first steps in the graph: each chunk's pieces (chunks, uvw,
-    freq, mask), the geometry of them all and the slabs' planes, both delayed."""
+def _slab_plan(layout: Layout, uvw, freq, mask, options: dict, count: int, cap: int) -> tuple:
+    """The planes split's first pass, computed now (the imaging tasks depend on it): each
+    chunk's pieces (chunk, uvw, freq, mask), the geometry of them all, the slabs' planes,
+    and the imaging tasks: a `Slab` per group of chunks of each slab, in slab then group
+    order, none taking more than ``cap`` samples unless one chunk gives it more."""
     chunks, points, masks = layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(mask)
     freqs = [freq[slice(*chunk.channels)] for chunk in chunks]
     pieces = list(zip(chunks, points, freqs, masks))
-    geometry = _task(geometry_of)([_task(_chunk_extent)(*piece) for piece in pieces], options)
-    bounds = _task(slab_bounds)([_task(_chunk_counts)(*piece, geometry) for piece in pieces], geometry, count)
-    return pieces, geometry, bounds
+    reduced = _task(geometry_of)([_task(_chunk_extent)(*piece) for piece in pieces], options)
+    geometry, counts = dask.compute(reduced, [_task(_chunk_counts)(*piece, reduced) for piece in pieces])
+    bounds = slab_bounds(counts, geometry, count)
+    tasks = [Slab(s, planes, group)
+             for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap)))
+             for group in groups]
+    return pieces, geometry, bounds, tasks
 
 
 def _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers) -> list:
@@ -359,20 +375,26 @@ def _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers) -> l
     return parts
 
 
-def _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, workers) -> list:
-    pieces, geometry, bounds = _slab_geometry(layout, uvw, freq, mask, options, count)
+def _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers) -> list:
+    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap)
     selected = [dask.delayed(_chunk_select, pure=False, nout=count)(chunk, u, f, v, w, m, geometry, bounds, False)
                 for (chunk, u, f, m), v, w in zip(pieces, layout.pieces(vis), layout.pieces(wgt))]
     parts = []
-    for s in range(count):
-        inputs = [taken[s] for taken in selected]       # outside the annotation: they stay with their chunk
-        with prefer_worker(s, workers):
-            parts.append(_task(_image_slab)(inputs, geometry, bounds, s, options, keep))
+    for t, slab in enumerate(tasks):
+        inputs = [taken[slab.index] for taken in selected[slice(*slab.chunks)]]   # outside the annotation: they
+        with prefer_worker(t, workers):                                           # stay with their chunk
+            parts.append(_task(_image_slab)(inputs, geometry, slab, options, keep))
     return parts
 
 
-def _rows_vis(layout, image, uvw, freq, wgt, mask, options, keep, workers, dtype) -> list:
-    pieces = []
+def _sent(dirty: np.ndarray):
+    """The image as one dependency of every task (`shared`), sent as the graph that uses
+    it is built: the scheduler may drop replicas that no task waits for yet."""
+    return shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
+
+
+def _rows_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype) -> list:
+    image, pieces = _sent(dirty), []
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
@@ -381,20 +403,22 @@ def _rows_vis(layout, image, uvw, freq, wgt, mask, options, keep, workers, dtype
     return pieces
 
 
-def _slab_vis(layout, image, uvw, freq, wgt, mask, options, keep, count, workers, dtype) -> list:
-    pieces, geometry, bounds = _slab_geometry(layout, uvw, freq, mask, options, count)
+def _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype) -> list:
+    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap)
+    image = _sent(dirty)
     selected = [dask.delayed(_chunk_select, pure=False, nout=2 * count)(chunk, u, f, None, None, m, geometry, bounds,
                                                                         True) for chunk, u, f, m in pieces]
-    shares = []
-    for s in range(count):
-        inputs = [taken[s] for taken in selected]
-        with prefer_worker(s, workers):
-            shares.append(dask.delayed(_vis_slab, pure=False, nout=len(pieces))(image, inputs, geometry, bounds, s,
-                                                                                options, keep))
+    shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
+    for t, slab in enumerate(tasks):
+        a, b = slab.chunks
+        inputs = [taken[slab.index] for taken in selected[a:b]]
+        with prefer_worker(t, workers):
+            out = dask.delayed(_vis_slab, pure=False, nout=b - a)(image, inputs, geometry, slab, options, keep)
+        shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w) in enumerate(zip(pieces, layout.pieces(wgt))):
         task = _task(_chunk_assemble)(chunk, [selected[i][count + s] for s in range(count)],
-                                      [shares[s][i] for s in range(count)], w, m, dtype)
+                                      [shares[s, i] for s in range(count)], w, m, dtype)
         out.append(da.from_delayed(task, shape=_chunk_shape(chunk), dtype=dtype))
     return out
 
@@ -407,7 +431,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               dirty=None, device=None, tuning=None, row_chunks=None, channel_chunks=None,
-              keep_operators=KEEP_OPERATORS, split="auto", slabs=None, deterministic=False, **ignored):
+              keep_operators=KEEP_OPERATORS, split="auto", slabs=None, slab_samples=None, deterministic=False,
+              **ignored):
     """`clgrid.vis2dirty` over Dask: the dirty image (npix_x, npix_y) of ``vis``.
 
     Keywords and meaning as `clgrid.vis2dirty` (ducc0.wgridder's).  ``uvw`` (nrow, 3),
@@ -439,10 +464,11 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
                        verbosity, tuning, deterministic)
     keep = _keep(keep_operators)
     split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
+    cap = _slab_samples(slab_samples, layout)
     if split == "rows":
         parts = _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers)
     else:
-        parts = _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, workers)
+        parts = _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers)
     image, said = dask.compute(tree_sum(parts, _task(_add_images)))[0]
     for message in sorted(said):
         warnings.warn(message, stacklevel=2)
@@ -459,7 +485,8 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               vis=None, device=None, npix_x=0, npix_y=0, tuning=None, row_chunks=None, channel_chunks=None,
-              keep_operators=KEEP_OPERATORS, split="auto", slabs=None, deterministic=False, **ignored):
+              keep_operators=KEEP_OPERATORS, split="auto", slabs=None, slab_samples=None, deterministic=False,
+              **ignored):
     """`clgrid.dirty2vis` over Dask: the visibilities (nrow, nchan) of the image ``dirty``,
     as a lazy dask array chunked along rows and channels as the data are.
 
@@ -493,12 +520,12 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
                        nthreads, verbosity, tuning, deterministic)
     keep = _keep(keep_operators)
     split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
-    image = shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
+    cap = _slab_samples(slab_samples, layout)
     dtype = _complex(precision)
     if split == "rows":
-        pieces = _rows_vis(layout, image, uvw, freq, wgt, mask, options, keep, workers, dtype)
+        pieces = _rows_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:
-        pieces = _slab_vis(layout, image, uvw, freq, wgt, mask, options, keep, count, workers, dtype)
+        pieces = _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = result.compute()

@@ -289,10 +289,10 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
 def test_wgridders_are_kept_for_later_calls(client, rng, split, tasks):
     """A major cycle: the second call on the same data finds each task's operator on the
     worker that made it (chunk or slab i prefers worker i mod n); keep_operators=0 keeps
-    none.  6 chunks, or 2 slabs (one per worker)."""
+    none.  6 chunks, or 2 slabs (one per worker), each one task (slab_samples: all)."""
     uvw, vis, wgt, mask = wide_field(rng, "single")
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
-                  do_wgridding=True, split=split, **IMAGE)
+                  do_wgridding=True, split=split, slab_samples=vis.size, **IMAGE)
     client.run(cd.clear_cache)
     first = cd.vis2dirty(vis=blocks(vis), **common)
     second = cd.vis2dirty(vis=blocks(2 * vis), **common)         # new values, same points
@@ -354,6 +354,58 @@ def test_planes_split_with_points_on_slab_edges_and_slabs_without_points(client,
     assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty, **dict(shape, epsilon=1e-12))) <= 1e-9
 
 
+def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, rng, device_name):
+    """slab_samples below a slab's samples: each slab's chunks go to several imaging
+    tasks (in groups of whole chunks), none taking more than the cap unless one chunk
+    gives it more; the image and visibilities equal the uncapped split's and
+    `clgrid.vis2dirty` / `dirty2vis` to rounding (double), with ``deterministic`` the
+    same bits from run to run.  Dask's synchronous scheduler in this process, so that
+    each task's samples can be counted."""
+    from clgrid import dask_wgridding
+
+    monkeypatch.setattr(clgrid.dask_chunks, "client", lambda: None)
+    cap = 1200                # a chunk gives a slab up to 800 samples (90% kept; fewer at the edges)
+    seen = []                                 # (slab, chunks, samples per part) of each task
+
+    def counted(function):
+        def task(*args):
+            slab, parts = args[-3], args[-5]
+            seen.append((slab.index, slab.chunks, [len(p) for p in parts]))
+            return function(*args)
+        return task
+
+    for name in ("_image_slab", "_vis_slab"):
+        monkeypatch.setattr(dask_wgridding, name, counted(getattr(dask_wgridding, name)))
+    uvw, vis, wgt, mask = wide_field(rng, "double")
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-10,
+                  do_wgridding=True, split="planes", slabs=3, keep_operators=0, **IMAGE)
+    with dask.config.set(scheduler="sync"):
+        whole = cd.vis2dirty(vis=blocks(vis), slab_samples=vis.size, **common)
+        assert len(seen) == 3
+        seen.clear()
+        capped = [cd.vis2dirty(vis=blocks(vis), slab_samples=cap, deterministic=True, **common) for _ in range(2)]
+        tasks = sorted(seen[:len(seen) // 2])                               # in the order they ran
+        assert sorted(seen[len(seen) // 2:]) == tasks and 3 < len(tasks) < 18
+        assert any(len(sizes) > 1 for _, _, sizes in tasks)               # groups of several chunks too
+        assert all(sum(sizes) <= cap or np.count_nonzero(sizes) == 1 for _, _, sizes in tasks)
+        for s in range(3):                                                  # each slab's chunks, once each
+            assert [c for slab, chunks, _ in tasks if slab == s for c in range(*chunks)] == list(range(6))
+        dirty = rng.normal(size=whole.shape)
+        shape = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y", "wgt", "mask")}
+        seen.clear()
+        predicted = cd.dirty2vis(dirty=dirty, wgt=blocks(wgt), mask=blocks(mask), slab_samples=cap,
+                                 **shape).compute()
+        assert sorted(seen) == tasks
+    assert np.array_equal(capped[0].view(np.uint64), capped[1].view(np.uint64))
+    single = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-10,
+                              do_wgridding=True, device=device_name, **IMAGE)
+    assert relative_error(capped[0], whole) <= 1e-12 and relative_error(capped[0], single) <= 1e-12
+    expected = clgrid.dirty2vis(dirty=dirty, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-10,
+                                do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"],
+                                device=device_name)
+    assert relative_error(predicted, expected) <= 1e-12 and not np.any(predicted[mask == 0])
+
+
 @pytest.mark.parametrize("do_wgridding", [False, True])         # chunks of rows; slabs of planes
 def test_vis2dirty_failing_chunk_raises_in_the_caller(client, rng, do_wgridding):
     uvw, vis, wgt, _ = wide_field(rng, "single")
@@ -386,6 +438,9 @@ def test_vis2dirty_arguments_are_refused_by_name(rng):
         cd.vis2dirty(vis=vis, split="planes", **common)
     with pytest.raises(ValueError, match="slabs must be a positive integer"):
         cd.vis2dirty(vis=vis, slabs=0, do_wgridding=True, **common)
+    for bad in (0, 2.5, True, "9"):
+        with pytest.raises(ValueError, match=f"slab_samples must be a positive integer or None.*got {bad!r}"):
+            cd.vis2dirty(vis=vis, slab_samples=bad, do_wgridding=True, **common)
     geometry = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
     with pytest.raises(ValueError, match="dirty must be 2-D"):
         cd.dirty2vis(dirty=np.zeros((2, 64, 48), np.float32), **geometry)

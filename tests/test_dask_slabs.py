@@ -160,3 +160,29 @@ def test_bad_values_are_refused_naming_them(rng):
     uvw[5, 0] = np.nan
     with pytest.raises(ValueError, match="uvw has NaN"):
         dask_slabs.select(uvw, FREQS, np.ones(mask.shape, np.complex64), None, None, g, bounds)
+
+
+@pytest.mark.parametrize("cap", [1, 700, 2500, 10**9])
+def test_chunk_groups_count_what_select_takes_and_stay_within_the_cap(rng, cap):
+    """A slab's chunks in groups for its tasks: the sizes from the chunks' histograms are
+    `select`'s parts' lengths exactly; the groups partition the chunks in order, each
+    within ``cap`` unless it is one chunk's samples, and each as large as the cap allows
+    (the next chunk did not fit); an empty slab takes nothing, in one group."""
+    uvw, mask = observation(rng)
+    g = geometry_for(uvw, mask)
+    rows = np.array_split(np.arange(len(uvw)), 8)
+    counts = [dask_slabs.plane_counts(uvw[r], FREQS, mask[r], g) for r in rows]
+    bounds = dask_slabs.slab_bounds(counts, g, 3) + [(g.num_planes, g.num_planes)]
+    sizes = [[len(p) for p in dask_slabs.select(uvw[r], FREQS, None, None, mask[r], g, bounds)] for r in rows]
+    assert [dask_slabs.slab_sizes(c, g, bounds) for c in counts] == sizes
+    groups = dask_slabs.chunk_groups(counts, g, bounds, cap)
+    for s, slab_groups in enumerate(groups):
+        taken = [chunk[s] for chunk in sizes]
+        edges = [a for a, _ in slab_groups] + [slab_groups[-1][1]]
+        assert edges[0] == 0 and edges[-1] == len(rows) and all(np.diff(edges) > 0)
+        assert all(sum(taken[a:b]) <= cap or np.count_nonzero(taken[a:b]) == 1 for a, b in slab_groups)
+        assert all(sum(taken[a:b]) + taken[b] > cap for a, b in slab_groups[:-1])
+    assert sizes[0][-1] == 0 and groups[-1] == [(0, len(rows))]
+    assert len(groups[0]) == {1: 8, 10**9: 1}.get(cap, len(groups[0]))
+    if cap == 2500:
+        assert len(groups[0]) > 1 and any(b - a > 1 for a, b in groups[0])       # several chunks in a group
