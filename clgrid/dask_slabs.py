@@ -42,6 +42,16 @@ pixel work where any tap falls on it, plus its taps' W x W cells
 chunks: `plane_counts`); `slab_bounds` cuts the planes into contiguous slabs with the
 smallest largest cost.
 
+Memory.  Samples crowd at small |w|, so the low slabs take most of the data (3.3-3.9 M
+of 4 M samples in the benchmark): one task per slab would hold them all.  So no
+imaging task takes more than a cap (``slab_samples``: by default the largest chunk's
+samples): `slab_sizes` counts, from each chunk's histogram of first planes and by
+`select`'s own rule (`_touching`), exactly how many samples the chunk gives each slab,
+and `chunk_groups` cuts each slab's chunks into contiguous groups within the cap
+(greedy, in chunk order), one task each over the slab's planes.  A chunk's selection is
+never cut (it is at most a chunk), so a task holds at most the larger of the cap and
+one chunk's share.  The price: each group of a slab transforms the slab's planes again.
+
 What moves (`Part`): the rows of the selected samples (uvw, float64), each sample's row
 and channel, and its weighted visibility (the weight applied in `select`, as the operator
 would): about 16 bytes a sample in single precision (32 as u, v, w and value), times the
@@ -244,9 +254,9 @@ def _part(uvw, scale, flat, values) -> Part:
 
 def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices: bool = False) -> tuple:
     """One chunk's samples for each slab of ``bounds``: those with a tap on its planes
-    (`_touching`), as a `Part` (values: vis times wgt;
-    None without vis).  With ``indices``, the flat indices of each slab's samples in the
-    chunk follow, one array per slab (for `assemble`).  Non-finite vis, wgt or uvw where
+    (`_touching`), as a `Part` (values: vis times wgt; None without vis).  With
+    ``indices``, the flat indices of each slab's samples in the chunk follow, one array
+    per slab (for `assemble`).  Non-finite vis, wgt or uvw where
     not masked are refused here, where the chunk is known."""
     uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
     first = geometry.first_planes(_abs_w(uvw, scale, flat))
@@ -265,13 +275,13 @@ def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices:
 
 
 def points_of(parts: list) -> np.ndarray:
-    """A slab's samples from every chunk (its parts, in chunk order) as u, v, w in
+    """A slab task's samples (its parts from its chunks, in order) as u, v, w in
     wavelengths (k, 3)."""
     return np.concatenate([p.points() for p in parts]) if parts else np.zeros((0, 3))
 
 
 def split(predicted: np.ndarray, parts: list) -> tuple:
-    """A slab's predicted values cut back into its parts, one array per chunk."""
+    """A slab task's predicted values cut back into its parts, one array per chunk."""
     edges = np.cumsum([len(p) for p in parts])[:-1]
     return tuple(np.split(predicted, edges))
 

@@ -14,9 +14,17 @@ cut the work (``split``):
   w-planes cut into ``slabs`` slabs of about equal work (default: one per worker), and
   each slab's task images the samples with a tap on its planes, taken from every chunk,
   with a `WGridder` over those planes only.  The FFTs and per-pixel work are the
-  planes', once: n workers share them.  A task holds its slab's samples (about
-  1 + (W - 1) / (planes per slab) times 1 / slabs of them) and one grid: raise ``slabs``
-  where that does not fit a worker.
+  planes', once per slab (or group, below): n workers share them.  Samples crowd at
+  small |w|, so a low slab may take most of the data: an imaging task takes at most
+  ``slab_samples`` (default: as many as the largest chunk holds).  Where a slab's
+  samples from all chunks are more, its chunks are cut into contiguous groups within
+  that (`clgrid.dask_slabs.chunk_groups`, counted exactly from each chunk's histogram
+  of first planes), one task per slab and group, summed in slab then group order; a
+  chunk's samples are never cut, so a task takes at most the larger of
+  ``slab_samples`` and what one chunk gives its slab (never more than a chunk).  Each
+  group repeats its slab's FFTs and per-pixel work: raise ``slab_samples`` where the
+  workers' memory allows.  The geometry, the slabs and the groups are computed when
+  called, a first pass over uvw and mask (read again by the imaging).
 - ``"rows"``: each task images one chunk (rows ``a:b``, channels ``c:d``) with an operator
   of its own, on a grid and w-planes of its own; with w, each chunk pays every plane's FFT
   (BENCHMARKS.md: it does not scale on CPUs), so this is for 2-D imaging (one plane: the
@@ -33,19 +41,23 @@ rounding).  ``deterministic=True`` gives the same bits from run to run
 
 Operators: building a `WGridder` plans its points on the host, which costs more than a
 call; a worker keeps the ``keep_operators`` it used last (default 4), keyed by the
-content of its points (a chunk's uvw, frequencies and mask; a slab's u, v, w) with its
+content of its points (a chunk's uvw, frequencies and mask; a slab task's u, v, w) with its
 geometry, planes, every keyword, the device and the worker's ``$CLGRID_DEVICE``
 (a token of the arrays, not Dask keys, so a recomputed but equal chunk finds its
 operator); `vis2dirty` and `dirty2vis` on the same data share them.  Each kept operator
 holds its plan, padded grid and per-pixel tables: ``keep_operators=0`` keeps none.  So
-that a later call finds them, chunk (or slab) i prefers worker i mod n
-(`clgrid.dask_chunks.prefer_worker`: a preference, Dask may still move it); slabs always
-do, which also spreads them over the workers.  With more tasks per worker than
+that a later call finds them, chunk (or slab task, numbered by slab then group) i
+prefers worker i mod n (`clgrid.dask_chunks.prefer_worker`: a preference, Dask may still
+move it); slab tasks always do, which also spreads them over the workers.  With more tasks per worker than
 ``keep_operators``, every call rebuilds them all (the least recently used goes first):
 raise it for major cycles, memory allowing.
 
-Memory, with one thread per worker: a task holds its chunk or slab, its operator and the
-image it returns; an addition holds two images and their sum.  A finished image waits on
+Memory, with one thread per worker: a task holds one chunk (the rows split's imaging; the
+planes split's first pass and selection, with the chunk's samples for every slab,
+about 1 + (W - 1) / (planes per slab) times it), or at most ``slab_samples`` samples
+(the planes split's imaging; more only where one chunk gives its slab more, never more
+than a chunk), and one operator's grid and the image it returns; an addition holds two
+images and their sum.  A finished image waits on
 its worker until its pair in the tree is done too, so a worker holds at most a few images
 besides its kept operators.  Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which
 makes each large temporary fresh pages: the host FFT's temporaries then cost page faults
@@ -442,7 +454,9 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     rows, and among vis, wgt, mask (or ``freq``) along channels; without any, one chunk.
     ``split`` ("auto", "planes", "rows") and ``slabs`` (None: one per worker) choose how
     the work is cut (module docstring): by slabs of w-planes, each taking its samples
-    from every chunk, or by chunks.  ``vis``'s dtype sets the precision.  ``device`` is a
+    from every chunk, or by chunks; ``slab_samples`` (None: as many as the largest chunk
+    holds) is the most samples one imaging task of a slab takes, its chunks cut into
+    groups, one task each, where it has more.  ``vis``'s dtype sets the precision.  ``device`` is a
     name each worker resolves (None: its ``$CLGRID_DEVICE``, else its first GPU, else
     PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how many
     operators each worker keeps for later calls; ``deterministic``: the same bits from
@@ -494,10 +508,13 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     (float32 or float64, numpy or a dask array) sets the precision.  Chunks as for
     `vis2dirty`: ``row_chunks`` / ``channel_chunks``, else those of the first dask array
     among uvw, wgt, mask along rows, and among wgt, mask (or ``freq``) along channels;
-    ``split``, ``slabs``, ``keep_operators`` and ``deterministic`` as there.  The image is
+    ``split``, ``slabs``, ``slab_samples``, ``keep_operators`` and ``deterministic`` as
+    there (with the planes split, uvw and mask are read once when called, for the
+    slabs and groups).  The image is
     sent to every worker once (scattered on a distributed cluster, one node of the graph
-    otherwise), not once per task.  With the planes split, each slab predicts its samples'
-    share and each chunk adds its slabs' shares in slab order; a chunk without any
+    otherwise), not once per task.  With the planes split, each slab's task (one per
+    group of chunks) predicts its samples' share and each chunk adds its slabs' shares in
+    slab order; a chunk without any
     unmasked visibility comes back as zeros.  ``vis``, if given (numpy), receives the
     computed visibilities and is returned instead of the dask array.
     """
