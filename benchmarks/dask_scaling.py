@@ -13,7 +13,9 @@ What is timed (wall clock on the client, median of --repeats after a warm-up):
   first (as a reader on the workers would leave them; that load is timed apart) in one
   chunk of rows (--chunks-per-worker per worker) and channels (--channel-chunks) per
   task.  ``--split`` is passed on: "auto" cuts the w-planes into one slab per worker
-  (`clgrid.dask_slabs`), "rows" images each chunk on its own (the split before).  The
+  (`clgrid.dask_slabs`), "rows" images each chunk on its own (the split before);
+  ``--slab-samples`` too (default: the library's, as many as a chunk holds, which cuts
+  the slabs with most samples into groups of chunks, each repeating their FFTs).  The
   workers start without Dask's MALLOC_TRIM_THRESHOLD_ (README, "Beyond one machine"),
   unless ``--dask-malloc-trim``.
 The workers share the same cores whatever their number (1 x 16 threads ... 8 x 2), so the
@@ -76,7 +78,7 @@ def observation(rows: int, nchan: int, f_lo: float, f_hi: float):
 
 # task names as dask.utils.key_split gives them (no leading underscore)
 IMAGING = ("image_chunk", "image_slab")
-PREPARING = ("chunk_extent", "geometry_of", "chunk_counts", "slab_bounds", "chunk_select", "getitem")
+PREPARING = ("chunk_extent", "geometry_of", "chunk_counts", "chunk_select", "getitem")
 
 
 def breakdown(stream: list, start: float, stop: float) -> dict:
@@ -167,7 +169,8 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
         wait([uvw, vis])
         out["load_s"] = time.perf_counter() - start
         out["tasks"] = len(uvw.chunks[0]) * len(vis.chunks[1])
-        keep = max(KEEP_OPERATORS, a.chunks_per_worker * len(vis.chunks[1]))   # every task's, for "reused"
+        keep = max(KEEP_OPERATORS, out["tasks"])      # every task's, for "reused" (slab tasks: at most
+                                                      # slabs x chunks, one in n on each worker)
         for variant, kept in (("call", 0), ("reused", keep)):
             runs: list = []
 
@@ -175,7 +178,7 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
                 with get_task_stream(client) as stream:
                     begin = time.time()
                     image = cd.vis2dirty(uvw=uvw, vis=vis, nthreads=threads, keep_operators=kept, split=a.split,
-                                         **common)
+                                         slab_samples=a.slab_samples, **common)
                     end = time.time()
                 runs.append((end - begin, breakdown(stream.data, begin, end)))
                 return image
@@ -203,6 +206,8 @@ def main(argv=None):
     p.add_argument("--channel-chunks", type=int, default=None, help="channels per chunk (default: all)")
     p.add_argument("--device", default="pocl", help="each worker's CLGRID_DEVICE, and the single process's")
     p.add_argument("--split", default="auto", choices=("auto", "planes", "rows"), help="clgrid.dask's split")
+    p.add_argument("--slab-samples", type=int, default=None,
+                   help="clgrid.dask's slab_samples (default: as many as a chunk holds)")
     p.add_argument("--dask-malloc-trim", action="store_true",
                    help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers (slows the host FFT)")
     p.add_argument("--repeats", type=int, default=3)
@@ -231,6 +236,7 @@ def main(argv=None):
            "precision": "double" if a.double else "single", "w": not a.no_w, "cores": a.cores, "device": a.device,
            "device_name": clgrid.runtime.get_queue(a.device).device.name.strip(), "repeats": a.repeats,
            "chunks_per_worker": a.chunks_per_worker, "channel_chunks": a.channel_chunks, "split": a.split,
+           "slab_samples": a.slab_samples,
            "workers_malloc_trim_threshold": "dask's 65536" if a.dask_malloc_trim else "unset",
            "command": " ".join(sys.argv)}
     print(f"{res['num_vis']:,} visibilities ({len(uvw):,} rows x {a.nchan} channels), {a.npix}^2, "
