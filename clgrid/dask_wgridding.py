@@ -387,14 +387,20 @@ def _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers) -> l
     return parts
 
 
+def _slab_inputs(selected: list, slab: Slab) -> list:
+    """A slab task's parts: its slab's output of each `select` of its chunks (made
+    outside the task's `prefer_worker` annotation: they stay with their chunk)."""
+    return [taken[slab.index] for taken in selected[slice(*slab.chunks)]]
+
+
 def _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers) -> list:
     pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap)
     selected = [dask.delayed(_chunk_select, pure=False, nout=count)(chunk, u, f, v, w, m, geometry, bounds, False)
                 for (chunk, u, f, m), v, w in zip(pieces, layout.pieces(vis), layout.pieces(wgt))]
     parts = []
     for t, slab in enumerate(tasks):
-        inputs = [taken[slab.index] for taken in selected[slice(*slab.chunks)]]   # outside the annotation: they
-        with prefer_worker(t, workers):                                           # stay with their chunk
+        inputs = _slab_inputs(selected, slab)
+        with prefer_worker(t, workers):
             parts.append(_task(_image_slab)(inputs, geometry, slab, options, keep))
     return parts
 
@@ -423,7 +429,7 @@ def _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, wo
     shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
     for t, slab in enumerate(tasks):
         a, b = slab.chunks
-        inputs = [taken[slab.index] for taken in selected[a:b]]
+        inputs = _slab_inputs(selected, slab)
         with prefer_worker(t, workers):
             out = dask.delayed(_vis_slab, pure=False, nout=b - a)(image, inputs, geometry, slab, options, keep)
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
