@@ -35,8 +35,11 @@ CHUNK = 340          # 5 chunks, the last one short
 @pytest.fixture(scope="module")
 def client():
     device = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       env={"CLGRID_DEVICE": device})
+    # Dask's active memory manager drops scattered copies no task waits for yet (every 2 s):
+    # the tests that count a model's copies per worker would see that at random under load.
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                           dashboard_address=None, env={"CLGRID_DEVICE": device})
     client = distributed.Client(cluster)
     yield client
     cd.clear_cache()          # releases the kernel stack scattered to the workers
