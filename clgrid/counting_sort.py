@@ -44,10 +44,11 @@ class CountingSort:
         if starts is not None and not n:
             events.append(fill_zeros(self.queue, starts, 4 * (self.num_keys + 1), np.int32, wait_for))
         if n:
-            events.append(codegen_kernel(self._program, "count_keys")(self.queue, (n,), None, packed, np.int32(n), counts))
+            count_keys, place = (codegen_kernel(self._program, name) for name in ("count_keys", "place"))
+            events.append(count_keys(self.queue, (n,), None, packed, np.int32(n), counts))
             events += self._scan(counts, cursor, self.num_keys + 1)
             if starts is not None:
                 events.append(cl.enqueue_copy(self.queue, starts, cursor, byte_count=4 * (self.num_keys + 1)))
-            events.append(codegen_kernel(self._program, "place")(self.queue, (n,), None, packed, source, np.int32(n), cursor,
-                                      sorted_packed, sorted_source))
+            events.append(place(self.queue, (n,), None, packed, source, np.int32(n), cursor,
+                                sorted_packed, sorted_source))
         return sorted_packed, sorted_source, events

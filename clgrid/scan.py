@@ -42,11 +42,13 @@ class ExclusiveScan:
         """Enqueue the scan of the first ``n`` ints of ``values`` into ``prefix``; returns the events."""
         blocks = -(-n // self.block)
         totals = self._buffer(2 * level, blocks)
-        events = [codegen_kernel(self._program, "scan_blocks")(self.queue, (blocks * self.wg,), (self.wg,), values, prefix, totals,
-                                    np.int32(n), wait_for=wait_for)]
+        scan_blocks = codegen_kernel(self._program, "scan_blocks")
+        events = [scan_blocks(self.queue, (blocks * self.wg,), (self.wg,), values, prefix, totals,
+                              np.int32(n), wait_for=wait_for)]
         if blocks > 1:
             offsets = self._buffer(2 * level + 1, blocks)
             events += self(totals, offsets, blocks, level=level + 1)
-            events.append(codegen_kernel(self._program, "add_block_offsets")(self.queue, (blocks * self.block,), None, prefix, offsets,
-                                                  np.int32(n)))
+            add_block_offsets = codegen_kernel(self._program, "add_block_offsets")
+            events.append(add_block_offsets(self.queue, (blocks * self.block,), None, prefix, offsets,
+                                            np.int32(n)))
         return events

@@ -371,7 +371,7 @@ class WGridder:
         wparams = resolve_tuning("wgridding", tuning, facts)
         self.spread_mode = wparams["spread"]
         if deterministic and self.spread_mode != "rows":
-            if tuning and tuning.get("spread") not in (None, "rows"):
+            if tuning.get("spread") not in (None, "rows"):
                 raise ValueError(f"deterministic=True needs spread 'rows' (no atomics), not tuning [wgridding] "
                                  f"spread={tuning['spread']!r}")
             self.spread_mode = "rows"
