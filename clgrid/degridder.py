@@ -21,7 +21,7 @@ from .errors import NonFiniteResultError
 from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
 from .strategies import DEGRIDDING_METHODS, SPELLINGS
-from .transfer import download, upload
+from .transfer import download, host_empty, upload
 from .values import ValueKernels, check_vis
 
 __all__ = ["Degridder"]
@@ -125,7 +125,8 @@ class Degridder(GridOperation):
                             target.data)
         if isinstance(out, cla.Array):
             return out
-        result = np.empty(shape, target.dtype) if out is None or not out.flags.c_contiguous else out
+        result = (host_empty(shape, target.dtype, self.staging) if out is None
+                  else out if out.flags.c_contiguous else np.empty(shape, target.dtype))
         self.queue.finish()
         download(self.queue, target.data, result, self.staging)
         if out is not None and result is not out:

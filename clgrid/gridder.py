@@ -22,7 +22,7 @@ from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from .runtime import fill_zeros
 from .strategies import GRIDDING_METHODS, SPELLINGS
-from .transfer import download, to_device_array
+from .transfer import download, host_empty, to_device_array
 from .values import ValueKernels, check_vis, check_weights, to_device
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
@@ -249,7 +249,8 @@ class Gridder(GridOperation):
             self.queue.finish()
             return out
         shape = (npol, self.grid_size, self.grid_size)
-        result = np.empty(shape, self.strategy.complex_dtype) if out is None or not out.flags.c_contiguous else out
+        result = (host_empty(shape, self.strategy.complex_dtype, self.staging) if out is None
+                  else out if out.flags.c_contiguous else np.empty(shape, out.dtype))
         download(self.queue, grid_buffer, result, self.staging, wait_for=events[-1:])
         if out is not None and result is not out:
             out[...] = result

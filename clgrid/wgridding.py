@@ -57,7 +57,7 @@ from .codegen import build_program, render
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .runtime import device_facts, fill_zeros, get_queue
 from .strategies.base import check_precision, read_only_buffer
-from .transfer import download, shared_staging, upload
+from .transfer import download, host_empty, shared_staging, upload
 from .tuning import resolve_tuning
 from .wgrid_plan import Geometry, Layout, PointPlan, plan_points
 
@@ -692,7 +692,7 @@ class WGridder:
                 progress(1)
         self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
-        image = np.empty((g.npix_x, g.npix_y), self.real)
+        image = host_empty((g.npix_x, g.npix_y), self.real, self.staging)
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         download(self.queue, self._image_out, image, self.staging)
@@ -842,7 +842,7 @@ class WGridder:
 
     def _dirty2vis(self, dirty, wgt):
         p = self.plan
-        out = np.empty(self.shape, self.complex)
+        out = host_empty(self.shape, self.complex, self.staging)
         if p.num_vis == 0:
             self._zero_data_warning("every visibility")
             out[...] = 0

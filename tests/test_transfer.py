@@ -1,12 +1,14 @@
 """Pinned staging carries host arrays to and from the device piece by piece, intact."""
 
+import gc
+
 import numpy as np
 import pyopencl as cl
 import pytest
 
 import clgrid
 from clgrid import reference
-from clgrid.transfer import Staging
+from clgrid.transfer import Staging, host_empty
 
 from conftest import random_visibilities, relative_error
 
@@ -34,7 +36,36 @@ def test_operators_through_staging_match_the_reference(rng, queue):
     degridder = clgrid.Degridder(n, cell, stack, device=queue, precision="double")
     for operator in (gridder, degridder):       # as on a GPU, where staging is used (small pieces here)
         operator._staging = Staging(operator.transfer_queue, piece=5000)
-    grid = gridder.grid(uvw, vis)
-    assert relative_error(grid, reference.grid(uvw, vis, n, cell, stack)) < 1e-12
-    got = degridder.degrid(grid, uvw)
-    assert relative_error(got, reference.degrid(grid, uvw, n, cell, stack)) < 1e-12
+    expected = reference.grid(uvw, vis, n, cell, stack)
+    for _ in range(3):            # the first result a numpy array, the next ones pinned and recycled
+        grid = gridder.grid(uvw, vis)
+        assert relative_error(grid, expected) < 1e-12
+        got = degridder.degrid(grid, uvw)
+        assert relative_error(got, reference.degrid(grid, uvw, n, cell, stack)) < 1e-12
+
+
+def test_pinned_results_are_recycled_only_when_nothing_holds_them(rng, queue):
+    staging = Staging(queue, piece=4096)
+    shape = (3, 40, 40)
+    first = host_empty(shape, np.complex64, staging)
+    assert first.base is None                                  # a size's first request: numpy's own
+    source = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
+    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=source)
+    pinned = host_empty(shape, np.complex64, staging)
+    assert pinned.base is not None and pinned.flags.c_contiguous and pinned.flags.writeable
+    pinned[...] = 7
+    staging.download(buffer, pinned)
+    np.testing.assert_array_equal(pinned, source)
+    address = pinned.ctypes.data
+    view = pinned[1]                                           # a view keeps the block from reuse
+    del pinned
+    gc.collect()
+    other = host_empty(shape, np.complex64, staging)
+    assert other.ctypes.data != address
+    other[...] = 0
+    np.testing.assert_array_equal(view, source[1])
+    del view
+    gc.collect()
+    again = host_empty(shape, np.complex64, staging)          # now the block is free: reused
+    assert again.ctypes.data == address
+    assert host_empty((5,), np.float32, staging).base is None  # other sizes are asked for afresh
