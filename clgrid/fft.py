@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-__all__ = ["HostFFT", "MappedHostFFT", "DeviceFFT", "crop", "embed", "host_fft_library"]
+__all__ = ["HostFFT", "MappedHostFFT", "DeviceFFT", "crop", "embed", "clear_outside", "host_fft_library"]
 
 
 def _blocks(n: int, npix: int):
@@ -51,6 +51,22 @@ def embed(a: np.ndarray, n: int, axis: int, dtype=None) -> np.ndarray:
         index_grid[axis], index_img[axis] = src, dst
         out[tuple(index_grid)] = a[tuple(index_img)]
     return out
+
+
+def clear_outside(grid: np.ndarray, npix_x: int, npix_y: int, image_rows: slice) -> None:
+    """Zero the grid (nu, nv) where an embedded image (npix_x, npix_y) leaves it zero, for a
+    share of it: the image rows ``image_rows`` outside the image's columns, and the same
+    share of the grid rows outside the image.  Slices covering ``range(npix_x)`` clear it
+    all (threads each take one), without writing the image's own cells twice."""
+    nu, nv = grid.shape
+    gap_rows = (npix_x - npix_x // 2, nu - npix_x // 2)
+    gap_cols = slice(npix_y - npix_y // 2, nv - npix_y // 2)
+    share = gap_rows[1] - gap_rows[0]
+    grid[gap_rows[0] + image_rows.start * share // npix_x:gap_rows[0] + image_rows.stop * share // npix_x] = 0
+    for rows, image in _blocks(nu, npix_x):
+        lo, hi = max(image.start, image_rows.start), min(image.stop, image_rows.stop)
+        if hi > lo:
+            grid[rows.start + lo - image.start:rows.start + hi - image.start, gap_cols] = 0
 
 
 HOST_FFT_LIBRARIES = ("auto", "scipy", "ducc0")

@@ -24,11 +24,12 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
+
+from .host_threads import in_slices
 
 __all__ = ["Staging", "shared_staging", "to_device_array", "upload", "download", "host_empty"]
 
@@ -37,26 +38,12 @@ POOL_BYTES = 2 ** 30
 # Pieces of 64 MiB: each costs about 0.7 ms of thread dispatch on the H100 machine, so smaller
 # pieces lose more than the overlap gains (16 MiB: 32 ms for a whole grid() call, 64 MiB: 22 ms).
 PIECE_BYTES = 64 * 2 ** 20
-_pool = None
 _pool_lock = threading.Lock()
 
 
-def _threads() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max(1, min(16, os.cpu_count() or 1)), thread_name_prefix="clgrid-copy")
-        return _pool
-
-
 def _parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[:] = src`` (1-D byte views of equal size) on the copy threads."""
-    pool = _threads()
-    parts = pool._max_workers
-    bounds = np.linspace(0, dst.size, parts + 1).astype(np.int64)
-    futures = [pool.submit(np.copyto, dst[a:b], src[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    for f in futures:
-        f.result()
+    """``dst[:] = src`` (1-D byte views of equal size) on the host threads (at most 16)."""
+    in_slices(min(16, os.cpu_count() or 1), dst.size, lambda part: np.copyto(dst[part], src[part]))
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:

@@ -54,7 +54,8 @@ import pyopencl as cl
 from .accuracy import choose_kernel, horner_coefficients, kernel_transform
 from .atomics import atomic_unavailable, build_options_for
 from .codegen import build_program, render
-from .fft import DeviceFFT, HostFFT, MappedHostFFT
+from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
+from .host_threads import in_slices
 from .runtime import device_facts, fill_zeros, get_queue
 from .strategies.base import check_precision, read_only_buffer
 from .transfer import download, host_empty, shared_staging, upload
@@ -89,22 +90,8 @@ def _smooth_transform(s, support: int, beta: float, workers: int = 1):
     def rows(r):
         out[r] = cheb(s[r])
 
-    _in_row_chunks(workers, len(out), rows)
+    in_slices(workers, len(out), rows)
     return out
-
-
-def _in_row_chunks(workers: int, n: int, fn) -> None:
-    """``fn(rows)`` over ``workers`` slices of ``range(n)`` in threads: numpy releases the
-    GIL in elementwise work on large arrays, so per-pixel host work uses every core (the
-    planes' phases, products and sums; the grid correction)."""
-    if workers <= 1 or n < 2 * workers:
-        fn(slice(0, n))
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    bounds = np.linspace(0, n, workers + 1).astype(int)
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(fn, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]))
 
 
 def _abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
@@ -119,7 +106,7 @@ def _abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
             if aw.size:
                 parts.append((aw.min(), aw.max()))
 
-        _in_row_chunks(workers, uvw.shape[0], extremes)
+        in_slices(workers, uvw.shape[0], extremes)
         lo = float(min(a for a, _ in parts)) * float(scale.min())
         hi = float(max(b for _, b in parts)) * float(scale.max())
     else:
@@ -329,12 +316,12 @@ class WGridder:
     @cached_property
     def _host_pixels(self):
         """Per-pixel quantities on the host, for the host FFT and for devices without fp64:
-        the inverse grid correction, and t = n - 1 - nshift (None without w) both on
-        the distinct |x|, |y| (``small``) and spread over the image."""
+        the inverse grid correction over the image, and t = n - 1 - nshift (None without
+        w) on the distinct |x|, |y| (``t_small``; ``radial`` spreads it over the image)."""
         g, k = self.geometry, self.geometry.kernel
         x, y = g.image_lm()
         corr = np.multiply.outer(*self._uv_correction())
-        t = t_small = radial = None
+        t_small = radial = None
         if g.do_wgridding:
             # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
             # distinct |x| and |y| (a quarter of the image when it is centred) and spread
@@ -344,12 +331,11 @@ class WGridder:
             radial = np.ix_(ix.reshape(-1), iy.reshape(-1))
             n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
             t_small = (n - 1.0) - g.nshift
-            t = t_small[radial]
             wcorr = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
             if self.divide_by_n:
                 wcorr = wcorr * n
             corr = corr * wcorr[radial]
-        return SimpleNamespace(correction=corr, t=t, t_small=t_small, radial=radial)
+        return SimpleNamespace(correction=corr, t_small=t_small, radial=radial)
 
     def _uv_correction(self):
         """The grid correction's factors along x and y: the kernel's transform at each
@@ -450,7 +436,7 @@ class WGridder:
             self._pixel_args = self._pixels(copy)
         else:
             host = self._host_pixels
-            t = host.t if host.t is not None else np.zeros((g.npix_x, g.npix_y))
+            t = host.t_small[host.radial] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
             self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
                                 copy(1.0 / host.correction, self.real))
         npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
@@ -662,7 +648,7 @@ class WGridder:
                                 np.multiply(part, self._phases_at(phase, a, b, bj, scratch, cast=True), out=part)
                             image[a:b, bj] += part.real
 
-                _in_row_chunks(self._workers, g.npix_x, rows)
+                in_slices(self._workers, g.npix_x, rows)
                 del blocks
                 grid.base.release(self.queue)
             self._advance(phase, step)
@@ -732,10 +718,10 @@ class WGridder:
         for plane in self.planes:
             if self.plan.active(plane, g.kernel.support)[1]:
                 grid = self._map_grid()
-                grid[...] = 0
                 blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
 
                 def rows(r):
+                    clear_outside(grid, g.npix_x, g.npix_y, r)    # the last plane's transform is there
                     scratch = self._pixel_scratch()
                     for (bi, bj), view in blocks:
                         for a, b in _pixel_blocks(r, bi, g.npix_y):
@@ -748,7 +734,7 @@ class WGridder:
                             phases.view(np.float64).reshape(phases.shape + (2,))[...] *= image[a:b, bj][..., None]
                             part[...] = phases
 
-                _in_row_chunks(self._workers, g.npix_x, rows)
+                in_slices(self._workers, g.npix_x, rows)
                 self.fft.forward(grid, g.npix_x)
                 del blocks
                 grid.base.release(self.queue)
@@ -783,7 +769,7 @@ class WGridder:
                 cached[0][r] = np.exp(-2j * np.pi * w_first * t[r])
                 cached[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
 
-            _in_row_chunks(self._workers, t.shape[0], rows)
+            in_slices(self._workers, t.shape[0], rows)
             if t.size <= 1 << 23:
                 self._phases = cached
         return cached[0].copy(), cached[1]
@@ -828,7 +814,7 @@ class WGridder:
         def rows(r):
             phase[r] *= step[r]
 
-        _in_row_chunks(self._workers, phase.shape[0], rows)
+        in_slices(self._workers, phase.shape[0], rows)
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""

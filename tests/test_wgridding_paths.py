@@ -145,6 +145,23 @@ def test_host_fft_libraries_agree(rng, fft):
     assert relative_error(ops["ducc0"].dirty2vis(dirty, wgt), ops["scipy"].dirty2vis(dirty, wgt)) < 1e-12
 
 
+@pytest.mark.parametrize("nu, nv, npix_x, npix_y", [(30, 24, 17, 10), (31, 25, 16, 11), (20, 20, 20, 20)])
+@pytest.mark.parametrize("parts", [1, 2, 5])
+def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, npix_y, parts):
+    """Threads clearing a poisoned grid in shares of image rows zero exactly the cells an
+    embedded image leaves zero, and leave the image's own cells alone."""
+    from clgrid.fft import clear_outside, embed
+
+    grid = rng.normal(size=(nu, nv)) + 7.0
+    before = grid.copy()
+    bounds = np.linspace(0, npix_x, parts + 1).astype(int)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        clear_outside(grid, npix_x, npix_y, slice(a, b))
+    image_cells = embed(embed(np.ones((npix_x, npix_y)), nu, 0), nv, 1) != 0
+    assert np.all(grid[~image_cells] == 0)
+    np.testing.assert_array_equal(grid[image_cells], before[image_cells])
+
+
 def test_host_fft_choice_is_checked(rng, monkeypatch):
     uvw, freq, vis, wgt = wide_field(rng, nrow=50)
     with pytest.raises(ValueError, match="host_fft must be one of"):
