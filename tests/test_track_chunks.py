@@ -153,19 +153,20 @@ def test_one_baseline_and_single_time_steps(queue, rng, stack):
         np.testing.assert_array_equal(downloaded(queue, chunker.on_device(plan))[2], chunks)
 
 
-def test_length_classes_are_quarter_octaves():
+def test_length_classes_are_sixteenths_of_an_octave():
     count = np.arange(1, 1 << 16)
     classes = length_class(count)
-    assert np.all(np.diff(classes) >= 0) and list(classes[:9]) == [0, 4, 6, 8, 9, 10, 11, 12, 12]
+    assert np.all(np.diff(classes) >= 0) and list(classes[:5]) == [0, 16, 24, 32, 36]
+    assert np.unique(classes[15:]).size == 16 * 12       # 16 per octave from 16 on
     for c in np.unique(classes):
         members = count[classes == c]
-        assert members.max() < 1.25 * members.min()
+        assert members.max() < (1 + 1 / 16) * members.min()
 
 
 @pytest.mark.parametrize("key", sorted(KEYS))
 def test_real_array_chunks_in_the_strategies_orders(queue, rng, stack, key):
     """MeerKAT tracks, cut as the moving windows cut them: the gridder's chunks longest
-    first (a later chunk less than 1.25 times as long as any before it, within a length
+    first (a later chunk less than 1 + 1/16 times as long as any before it, within a length
     class in the runs' order), the degridder's widest support first (in the runs' order
     within a support), on the device as on the host."""
     uvw = meerkat_tracks(rng, 60, 50)
@@ -176,7 +177,7 @@ def test_real_array_chunks_in_the_strategies_orders(queue, rng, stack, key):
     first, count, support = table[:, 0], table[:, 1], table[:, 2]
     if STRATEGIES[key] is LongestFirst:
         assert np.unique(count).size > 20 and np.unique(support).size > 2, "chunks of many lengths and supports"
-        assert np.all(count < 1.25 * np.minimum.accumulate(count)), "longest first"
+        assert np.all(count < (1 + 1 / 16) * np.minimum.accumulate(count)), "longest first"
         group = length_class(count)
         assert np.all(np.diff(group) <= 0)
         assert not np.all(np.diff(support) <= 0), "supports mixed: not widest first"

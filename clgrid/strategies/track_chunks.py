@@ -18,9 +18,10 @@ The chunk table's order is the consumer's (the strategy passes it):
   a few long work-groups started last (longest processing time first).  The narrowest
   supports make the longest chunks (|w| stays small, so the support holds), which
   widest-first put last: the gridding kernel took 1.22 ms on the H100 so, against
-  1.01 ms with the former host order by count x width^2 (BENCHMARKS.md).  Counts are
-  ranked in classes of a quarter octave (`length_class`), so the device sorts over a
-  few dozen classes, not every count.
+  1.01 ms with the former host order by count x width^2 and 0.98 ms longest first
+  (BENCHMARKS.md).  Counts are ranked in classes of 1/16 octave (`length_class`), so
+  the device sorts over a couple of hundred classes, not every count; quarter octaves
+  were 8 % slower than an exact count order with one support.
 - `WidestFirst`, the degridder's: it launches one window width at a time, so chunks of
   one support must be consecutive (``supports``, ``per_support``).
 
@@ -107,13 +108,16 @@ class Channel:
         return "s % nchan", ""
 
 
+CLASS_BITS = 4   # 2^4 length classes per octave: chunks of one class differ by less than 1/16
+
+
 def length_class(count) -> np.ndarray:
-    """Four classes per octave of a count (>= 1): 4 x its octave plus the two bits below its
-    top bit, so counts of one class differ by less than a factor 1.25.  As ``length_class``
-    in `LongestFirst.on_device`."""
+    """``2^CLASS_BITS`` classes per octave of a count (>= 1): the octave, then the
+    ``CLASS_BITS`` bits below the top bit, so counts of one class differ by less than a
+    factor 1 + 2^-CLASS_BITS.  As ``length_class`` in `LongestFirst.on_device`."""
     count = np.asarray(count, np.int64)
     octave = np.frexp(count)[1] - 1
-    return 4 * octave + (((count << 2) >> octave) & 3)
+    return (octave << CLASS_BITS) + (((count << CLASS_BITS) >> octave) & ((1 << CLASS_BITS) - 1))
 
 
 class LongestFirst:
@@ -132,12 +136,12 @@ class LongestFirst:
 
     def on_device(self) -> tuple:
         """(C expression of the int4 chunk ``c``, preamble) of the same class."""
-        return f"{self.top} - length_class(c.y)", """
+        return f"{self.top} - length_class(c.y)", f"""
 inline int length_class(const int count)
-{
+{{
     const int octave = 31 - clz(count);
-    return 4 * octave + ((int)(((long)count << 2) >> octave) & 3);
-}"""
+    return (octave << {CLASS_BITS}) + ((int)(((long)count << {CLASS_BITS}) >> octave) & {(1 << CLASS_BITS) - 1});
+}}"""
 
 
 class WidestFirst:
