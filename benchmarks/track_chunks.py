@@ -17,10 +17,16 @@ then, interleaved over ``--repeats`` rounds (median, min, max):
   the cut alone;
 
 for the gridder's key (support and sign of w, ``chunk_visibilities``) and the
-degridder's (channel, ``steps_per_group``).  Then the gridding kernel (device time)
-with its work list widest support first (the device's), by descending count x width^2
-(the former host order) and in chunk-table order without a sort, interleaved.  Prints
-one JSON document, with the load average before and after.
+degridder's (channel, ``steps_per_group``).  Then the gridding kernel (device time) on
+the same chunks with its work list in four orders, interleaved: longest first (the
+table's, `LongestFirst`), widest support first (the device's order before it), by
+descending count x width^2 (the host's order before that) and baseline by baseline
+(no sort).  Each order's grid is checked against the longest-first one and against the
+atomic gridder's (relative Frobenius error; float atomics add in another order).
+Prints one JSON document, with the load average before and after.
+
+    python3 benchmarks/track_chunks.py --device nvidia --num-vis 4000000 --grid-size 4096 \
+        --min-support 3 --max-support 3        # one support: a 7^2 kernel everywhere
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import clgrid  # noqa: E402
 from clgrid.benchsets import make_workload, ska_like_supports, synthetic_stack  # noqa: E402
 from clgrid.operation import kernel_seconds  # noqa: E402
+from clgrid.reference import relative_error  # noqa: E402
 from clgrid.strategies.moving_window import window_units  # noqa: E402
 from clgrid.strategies.track_chunks import TrackChunker  # noqa: E402
 
@@ -99,7 +106,7 @@ def main(argv=None) -> int:
     for name, (chunker, with_work) in cuts.items():
         variants[f"{name}/device"] = lambda c=chunker, w=with_work: w(c.on_device(plan))
         for wg in args.arrange_wg:
-            other = TrackChunker(queue, kernels, chunker.key, chunker.max_length, wg)
+            other = TrackChunker(queue, kernels, chunker.key, type(chunker.order), chunker.max_length, wg)
             variants[f"{name}/device_wg{wg}"] = lambda c=other, w=with_work: w(c.on_device(plan))
         variants[f"{name}/host"] = lambda c=chunker, w=with_work: host_cut(c, plan, w)
         variants[f"{name}/host_numpy"] = lambda c=chunker, pos=plan.host(): c.on_host(pos, plan)
@@ -111,22 +118,26 @@ def main(argv=None) -> int:
             times[name].append(wall(queue, fn))
     load.append(os.getloadavg())
 
-    # the gridding kernel with three orders of its work-groups
+    # the gridding kernel with four orders of its work-groups
     prepared = gridder.prepare(plan, work.vis)
     arranged = prepared.device_plan
     table = np.empty((arranged.num_chunks, 4), np.int32)
     cl.enqueue_copy(queue, table, arranged.chunks)
     t = grid_strategy.tuning
     tiles = -(-window_units(2 * table[:, 2] + 1, t["coarsen_u"], t["coarsen_v"]) // t["work_group_size"])
-    cost = table[:, 1].astype(np.int64) * (2 * table[:, 2] + 1) ** 2
-    orders = {"widest_first": np.arange(len(table)), "cost_first": np.argsort(-cost, kind="stable"),
-              "baseline_order": np.lexsort((table[:, 0],))}
+    by_run = np.argsort(table[:, 0], kind="stable")     # the cut's order before any sort
+    cost = table[by_run, 1].astype(np.int64) * (2 * table[by_run, 2] + 1) ** 2
+    orders = {"longest_first": np.arange(len(table)),
+              "widest_first": by_run[np.argsort(-table[by_run, 2], kind="stable")],
+              "cost_first": by_run[np.argsort(-cost, kind="stable")],
+              "baseline_order": by_run}
     plans = {name: replace(arranged, work=cl.Buffer(queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
                                                     hostbuf=work_rows(table, tiles, order)))
              for name, order in orders.items()}
     npol = work.vis.shape[-1]
     grid_buffer = gridder.grid_buffer(npol)
     kernel_times = {name: [] for name in plans}
+    grids = {}
     for round_ in range(args.repeats + 1):
         for name, device_plan in plans.items():
             cl.enqueue_fill_buffer(queue, grid_buffer, np.zeros(1, np.float32), 0, grid_buffer.size).wait()
@@ -134,7 +145,13 @@ def main(argv=None) -> int:
             cl.wait_for_events(events)
             if round_:
                 kernel_times[name].append(kernel_seconds(events))
+            else:
+                grids[name] = np.empty((npol, work.grid_size, work.grid_size), gridder.strategy.complex_dtype)
+                cl.enqueue_copy(queue, grids[name], grid_buffer)
     load.append(os.getloadavg())
+    atomic = clgrid.Gridder(work.grid_size, work.cell_size, kernels, method="atomic", device=queue).grid(plan, work.vis)
+    errors = {name: {"vs_longest_first": float(relative_error(grid, grids["longest_first"])),
+                     "vs_atomic": float(relative_error(grid, atomic))} for name, grid in grids.items()}
 
     result = {
         "device": f"{queue.device.name} ({queue.device.platform.name})",
@@ -144,6 +161,7 @@ def main(argv=None) -> int:
         "work_groups": int(arranged.num_groups), "repeats": args.repeats,
         "arrangement": {name: summary(ts) for name, ts in times.items()},
         "grid_kernel_by_work_order": {name: summary(ts) for name, ts in kernel_times.items()},
+        "grid_relative_error": errors,
         "load_average_1_5_15": [list(map(float, la)) for la in load],
     }
     text = json.dumps(result, indent=1)

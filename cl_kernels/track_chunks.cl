@@ -15,28 +15,37 @@
       a baseline with no comparisons;
    4. count_chunks, the caller's scan, write_chunks: each run cut into chunks (first,
       count, widest support, whether the first sample's kernel is conjugated);
-   5. count_ranks, the caller's scan, place_by_rank: the chunks ordered by descending
-      support, stably, in blocks of BLOCK (a radix sort's pass: counts per (rank, block),
-      rank first, scanned; a chunk goes to its (rank, block)'s start plus the chunks
-      of its rank before it in the block);
-   6. for the gridder, expand_work: a row (chunk, tile) per work-group.
+   5. count_classes, the caller's scan, place_by_class: the chunks ordered by the
+      order's class (the gridder's: longest first; the degridder's: widest support
+      first), stably, in blocks of BLOCK (a radix sort's pass: counts per (class,
+      block), class first, scanned; a chunk goes to its (class, block)'s start plus
+      the chunks of its class before it in the block);
+   6. for the gridder, count_tiles, the caller's scan, expand_work: a row (chunk, tile)
+      per work-group, a chunk's rows after the tiles of the chunks before it.
 
    Tables are written an int at a time: Oclgrind 21.10 takes a vector built from
    scalars for unset (its uninitialised-value check runs on these kernels).
 
    Template variables: minor (a C expression of the int4 packed plan `p`, the sample
-   index `s` and the int `nchan`), preamble (C declarations it reads), rank_of_support
-   (rank of each support, widest 0), wg (work-items of place), block (chunks per
-   work-group of count_ranks and place_by_rank). #}
+   index `s` and the int `nchan`), preamble (C declarations it reads), order_class (a C
+   expression of the int4 chunk `c`: its class, 0 first), order_preamble (what that
+   reads), rank_of_support (rank of each support, widest 0), wg (work-items of place),
+   block (chunks per work-group of count_classes and place_by_class). #}
 #define WG {{ wg }}
 #define BLOCK {{ block }}
 
 {{ preamble }}
+{{ order_preamble }}
 __constant int RANK_OF_SUPPORT[{{ rank_of_support | length }}] = { {{- rank_of_support | join(", ") -}} };
 
 inline int minor_of(const int4 p, const int s, const int nchan)
 {
     return {{ minor }};
+}
+
+inline int class_of(const int4 c)
+{
+    return {{ order_class }};
 }
 
 __kernel void count_keys(__global const int4 *restrict packed, __global const int *restrict source, const int n,
@@ -125,53 +134,62 @@ __kernel void write_chunks(__global const int *restrict starts, __global const i
     chunks[4 * c + 3] = sorted_packed[first].w < 0;
 }
 
-/* Chunks per (rank, block of BLOCK chunks), rank first, and per rank. */
+/* Chunks per (class, block of BLOCK chunks), class first, and per support's rank. */
 __kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
-void count_ranks(__global const int4 *restrict chunks, const int num_chunks, __global int *restrict counts,
-                 __global int *restrict per_rank)
+void count_classes(__global const int4 *restrict chunks, const int num_chunks, __global int *restrict counts,
+                   __global int *restrict per_rank)
 {
     const int c = get_global_id(0);
     if (c < num_chunks) {
-        const int rank = RANK_OF_SUPPORT[chunks[c].z];
-        atomic_inc(&counts[rank * get_num_groups(0) + get_group_id(0)]);
-        atomic_inc(&per_rank[rank]);
+        const int4 chunk = chunks[c];
+        atomic_inc(&counts[class_of(chunk) * get_num_groups(0) + get_group_id(0)]);
+        atomic_inc(&per_rank[RANK_OF_SUPPORT[chunk.z]]);
     }
 }
 
-/* starts: the scanned counts of count_ranks. */
+/* starts: the scanned counts of count_classes. */
 __kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
-void place_by_rank(__global const int4 *restrict chunks, const int num_chunks, __global const int *restrict starts,
-                   __global int4 *restrict sorted_chunks)
+void place_by_class(__global const int4 *restrict chunks, const int num_chunks, __global const int *restrict starts,
+                    __global int4 *restrict sorted_chunks)
 {
-    __local int tile_ranks[BLOCK];
+    __local int tile_classes[BLOCK];
     const int c = get_global_id(0), lid = get_local_id(0);
     int4 chunk = (int4)(0);
-    int rank = -1;
+    int order = -1;
     if (c < num_chunks) {
         chunk = chunks[c];
-        rank = RANK_OF_SUPPORT[chunk.z];
+        order = class_of(chunk);
     }
-    tile_ranks[lid] = rank;
+    tile_classes[lid] = order;
     barrier(CLK_LOCAL_MEM_FENCE);
     int before = 0;
     for (int j = 0; j < lid; ++j)
-        before += tile_ranks[j] == rank;
+        before += tile_classes[j] == order;
     if (c < num_chunks)
-        sorted_chunks[starts[rank * get_num_groups(0) + get_group_id(0)] + before] = chunk;
+        sorted_chunks[starts[order * get_num_groups(0) + get_group_id(0)] + before] = chunk;
 }
 
-/* One row (chunk, tile) per work-group of the gridder: chunks of support s, ordered
-   widest first, start at by_support[s] = (first chunk, first row, tiles per chunk). */
+/* The gridder's work-groups per chunk (num_chunks + 1 entries, the last 0, for the scan):
+   tiles_of_support[s] for a chunk of support s. */
+__kernel void count_tiles(__global const int4 *restrict chunks, const int num_chunks,
+                          __global const int *restrict tiles_of_support, __global int *restrict tiles)
+{
+    const int c = get_global_id(0);
+    if (c <= num_chunks)
+        tiles[c] = c < num_chunks ? tiles_of_support[chunks[c].z] : 0;
+}
+
+/* One row (chunk, tile) per work-group of the gridder, from first_row[c]: the scanned tiles. */
 __kernel void expand_work(__global const int4 *restrict chunks, const int num_chunks,
-                          __global const int4 *restrict by_support, __global int *restrict work)
+                          __global const int *restrict tiles_of_support, __global const int *restrict first_row,
+                          __global int *restrict work)
 {
     const int c = get_global_id(0);
     if (c >= num_chunks)
         return;
-    const int4 entry = by_support[chunks[c].z];
-    const int first_row = entry.y + (c - entry.x) * entry.z;
-    for (int tile = 0; tile < entry.z; ++tile) {
-        work[2 * (first_row + tile)] = c;
-        work[2 * (first_row + tile) + 1] = tile;
+    const int tiles = tiles_of_support[chunks[c].z], first = first_row[c];
+    for (int tile = 0; tile < tiles; ++tile) {
+        work[2 * (first + tile)] = c;
+        work[2 * (first + tile) + 1] = tile;
     }
 }

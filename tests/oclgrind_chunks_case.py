@@ -16,10 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
 from clgrid.device_plan import make_plan  # noqa: E402
-from clgrid.strategies.track_chunks import Channel, SupportAndSign, TrackChunker  # noqa: E402
+from clgrid.strategies.track_chunks import (Channel, LongestFirst, SupportAndSign, TrackChunker,  # noqa: E402
+                                            WidestFirst)
 from fpga_case import CELL, N, random_inputs, small_stack  # noqa: E402
 
-KEYS = {"support_and_sign": SupportAndSign, "channel": lambda stack: Channel()}
+KEYS = {"support_and_sign": (SupportAndSign, LongestFirst), "channel": (lambda stack: Channel(), WidestFirst)}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,7 +35,8 @@ if __name__ == "__main__":
     queue = clgrid.runtime.get_queue("oclgrind")
     geometry = clgrid.Gridder(N, CELL, stack, method="atomic", device=queue).geometry
     plan = make_plan(queue, geometry, uvw, where="host")
-    chunker = TrackChunker(queue, stack, KEYS[args.key](stack), 5, args.wg)
+    key, chunk_order = KEYS[args.key]
+    chunker = TrackChunker(queue, stack, key(stack), chunk_order, 5, args.wg)
     order, host = chunker.on_host(plan.host(), plan)
     chunked = chunker.on_device(plan)
     tiles = np.arange(1, chunked.supports.size + 1)
@@ -42,4 +44,5 @@ if __name__ == "__main__":
     device, work_rows = np.empty((chunked.num_chunks, 4), np.int32), np.empty((rows, 2), np.int32)
     cl.enqueue_copy(queue, device, chunked.chunks)
     cl.enqueue_copy(queue, work_rows, work)
-    np.savez(args.out, host=host, device=device, work=work_rows, tiles=np.repeat(tiles, chunked.per_support))
+    tiles_of_support = dict(zip(chunked.supports, tiles))
+    np.savez(args.out, host=host, device=device, work=work_rows, tiles=[tiles_of_support[s] for s in device[:, 2]])

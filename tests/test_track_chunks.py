@@ -1,5 +1,5 @@
 """The moving window's chunks (clgrid/strategies/track_chunks.py): cut on the device, equal
-to the host's cut to the entry, on random and real-array (MeerKAT) tracks."""
+to the host's cut to the entry, on random and real-array (MeerKAT) tracks, in either order."""
 
 import numpy as np
 import pyopencl as cl
@@ -11,7 +11,8 @@ from clgrid.datasets import hour_angle_range, load_layout, simulate_uvw
 from clgrid.device_plan import make_plan
 from clgrid.plan import SPEED_OF_LIGHT
 from clgrid.strategies.moving_window import window_units
-from clgrid.strategies.track_chunks import Channel, SupportAndSign, TrackChunker
+from clgrid.strategies.track_chunks import (Channel, LongestFirst, SupportAndSign, TrackChunker, WidestFirst,
+                                            length_class)
 
 from oclgrind_cases import run_case
 
@@ -76,15 +77,18 @@ def downloaded(queue, chunked):
 
 
 KEYS = {"support_and_sign": SupportAndSign, "channel": lambda stack: Channel()}
+ORDERS = {"longest": LongestFirst, "widest": WidestFirst}
+STRATEGIES = {"support_and_sign": LongestFirst, "channel": WidestFirst}   # the moving windows' pairs
 
 
 @pytest.mark.parametrize("tracks", [random_tracks, meerkat_tracks])
 @pytest.mark.parametrize("key", sorted(KEYS))
+@pytest.mark.parametrize("order", sorted(ORDERS))
 @pytest.mark.parametrize("max_length, wg", [(3, 1), (17, 64), (17, 5), (4096, 64)])
-def test_device_chunks_equal_the_hosts(queue, rng, stack, tracks, key, max_length, wg):
+def test_device_chunks_equal_the_hosts(queue, rng, stack, tracks, key, order, max_length, wg):
     uvw = tracks(rng, 24, 40)
     plan = device_plan(queue, stack, uvw, flags_for(rng, uvw.shape[:-1] + (FREQS.size,)))
-    chunker = TrackChunker(queue, stack, KEYS[key](stack), max_length, wg)
+    chunker = TrackChunker(queue, stack, KEYS[key](stack), ORDERS[order], max_length, wg)
     positions = plan.host()
     order, chunks = chunker.on_host(positions, plan)
     device = chunker.on_device(plan)
@@ -101,10 +105,10 @@ def test_device_chunks_equal_the_hosts(queue, rng, stack, tracks, key, max_lengt
 
 
 @pytest.mark.parametrize("key", sorted(KEYS))
-def test_chunks_are_runs_of_one_key_in_the_samples_order_widest_first(queue, rng, stack, key):
+def test_chunks_are_runs_of_one_key_in_the_samples_order(queue, rng, stack, key):
     uvw = random_tracks(rng, 16, 60)
     plan = device_plan(queue, stack, uvw, flags_for(rng, uvw.shape[:-1] + (FREQS.size,)))
-    chunker = TrackChunker(queue, stack, KEYS[key](stack), 11, 64)
+    chunker = TrackChunker(queue, stack, KEYS[key](stack), STRATEGIES[key], 11, 64)
     positions = plan.host()
     order, chunks = chunker.on_host(positions, plan)
     sample = positions.sample[order]
@@ -120,7 +124,6 @@ def test_chunks_are_runs_of_one_key_in_the_samples_order_widest_first(queue, rng
             assert np.unique(sample[run] % FREQS.size).size == 1
         else:
             assert np.all(support[run] == widest) and np.all(conj[run] == conjugated)
-    assert np.all(np.diff(chunks[:, 2]) <= 0), "widest support first"
     if key == "support_and_sign":
         baseline = sample // baseline_length(plan)
         crossing = [(np.unique(support[baseline == b]).size > 1, np.unique(conj[baseline == b]).size > 1)
@@ -134,7 +137,7 @@ def test_plans_made_on_the_host_are_cut_on_the_host_alike(queue, rng, stack, key
     """`TrackChunker.arrange` by where the plan was made: the same buffers either way."""
     uvw = meerkat_tracks(rng, 20, 30)
     flags = flags_for(rng, uvw.shape[:-1] + (FREQS.size,))
-    chunker = TrackChunker(queue, stack, KEYS[key](stack), 9, 16)
+    chunker = TrackChunker(queue, stack, KEYS[key](stack), STRATEGIES[key], 9, 16)
     made = [chunker.arrange(device_plan(queue, stack, uvw, flags, where)) for where in ("device", "host")]
     for a, b in zip(*(downloaded(queue, m) for m in made)):
         np.testing.assert_array_equal(a, b)
@@ -145,26 +148,59 @@ def test_one_baseline_and_single_time_steps(queue, rng, stack):
     tracks of one time step are runs of one sample per channel."""
     for uvw in (random_tracks(rng, 6, 30).reshape(-1, 3), random_tracks(rng, 30, 1)):
         plan = device_plan(queue, stack, uvw, None)
-        chunker = TrackChunker(queue, stack, Channel(), 7, 64)
+        chunker = TrackChunker(queue, stack, Channel(), WidestFirst, 7, 64)
         order, chunks = chunker.on_host(plan.host(), plan)
         np.testing.assert_array_equal(downloaded(queue, chunker.on_device(plan))[2], chunks)
 
 
-def test_work_list_has_every_tile_once_the_widest_chunks_first(queue, rng, stack):
+def test_length_classes_are_sixteenths_of_an_octave():
+    count = np.arange(1, 1 << 16)
+    classes = length_class(count)
+    assert np.all(np.diff(classes) >= 0) and list(classes[:5]) == [0, 16, 24, 32, 36]
+    assert np.unique(classes[15:]).size == 16 * 12       # 16 per octave from 16 on
+    for c in np.unique(classes):
+        members = count[classes == c]
+        assert members.max() < (1 + 1 / 16) * members.min()
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+def test_real_array_chunks_in_the_strategies_orders(queue, rng, stack, key):
+    """MeerKAT tracks, cut as the moving windows cut them: the gridder's chunks longest
+    first (a later chunk less than 1 + 1/16 times as long as any before it, within a length
+    class in the runs' order), the degridder's widest support first (in the runs' order
+    within a support), on the device as on the host."""
+    uvw = meerkat_tracks(rng, 60, 50)
+    plan = device_plan(queue, stack, uvw, flags_for(rng, uvw.shape[:-1] + (FREQS.size,)))
+    chunker = TrackChunker(queue, stack, KEYS[key](stack), STRATEGIES[key], 64, 64)
+    table = downloaded(queue, chunker.on_device(plan))[2]
+    np.testing.assert_array_equal(table, chunker.on_host(plan.host(), plan)[1])
+    first, count, support = table[:, 0], table[:, 1], table[:, 2]
+    if STRATEGIES[key] is LongestFirst:
+        assert np.unique(count).size > 20 and np.unique(support).size > 2, "chunks of many lengths and supports"
+        assert np.all(count < (1 + 1 / 16) * np.minimum.accumulate(count)), "longest first"
+        group = length_class(count)
+        assert np.all(np.diff(group) <= 0)
+        assert not np.all(np.diff(support) <= 0), "supports mixed: not widest first"
+    else:
+        group = support
+        assert np.all(np.diff(support) <= 0), "widest first"
+    same = np.diff(group) == 0
+    assert np.all(np.diff(first)[same] > 0), "the runs' order within a class"
+
+
+def test_work_list_has_every_tile_once_in_chunk_order(queue, rng, stack):
     uvw = random_tracks(rng, 12, 40)
     plan = device_plan(queue, stack, uvw, None)
-    chunker = TrackChunker(queue, stack, SupportAndSign(stack), 13, 64)
+    chunker = TrackChunker(queue, stack, SupportAndSign(stack), LongestFirst, 13, 64)
     chunked = chunker.on_device(plan)
     tiles = -(-window_units(2 * chunked.supports + 1, 2, 2) // 16)
     assert tiles.max() > 1, "windows of several tiles"
     work, rows = chunker.work_list(chunked, tiles)
     work = download(queue, work, (rows, 2))
     table = downloaded(queue, chunked)[2]
-    tiles_of_chunk = np.repeat(tiles, chunked.per_support)
-    assert rows == tiles_of_chunk.sum()
-    expected = [(c, t) for c in range(len(table)) for t in range(tiles_of_chunk[c])]
-    assert list(map(tuple, work)) == expected
-    assert np.all(np.diff(table[work[:, 0], 2]) <= 0)
+    tiles_of_chunk = dict(zip(chunked.supports, tiles))
+    expected = [(c, t) for c in range(len(table)) for t in range(tiles_of_chunk[table[c, 2]])]
+    assert rows == len(expected) and list(map(tuple, work)) == expected
 
 
 def test_gridding_and_degridding_through_device_chunks_match_the_reference(queue, rng, stack):

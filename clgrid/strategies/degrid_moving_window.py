@@ -10,7 +10,7 @@ import pyopencl as cl
 
 from ..runtime import fill_zeros
 from .base import Strategy
-from .track_chunks import Channel, ChunkedPlan, TrackChunker
+from .track_chunks import Channel, ChunkedPlan, TrackChunker, WidestFirst
 
 
 def tile_window(window: int, max_u: int, max_items: int):
@@ -44,8 +44,9 @@ class MovingWindowDegridding(Strategy):
     @cached_property
     def chunker(self) -> TrackChunker:
         """Segments: a track (baseline, channel) in time order, at most steps_per_group long,
-        its window as wide as its widest support."""
-        return TrackChunker(self.queue, self.kernels, Channel(), self.tuning["steps_per_group"],
+        its window as wide as its widest support; widest first, so that each launch (one
+        window width) takes consecutive segments."""
+        return TrackChunker(self.queue, self.kernels, Channel(), WidestFirst, self.tuning["steps_per_group"],
                             self.tuning["arrange_wg"])
 
     def arrange(self, plan, npol: int) -> ChunkedPlan:

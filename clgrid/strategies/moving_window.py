@@ -32,7 +32,7 @@ import pyopencl as cl
 from ..baseline_order import hold_w, track_shape
 from ..kernels import offset_range
 from .base import Strategy, extended, read_only_buffer
-from .track_chunks import ChunkedPlan, SupportAndSign, TrackChunker
+from .track_chunks import ChunkedPlan, LongestFirst, SupportAndSign, TrackChunker
 
 FLUSHES = ("atomic", "plain")
 
@@ -108,10 +108,11 @@ class MovingWindowGridding(Strategy):
 
     @cached_property
     def chunker(self) -> TrackChunker:
-        """Chunks: runs of one baseline, support and sign of w, at most chunk_visibilities long."""
+        """Chunks: runs of one baseline, support and sign of w, at most chunk_visibilities long,
+        longest first (a work-group's time goes with its chunk's count)."""
         t = self.tuning
-        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels), t["chunk_visibilities"],
-                            t["arrange_wg"])
+        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels), LongestFirst,
+                            t["chunk_visibilities"], t["arrange_wg"])
 
     def arrange(self, plan, npol: int) -> MovingWindowPlan:
         """Chunks of baseline-ordered samples (refused without a baseline axis), cut on the
@@ -121,7 +122,7 @@ class MovingWindowGridding(Strategy):
 
     def with_work(self, chunked: ChunkedPlan) -> MovingWindowPlan:
         """``chunked`` with its work-group list: every tile of every chunk's window, in chunk
-        order, so the widest windows (the costliest chunks) go first."""
+        order, so the longest-running work-groups start first."""
         t = self.tuning
         tiles = -(-window_units(2 * chunked.supports + 1, t["coarsen_u"], t["coarsen_v"]) // t["work_group_size"])
         work, num_groups = self.chunker.work_list(chunked, tiles)

@@ -21,7 +21,7 @@ from ..baseline_order import track_shape
 from .base import extended, read_only_buffer
 from .moving_window import MovingWindowGridding, MovingWindowPlan
 from .texture import TextureSampling, device_positions
-from .track_chunks import SupportAndSign, TrackChunker
+from .track_chunks import LongestFirst, SupportAndSign, TrackChunker
 
 __all__ = ["TextureMovingWindowPlan", "TextureMovingWindowGridding"]
 
@@ -43,7 +43,7 @@ class TextureMovingWindowGridding(TextureSampling, MovingWindowGridding):
     def chunker(self) -> TrackChunker:
         """Chunks cut on the host, where plans for interpolated weights are made (so no
         ``arrange_wg``: the device only expands the work list)."""
-        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels),
+        return TrackChunker(self.queue, self.kernels, SupportAndSign(self.kernels), LongestFirst,
                             self.tuning["chunk_visibilities"], wg=1)
 
     def arrange(self, plan, npol: int) -> TextureMovingWindowPlan:
