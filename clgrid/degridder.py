@@ -11,6 +11,7 @@ dropped samples zero.
 from __future__ import annotations
 
 import time
+from concurrent.futures import wait
 
 import numpy as np
 import pyopencl as cl
@@ -21,7 +22,8 @@ from .errors import NonFiniteResultError
 from .device_plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
 from .strategies import DEGRIDDING_METHODS, SPELLINGS
-from .transfer import download, host_empty, upload
+from .host_threads import in_background
+from .transfer import download, host_empty, to_device_array, upload
 from .values import ValueKernels, check_vis
 
 __all__ = ["Degridder"]
@@ -148,6 +150,10 @@ class Degridder(GridOperation):
         """
         started = time.perf_counter()
         with self._lock:
+            if self._overlapped(grid, plan, freqs):
+                plan, seconds, grid_buffer, npol, loaded = self._load_while_planning(grid, plan, freqs, flags,
+                                                                                     wait_for)
+                return self._degrid_plan(plan, npol, grid_buffer, loaded, out, started, seconds, return_report)
             grid_buffer, npol, loaded = self.load_grid(grid, wait_for)
             if isinstance(plan, Plan):
                 return self._degrid_plan(plan, npol, grid_buffer, loaded, out, started, 0.0, return_report)
@@ -169,6 +175,28 @@ class Degridder(GridOperation):
             totals["total_seconds"] = time.perf_counter() - started
             self.last_report = totals
         return (vis, totals) if return_report else vis
+
+    def _overlapped(self, grid, uvw, freqs) -> bool:
+        """Whether a call loads a host grid while the device plans host uvw (`_load_while_planning`):
+        with staging (discrete GPUs), and not when the data stream through in chunks."""
+        if self.staging is None or isinstance(uvw, (Plan, cla.Array)) or isinstance(grid, cla.Array):
+            return False
+        if np.ndim(grid) != 3 or np.shape(uvw)[-1:] != (3,):
+            return False                                  # refused by name on the plain path
+        return not self.row_chunks(np.shape(uvw), None if freqs is None else np.size(freqs), np.shape(grid)[0])
+
+    def _load_while_planning(self, grid, uvw, freqs, flags, wait_for) -> tuple:
+        """(plan, planning seconds, grid buffer, npol, load event): uvw up first, then the grid
+        goes up on a background thread while the device plans (both go through one staging
+        in turn; the planning kernels overlap the grid's copies)."""
+        uvw = to_device_array(self.transfer_queue, np.asarray(uvw, np.float64), self.staging)
+        loading = in_background(self.load_grid, grid, wait_for)
+        try:
+            plan, seconds = self._plan_for(uvw, freqs, flags)
+        except BaseException:
+            wait([loading])
+            raise
+        return (plan, seconds) + loading.result()
 
     def _degrid_plan(self, plan, npol, grid_buffer, loaded, out, started, plan_seconds, return_report):
         """Degrid the loaded grid at ``plan``'s positions into ``out`` (or a new host array)."""

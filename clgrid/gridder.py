@@ -11,6 +11,7 @@ is kept in ``last_report``.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 
 import numpy as np
 import pyopencl as cl
@@ -19,6 +20,7 @@ import pyopencl.array as cla
 from .checks import check_gridded
 from .deterministic import FixedPointGrid
 from .device_plan import Plan
+from .host_threads import in_background
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from .runtime import fill_zeros
 from .strategies import GRIDDING_METHODS, SPELLINGS
@@ -184,6 +186,7 @@ class Gridder(GridOperation):
                 positions, vis, weights, flags = staged
                 plan, seconds = self._plan_for(positions, freqs, flags)
                 plan_seconds += seconds
+                vis = vis.result() if isinstance(vis, Future) else vis
                 prepared = self._prepare_values(plan, vis, weights, wait_for if first else None)
                 if first:
                     npol, grid_buffer = prepared.npol, self._output_grid(out, prepared.npol, accumulate)
@@ -223,8 +226,9 @@ class Gridder(GridOperation):
         if vis.dtype not in (np.complex64, np.complex128):
             return positions, vis, weights, flags            # refused by name when prepared
         queue = self.transfer_queue
-        return (to_device_array(queue, np.asarray(positions, np.float64), self.staging),
-                to_device_array(queue, vis, self.staging), weights, flags)
+        uvw = to_device_array(queue, np.asarray(positions, np.float64), self.staging)
+        # the values go up while the device plans the positions (a Future until then)
+        return uvw, in_background(to_device_array, queue, vis, self.staging), weights, flags
 
     def _output_grid(self, out, npol: int, accumulate: bool):
         """The device buffer a call grids into: ``out``'s own when it is a device array,

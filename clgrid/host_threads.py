@@ -4,7 +4,9 @@ numpy releases the GIL in copies and elementwise loops on large arrays, so the l
 splits such work (staged copies to and from the device, the w-gridding operator's
 per-pixel passes on the host) over threads.  Starting threads for each pass cost 2 ms
 a thread, 0.13 s of a one-call `clgrid.vis2dirty` on 2 cores (32 passes); the pool's
-threads are started once and kept.
+threads are started once and kept.  A second, small pool runs whole jobs beside the
+caller (`in_background`: an upload while the device plans), so that their own splits
+can still use the first.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices"]
+__all__ = ["in_slices", "in_background"]
 
 _pool = None
+_background = None
 _lock = threading.Lock()
 _inside = threading.local()
 
@@ -47,3 +50,12 @@ def in_slices(parts: int, n: int, fn) -> None:
     futures = [_threads().submit(fn, slice(int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     for f in futures:
         f.result()
+
+
+def in_background(fn, *args):
+    """``fn(*args)`` started on a background thread; returns its `concurrent.futures.Future`."""
+    global _background
+    with _lock:
+        if _background is None:
+            _background = ThreadPoolExecutor(4, thread_name_prefix="clgrid-background")
+    return _background.submit(fn, *args)

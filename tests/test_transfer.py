@@ -40,8 +40,16 @@ def test_operators_through_staging_match_the_reference(rng, queue):
     for _ in range(3):            # the first result a numpy array, the next ones pinned and recycled
         grid = gridder.grid(uvw, vis)
         assert relative_error(grid, expected) < 1e-12
-        got = degridder.degrid(grid, uvw)
+        got = degridder.degrid(grid, uvw)        # the grid loaded while the device plans
         assert relative_error(got, reference.degrid(grid, uvw, n, cell, stack)) < 1e-12
+    bad_grid, bad_uvw = grid.copy(), uvw.copy()
+    bad_grid[0, 3, 5] = np.nan
+    bad_uvw[7, 1] = np.inf
+    with pytest.raises(ValueError, match="grid contains NaN"):
+        degridder.degrid(bad_grid, uvw)
+    with pytest.raises(ValueError, match="uvw contains NaN or inf"):
+        degridder.degrid(bad_grid, bad_uvw)          # planning's error, not the grid's, the first
+    assert relative_error(degridder.degrid(grid, uvw), got) == 0
 
 
 def test_pinned_results_are_recycled_only_when_nothing_holds_them(rng, queue):
