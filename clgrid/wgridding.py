@@ -315,27 +315,38 @@ class WGridder:
     # -- set-up -------------------------------------------------------------------------
     @cached_property
     def _host_pixels(self):
-        """Per-pixel quantities on the host, for the host FFT and for devices without fp64:
-        the inverse grid correction over the image, and t = n - 1 - nshift (None without
-        w) on the distinct |x|, |y| (``t_small``; ``radial`` spreads it over the image)."""
+        """Per-pixel quantities on the host, for the host FFT and for devices without fp64,
+        as factors (`_correction_rows` multiplies them out a share of rows at a time, so a
+        call allocates no image-sized table): the grid correction's factors along x and y
+        (``cu``, ``cv``), and with w its w factor ``w_small`` and t = n - 1 - nshift
+        (``t_small``), both on the distinct |x|, |y| (``radial``, the image's row and column
+        indices into them; None without w)."""
         g, k = self.geometry, self.geometry.kernel
         x, y = g.image_lm()
-        corr = np.multiply.outer(*self._uv_correction())
-        t_small = radial = None
+        cu, cv = self._uv_correction()
+        t_small = w_small = radial = None
         if g.do_wgridding:
             # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
             # distinct |x| and |y| (a quarter of the image when it is centred) and spread
             # back by indexing.
             ax, ix = np.unique(np.abs(x), return_inverse=True)
             ay, iy = np.unique(np.abs(y), return_inverse=True)
-            radial = np.ix_(ix.reshape(-1), iy.reshape(-1))
+            radial = (ix.reshape(-1), iy.reshape(-1))
             n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
             t_small = (n - 1.0) - g.nshift
-            wcorr = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
+            w_small = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
             if self.divide_by_n:
-                wcorr = wcorr * n
-            corr = corr * wcorr[radial]
-        return SimpleNamespace(correction=corr, t_small=t_small, radial=radial)
+                w_small = w_small * n
+        return SimpleNamespace(cu=cu, cv=cv, w_small=w_small, t_small=t_small, radial=radial)
+
+    def _correction_rows(self, rows: slice) -> np.ndarray:
+        """The grid correction (float64) at the image rows ``rows``, every column."""
+        host = self._host_pixels
+        corr = np.multiply.outer(host.cu[rows], host.cv)
+        if host.w_small is not None:
+            ix, iy = host.radial
+            corr *= host.w_small[ix[rows]][:, iy]
+        return corr
 
     def _uv_correction(self):
         """The grid correction's factors along x and y: the kernel's transform at each
@@ -436,9 +447,9 @@ class WGridder:
             self._pixel_args = self._pixels(copy)
         else:
             host = self._host_pixels
-            t = host.t_small[host.radial] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
+            t = host.t_small[np.ix_(*host.radial)] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
             self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
-                                copy(1.0 / host.correction, self.real))
+                                copy(1.0 / self._correction_rows(slice(None)), self.real))
         npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
         self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
@@ -629,7 +640,6 @@ class WGridder:
             return np.zeros((g.npix_x, g.npix_y), self.real)
         if self.device_fft is not None:
             return self._vis2dirty_device(progress)
-        host = self._host_pixels
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
         for plane in self.planes:
@@ -654,8 +664,13 @@ class WGridder:
             self._advance(phase, step)
             if progress is not None:
                 progress(1)
-        image /= host.correction
-        return image.astype(self.real)
+        out = np.empty((g.npix_x, g.npix_y), self.real)
+
+        def corrected(r):
+            np.divide(image[r], self._correction_rows(r), out=out[r])
+
+        in_slices(self._workers, g.npix_x, corrected)
+        return out
 
     def _plane_args(self, plane):
         g = self.geometry
@@ -710,7 +725,12 @@ class WGridder:
     def _dirty2vis_host(self, dirty):
         """Each plane made on the host, transformed there and sent to the device."""
         g = self.geometry
-        image = dirty.astype(np.float64) / self._host_pixels.correction
+        image = np.empty((g.npix_x, g.npix_y), np.float64)
+
+        def corrected(r):
+            np.divide(dirty[r], self._correction_rows(r), out=image[r])
+
+        in_slices(self._workers, g.npix_x, corrected)
         phase, step = self._plane_phases()
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
