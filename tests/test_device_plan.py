@@ -13,6 +13,7 @@ from clgrid import reference
 from clgrid.datasets import hour_angle_range, load_layout, simulate_uvw
 from clgrid.plan import flatten_positions, plan_visibilities
 from clgrid.strategies import spelling
+from clgrid.transfer import Staging
 
 from conftest import random_visibilities, relative_error
 
@@ -246,8 +247,11 @@ def test_threads_sharing_one_operator_get_their_own_results(rng, stack, queue, k
     assert not wrong
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["direct", "staged"])
 @pytest.mark.parametrize("method", ["tiled", "moving_window"])
-def test_data_larger_than_the_device_stream_through_it_in_chunks(rng, stack, queue, method):
+def test_data_larger_than_the_device_stream_through_it_in_chunks(rng, stack, queue, method, staged):
+    """Streamed in chunks of rows, as one pass; ``staged``: through pinned staging as on a
+    GPU (the values of each chunk uploaded in the background while it is planned)."""
     uvw = meerkat_uvw(rng, nbaseline=30, ntime=20)
     freqs = np.array([1.0e9, 1.1e9])
     metres = uvw * (clgrid.plan.SPEED_OF_LIGHT / 1.1e9)
@@ -255,6 +259,10 @@ def test_data_larger_than_the_device_stream_through_it_in_chunks(rng, stack, que
     weights = rng.uniform(0.5, 2.0, (30, 20, 2))
     flags = rng.random((30, 20, 2, 2)) < 0.1
     gridder = make("grid", method, stack, queue)
+    degridder = make("degrid", "gather" if method == "tiled" else "moving_window", stack, queue)
+    if staged:
+        for operator in (gridder, degridder):
+            operator._staging = Staging(operator.transfer_queue, piece=4096)
     whole, whole_report = gridder.grid(metres, vis, weights, flags, freqs, return_report=True)
     gridder.chunk_samples = 7 * 20 * 2                            # 7 baselines at a time: 5 chunks
     assert len(gridder.row_chunks(metres.shape, 2, 2)) == 5
@@ -266,7 +274,6 @@ def test_data_larger_than_the_device_stream_through_it_in_chunks(rng, stack, que
         assert report[key] == whole_report[key], key
     np.testing.assert_allclose(report["norm"], whole_report["norm"], rtol=1e-13)
 
-    degridder = make("degrid", "gather" if method == "tiled" else "moving_window", stack, queue)
     grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
     whole, whole_report = degridder.degrid(grid, metres, flags, freqs, return_report=True)
     degridder.chunk_samples = 7 * 20 * 2
