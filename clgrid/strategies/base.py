@@ -119,9 +119,7 @@ class Strategy:
         self.precision = precision
         self.real_dtype, self.complex_dtype = PRECISIONS[precision]
         self.grid_size = grid_size
-        if isinstance(kernels, AnalyticKernel) and not self.analytic_source:
-            raise ValueError(f"{self.name!r} reads kernel tables and cannot evaluate an analytic kernel source; "
-                             f"use it with {analytic_spellings()}")
+        self.check_kernel_source(kernels)
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, self.facts, precision=precision)
         for name in self.counts:
@@ -133,6 +131,14 @@ class Strategy:
         self._choose_atomic_path()
         self.binary = binary or self.tuning.get("binary") or None
         self._kernels = {}
+
+    @classmethod
+    def check_kernel_source(cls, kernels: KernelStack) -> None:
+        """Refuse an analytic kernel source where the kernels read tables, by name (at
+        construction, and in `program_parameters` for programs emitted without one)."""
+        if isinstance(kernels, AnalyticKernel) and not cls.analytic_source:
+            raise ValueError(f"{cls.name!r} reads kernel tables and cannot evaluate an analytic kernel source; "
+                             f"use it with {analytic_spellings()}")
 
     @cached_property
     def device_kernels(self) -> DeviceKernelStack:
@@ -206,6 +212,7 @@ class Strategy:
     def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size: int,
                            kernels: KernelStack) -> dict:
         """The template variables: everything a program of this strategy is specialised for."""
+        cls.check_kernel_source(kernels)
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
         analytic = isinstance(kernels, AnalyticKernel)
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,

@@ -163,7 +163,7 @@ class TiledGridding(Strategy):
         complex_size = np.dtype(self.complex_dtype).itemsize
         items = int(np.prod(self.local_size()))
         analytic = isinstance(self.kernels, AnalyticKernel)
-        words = (16 if t["mapping"] == "footprint" else 9) - analytic   # tile_visibility's ints (and float)
+        words = (15 if t["mapping"] == "footprint" else 9) - analytic   # tile_visibility's ints (and float)
         header = words * 4
         if analytic:   # no off_v0; d_u and d_v after the ints
             real_size = np.dtype(self.real_dtype).itemsize
