@@ -10,6 +10,7 @@ import clgrid
 from clgrid import datasets
 from clgrid.accuracy import es_kernel, kernel_transform
 from clgrid.analytic_kernel import AnalyticKernel
+from clgrid.stack_accuracy import stack_image_error
 from conftest import optional, poison, relative_error
 
 N = 96
@@ -44,6 +45,18 @@ def test_polynomials_are_the_kernel_they_stand_for():
         exact = es_kernel(2 * d / k.width, k.beta) / kernel_transform(0.0, k.width, k.beta)
         assert np.abs(k.weights(d) - exact).max() < 0.1 * epsilon, (epsilon, k.width)
         assert k.accuracy <= epsilon and k.sigma > 1 and k.supports[0] == k.width // 2
+
+
+@pytest.mark.parametrize("epsilon,precision", [(1e-3, "single"), (1e-9, "double")])
+def test_the_accuracy_it_states_is_what_its_image_measures(rng, epsilon, precision):
+    """``accuracy`` promises the image's central grid_size / sigma; `stack_image_error`'s
+    inner half lies within it (sigma < 2), its whole image does not (the padding)."""
+    kernels = clgrid.KernelStack.analytic(epsilon, precision, sigma_max=1.9)
+    grid_size = kernels.padded_size(48)
+    measured = stack_image_error(kernels, grid_size, 1e-3, num_vis=1000, num_pixels=2000,
+                                 seed=int(rng.integers(2**31)))
+    assert measured.inner_half <= kernels.accuracy <= epsilon
+    assert measured.whole > 100 * epsilon
 
 
 @pytest.mark.parametrize("method", ["tiled", "atomic"])
