@@ -147,6 +147,21 @@ def test_image_and_visibilities_agree_with_ducc0(queue, rng, epsilon, precision)
     assert relative_error(got_vis, ref_vis) <= epsilon
 
 
+def test_offsets_planned_on_the_host_are_the_devices(queue, rng):
+    """Devices without fp64 plan on the host: the same offsets, bit for bit, where kept."""
+    from clgrid.device_plan import Geometry, make_plan
+
+    kernels = clgrid.KernelStack.analytic(1e-5)
+    uvw, freqs, cell = meerkat_tracks(rng, kernels)
+    geometry = Geometry(N, cell, kernels)
+    on_device = make_plan(queue, geometry, uvw, freqs, where="device")
+    on_host = make_plan(queue, geometry, uvw, freqs, where="host")
+    kept = on_host.host().sample
+    assert on_device.fraction is not None and kept.size == on_device.num_kept > 0
+    np.testing.assert_array_equal(on_device.fraction.get()[kept], on_host.fraction.get()[kept])
+    assert np.abs(on_host.fraction.get()[kept].view(np.float64)).max() <= 0.5
+
+
 def test_one_w_plane_only_and_table_readers_refuse_it(queue):
     kernels = clgrid.KernelStack.analytic(1e-4)
     plane = kernels.planes[0]
