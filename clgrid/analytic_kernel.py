@@ -4,9 +4,9 @@ exact offset, beside the W-projection tables of `clgrid.kernels`.
 
 Why not a finer table: the plan stores oversample offsets in 16 bits, and the nearest
 offset of even the finest table that fits (``oversample = 32768``) moves each visibility by
-up to 1/65536 of a cell, which costs about ``0.3 / oversample`` of the image (measured in
-2-D on random points: 9e-6 at 32768, 1.8e-2 at 16), the whole error budget of single
-precision and far above double's.  So a plan for an analytic kernel also carries each
+up to 1/65536 of a cell, which costs about ``0.75 / (oversample * sigma)`` of the image
+(`benchmarks/analytic_offsets.py`, 2-D, random points: 9e-6 to 1.3e-5 at 32768, 2e-2 at
+16), the whole error budget of single precision and far above double's.  So a plan for an analytic kernel also carries each
 sample's exact offset from its nearest cell, ``fraction = nearest - position`` in cells
 (`clgrid.device_plan.Plan.fraction`, planned in float64), and a tap ``k`` cells from the
 nearest cell weighs ``psi(k + fraction)``: the kernel at that tap's true distance.
