@@ -59,14 +59,17 @@ def test_the_accuracy_it_states_is_what_its_image_measures(rng, epsilon, precisi
     assert measured.whole > 100 * epsilon
 
 
-@pytest.mark.parametrize("method", ["tiled", "atomic"])
+@pytest.mark.parametrize("method,tuning", [
+    ("tiled", {}),                                  # the table's: rows mapping, central box
+    ("tiled", {"mapping": "footprint", "window_support": 2, "sort_copies_plan": False}),
+    ("atomic", {})])
 @pytest.mark.parametrize("precision", ["single", "double"])
-def test_gridding_against_the_float64_kernel(queue, rng, method, precision):
+def test_gridding_against_the_float64_kernel(queue, rng, method, tuning, precision):
     kernels = clgrid.KernelStack.analytic(1e-5 if precision == "single" else 1e-10, precision)
     uvw, freqs, cell = meerkat_tracks(rng, kernels)
     vis = values(rng, uvw.shape[:-1] + (2, 2))
     weights = rng.uniform(0.1, 1.0, vis.shape)
-    gridder = clgrid.Gridder(N, cell, kernels, method=method, device=queue, precision=precision)
+    gridder = clgrid.Gridder(N, cell, kernels, method=method, device=queue, precision=precision, tuning=tuning)
     poison(gridder, 2)
     got = gridder.grid(uvw, vis, weights, freqs=freqs)
     ref, report = clgrid.reference.grid(uvw, vis, N, cell, kernels, weights, freqs=freqs, return_report=True)
