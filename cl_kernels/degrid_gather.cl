@@ -10,10 +10,12 @@
     sub-group and each visibility is reduced in registers instead.
     With texture, the weights are interpolated from the kernel cube
     (texture_sample.cl): the kernel store is the cube and a visibility's taps are its
-    position, instead of the tables by offset and a table's place.
+    position, instead of the tables by offset and a table's place.  With an analytic
+    kernel source (clgrid/analytic_kernel.py) there is no store: a visibility's taps are
+    its exact offset from its cell, and each weight is evaluated there (es_horner.cl).
     Template variables: double, npol, oversample, grid_size, lanes_per_vis,
-    teams_per_group, vis_per_batch, points_per_item, subgroups, texture (and
-    texture_sample.cl's when set). #}
+    teams_per_group, vis_per_batch, points_per_item, subgroups, texture, analytic (and
+    texture_sample.cl's or es_horner.cl's when set). #}
 {% include "complex.cl" %}
 {% if subgroups %}
 #pragma OPENCL EXTENSION cl_khr_subgroups : enable
@@ -35,6 +37,9 @@
 {% if texture %}
 const tap_source taps = position[{{ i }}];
 const int s = footprint_support(taps);
+{% elif analytic %}
+const int s = support[p.plane];
+const tap_source taps = fraction[{{ i }}];
 {% else %}
 const int s = support[p.plane];
 const tap_source taps = taps_of(p, s, kernel_start[p.plane]);
@@ -45,6 +50,11 @@ const tap_source taps = taps_of(p, s, kernel_start[p.plane]);
 #define KERNEL_STORE KERNEL_CUBE
 typedef float4 tap_source;
 #define TAP_WEIGHT(kernels, taps, j, k) texture_weight(kernels, taps, j, k)
+{% elif analytic %}
+{% include "es_horner.cl" %}
+#define KERNEL_STORE __global const complex_t *restrict   /* the fractions, unread: taps holds the one needed */
+typedef complex_t tap_source;                               /* nearest cell - position, in cells */
+#define TAP_WEIGHT(kernels, taps, j, k) ((complex_t)(es_weight((k) + (taps).x) * es_weight((j) + (taps).y), 0))
 {% else %}
 {% include "kernel_taps.cl" %}
 #define KERNEL_STORE __global const complex_t *restrict
@@ -116,6 +126,9 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
 {% if texture %}
                    KERNEL_CUBE kernels,                         /* quarter cube */
                    __global const float4 *restrict position,    /* [num_vis] */
+{% elif analytic %}
+                   __global const complex_t *restrict fraction, /* [num_vis]: nearest cell - position */
+                   __global const int *restrict support,        /* [plane] */
 {% else %}
                    __global const complex_t *restrict kernels,  /* tables by offset */
                    __global const int *restrict kernel_start,   /* [plane] */
@@ -142,7 +155,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
             const planned_vis p = decode_plan(plan[i]);
             {{ footprint("i") }}
             complex_t acc[NPOL];
-            gather_share(p, s, taps, lane, lanes, kernels, grid, acc);
+            gather_share(p, s, taps, lane, lanes, {{ "fraction" if analytic else "kernels" }}, grid, acc);
             for (int pol = 0; pol < NPOL; ++pol) {
                 const complex_t total = (complex_t)(sub_group_reduce_add(acc[pol].x),
                                                     sub_group_reduce_add(acc[pol].y));
@@ -163,7 +176,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
             if (team_first + r < num_vis) {
                 const planned_vis p = decode_plan(plan[team_first + r]);
                 {{ footprint("team_first + r") }}
-                gather_share(p, s, taps, lane, LANES, kernels, grid, acc);
+                gather_share(p, s, taps, lane, LANES, {{ "fraction" if analytic else "kernels" }}, grid, acc);
             }
             for (int pol = 0; pol < NPOL; ++pol)
                 partials[team][(r * NPOL + pol) * LANES + lane] = acc[pol];

@@ -2,10 +2,15 @@
     group's WG_V rows of WG_U work-items walk the kernel's rows, u fastest so that
     neighbouring work-items add to neighbouring grid cells; every addition is a
     float atomic on the global grid.  With texture, the weights are interpolated from
-    the kernel cube (texture_sample.cl) instead of read as nearest samples.
+    the kernel cube (texture_sample.cl) instead of read as nearest samples; with an
+    analytic kernel source (clgrid/analytic_kernel.py) they are evaluated (es_horner.cl)
+    at each tap's exact distance from the visibility.
     Template variables: double, atomic, npol, oversample, grid_size, wg_u, wg_v,
-    texture (and texture_sample.cl's when set). #}
+    texture, analytic (and texture_sample.cl's or es_horner.cl's when set). #}
 {% include "common.cl" %}
+{% if analytic %}
+{% include "es_horner.cl" %}
+{% endif %}
 #define NPOL {{ npol }}
 #define OVERSAMPLE {{ oversample }}
 #define GRID_SIZE {{ grid_size }}
@@ -22,6 +27,9 @@ void grid_atomic(__global const int4 *restrict plan,          /* [num_vis] */
 {% if texture %}
                  KERNEL_CUBE cube,                            /* quarter cube */
                  __global const float4 *restrict position,    /* [num_vis] */
+{% elif analytic %}
+                 __global const complex_t *restrict fraction, /* [num_vis]: nearest cell - position */
+                 __global const int *restrict support,        /* [plane] */
 {% else %}
                  __global const complex_t *restrict kernels,  /* compacted quarters */
                  __global const int *restrict kernel_start,   /* [plane] */
@@ -37,6 +45,9 @@ void grid_atomic(__global const int4 *restrict plan,          /* [num_vis] */
 {% if texture %}
         const float4 where = position[i];
         const int s = footprint_support(where);
+{% elif analytic %}
+        const int s = support[p.plane];
+        const complex_t f = fraction[i];   /* tap k lies k + f cells from the visibility */
 {% else %}
         const int s = support[p.plane];
         const int start = kernel_start[p.plane];
@@ -48,11 +59,16 @@ void grid_atomic(__global const int4 *restrict plan,          /* [num_vis] */
 
         for (int j = -s + (int)get_local_id(1); j <= s; j += WG_V) {
             const size_t row = (size_t)(p.grid_v + j) * GRID_SIZE;
+{% if analytic %}
+            const real_t weight_v = es_weight(j + f.y);
+{% endif %}
             for (int k = -s + (int)get_local_id(0); k <= s; k += WG_U) {
 {% if texture %}
                 complex_t c = texture_weight(cube, where, j, k);
                 if (p.conjugate)
                     c.y = -c.y;
+{% elif analytic %}
+                const complex_t c = (complex_t)(weight_v * es_weight(k + f.x), 0);   /* real: conj(c) = c */
 {% else %}
                 const complex_t c = kernel_sample(kernels, start, side, p, j, k);
 {% endif %}

@@ -23,11 +23,17 @@
    §3.1-3.2), so dense tiles are shared out like any others.  The central box (seed
    003 §3.4) is this kernel launched a second time, over the central tiles' buckets.
    Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so
-   neighbouring work-items read consecutive values.
+   neighbouring work-items read consecutive values; with an analytic kernel source
+   (analytic: clgrid/analytic_kernel.py) a tap's weight is evaluated where it is needed
+   (es_horner.cl) at its exact distance from the visibility, instead of read.
    In deterministic mode the tile's sums are 64-bit fixed point (tile_sum_t).
    Template variables: double, atomic, deterministic, npol, oversample, grid_size, mapping, regsz,
-   shmsz, footprint_unroll, wg_u, wg_v (and those of tile_grid.cl and tile_sort.cl). #}
+   shmsz, footprint_unroll, wg_u, wg_v, analytic (and those of tile_grid.cl, tile_sort.cl and,
+   when analytic, es_horner.cl). #}
 {% include "common.cl" %}
+{% if analytic %}
+{% include "es_horner.cl" %}
+{% endif %}
 #define NPOL {{ npol }}
 #define OVERSAMPLE {{ oversample }}
 #define GRID_SIZE {{ grid_size }}
@@ -50,22 +56,34 @@ typedef struct {
     int k0;                   /* tap k + support of the tile's first column */
     int j0;                   /* tap j + support of the tile's first row */
     int width;                /* 2 * support + 1: taps per side, and the length of a u_rows row */
+{% if analytic %}
+    int row0;                 /* tap k + support of the tile's first column (k0) */
+    int step;                 /* 1 */
+{% else %}
     int row0;                 /* u_rows index of the tile's first column in quarter row 0 */
     int step;                 /* +1 or -1: index step from a column to the next (off_u < 0 reads backwards) */
     int off_v0;               /* off_v - support * OVERSAMPLE: quarter row of tap j is |off_v0 + (j + support) * OVERSAMPLE| */
+{% endif %}
 {% if mapping == "footprint" %}
     int cu0, cv0, cv1;        /* the footprint in the tile: columns cu0.., rows cv0..cv1 */
     int covered_u;            /* columns it covers */
     int rows_per_pass;        /* WG / covered_u: rows the work-group covers side by side */
     float inv_covered_u;      /* 1 / covered_u, to split a work-item number into (row, column) */
 {% endif %}
+{% if analytic %}
+    real_t d_u, d_v;          /* distance in cells of tap (-support, -support) from the visibility */
+{% endif %}
     complex_t re[NPOL], im[NPOL];   /* grid += (re . c, im . c) for kernel value c, conjugation folded in */
 } tile_visibility;
 
 inline tile_visibility prepare_visibility(tile_grid g, int4 packed, int2 vis_bucket,
                                           __global const complex_t *restrict vis,
+{% if analytic %}
+                                          __global const complex_t *restrict fraction,
+{% else %}
                                           __global const int *restrict kernel_start,
                                           __global const int *restrict kernel_side,
+{% endif %}
                                           __global const int *restrict support)
 {
     const planned_vis p = decode_plan(packed);
@@ -78,10 +96,18 @@ inline tile_visibility prepare_visibility(tile_grid g, int4 packed, int2 vis_buc
     t.k0 = origin.x - p.grid_u + s;
     t.j0 = origin.y - p.grid_v + s;
     t.width = 2 * s + 1;
+{% if analytic %}
+    const complex_t f = fraction[vis_bucket.x];   /* nearest - position: tap k lies k + f cells off */
+    t.step = 1;
+    t.row0 = t.k0;
+    t.d_u = f.x - s;
+    t.d_v = f.y - s;
+{% else %}
     t.step = p.off_u < 0 ? -1 : 1;
     t.row0 = kernel_start[p.plane] + (int)abs(p.off_u) * kernel_side[p.plane] * t.width + s
              + t.step * (origin.x - p.grid_u);
     t.off_v0 = p.off_v - s * OVERSAMPLE;
+{% endif %}
 {% if mapping == "footprint" %}
     t.cu0 = max(0, -t.k0);
     t.cv0 = max(0, -t.j0);
@@ -121,8 +147,13 @@ typedef complex_t tile_sum_t;
 #define flush_cell atomic_add_complex
 {% endif %}
 
+{% if analytic %}
+/* Kernel value of tap (jj, column) = (j, k) + support, evaluated. */
+#define TAP(t, column, jj) ((complex_t)(es_weight((t).d_u + (column)) * es_weight((t).d_v + (jj)), 0))
+{% else %}
 /* Kernel value of tap j (jj = j + support) in the column whose u_rows index (quarter row 0) is `column`. */
 #define TAP(t, column, jj) kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]
+{% endif %}
 
 {% if mapping == "rows" %}
 /* A work-item's r-th row in local memory, laid out so that neighbouring work-items use neighbouring banks. */
@@ -171,8 +202,12 @@ __kernel __attribute__((reqd_work_group_size(WG_U, WG_V, 1)))
 void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or (!sort_copies_plan) the plan */
                 __global const int2 *restrict entry_vis_bucket,
                 __global const complex_t *restrict vis,          /* [num_vis][NPOL], weighted */
+{% if analytic %}
+                __global const complex_t *restrict fraction,     /* [num_vis]: nearest cell - position */
+{% else %}
                 __global const complex_t *restrict kernels,      /* KernelStack.u_rows() */
                 __global const int *restrict kernel_start, __global const int *restrict kernel_side,
+{% endif %}
                 __global const int *restrict support, __global const int *restrict box,
                 __global const int *restrict offsets,            /* bucket starts, from the prefix sum */
                 const int first_bucket, const int end_bucket,    /* grid the buckets [first, end) */
@@ -229,7 +264,8 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
             const int n = min(BATCH, last - at);
             if (lid < n)
                 batch[lid] = prepare_visibility(g, entries[{{ "at + lid" if sort_copies_plan else "entry_vis_bucket[at + lid].x" }}],
-                                                entry_vis_bucket[at + lid], vis, kernel_start, kernel_side, support);
+                                                entry_vis_bucket[at + lid], vis,
+                                                {{ "fraction" if analytic else "kernel_start, kernel_side" }}, support);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int e = 0; e < n; ++e) {
                 const tile_visibility t = batch[e];

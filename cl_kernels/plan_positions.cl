@@ -5,7 +5,9 @@
    halves away from zero, as the reference does).
 
    1. classify: one status per (row, channel) sample (KEPT, FLAGGED, OFF_GRID,
-      BEYOND_STACK, NOT_FINITE), the packed plan of kept samples and the counts;
+      BEYOND_STACK, NOT_FINITE), the packed plan of kept samples and the counts, and for
+      an analytic kernel source (fraction not null) each kept sample's exact offset from
+      its nearest cell, nearest - position in cells (clgrid/analytic_kernel.py says why);
    2. the caller scans the kept flags (clgrid/scan.py);
    3. compact: kept samples, in the caller's order, to dense arrays.
 
@@ -28,7 +30,8 @@ __kernel void classify(__global const double *restrict uvw, __global const doubl
                        const double du, const double oversample, const double w_scale,
                        const int grid_size, const int num_planes, __global const int *restrict supports,
                        __global int *restrict status, __global int4 *restrict packed,
-                       __global int *restrict kept, __global int *restrict counts)
+                       __global int *restrict kept, __global int *restrict counts,
+                       __global double2 *restrict fraction)
 {
     __local int tally[NUM_STATUSES];
     const int lid = get_local_id(0);
@@ -66,6 +69,8 @@ __kernel void classify(__global const double *restrict uvw, __global const doubl
                     p.y = (int)(near_v + centre);
                     p.z = (int)(((uint)(int)off_u & 0xFFFFu) | ((uint)(int)off_v << 16));
                     p.w = (int)((uint)(int)plane | (w < 0 ? 0x80000000u : 0u));
+                    if (fraction)
+                        fraction[i] = (double2)(near_u - pos_u, near_v - pos_v);
                 }
             }
         }

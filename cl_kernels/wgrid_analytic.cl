@@ -5,48 +5,24 @@
     (interp).  The grid is periodic and indexed [u][v]: cell (iu, iv) at iu * NV + iv, and
     footprints wrap around its edges, which is exact for a discrete image (clgrid.accuracy
     says why the kernel is what it is).
-    Template variables: double, atomic, support (W), use_w (bool), degree and coef (the
-    kernel's per-tap polynomials, (degree + 1) x W); for the "bins" spread bin_u, bin_v,
+    Template variables: double, atomic, use_w (bool) and es_horner.cl's (the kernel, shared
+    with the seeds' work distributions); for the "bins" spread bin_u, bin_v,
     keys_per_plane, wg, subproblem (points per work-group at most) and batch (points in
     local memory at a time). #}
 {% include "common.cl" %}
-#define SUPPORT {{ support }}
+{% include "es_horner.cl" %}
+#define SUPPORT ES_WIDTH
 {% if double %}
 typedef double4 real4_t;
 {% else %}
 typedef float4 real4_t;
 {% endif %}
 
-/* The kernel psi(x) = exp(beta (sqrt(1 - x^2) - 1)) as one polynomial per tap, highest
-   power first (clgrid.accuracy.horner_coefficients): Horner's rule instead of exp and
-   sqrt, the same few multiply-adds for every tap, which vectorise. */
-#define DEGREE {{ degree }}
-__constant real_t COEF[DEGREE + 1][SUPPORT] = {
-{% for row in coef %}    { {% for c in row %}{{ "%.17g" % c }}{{ "" if double else "f" }}, {% endfor %}},
-{% endfor %}};
-
-/* Kernel values of one visibility along one axis: tap j sits (frac + j) cells from it,
-   frac in [-W/2, -W/2 + 1). */
-inline void taps(real_t *k, const real_t frac)
-{
-    const real_t z = (real_t)2 * frac + (real_t)(SUPPORT - 1);
-    for (int j = 0; j < SUPPORT; ++j)
-        k[j] = COEF[0][j];
-    for (int d = 1; d <= DEGREE; ++d)
-        for (int j = 0; j < SUPPORT; ++j)
-            k[j] = k[j] * z + COEF[d][j];
-}
-
 /* The visibility's weight on w-plane `plane` (1 without w-gridding): tap plane - first. */
 inline real_t plane_weight(const int4 first, const real4_t frac, const int plane)
 {
 {% if use_w %}
-    const real_t z = (real_t)2 * frac.z + (real_t)(SUPPORT - 1);
-    const int j = plane - first.z;
-    real_t k = COEF[0][j];
-    for (int d = 1; d <= DEGREE; ++d)
-        k = k * z + COEF[d][j];
-    return k;
+    return es_piece(plane - first.z, (real_t)2 * frac.z + (real_t)(SUPPORT - 1));
 {% else %}
     return (real_t)1;
 {% endif %}
@@ -66,8 +42,8 @@ __kernel void spread(__global const int4 *restrict first,     /* [n]: first cell
     const int4 f = first[k];
     const real4_t x = frac[k];
     real_t ku[SUPPORT], kv[SUPPORT];
-    taps(ku, x.x);
-    taps(kv, x.y);
+    es_taps(ku, x.x);
+    es_taps(kv, x.y);
     const complex_t v = vis[k] * plane_weight(f, x, plane);
     int iu = f.x;
     for (int a = 0; a < SUPPORT; ++a, ++iu) {
@@ -98,8 +74,8 @@ __kernel void interp(__global const int4 *restrict first,
     const int4 f = first[k];
     const real4_t x = frac[k];
     real_t ku[SUPPORT], kv[SUPPORT];
-    taps(ku, x.x);
-    taps(kv, x.y);
+    es_taps(ku, x.x);
+    es_taps(kv, x.y);
     complex_t sum = (complex_t)(0, 0);
     int iu = f.x;
     for (int a = 0; a < SUPPORT; ++a, ++iu) {
@@ -199,10 +175,10 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
                 const int4 f = first[k];
                 const real4_t x = frac[k];
                 real_t t[SUPPORT];
-                taps(t, x.x);
+                es_taps(t, x.x);
                 for (int j = 0; j < SUPPORT; ++j)
                     batch_ku[lid][j] = t[j];
-                taps(t, x.y);
+                es_taps(t, x.y);
                 for (int j = 0; j < SUPPORT; ++j)
                     batch_kv[lid][j] = t[j];
                 batch_v[lid] = vis[k] * plane_weight(f, x, plane);
@@ -257,14 +233,14 @@ __kernel void compute_taps(__global const real4_t *restrict frac, __global real_
     const real4_t x = frac[k];
     real_t t[SUPPORT];
     __global real_t *out = tap + (size_t)k * TAPS;
-    taps(t, x.x);
+    es_taps(t, x.x);
     for (int j = 0; j < SUPPORT; ++j)
         out[j] = t[j];
-    taps(t, x.y);
+    es_taps(t, x.y);
     for (int j = 0; j < SUPPORT; ++j)
         out[SUPPORT + j] = t[j];
 {% if use_w %}
-    taps(t, x.z);
+    es_taps(t, x.z);
     for (int j = 0; j < SUPPORT; ++j)
         out[2 * SUPPORT + j] = t[j];
 {% endif %}

@@ -286,9 +286,14 @@ def cmd_emit(args) -> int:
     try:
         facts = (offline_target(args.target, args.platform) if args.target
                  else device_facts(select_device(args.device)))
-        # A stand-in stack with the real one's oversampling and widest support: all a program bakes in.
-        q = quarter_size(args.max_support, args.oversample)
-        stack = KernelStack.from_arrays([np.zeros((q, q))], [args.max_support], args.oversample, 0.0)
+        if args.epsilon is not None:
+            stack = KernelStack.analytic(args.epsilon, args.precision)
+        elif args.max_support is None:
+            raise ValueError("give --max-support (a table stack's widest support) or --epsilon (an analytic kernel)")
+        else:
+            # A stand-in stack with the real one's oversampling and widest support: all a program bakes in.
+            q = quarter_size(args.max_support, args.oversample)
+            stack = KernelStack.from_arrays([np.zeros((q, q))], [args.max_support], args.oversample, 0.0)
         source, description = emit_program(methods[args.method], facts, args.precision, args.npol,
                                            args.grid_size, stack, args.output,
                                            _tuning_overrides(args.tuning))
@@ -508,8 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--npol", type=int, choices=[1, 2, 4], default=1)
     e.add_argument("--grid-size", type=int, required=True, help="grid side N")
     e.add_argument("--oversample", type=int, default=8, help="the kernel stack's oversampling")
-    e.add_argument("--max-support", type=int, required=True,
-                   help="the kernel stack's widest support (KernelStack.max_support)")
+    e.add_argument("--max-support", type=int,
+                   help="the kernel stack's widest support (KernelStack.max_support); needed without --epsilon")
+    e.add_argument("--epsilon", type=float,
+                   help="emit for an analytic kernel source of this accuracy (KernelStack.analytic: the program "
+                        "bakes in its polynomials) instead of a table stack")
     e.add_argument("--tuning", action="append", metavar="KEY=VALUE",
                    help="override a tuning parameter (repeatable; value in TOML syntax)")
     e.add_argument("-o", "--output", required=True,

@@ -30,6 +30,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from .codegen import build_program, render, kernel as codegen_kernel
+from .analytic_kernel import AnalyticKernel
 from .device_sum import DeviceSum
 from .kernels import KernelStack, offset_range
 from .plan import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities,
@@ -109,12 +110,16 @@ class Plan:
     (float64, or float32 without fp64) are device arrays with one entry per kept
     sample, in the caller's order; ``sample`` indexes the flattened ``(row,
     channel)`` samples.  ``pol_flags`` holds per-polarisation flags where a sample
-    is partly flagged (applied to the values of each call).
+    is partly flagged (applied to the values of each call).  For an analytic kernel
+    source (`clgrid.analytic_kernel`) ``fraction`` holds every sample's exact offset from
+    its nearest cell, ``nearest - position`` in cells, as a complex device array in the
+    caller's sample order (real part along u, imaginary along v; complex128, complex64 on
+    devices without fp64; meaningful for kept samples): what the kernel is evaluated at.
     """
 
     def __init__(self, geometry: Geometry, queue, leading_shape: tuple, nchan, counts: dict,
                  sample, packed, support, weight_sum, pol_flags=None, positions: Positions | None = None,
-                 planned_on: str = "device"):
+                 planned_on: str = "device", fraction: cla.Array | None = None):
         self.geometry = geometry
         self.queue = queue
         self.context = queue.context
@@ -122,6 +127,7 @@ class Plan:
         self.nchan = nchan
         self.counts = counts
         self.sample, self.packed, self.support, self.weight_sum = sample, packed, support, weight_sum
+        self.fraction = fraction
         self.pol_flags = pol_flags
         self.planned_on = planned_on
         self._positions = positions
@@ -301,6 +307,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     kept = cla.empty(queue, n, np.int32)
     position = cla.empty(queue, n + 1, np.int32)
     counts = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied: Oclgrind reads fills as unset
+    fraction = cla.empty(queue, n, np.complex128) if isinstance(kernels, AnalyticKernel) else None
     wg = min(256, queue.device.max_work_group_size)
     if nsample:
         planner.classify(queue, (-(-nsample // wg) * wg,), (wg,), uvw_d.data,
@@ -309,7 +316,8 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
                          np.float64(1.0 / (geometry.grid_size * geometry.cell_size)),
                          np.float64(kernels.oversample), np.float64(kernels.w_scale),
                          np.int32(geometry.grid_size), np.int32(kernels.num_planes), supports.data,
-                         status.data, packed_all.data, kept.data, counts.data)
+                         status.data, packed_all.data, kept.data, counts.data,
+                         None if fraction is None else fraction.data)
     tally = dict(zip(STATUSES, (int(c) for c in counts.get())))
     if tally.pop("not_finite"):
         raise ValueError("uvw contains NaN or inf in unflagged data")
@@ -325,7 +333,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
                         np.int32(offset_range(kernels.oversample)),
                         sample.data, packed.data, support.data, weight_sum.data)
     return Plan(geometry, queue, leading, nchan, tally, sample, packed, support, weight_sum,
-                pol_flags=pol_flags, planned_on="device")
+                pol_flags=pol_flags, planned_on="device", fraction=fraction)
 
 
 def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nchan, pol_flags,
@@ -346,7 +354,12 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
 
     counts = {"kept": m, "flagged": positions.num_flagged, "off_grid": positions.num_off_grid,
               "beyond_kernel_stack": positions.num_beyond_stack}
+    fraction = None
+    if isinstance(geometry.kernels, AnalyticKernel):
+        every = np.zeros(max(nsample, 1), np.complex128 if real == np.float64 else np.complex64)
+        every[positions.sample] = -(positions.position[:, 0] + 1j * positions.position[:, 1])
+        fraction = cla.to_device(queue, every)
     return Plan(geometry, queue, leading, nchan, counts, upload(positions.sample, np.int32),
                 upload(positions.packed(), np.int32), upload(positions.support, np.int32),
                 upload(positions.weight_sum, real), pol_flags=pol_flags, positions=positions,
-                planned_on="host")
+                planned_on="host", fraction=fraction)

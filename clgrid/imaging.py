@@ -9,7 +9,12 @@ The FFT runs on the host (the grid is a host array here) with scipy's threads, i
 grid's own precision: a complex64 grid is transformed in complex64 (its rounding, ~1e-7
 per pass, is far below a float32 grid's), at a fraction of the time of a single-threaded
 complex128 transform.  The grid correction depends on the kernel stack and the grid
-size alone, so it is computed once per pair and kept with the stack.
+size alone, so it is computed once per pair and kept with the stack.  For an analytic
+kernel source (`clgrid.analytic_kernel`) it is the kernel's exact Fourier transform, not
+the image of its samples: visibilities sit anywhere between cells, and only the
+continuous transform describes what their footprints multiply the sky by (then the
+image is accurate to the kernel's ``accuracy`` over its central ``grid_size / sigma``
+pixels).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import weakref
 import numpy as np
 import scipy.fft
 
+from .analytic_kernel import AnalyticKernel
 from .errors import EmptyInputWarning
 from .kernels import KernelStack
 
@@ -36,12 +42,18 @@ def grid_to_image(grid: np.ndarray) -> np.ndarray:
 
 
 def grid_correction(kernels: KernelStack, grid_size: int) -> np.ndarray:
-    """Image of the plane-0 kernel sampled on whole cells: what gridding multiplies a sky by.
+    """What gridding multiplies a sky by: the image of the plane-0 kernel sampled on whole
+    cells, or an analytic kernel's exact transform ``c(l) c(m)``.
 
     Made once per stack and grid size (float64, read-only) and kept while the stack lives.
     """
     corrections = _CORRECTIONS.setdefault(kernels, {})
-    if grid_size not in corrections:
+    if grid_size in corrections:
+        return corrections[grid_size]
+    if isinstance(kernels, AnalyticKernel):
+        c = kernels.transform((np.arange(grid_size) - grid_size // 2) / grid_size)
+        correction = np.outer(c, c)
+    else:
         s = int(kernels.supports[0])
         full = kernels.full_plane(0)
         centre = full.shape[0] // 2
@@ -50,9 +62,9 @@ def grid_correction(kernels: KernelStack, grid_size: int) -> np.ndarray:
         c = grid_size // 2
         g[c - s:c + s + 1, c - s:c + s + 1] = full[np.ix_(taps, taps)]
         correction = grid_to_image(g).real
-        correction.flags.writeable = False
-        corrections[grid_size] = correction
-    return corrections[grid_size]
+    correction.flags.writeable = False
+    corrections[grid_size] = correction
+    return correction
 
 
 # `grid_correction` per stack (gone with it) and grid size.

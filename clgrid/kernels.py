@@ -239,6 +239,19 @@ class KernelStack:
                 stacklevel=2)
         return cls(tuple(planes), np.asarray(supports, np.int32), int(oversample), float(w_scale), taper)
 
+    @classmethod
+    def analytic(cls, epsilon: float, precision: str = "single", sigma_min: float = 1.1,
+                 sigma_max: float = 2.6):
+        """An analytic kernel source instead of tables: the exponential of semicircle,
+        evaluated on the device at each visibility's exact offset, chosen so that the 2-D
+        image is accurate to ``epsilon`` when the grid is padded by ``sigma`` (in
+        [sigma_min, sigma_max]).  One plane: no W-projection.  `clgrid.analytic_kernel`
+        says how it works and why it is not a finer table; its ``accuracy``, ``sigma``
+        and ``padded_size`` say what it gives and what it needs."""
+        from .analytic_kernel import AnalyticKernel   # it is a KernelStack: imported when asked for
+
+        return AnalyticKernel.for_epsilon(epsilon, precision, sigma_min, sigma_max)
+
     # -- facts ----------------------------------------------------------------
 
     @property

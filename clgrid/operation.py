@@ -199,11 +199,11 @@ class GridOperation:
         return self._by_npol[npol]
 
     def arranged(self, plan: Plan, npol: int) -> DevicePlan:
-        """The order of ``plan`` for the strategy of ``npol`` polarisations (made once, kept in
-        the plan)."""
+        """The order of ``plan`` for the strategy of ``npol`` polarisations, with an analytic
+        kernel's offsets in that order (made once, kept in the plan)."""
         strategy = self.strategy_for(npol)
         key = (strategy.arrangement_key(), npol)
-        return plan.arranged(key, lambda p: strategy.arrange(p, npol))
+        return plan.arranged(key, lambda p: strategy.with_fraction(strategy.arrange(p, npol), p))
 
     # -- device buffers ---------------------------------------------------------
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .analytic_kernel import AnalyticKernel
 from .errors import DroppedVisibilitiesError
 from .interpolation import (INTERPOLATIONS, continuous_positions, footprint_supports,
                             interpolated_norm_sums)
@@ -238,7 +239,9 @@ class Positions:
     flattened inputs.  ``weight_sum`` is each one's sum of Re kernel, and ``norm``
     sum(weight * weight_sum) per polarisation, the normalisation of seed 003 Listing 1.  ``position`` (num_kept, 3) float64, for
     interpolated kernels only (`clgrid.interpolation`): ``(frac_u, frac_v, z)``; the
-    weights then come from it, ``support`` is the footprint S and the offsets are unused.
+    weights then come from it, ``support`` is the footprint S and the offsets are unused;
+    for an analytic kernel source (`clgrid.analytic_kernel`) too, where the kernel is
+    evaluated at ``-frac`` (the offsets then serve the norm's weight sums alone).
     """
 
     grid_size: int
@@ -345,8 +348,9 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     gu, gv, ou, ov, plane, conj = grid_indices(samples.uvw[usable], grid_size, cell_size, kernels)
     in_stack = plane < kernels.num_planes
     linear = interpolation == "linear"
-    if linear:
+    if linear or isinstance(kernels, AnalyticKernel):
         position = continuous_positions(samples.uvw[usable], grid_size, cell_size, kernels)
+    if linear:
         support = np.where(in_stack, footprint_supports(kernels, position[:, 2]), 0)
     else:
         support = np.where(in_stack, kernels.supports[np.minimum(plane, kernels.num_planes - 1)], 0)
@@ -363,7 +367,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
         position = position[keep]
         sums = interpolated_norm_sums(kernels, position, support[keep])
     else:
-        position = None
+        position = position[keep] if isinstance(kernels, AnalyticKernel) else None
         sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
     norm = (samples.weights[sample] * sums[:, None]).sum(axis=0)
     plan = Positions(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),

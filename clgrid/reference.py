@@ -6,13 +6,16 @@ arithmetic is `plan.grid_indices`, shared with the devices, so a device result c
 only differ from this one by floating-point accumulation.  Degridding is the
 Hermitian adjoint of gridding and walks the very same footprints.  With
 ``interpolation="linear"`` the weights are the kernel cube interpolated in (u, v, w)
-exactly as `clgrid.interpolation` defines it (the texture strategies' semantics).
+exactly as `clgrid.interpolation` defines it (the texture strategies' semantics); with
+an analytic kernel source (`clgrid.analytic_kernel`) they are its polynomials evaluated
+in float64 at each tap's exact distance from the visibility.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .analytic_kernel import AnalyticKernel
 from .interpolation import trilinear
 from .kernels import KernelStack
 from .plan import (Positions, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
@@ -41,6 +44,14 @@ def _interpolated_weights(plan: Positions, cube: np.ndarray, oversample: int, se
     return trilinear(cube, z[:, :, None], y[:, :, None], x[:, None, :])
 
 
+def _analytic_weights(plan: Positions, kernels: AnalyticKernel, sel: np.ndarray, taps: np.ndarray):
+    """The kernel at the taps (n, W, W) [j, k] of the visibilities ``sel``: tap k lies
+    ``k - frac`` cells from the visibility (``frac`` = position - nearest cell)."""
+    wu = kernels.weights(taps - plan.position[sel, 0, None])   # (n, W)
+    wv = kernels.weights(taps - plan.position[sel, 1, None])
+    return (wv[:, :, None] * wu[:, None, :]).astype(np.complex128)
+
+
 def _footprints(plan: Positions, weights, sel: np.ndarray, support: int):
     """Flat grid offsets (n, W*W) and kernel weights (n, W*W) of the visibilities ``sel``;
     ``weights(sel, taps)`` gives the unconjugated weights (n, W, W)."""
@@ -57,7 +68,10 @@ def _footprints(plan: Positions, weights, sel: np.ndarray, support: int):
 def _footprint_chunks(plan: Positions, kernels: KernelStack):
     """``(sel, cells, c)`` for every kept visibility, a chunk at a time: a w-plane at a time
     for nearest samples, a footprint support at a time for interpolated weights."""
-    if plan.position is None:
+    if isinstance(kernels, AnalyticKernel):
+        group = plan.plane
+        weights = lambda sel, taps: _analytic_weights(plan, kernels, sel, taps)  # noqa: E731
+    elif plan.position is None:
         group = plan.plane
         weights = lambda sel, taps: _nearest_weights(plan, kernels, sel, taps)  # noqa: E731
     else:

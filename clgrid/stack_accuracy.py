@@ -15,6 +15,9 @@ sampled pixels with the direct sum
     dft[l, m] = Re sum_k V_k exp(+2 pi i (u_k l + v_k m - w_k (n - 1)))
 
 (the convention of vis2dirty and of data read through `clgrid.io`; tests/test_conventions.py).
+An analytic kernel source (`KernelStack.analytic`) states its accuracy instead
+(``accuracy``, for the image's central ``grid_size / sigma`` pixels); measured here, its
+inner half agrees where ``sigma < 2`` (tests/test_analytic_kernel.py).
 """
 
 from __future__ import annotations

@@ -397,7 +397,8 @@ class WGridder:
         self._wg = 64
         self._bins_wg = wparams["bins_work_group"]
         source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
-                        support=kernel.support, use_w=g.do_wgridding, degree=len(coef) - 1, coef=coef.tolist(),
+                        es_width=kernel.support, use_w=g.do_wgridding, es_degree=len(coef) - 1,
+                        es_coef=coef.tolist(),
                         bin_u=layout.bin_u if layout.kind == "bins" else 0, bin_v=layout.bin_v,
                         keys_per_plane=layout.keys_per_plane, wg=self._bins_wg,
                         subproblem=wparams["bins_subproblem"], batch=self._bins_batch(facts))

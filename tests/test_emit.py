@@ -21,3 +21,27 @@ def test_emitted_source_is_what_the_strategy_builds(queue, tmp_path, kind, metho
     source, _ = emit_program(strategy_class, device_facts(queue.device), "single", 2, N, stack,
                              tmp_path / "p.cl", operator.strategy.tuning)
     assert source.read_text() == operator.strategy._source(2)[0]
+
+
+@pytest.mark.parametrize("kind,method", [("grid", m) for m, c in GRIDDING_METHODS.items() if c.analytic_source] +
+                         [("degrid", m) for m, c in DEGRIDDING_METHODS.items() if c.analytic_source])
+def test_emitted_source_with_an_analytic_kernel_is_what_the_strategy_builds(queue, tmp_path, kind, method):
+    stack = clgrid.KernelStack.analytic(1e-5)
+    strategy_class = (GRIDDING_METHODS if kind == "grid" else DEGRIDDING_METHODS)[method]
+    operator = (clgrid.Gridder if kind == "grid" else clgrid.Degridder)(N, CELL, stack, **spelling(kind, method),
+                                                                        device=queue)
+    source, _ = emit_program(strategy_class, device_facts(queue.device), "single", 2, N, stack,
+                             tmp_path / "p.cl", operator.strategy.tuning)
+    assert source.read_text() == operator.strategy._source(2)[0]
+    assert "es_weight" in source.read_text()
+
+
+def test_emit_command_for_an_analytic_kernel(tmp_path, device_name):
+    from clgrid.cli import main
+
+    out = tmp_path / "tiled.cl"
+    assert main(["emit", "--method", "tiled", "--grid-size", "64", "--epsilon", "1e-4", "--device", device_name,
+                 "-o", str(out)]) == 0
+    assert "ES_COEF" in out.read_text()
+    assert main(["emit", "--method", "moving_window", "--grid-size", "64", "--epsilon", "1e-4",
+                 "--device", device_name, "-o", str(out)]) == 2     # reads tables: refused by name

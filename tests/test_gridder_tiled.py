@@ -351,13 +351,17 @@ def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
 @pytest.mark.parametrize("tuning", [{}, {"regsz": 4, "shmsz": 4, "tile_u": 16, "tile_v": 16},
                                     {"mapping": "footprint", "tile_u": 32, "tile_v": 32, "footprint_wg": 32}])
 @pytest.mark.parametrize("npol, precision", [(1, "single"), (4, "double")])
-def test_local_memory_known_before_the_build_is_what_the_kernel_takes(queue, stack, tuning, npol, precision):
+@pytest.mark.parametrize("analytic", [False, True])
+def test_local_memory_known_before_the_build_is_what_the_kernel_takes(queue, stack, tuning, npol, precision,
+                                                                       analytic):
     """local_memory counts tile_visibility's words by hand: it must follow the struct.  It
     counts grid_tiles' __local variables (the batch, the chunk's first entry, the tile or
     its shm rows) laid end to end.  A device whose compiler reports a probe's variables that
     way (PoCL) must report exactly that; another (Intel's CPU runtime reports the probe's
     44 bytes as 48, NVIDIA aligns each variable) may differ by alignment padding, at most 16 bytes a variable, far less than
     a forgotten struct field costs (4 bytes for each of the work-group's 32+ entries)."""
+    if analytic:   # its tile_visibility holds two distances instead of a table row
+        stack = clgrid.KernelStack.analytic(1e-5, precision)
     gridder = clgrid.Gridder(N, CELL, stack, method="tiled", device=queue, tuning=tuning, precision=precision)
     strategy = gridder.strategy
     predicted = strategy.local_memory(npol)

@@ -97,7 +97,8 @@ def test_fp64_refused_by_name_on_a_device_without_it(queue):
 
 def test_rendered_source_maps_lines_back_to_templates():
     source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=2, oversample=4,
-                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False)
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False,
+                            analytic=False)
     templates = {path.name: path.read_text().split("\n") for path in codegen.kernel_dir().glob("*.cl")}
     current, line = None, None
     checked = 0
@@ -115,7 +116,8 @@ def test_rendered_source_maps_lines_back_to_templates():
 
 def test_build_error_names_template_line_and_saves_source(queue):
     source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=1, oversample=4,
-                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False)
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False,
+                            analytic=False)
     broken = source.replace("const int s = support[p.plane];", "const int s = support[p.plane]")
     with pytest.raises(clgrid.KernelBuildError) as info:
         codegen.build_program(queue.context, broken)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 
+from ..analytic_kernel import AnalyticKernel
 from ..atomics import ATOMIC_PATHS, atomic_unavailable, build_options_for
 from ..binaries import load_binary, program_description, save_binary
 from ..codegen import build_program, render
@@ -45,12 +47,15 @@ class DevicePlan:
     """A plan in a strategy's order on the device (`Strategy.arrange`, cached in the plan):
     the packed positions, and ``source``, the caller's sample of each; ``vis`` holds one
     call's values (num_vis, npol) in that order, the input when gridding and the output
-    when degridding (None in the cached arrangement)."""
+    when degridding (None in the cached arrangement).  For an analytic kernel source,
+    ``fraction`` holds each visibility's offset from its nearest cell in that order
+    (`Strategy.with_fraction`)."""
 
     packed: cl.Buffer
     vis: cl.Buffer | None
     num_vis: int
     source: cl.Buffer
+    fraction: cl.Buffer | None = field(default=None, kw_only=True)
 
 
 def extended(device_plan: DevicePlan, cls, **extra) -> DevicePlan:
@@ -79,6 +84,15 @@ class DeviceKernelStack:
                    read_only_buffer(context, kernels.supports.astype(np.int32)))
 
 
+def analytic_spellings() -> str:
+    """The methods that evaluate an analytic kernel source, for messages."""
+    from . import GRIDDING_METHODS, DEGRIDDING_METHODS   # the registry imports this module
+
+    grid = [name for name, cls in GRIDDING_METHODS.items() if cls.analytic_source]
+    degrid = [name for name, cls in DEGRIDDING_METHODS.items() if cls.analytic_source]
+    return f"Gridder(method=) {grid} or Degridder(method=) {degrid}"
+
+
 class Strategy:
     """Base of all strategies: resolves tuning and renders/builds the template once.
 
@@ -95,6 +109,7 @@ class Strategy:
     interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.interpolation)
     hold_positions = None      # a Samples -> Samples transform before host planning (moving window)
     deterministic = False      # grid into 64-bit fixed point (clgrid.deterministic sets it)
+    analytic_source = False    # whether its kernels evaluate an AnalyticKernel instead of reading tables
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
                  binary=None):
@@ -104,6 +119,7 @@ class Strategy:
         self.precision = precision
         self.real_dtype, self.complex_dtype = PRECISIONS[precision]
         self.grid_size = grid_size
+        self.check_kernel_source(kernels)
         self.kernels = kernels
         self.tuning = resolve_tuning(self.name, tuning, self.facts, precision=precision)
         for name in self.counts:
@@ -115,6 +131,14 @@ class Strategy:
         self._choose_atomic_path()
         self.binary = binary or self.tuning.get("binary") or None
         self._kernels = {}
+
+    @classmethod
+    def check_kernel_source(cls, kernels: KernelStack) -> None:
+        """Refuse an analytic kernel source where the kernels read tables, by name (at
+        construction, and in `program_parameters` for programs emitted without one)."""
+        if isinstance(kernels, AnalyticKernel) and not cls.analytic_source:
+            raise ValueError(f"{cls.name!r} reads kernel tables and cannot evaluate an analytic kernel source; "
+                             f"use it with {analytic_spellings()}")
 
     @cached_property
     def device_kernels(self) -> DeviceKernelStack:
@@ -165,6 +189,19 @@ class Strategy:
         layout (``leading_shape``, ``nchan``) for orders by track."""
         return positions
 
+    def with_fraction(self, device_plan: DevicePlan, plan) -> DevicePlan:
+        """``device_plan`` with, for an analytic kernel source, each visibility's exact offset
+        from its cell (the plan's ``fraction``, by sample) in its order and this precision."""
+        if plan.fraction is None:
+            return device_plan
+        n = device_plan.num_vis
+        if n:
+            source = cla.Array(self.queue, (n,), np.int32, data=device_plan.source)
+            fraction = cla.take(plan.fraction, source).astype(self.complex_dtype)
+        else:
+            fraction = cla.zeros(self.queue, 1, self.complex_dtype)
+        return replace(device_plan, fraction=fraction.data)
+
     def upload(self, positions: Positions, plan, npol: int) -> DevicePlan:
         """Ordered host positions on the device; strategies may add arrays of their own."""
         context = self.queue.context
@@ -175,9 +212,12 @@ class Strategy:
     def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size: int,
                            kernels: KernelStack) -> dict:
         """The template variables: everything a program of this strategy is specialised for."""
+        cls.check_kernel_source(kernels)
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
+        analytic = isinstance(kernels, AnalyticKernel)
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
-                    grid_size=grid_size, texture=cls.interpolation == "linear", deterministic=False)
+                    grid_size=grid_size, texture=cls.interpolation == "linear", deterministic=False,
+                    analytic=analytic, **(kernels.template_parameters() if analytic else {}))
 
     def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""

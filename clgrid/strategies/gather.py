@@ -23,6 +23,7 @@ class GatherDegridding(Strategy):
     template = "degrid_gather.cl"
     kernel_layout = "by_offset"
     atomics = False
+    analytic_source = True
     counts = ("lanes_per_vis", "teams_per_group", "vis_per_batch", "points_per_item", "groups_per_cu",
               "sort_tile")
 
@@ -78,8 +79,11 @@ class GatherDegridding(Strategy):
                     subgroups=tuning["reduction"] == "subgroup")
 
     def kernel_arguments(self, plan: DevicePlan) -> tuple:
-        """What the kernel reads its weights from: the tables by offset."""
+        """What the kernel reads its weights from: the tables by offset, or for an analytic
+        kernel source each visibility's offset from its cell."""
         k = self.device_kernels
+        if plan.fraction is not None:
+            return plan.fraction, k.supports
         return k.values, k.starts, k.supports
 
     def degrid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:

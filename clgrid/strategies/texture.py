@@ -77,6 +77,7 @@ class TextureSampling:
     the device and the positions; mixed in before the distribution's strategy class."""
 
     interpolation = "linear"
+    analytic_source = False    # the cube is a table: its atomic and gather parents' analytic path is not this
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)

@@ -30,6 +30,7 @@ from itertools import chain
 
 import numpy as np
 import pyopencl as cl
+from ..analytic_kernel import AnalyticKernel
 from ..counting_sort import CountingSort
 from ..device_sum import DeviceSum
 from ..runtime import fill_zeros
@@ -88,11 +89,16 @@ class TiledGridding(Strategy):
     name = "tiled"
     template = "grid_tiled.cl"
     kernel_layout = "u_rows"
+    analytic_source = True
     work_group_parameters = ("tile_u", "tile_v", "regsz", "shmsz", "footprint_wg")
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)
         t = self.tuning
+        if isinstance(kernels, AnalyticKernel) and not self.tiles_everything:
+            raise TuningTableError(f"tiled: tile_factor = {t['tile_factor']} leaves visibilities to the atomic "
+                                   f"kernel through copies that do not carry an analytic kernel's offsets; "
+                                   f"use tile_factor = 1.0 with an analytic kernel source")
         self.max_tiles, self.windows_base, self.num_buckets = self.buckets(t, grid_size)
         if self.num_buckets >= INT32_MAX:
             raise TuningTableError(f"tiled: {self.num_buckets} tiles of {t['tile_u']}x{t['tile_v']} on a "
@@ -156,8 +162,13 @@ class TiledGridding(Strategy):
         t = self.tuning
         complex_size = np.dtype(self.complex_dtype).itemsize
         items = int(np.prod(self.local_size()))
-        words = 16 if t["mapping"] == "footprint" else 9   # tile_visibility's ints (and float)
-        entry = -(-(words * 4) // complex_size) * complex_size + 2 * npol * complex_size
+        analytic = isinstance(self.kernels, AnalyticKernel)
+        words = (15 if t["mapping"] == "footprint" else 9) - analytic   # tile_visibility's ints (and float)
+        header = words * 4
+        if analytic:   # no off_v0; d_u and d_v after the ints
+            real_size = np.dtype(self.real_dtype).itemsize
+            header = -(-header // real_size) * real_size + 2 * real_size
+        entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
         cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
         cell_size = 16 if self.deterministic else complex_size   # two longs a cell in fixed point
         return items * entry + cells * npol * cell_size + 4
@@ -279,10 +290,11 @@ class TiledGridding(Strategy):
         local = self.local_size()
         groups = t["groups_per_cu"] * self.facts.compute_units
         k = self.device_kernels
+        weights = (plan.fraction,) if plan.fraction is not None else (k.values, k.starts, k.sides)
         return [self._zero(plan.taken[part], 4), self.kernel("grid_tiles", npol)(
             self.queue, (groups * local[0], local[1]), local,
             plan.entries if t["sort_copies_plan"] else plan.packed, plan.entry_vis_bucket, plan.vis,
-            k.values, k.starts, k.sides, k.supports, plan.box, plan.offsets, np.int32(first), np.int32(end),
+            *weights, k.supports, plan.box, plan.offsets, np.int32(first), np.int32(end),
             np.int32(t["central_chunk"] if part == "central box" else t["chunk"]), plan.taken[part], grid_buffer)]
 
     def enqueue_untiled(self, plan: TiledDevicePlan, npol: int, grid_buffer) -> list:
