@@ -18,6 +18,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from .analytic_kernel import AnalyticKernel
 from .device_plan import Geometry, Plan, make_plan
 from .errors import DeviceCapabilityError
 from .kernels import KernelStack
@@ -35,6 +36,9 @@ __all__ = ["GridOperation", "PreparedVisibilities", "kernel_seconds", "rows_of"]
 # polarisation: a conservative bound, so streamed chunks leave room to spare.
 BYTES_PER_SAMPLE = 256
 BYTES_PER_VISIBILITY = 64
+# An analytic kernel source's exact offsets: complex128 per sample in the plan, and again
+# in each arrangement's order.
+OFFSET_BYTES_PER_SAMPLE = 32
 
 
 @dataclass
@@ -143,6 +147,8 @@ class GridOperation:
         facts = self.facts
         free = facts.global_memory * 7 // 8 - self._grid_bytes(npol)      # an eighth for programs, tables
         per_sample = BYTES_PER_SAMPLE + BYTES_PER_VISIBILITY * npol
+        if isinstance(self.kernels, AnalyticKernel):
+            per_sample += OFFSET_BYTES_PER_SAMPLE
         return int(max(1, min(free // 2 // per_sample, facts.max_allocation // 16, 2 ** 31 - 1)))
 
     def row_chunks(self, shape: tuple, nchan, npol: int):
