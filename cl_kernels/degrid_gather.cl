@@ -15,7 +15,7 @@
     its exact offset from its cell, and each weight is evaluated there (es_horner.cl).
     Template variables: double, npol, oversample, grid_size, lanes_per_vis,
     teams_per_group, vis_per_batch, points_per_item, subgroups, texture, analytic (and
-    texture_sample.cl's or es_horner.cl's when set). #}
+    texture_sample.cl's, or es_horner.cl's and es_taps, when set). #}
 {% include "complex.cl" %}
 {% if subgroups %}
 #pragma OPENCL EXTENSION cl_khr_subgroups : enable
@@ -39,7 +39,7 @@ const tap_source taps = position[{{ i }}];
 const int s = footprint_support(taps);
 {% elif analytic %}
 const int s = support[p.plane];
-const tap_source taps = fraction[{{ i }}];
+const tap_source taps = analytic_taps(fraction[{{ i }}]);
 {% else %}
 const int s = support[p.plane];
 const tap_source taps = taps_of(p, s, kernel_start[p.plane]);
@@ -52,9 +52,24 @@ typedef float4 tap_source;
 #define TAP_WEIGHT(kernels, taps, j, k) texture_weight(kernels, taps, j, k)
 {% elif analytic %}
 {% include "es_horner.cl" %}
-#define KERNEL_STORE __global const complex_t *restrict   /* the fractions, unread: taps holds the one needed */
-typedef complex_t tap_source;                               /* nearest cell - position, in cells */
-#define TAP_WEIGHT(kernels, taps, j, k) ((complex_t)(es_weight((k) + (taps).x) * es_weight((j) + (taps).y), 0))
+#define TAPS {{ es_taps }}   /* 2 * support + 1 */
+#define KERNEL_STORE __global const complex_t *restrict   /* the fractions, unread: taps holds the values */
+/* A visibility's kernel values along u and v, tap k + support at [k + support]: 2 TAPS Horner
+   evaluations by every lane alike, not two per footprint cell (the cells' polynomials
+   differ between lanes, whose reads of them from constant memory would be serialised). */
+typedef struct { real_t u[TAPS], v[TAPS]; } tap_source;
+#define TAP_WEIGHT(kernels, taps, j, k) ((complex_t)((taps).u[(k) + TAPS / 2] * (taps).v[(j) + TAPS / 2], 0))
+
+/* f: nearest cell - position, in cells; tap k lies k + f cells from the visibility. */
+inline tap_source analytic_taps(const complex_t f)
+{
+    tap_source t;
+    for (int k = 0; k < TAPS; ++k) {
+        t.u[k] = es_weight(f.x + (k - TAPS / 2));
+        t.v[k] = es_weight(f.y + (k - TAPS / 2));
+    }
+    return t;
+}
 {% else %}
 {% include "kernel_taps.cl" %}
 #define KERNEL_STORE __global const complex_t *restrict

@@ -29,7 +29,7 @@
    In deterministic mode the tile's sums are 64-bit fixed point (tile_sum_t).
    Template variables: double, atomic, deterministic, npol, oversample, grid_size, mapping, regsz,
    shmsz, footprint_unroll, wg_u, wg_v, analytic (and those of tile_grid.cl, tile_sort.cl and,
-   when analytic, es_horner.cl). #}
+   when analytic, es_horner.cl's and es_taps). #}
 {% include "common.cl" %}
 {% if analytic %}
 {% include "es_horner.cl" %}
@@ -148,8 +148,13 @@ typedef complex_t tile_sum_t;
 {% endif %}
 
 {% if analytic %}
-/* Kernel value of tap (jj, column) = (j, k) + support, evaluated. */
-#define TAP(t, column, jj) ((complex_t)(es_weight((t).d_u + (column)) * es_weight((t).d_v + (jj)), 0))
+#define TAPS {{ es_taps }}   /* 2 * support + 1 */
+/* Kernel value of tap (jj, column) = (j, k) + support: the product of its u and v values,
+   evaluated once per visibility into batch_taps (2 TAPS Horner evaluations, not two per
+   cell: the taps' polynomials then differ between neighbouring work-items, whose reads
+   of them from constant memory would be serialised).  Used within the loop over the
+   batch's entries `e` only. */
+#define TAP(t, column, jj) ((complex_t)(batch_taps[e][column] * batch_taps[e][TAPS + (jj)], 0))
 {% else %}
 /* Kernel value of tap j (jj = j + support) in the column whose u_rows index (quarter row 0) is `column`. */
 #define TAP(t, column, jj) kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]
@@ -216,6 +221,9 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                 __global grid_real_t *grid)                           /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
 {
     __local tile_visibility batch[BATCH];
+{% if analytic %}
+    __local real_t batch_taps[BATCH][2 * TAPS];   /* an entry's kernel values along u, then along v */
+{% endif %}
     __local int chunk_first;
 {% if mapping == "footprint" %}
     __local tile_sum_t tile[NPOL * TILE_U * TILE_V];
@@ -262,10 +270,17 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
         const int last = min(first + chunk, end);
         for (int at = first; at < last; at += BATCH) {
             const int n = min(BATCH, last - at);
-            if (lid < n)
+            if (lid < n) {
                 batch[lid] = prepare_visibility(g, entries[{{ "at + lid" if sort_copies_plan else "entry_vis_bucket[at + lid].x" }}],
                                                 entry_vis_bucket[at + lid], vis,
                                                 {{ "fraction" if analytic else "kernel_start, kernel_side" }}, support);
+{% if analytic %}
+                for (int k = 0; k < TAPS; ++k) {
+                    batch_taps[lid][k] = es_weight(batch[lid].d_u + k);
+                    batch_taps[lid][TAPS + k] = es_weight(batch[lid].d_v + k);
+                }
+{% endif %}
+            }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int e = 0; e < n; ++e) {
                 const tile_visibility t = batch[e];

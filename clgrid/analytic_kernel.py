@@ -114,9 +114,10 @@ class AnalyticKernel(KernelStack):
         return 2 * int(np.ceil(self.sigma * image_size / 2))
 
     def template_parameters(self) -> dict:
-        """``cl_kernels/es_horner.cl``'s template variables for this kernel."""
+        """``cl_kernels/es_horner.cl``'s template variables for this kernel, and ``es_taps``, the
+        taps of a footprint's side (2 support + 1) the work distributions evaluate it at."""
         return {"es_width": self.width, "es_degree": self.coefficients.shape[0] - 1,
-                "es_coef": self.coefficients.tolist()}
+                "es_coef": self.coefficients.tolist(), "es_taps": 2 * int(self.supports[0]) + 1}
 
 
 def _evaluate(coef: np.ndarray, width: int, distance) -> np.ndarray:

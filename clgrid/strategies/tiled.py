@@ -171,7 +171,10 @@ class TiledGridding(Strategy):
         entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
         cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
         cell_size = 16 if self.deterministic else complex_size   # two longs a cell in fixed point
-        return items * entry + cells * npol * cell_size + 4
+        taps = 0
+        if analytic:   # batch_taps: an entry's kernel values along u and v
+            taps = items * 2 * self.kernels.template_parameters()["es_taps"] * np.dtype(self.real_dtype).itemsize
+        return items * entry + taps + cells * npol * cell_size + 4
 
     @classmethod
     def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
