@@ -11,11 +11,12 @@
     With texture, the weights are interpolated from the kernel cube
     (texture_sample.cl): the kernel store is the cube and a visibility's taps are its
     position, instead of the tables by offset and a table's place.  With an analytic
-    kernel source (clgrid/analytic_kernel.py) there is no store: a visibility's taps are
-    its exact offset from its cell, and each weight is evaluated there (es_horner.cl).
+    kernel source (clgrid/analytic_kernel.py) the store is the kernel's polynomials, copied
+    to local memory (es_horner.cl), a visibility's taps its exact offset from its cell, and
+    each weight is evaluated there.
     Template variables: double, npol, oversample, grid_size, lanes_per_vis,
     teams_per_group, vis_per_batch, points_per_item, subgroups, texture, analytic (and
-    texture_sample.cl's, or es_horner.cl's and es_taps, when set). #}
+    texture_sample.cl's or es_horner.cl's when set). #}
 {% include "complex.cl" %}
 {% if subgroups %}
 #pragma OPENCL EXTENSION cl_khr_subgroups : enable
@@ -39,7 +40,7 @@ const tap_source taps = position[{{ i }}];
 const int s = footprint_support(taps);
 {% elif analytic %}
 const int s = support[p.plane];
-const tap_source taps = analytic_taps(fraction[{{ i }}]);
+const tap_source taps = fraction[{{ i }}];
 {% else %}
 const int s = support[p.plane];
 const tap_source taps = taps_of(p, s, kernel_start[p.plane]);
@@ -52,24 +53,9 @@ typedef float4 tap_source;
 #define TAP_WEIGHT(kernels, taps, j, k) texture_weight(kernels, taps, j, k)
 {% elif analytic %}
 {% include "es_horner.cl" %}
-#define TAPS {{ es_taps }}   /* 2 * support + 1 */
-#define KERNEL_STORE __global const complex_t *restrict   /* the fractions, unread: taps holds the values */
-/* A visibility's kernel values along u and v, tap k + support at [k + support]: 2 TAPS Horner
-   evaluations by every lane alike, not two per footprint cell (the cells' polynomials
-   differ between lanes, whose reads of them from constant memory would be serialised). */
-typedef struct { real_t u[TAPS], v[TAPS]; } tap_source;
-#define TAP_WEIGHT(kernels, taps, j, k) ((complex_t)((taps).u[(k) + TAPS / 2] * (taps).v[(j) + TAPS / 2], 0))
-
-/* f: nearest cell - position, in cells; tap k lies k + f cells from the visibility. */
-inline tap_source analytic_taps(const complex_t f)
-{
-    tap_source t;
-    for (int k = 0; k < TAPS; ++k) {
-        t.u[k] = es_weight(f.x + (k - TAPS / 2));
-        t.v[k] = es_weight(f.y + (k - TAPS / 2));
-    }
-    return t;
-}
+#define KERNEL_STORE __local const real_t *restrict       /* the polynomials, es_coef_to_local */
+typedef complex_t tap_source;                               /* nearest cell - position, in cells */
+#define TAP_WEIGHT(kernels, taps, j, k) ((complex_t)(es_weight_in(kernels, (k) + (taps).x) * es_weight_in(kernels, (j) + (taps).y), 0))
 {% else %}
 {% include "kernel_taps.cl" %}
 #define KERNEL_STORE __global const complex_t *restrict
@@ -159,6 +145,10 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
     const int passes = (num_vis + GROUP_VIS - 1) / GROUP_VIS;
     const int per_group = (passes + groups - 1) / groups;
     const int last_pass = min(passes, (group + 1) * per_group);
+{% if analytic %}
+    __local real_t coef[ES_COEFS];
+    es_coef_to_local(coef);
+{% endif %}
 {% if subgroups %}
     /* one sub-group per visibility: reduced in registers, no barriers */
     const int lane = get_sub_group_local_id(), lanes = get_sub_group_size();
@@ -170,7 +160,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
             const planned_vis p = decode_plan(plan[i]);
             {{ footprint("i") }}
             complex_t acc[NPOL];
-            gather_share(p, s, taps, lane, lanes, {{ "fraction" if analytic else "kernels" }}, grid, acc);
+            gather_share(p, s, taps, lane, lanes, {{ "coef" if analytic else "kernels" }}, grid, acc);
             for (int pol = 0; pol < NPOL; ++pol) {
                 const complex_t total = (complex_t)(sub_group_reduce_add(acc[pol].x),
                                                     sub_group_reduce_add(acc[pol].y));
@@ -191,7 +181,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
             if (team_first + r < num_vis) {
                 const planned_vis p = decode_plan(plan[team_first + r]);
                 {{ footprint("team_first + r") }}
-                gather_share(p, s, taps, lane, LANES, {{ "fraction" if analytic else "kernels" }}, grid, acc);
+                gather_share(p, s, taps, lane, LANES, {{ "coef" if analytic else "kernels" }}, grid, acc);
             }
             for (int pol = 0; pol < NPOL; ++pol)
                 partials[team][(r * NPOL + pol) * LANES + lane] = acc[pol];

@@ -44,3 +44,30 @@ inline real_t es_weight(const real_t distance)
         return 0;
     return es_piece(j, (real_t)2 * (t - j) - 1);
 }
+
+/* The polynomials copied to local memory by the whole work-group (every work-item calls
+   it, before any es_weight_in): work-items that evaluate different taps read local memory
+   side by side, where their reads of constant memory (ES_COEF) would be serialised. */
+#define ES_COEFS ((ES_DEGREE + 1) * ES_WIDTH)
+inline void es_coef_to_local(__local real_t *coef)
+{
+    const int lid = (get_local_id(2) * get_local_size(1) + get_local_id(1)) * get_local_size(0) + get_local_id(0);
+    const int size = get_local_size(0) * get_local_size(1) * get_local_size(2);
+    for (int i = lid; i < ES_COEFS; i += size)
+        coef[i] = ES_COEF[i / ES_WIDTH][i % ES_WIDTH];
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* es_weight with the polynomials in local memory (es_coef_to_local). */
+inline real_t es_weight_in(__local const real_t *coef, const real_t distance)
+{
+    const real_t t = distance + (real_t)ES_WIDTH / 2;
+    const int j = (int)floor(t);
+    if (j < 0 || j >= ES_WIDTH)
+        return 0;
+    const real_t z = (real_t)2 * (t - j) - 1;
+    real_t k = coef[j];
+    for (int d = 1; d <= ES_DEGREE; ++d)
+        k = k * z + coef[d * ES_WIDTH + j];
+    return k;
+}

@@ -3,8 +3,9 @@
     neighbouring work-items add to neighbouring grid cells; every addition is a
     float atomic on the global grid.  With texture, the weights are interpolated from
     the kernel cube (texture_sample.cl) instead of read as nearest samples; with an
-    analytic kernel source (clgrid/analytic_kernel.py) they are evaluated (es_horner.cl)
-    at each tap's exact distance from the visibility.
+    analytic kernel source (clgrid/analytic_kernel.py) they are evaluated (es_horner.cl,
+    its polynomials copied to local memory) at each tap's exact distance from the
+    visibility.
     Template variables: double, atomic, npol, oversample, grid_size, wg_u, wg_v,
     texture, analytic (and texture_sample.cl's or es_horner.cl's when set). #}
 {% include "common.cl" %}
@@ -40,6 +41,10 @@ void grid_atomic(__global const int4 *restrict plan,          /* [num_vis] */
                  const int num_vis)
 {
     const size_t pol_stride = (size_t)GRID_SIZE * GRID_SIZE;
+{% if analytic %}
+    __local real_t coef[ES_COEFS];
+    es_coef_to_local(coef);
+{% endif %}
     for (int i = get_group_id(0); i < num_vis; i += get_num_groups(0)) {
         const planned_vis p = decode_plan(plan[i]);
 {% if texture %}
@@ -60,7 +65,7 @@ void grid_atomic(__global const int4 *restrict plan,          /* [num_vis] */
         for (int j = -s + (int)get_local_id(1); j <= s; j += WG_V) {
             const size_t row = (size_t)(p.grid_v + j) * GRID_SIZE;
 {% if analytic %}
-            const real_t weight_v = es_weight(j + f.y);
+            const real_t weight_v = es_weight_in(coef, j + f.y);
 {% endif %}
             for (int k = -s + (int)get_local_id(0); k <= s; k += WG_U) {
 {% if texture %}
@@ -68,7 +73,7 @@ void grid_atomic(__global const int4 *restrict plan,          /* [num_vis] */
                 if (p.conjugate)
                     c.y = -c.y;
 {% elif analytic %}
-                const complex_t c = (complex_t)(weight_v * es_weight(k + f.x), 0);   /* real: conj(c) = c */
+                const complex_t c = (complex_t)(weight_v * es_weight_in(coef, k + f.x), 0);   /* real: conj(c) = c */
 {% else %}
                 const complex_t c = kernel_sample(kernels, start, side, p, j, k);
 {% endif %}
