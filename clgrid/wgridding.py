@@ -126,6 +126,20 @@ def _pixel_blocks(rows: slice, block_rows: slice, npix_y: int, pixels: int = PIX
     return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
 
+def _stepping(index: np.ndarray):
+    """``index`` (1-D) as a slice when it steps by +1 or -1 (or has one entry), else None."""
+    if index.size == 0:
+        return None
+    first = int(index[0])
+    if index.size == 1:
+        return slice(first, first + 1)
+    step = int(index[1]) - first
+    if step not in (1, -1) or not np.all(np.diff(index) == step):
+        return None
+    stop = int(index[-1]) + step
+    return slice(first, stop if stop >= 0 else None, step)
+
+
 def _good_size(n: int) -> int:
     """The smallest even size >= n with only small prime factors (fast FFTs)."""
     import scipy.fft
@@ -656,7 +670,7 @@ class WGridder:
                         for a, b in _pixel_blocks(r, bi, g.npix_y):
                             part = view[a - bi.start:b - bi.start]
                             if phase is not None:
-                                np.multiply(part, self._phases_at(phase, a, b, bj, scratch, cast=True), out=part)
+                                np.multiply(part, self._phases_at(phase, a, b, bj, scratch), out=part)
                             image[a:b, bj] += part.real
 
                 in_slices(self._workers, g.npix_x, rows)
@@ -750,10 +764,7 @@ class WGridder:
                             if phase is None:
                                 part[...] = image[a:b, bj]
                                 continue
-                            phases = self._phases_at(phase, a, b, bj, scratch, cast=False)
-                            # real times complex as reals times reals: one dtype, no casting buffers
-                            phases.view(np.float64).reshape(phases.shape + (2,))[...] *= image[a:b, bj][..., None]
-                            part[...] = phases
+                            np.multiply(self._phases_at(phase, a, b, bj, scratch), image[a:b, bj], out=part)
 
                 in_slices(self._workers, g.npix_x, rows)
                 self.fft.forward(grid, g.npix_x)
@@ -805,15 +816,30 @@ class WGridder:
     def _pixel_scratch(self):
         """One thread's buffers for `_phases_at`, a run of `_pixel_blocks` each."""
         size = max(1, PIXEL_RUN // self.geometry.npix_y) * self.geometry.npix_y
-        return SimpleNamespace(index=np.empty(size, np.intp), phases=np.empty(size, np.complex128),
-                               cast=np.empty(size, self.complex))
+        return SimpleNamespace(index=np.empty(size, np.intp), phases=np.empty(size, np.complex128))
 
-    def _phases_at(self, small, a: int, b: int, cols: slice, scratch, cast: bool):
-        """``small`` (on the distinct |x|, |y|) at image rows a..b-1 and columns ``cols``, in
-        ``scratch`` (`_pixel_scratch`): complex128, or the grid's complex type with ``cast``.
-        Nothing is allocated: in a Dask worker (whose allocator gives every large temporary
-        fresh pages: distributed sets MALLOC_TRIM_THRESHOLD_) a temporary per run doubled
-        the time of a call (measured, 4096^2)."""
+    @cached_property
+    def _column_runs(self) -> dict:
+        """`_stepping` of the small grid's columns under each block of image columns (filled
+        as the blocks are met: two for a centred image)."""
+        return {}
+
+    def _phases_at(self, small, a: int, b: int, cols: slice, scratch):
+        """``small`` (on the distinct |x|, |y|) at image rows a..b-1 and columns ``cols``
+        (complex128; read only: it may be a view of ``small``).  Where the rows and the
+        columns each step through the small grid by one (every block of a centred image:
+        its quadrants mirror the small grid) it is a view, strided backwards where they
+        mirror it; else it is gathered into ``scratch`` (`_pixel_scratch`).  Nothing is
+        allocated: in a Dask worker (whose allocator gives every large temporary fresh
+        pages: distributed sets MALLOC_TRIM_THRESHOLD_) a temporary per run doubled the
+        time of a call (measured, 4096^2)."""
+        ix, iy = self._host_pixels.radial
+        key = (cols.start, cols.stop)
+        if key not in self._column_runs:
+            self._column_runs[key] = _stepping(iy[cols])
+        row_run, column_run = _stepping(ix[a:b]), self._column_runs[key]
+        if row_run is not None and column_run is not None:
+            return small[row_run, column_run]
         rows, columns = self._phase_index
         columns = columns[cols]
         shape = (b - a, columns.size)
@@ -821,11 +847,7 @@ class WGridder:
         np.add(rows[a:b, None], columns[None, :], out=index)
         phases = scratch.phases[:index.size].reshape(shape)
         np.take(small.reshape(-1), index, out=phases, mode="clip")
-        if not cast or phases.dtype == self.complex:
-            return phases
-        out = scratch.cast[:index.size].reshape(shape)
-        out[...] = phases
-        return out
+        return phases
 
     def _advance(self, phase, step) -> None:
         """The phases from one plane to the next (in place, on ``workers`` threads)."""

@@ -162,6 +162,19 @@ def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, np
     np.testing.assert_array_equal(grid[image_cells], before[image_cells])
 
 
+def test_stepping_runs_are_slices_of_the_same_entries():
+    """An index stepping by +1 or -1 becomes the slice that reads the same entries (the
+    host path's phases as views of the small grid); anything else is gathered."""
+    from clgrid.wgridding import _stepping
+
+    small = np.arange(10)
+    for index in ([3, 4, 5], [5, 4, 3, 2, 1, 0], [0], [9, 8], [2, 1]):
+        run = _stepping(np.array(index))
+        np.testing.assert_array_equal(small[run], index)
+    for index in ([1, 3], [0, 1, 1], [4, 3, 4], []):
+        assert _stepping(np.array(index, int)) is None
+
+
 def test_host_fft_choice_is_checked(rng, monkeypatch):
     uvw, freq, vis, wgt = wide_field(rng, nrow=50)
     with pytest.raises(ValueError, match="host_fft must be one of"):
