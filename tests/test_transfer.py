@@ -53,7 +53,8 @@ def test_operators_through_staging_match_the_reference(rng, queue):
 
 
 def test_pinned_results_are_recycled_only_when_nothing_holds_them(rng, queue):
-    queue = cl.CommandQueue(cl.Context([queue.device]))         # a context of its own: a pool of its own
+    context = cl.Context([queue.device])                       # a context of its own: a pool of its own
+    queue = cl.CommandQueue(context)
     staging = Staging(queue, piece=4096)
     shape = (3, 40, 40)
     first = host_empty(shape, np.complex64, staging)
