@@ -8,7 +8,6 @@ and grid, a kernel of the same width (7 cells), and each against its float64 ref
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -20,6 +19,7 @@ import clgrid  # noqa: E402
 from clgrid.bench import make_workload  # noqa: E402
 from clgrid.operation import kernel_seconds  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
+from report import report  # noqa: E402
 
 
 def device_ms(run, repeats: int) -> dict:
@@ -73,11 +73,7 @@ def main(argv=None) -> int:
         ref_vis = clgrid.reference.degrid(grid.astype(np.complex128), uvw[:m], work.grid_size, work.cell_size,
                                           kernels, on_dropped="ignore")
         out[name]["degrid_error"] = relative_error(degridder.degrid(grid, uvw[:m]), ref_vis)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+    report(out, a.json)
     return 0
 
 

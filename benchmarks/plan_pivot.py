@@ -17,7 +17,6 @@ again and again, checked against that many times one chunk).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -31,6 +30,7 @@ from clgrid.bench import make_workload  # noqa: E402
 from clgrid.plan import flatten_positions, plan_visibilities  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
 from clgrid.transfer import download, host_empty  # noqa: E402
+from report import report  # noqa: E402
 
 
 def timed(fn, repeats: int, warmup: int = 2) -> dict:
@@ -143,11 +143,7 @@ def main(argv=None) -> int:
                          "GB_per_s": count * per_chunk / seconds / 1e9,
                          "Mvis_per_s": count * uvw.shape[0] / seconds / 1e6,
                          "error_vs_count_times_one": relative_error(streamed, count * one.astype(np.complex128))}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    report(out, args.json)
     return 0
 
 

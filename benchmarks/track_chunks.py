@@ -32,7 +32,6 @@ Prints one JSON document, with the load average before and after.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -48,6 +47,7 @@ from clgrid.operation import kernel_seconds  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
 from clgrid.strategies.moving_window import window_units  # noqa: E402
 from clgrid.strategies.track_chunks import TrackChunker  # noqa: E402
+from report import report  # noqa: E402
 
 
 def summary(times) -> dict:
@@ -164,11 +164,7 @@ def main(argv=None) -> int:
         "grid_relative_error": errors,
         "load_average_1_5_15": [list(map(float, la)) for la in load],
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    report(result, args.json)
     return 0
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 import clgrid
 from clgrid import datasets
+from report import report
 
 
 def tracks(num_vis: int, freq: float, declination: float = -0.5):
@@ -117,10 +118,7 @@ def main(argv=None):
 
         res.update(clgrid_image_error=err(img, true_img), ducc0_image_error=err(ref_img, true_img),
                    clgrid_vis_error=err(got_vis, true_vis), ducc0_vis_error=err(ref_vis, true_vis))
-    print(json.dumps(res, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    report(res, a.json)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,13 @@ import json
 import time
 
 import numpy as np
-import pyopencl as cl
 
 import clgrid
 from clgrid.transfer import download, upload
 from clgrid.wgridding import WGridder
 
 from wgridding import tracks
+from report import report
 
 
 def median_time(fn, repeats):
@@ -202,10 +202,7 @@ def main(argv=None):
     res.update(call_parts(op, vis, dirty, a.repeats))
     if a.cufinufft:
         res["cufinufft"] = cufinufft_times(op, uvw, freq, a.repeats)
-    print(json.dumps(res, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    report(res, a.json)
 
 
 if __name__ == "__main__":
