@@ -34,15 +34,23 @@ inline void es_taps(real_t *k, const real_t frac)
             k[j] = k[j] * z + ES_COEF[d][j];
 }
 
+/* The tap whose polynomial holds a cell `distance` cells from the point, -1 outside the
+   kernel, and in *z where in it (es_piece's argument). */
+inline int es_tap(const real_t distance, real_t *z)
+{
+    const real_t t = distance + (real_t)ES_WIDTH / 2;
+    const int j = (int)floor(t);
+    *z = (real_t)2 * (t - j) - 1;
+    return j >= 0 && j < ES_WIDTH ? j : -1;
+}
+
 /* The weight of a cell `distance` cells from the point, any distance (0 outside the
    kernel): for work distributions that visit a footprint's cells one by one. */
 inline real_t es_weight(const real_t distance)
 {
-    const real_t t = distance + (real_t)ES_WIDTH / 2;
-    const int j = (int)floor(t);
-    if (j < 0 || j >= ES_WIDTH)
-        return 0;
-    return es_piece(j, (real_t)2 * (t - j) - 1);
+    real_t z;
+    const int j = es_tap(distance, &z);
+    return j < 0 ? 0 : es_piece(j, z);
 }
 
 /* The polynomials copied to local memory by the whole work-group (every work-item calls
@@ -61,11 +69,10 @@ inline void es_coef_to_local(__local real_t *coef)
 /* es_weight with the polynomials in local memory (es_coef_to_local). */
 inline real_t es_weight_in(__local const real_t *coef, const real_t distance)
 {
-    const real_t t = distance + (real_t)ES_WIDTH / 2;
-    const int j = (int)floor(t);
-    if (j < 0 || j >= ES_WIDTH)
+    real_t z;
+    const int j = es_tap(distance, &z);
+    if (j < 0)
         return 0;
-    const real_t z = (real_t)2 * (t - j) - 1;
     real_t k = coef[j];
     for (int d = 1; d <= ES_DEGREE; ++d)
         k = k * z + coef[d * ES_WIDTH + j];
