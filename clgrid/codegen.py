@@ -78,8 +78,14 @@ def build_program(context: cl.Context, source: str, options: tuple = ()) -> cl.P
         except cl.RuntimeError as exc:
             path = Path(tempfile.gettempdir()) / f"clgrid-failed-{key[1][:12]}.cl"
             path.write_text(source)
+            hint = ""
+            if "unknown target CPU" in str(exc):
+                hint = ("\nThis OpenCL compiler does not know the host CPU (PoCL from pip, on LLVM 14, "
+                        "fails so on AMD Zen 5): install the system's PoCL (apt-get install "
+                        "pocl-opencl-icd, which clgrid then prefers) or Intel's CPU runtime "
+                        "(pip install 'clgrid[intel]', device='intel').")
             raise KernelBuildError(f"OpenCL build failed (options {list(options)}); rendered source "
-                                   f"saved to {path}\n{exc}") from None
+                                   f"saved to {path}\n{exc}{hint}") from None
         _programs[key] = program
     return program
 

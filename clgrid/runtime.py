@@ -102,14 +102,24 @@ def register_pip_icds(folder: Path | None = None) -> Path | None:
     return folder
 
 
+def _is_pocl(platform) -> bool:
+    return "portable computing language" in platform.name.lower()
+
+
 def devices() -> list:
-    """Every OpenCL device on every platform, in platform order."""
+    """Every OpenCL device on every platform, in platform order, with one PoCL: where
+    several PoCL platforms are installed (the system's and the one pyopencl's wheel
+    brings), the first one's, since they drive the same host CPU."""
     try:
         platforms = cl.get_platforms()
     except cl.Error:  # no ICD at all
         return []
-    found = []
+    found, pocl_seen = [], False
     for platform in platforms:
+        if _is_pocl(platform):
+            if pocl_seen:
+                continue
+            pocl_seen = True
         try:
             found.extend(platform.get_devices())
         except cl.Error:  # a platform with no devices raises instead of returning []
@@ -146,7 +156,7 @@ def select_device(spec=None):
             "(pip install 'clgrid[pocl]')")
     if spec is None:
         gpus = [d for d in found if d.type & cl.device_type.GPU]
-        pocl = [d for d in found if "portable computing language" in d.platform.name.lower()]
+        pocl = [d for d in found if _is_pocl(d.platform)]
         return (gpus or pocl or found)[0]
     if not isinstance(spec, str):
         raise TypeError(f"device must be None, a string or a pyopencl Device/Context/CommandQueue, "
