@@ -12,7 +12,9 @@ pytest.importorskip("dask", reason="clgrid.dask needs dask (pip install 'clgrid[
 from clgrid.dask import slabs as dask_slabs  # noqa: E402
 
 from clgrid.planning import stacking as wgrid_plan  # noqa: E402
-from clgrid.imaging.wgridding import SPEED_OF_LIGHT, WGridder, _abs_w_range, choose_geometry, imaging_work  # noqa: E402
+from clgrid.imaging.geometry import abs_w_range as _abs_w_range, choose_geometry, imaging_work  # noqa: E402
+from clgrid.imaging.wgridding import WGridder  # noqa: E402
+from clgrid.planning.host import SPEED_OF_LIGHT  # noqa: E402
 
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
 FREQS = np.array([1.0, 1.1, 1.3]) * SPEED_OF_LIGHT        # channel 0 at c: metres are wavelengths there

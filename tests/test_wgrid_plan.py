@@ -10,7 +10,8 @@ import pytest
 
 import clgrid
 from clgrid.planning import stacking as wgrid_plan
-from clgrid.imaging import wgridding
+from clgrid.imaging import engine as wgridding
+from clgrid.planning.host import SPEED_OF_LIGHT
 from clgrid.device.runtime import get_queue
 from conftest import relative_error
 from test_vis2dirty import IMAGE, wide_field
@@ -27,8 +28,8 @@ def download(queue, buffer, shape, dtype):
 
 def device_and_host(op, uvw, freq, keep, signs, double):
     """The operator's geometry planned again on the device and on the host."""
-    g, layout, q = op.geometry, op.layout, op.queue
-    scale = freq / wgridding.SPEED_OF_LIGHT
+    g, layout, q = op.geometry, op.engine.layout, op.queue
+    scale = freq / SPEED_OF_LIGHT
     plan = wgrid_plan.plan_points(q, uvw, scale, keep, signs, g, layout, g.do_wgridding, double)
     host = wgrid_plan.plan_on_host(uvw, scale, keep, signs, g, layout, g.do_wgridding)
     real = np.float64 if double else np.float32
@@ -50,8 +51,8 @@ def test_device_planning_is_bit_identical_to_host(rng, spread, double, wgrid):
     g = op.geometry
     cu, cv = g.cells_per_wavelength
     k = np.arange(200)
-    uvw[k, 0] = (rng.integers(-40, 40, k.size) + g.kernel.support / 2) / cu * wgridding.SPEED_OF_LIGHT / freq[0]
-    uvw[k, 1] = (rng.integers(-40, 40, k.size) + 0.5) / cv * wgridding.SPEED_OF_LIGHT / freq[0]
+    uvw[k, 0] = (rng.integers(-40, 40, k.size) + g.kernel.support / 2) / cu * SPEED_OF_LIGHT / freq[0]
+    uvw[k, 1] = (rng.integers(-40, 40, k.size) + 0.5) / cv * SPEED_OF_LIGHT / freq[0]
     keep = rng.uniform(size=(uvw.shape[0], freq.size)) > 0.2
     signs = (1.0, -1.0, 1.0)
     plan, got, host = device_and_host(op, uvw, freq, keep, signs, double)

@@ -75,10 +75,10 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
     op = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning={"fft": "host"})
     w = op.geometry.kernel.support
     per_point = 16 + 2 * (w | 1) * 8 + 8
-    side = int(np.sqrt((op.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
+    side = int(np.sqrt((op.engine.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
     bins = {"spread": "bins", "bin_u": side, "bin_v": side, "bins_work_group": 256, "fft": "host"}
     big = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning=bins)
-    assert 1 <= big._bins_batch(big.facts) < 256
+    assert 1 <= big.engine._bins_batch(big.engine.facts) < 256
     rows = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                            tuning={"spread": "rows", "fft": "host"})
     assert relative_error(big.vis2dirty(vis, wgt), rows.vis2dirty(vis, wgt)) < 1e-12
@@ -117,7 +117,7 @@ def _device_side_matches_host(rng, fft):
     uvw, freq, vis, wgt = wide_field(rng, nrow=600)
     ops = {mode: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, tuning={"fft": mode},
                                  **IMAGE) for mode in ("host", fft)}
-    assert ops[fft].fft_mode == fft and ops["host"].fft_mode == "host"
+    assert ops[fft].engine.fft_mode == fft and ops["host"].engine.fft_mode == "host"
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     images = {k: op.vis2dirty(vis, wgt) for k, op in ops.items()}
     models = {k: op.dirty2vis(dirty, wgt) for k, op in ops.items()}
@@ -140,7 +140,7 @@ def test_host_fft_libraries_agree(rng, fft):
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     ops = {lib: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                                 tuning={"fft": fft, "host_fft": lib}) for lib in ("scipy", "ducc0")}
-    assert {lib: op.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
+    assert {lib: op.engine.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
     assert relative_error(ops["ducc0"].vis2dirty(vis, wgt), ops["scipy"].vis2dirty(vis, wgt)) < 1e-12
     assert relative_error(ops["ducc0"].dirty2vis(dirty, wgt), ops["scipy"].dirty2vis(dirty, wgt)) < 1e-12
 
@@ -165,7 +165,7 @@ def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, np
 def test_stepping_runs_are_slices_of_the_same_entries():
     """An index stepping by +1 or -1 becomes the slice that reads the same entries (the
     host path's phases as views of the small grid); anything else is gathered."""
-    from clgrid.imaging.wgridding import _stepping
+    from clgrid.imaging.engine import _stepping
 
     small = np.arange(10)
     for index in ([3, 4, 5], [5, 4, 3, 2, 1, 0], [0], [9, 8], [2, 1]):
@@ -180,7 +180,7 @@ def test_host_fft_choice_is_checked(rng, monkeypatch):
     with pytest.raises(ValueError, match="host_fft must be one of"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "numpy"})
     monkeypatch.setitem(__import__("sys").modules, "ducc0.fft", None)     # as if ducc0 were not installed
-    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).fft.library == "scipy"
+    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).engine.fft.library == "scipy"
     with pytest.raises(ImportError, match="needs ducc0"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "ducc0"})
 

@@ -9,7 +9,7 @@ W x W x W taps, on the W planes from its first one) plus, per w-plane, an FFT of
 padded grid and per-pixel work (crop, w phase, sum).  Rows span every w, so an operator
 per chunk of rows repeats every plane: n chunks did n times the FFTs and pixel work
 (BENCHMARKS.md: 8 workers on 16 cores were 3.5 times slower than 1).  Here every operator
-shares one `Geometry` (`clgrid.imaging.wgridding.choose_geometry` on the |w| range and number of
+shares one `ImageGeometry` (`clgrid.imaging.geometry.choose_geometry` on the |w| range and number of
 samples reduced over all chunks first: `extent`), and the operator of slab s owns planes
 ``lo_s .. hi_s - 1`` (`WGridder(planes=...)`).  A sample with first plane g has taps on
 planes g .. g + W - 1, so it can straddle slabs.  Two ways to split:
@@ -30,7 +30,7 @@ them faster.  Taking the samples from each chunk (one pass of comparisons, in pl
 rather than re-chunking the data by w (a sort of all samples) moves the same data.
 
 Exactness.  A sample's first plane comes from the planning's own arithmetic
-(`Geometry.first_planes`) on the same float64 u, v, w the slab's operator plans: uvw times
+(`ImageGeometry.first_planes`) on the same float64 u, v, w the slab's operator plans: uvw times
 freq / c, formed the same way on both sides and handed to the operator with freq = c (a
 scale of exactly 1), so `select` and the operators' plans agree to the bit; the slabs'
 planes partition the stack, so every tap is spread once (tested: points on slab edges,
@@ -38,7 +38,7 @@ slabs without points).
 
 Balance.  Planes differ in work (samples crowd at small |w|): a plane costs its FFT and
 pixel work where any tap falls on it, plus its taps' W x W cells
-(`clgrid.imaging.wgridding.imaging_work`, from a histogram of first planes reduced over the
+(`clgrid.imaging.geometry.imaging_work`, from a histogram of first planes reduced over the
 chunks: `plane_counts`); `slab_bounds` cuts the planes into contiguous slabs with the
 smallest largest cost.
 
@@ -67,8 +67,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..imaging.wgridding import SPEED_OF_LIGHT, _abs_w_range, choose_geometry, imaging_work
-from ..planning.stacking import Geometry
+from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry, imaging_work
+from ..planning.host import SPEED_OF_LIGHT
 
 __all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "slab_sizes", "chunk_groups",
            "select", "points_of", "split", "assemble"]
@@ -122,11 +122,11 @@ def extent(uvw, freq, mask) -> tuple:
     count = uvw.shape[0] * scale.size if keep is None else int(np.count_nonzero(keep))
     if count == 0:
         return np.inf, -np.inf, 0
-    lo, hi = _abs_w_range(uvw, scale, keep)
+    lo, hi = abs_w_range(uvw, scale, keep)
     return lo, hi, count
 
 
-def geometry_of(extents: list, options: dict) -> Geometry:
+def geometry_of(extents: list, options: dict) -> ImageGeometry:
     """The geometry of all the chunks, from their `extent`: `choose_geometry` with the
     call's keywords (``options``, `clgrid.dask.wgridding`'s)."""
     count = sum(e[2] for e in extents)
@@ -154,13 +154,13 @@ def _abs_w(uvw: np.ndarray, scale: np.ndarray, flat) -> np.ndarray:
     return aw
 
 
-def plane_counts(uvw, freq, mask, geometry: Geometry) -> np.ndarray:
+def plane_counts(uvw, freq, mask, geometry: ImageGeometry) -> np.ndarray:
     """How many of one chunk's kept samples have each first plane (num_planes,)."""
     first = geometry.first_planes(_abs_w(np.asarray(uvw, np.float64), _scale(freq), _kept(mask)))
     return np.bincount(first.astype(np.int64), minlength=geometry.num_planes)
 
 
-def slab_bounds(counts: list, geometry: Geometry, slabs: int) -> list:
+def slab_bounds(counts: list, geometry: ImageGeometry, slabs: int) -> list:
     """``slabs`` contiguous ranges (lo, hi) of the planes, in order, that cover them all
     with the smallest largest work (`imaging_work` per plane: its FFT where any tap falls
     on it, its taps' cells); trailing ranges are empty (lo == hi) where fewer suffice."""
@@ -199,7 +199,7 @@ def _touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
     return (first < hi) & (first + (support - 1) >= lo) & (lo < hi)
 
 
-def slab_sizes(counts: np.ndarray, geometry: Geometry, bounds: list) -> list:
+def slab_sizes(counts: np.ndarray, geometry: ImageGeometry, bounds: list) -> list:
     """How many samples `select` takes from one chunk for each slab of ``bounds``, from
     the chunk's `plane_counts` by `select`'s own rule (`_touching`): exactly its parts'
     lengths."""
@@ -207,7 +207,7 @@ def slab_sizes(counts: np.ndarray, geometry: Geometry, bounds: list) -> list:
     return [int(counts[_touching(planes, lo, hi, geometry.kernel.support)].sum()) for lo, hi in bounds]
 
 
-def chunk_groups(counts: list, geometry: Geometry, bounds: list, cap: int) -> list:
+def chunk_groups(counts: list, geometry: ImageGeometry, bounds: list, cap: int) -> list:
     """For each slab of ``bounds``, its chunks cut into groups, one imaging task each:
     (start, end) ranges of chunk numbers, contiguous and in order, taken while the
     group's samples for the slab (`slab_sizes` of each chunk's ``counts``) stay within
@@ -252,7 +252,7 @@ def _part(uvw, scale, flat, values) -> Part:
                 chans.astype(np.min_scalar_type(scale.size - 1)), scale, values)
 
 
-def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices: bool = False) -> tuple:
+def select(uvw, freq, vis, wgt, mask, geometry: ImageGeometry, bounds: list, indices: bool = False) -> tuple:
     """One chunk's samples for each slab of ``bounds``: those with a tap on its planes
     (`_touching`), as a `Part` (values: vis times wgt; None without vis).  With
     ``indices``, the flat indices of each slab's samples in the chunk follow, one array

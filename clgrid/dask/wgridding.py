@@ -78,7 +78,8 @@ from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, sh
     workers_to_prefer
 from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, plane_counts, points_of, select, \
     slab_bounds, split
-from ..imaging.wgridding import SPEED_OF_LIGHT, WGridder
+from ..imaging.wgridding import WGridder
+from ..planning.host import SPEED_OF_LIGHT
 
 try:
     import dask

@@ -16,69 +16,21 @@ without fp64 plan on the host.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyopencl as cl
 
-from ..sources.accuracy import KernelChoice
 from ..device.codegen import build_program, render, kernel as codegen_kernel
 from ..device.counting_sort import CountingSort
 from ..device.runtime import device_facts, fill_zeros
 from ..strategies.base import read_only_buffer
 from ..device.transfer import upload
 
-__all__ = ["Geometry", "Layout", "PointPlan", "plan_points", "plan_on_host"]
+if TYPE_CHECKING:
+    from ..imaging.geometry import ImageGeometry
 
-
-@dataclass(frozen=True)
-class Geometry:
-    """Image and grid: what every plan of one operator shares."""
-
-    npix_x: int
-    npix_y: int
-    pixsize_x: float
-    pixsize_y: float
-    center_x: float        # already multiplied by the u/v flip sign
-    center_y: float
-    nu: int                # padded grid
-    nv: int
-    kernel: KernelChoice
-    do_wgridding: bool
-    w_min: float = 0.0     # wavelengths, after the w flip
-    dw: float = 1.0        # w-plane spacing
-    num_planes: int = 1
-    nshift: float = 0.0    # (n - 1) = nshift + t, |t| <= t_half over the image
-
-    @property
-    def w_start(self) -> float:
-        """w of plane 0."""
-        return self.w_min - self.kernel.support / 2 * self.dw
-
-    @property
-    def cells_per_wavelength(self) -> tuple:
-        """(u, v) in wavelengths times these is the position in grid cells."""
-        return self.nu * self.pixsize_x, self.nv * self.pixsize_y
-
-    @property
-    def has_phase(self) -> bool:
-        """Whether gridding multiplies each visibility by a phase (centre shift, nshift)."""
-        return bool(self.center_x or self.center_y or self.nshift)
-
-    def first_planes(self, w):
-        """The first w-plane of points at ``w`` (wavelengths, folded to w >= 0), as float64:
-        their taps fall on planes first .. first + support - 1.  The planning's arithmetic
-        (`plan_on_host`, wgrid_plan.cl), so that whoever splits points by plane agrees
-        with it to the bit."""
-        return np.ceil(self.plane_positions(w) - self.kernel.support / 2.0)
-
-    def plane_positions(self, w):
-        """Where points at ``w`` fall in the stack, in planes from plane 0."""
-        return (np.asarray(w, np.float64) - self.w_start) / self.dw
-
-    def image_lm(self):
-        x = (np.arange(self.npix_x) - self.npix_x // 2) * self.pixsize_x + self.center_x
-        y = (np.arange(self.npix_y) - self.npix_y // 2) * self.pixsize_y + self.center_y
-        return x, y
+__all__ = ["Layout", "PointPlan", "plan_points", "plan_on_host"]
 
 
 @dataclass(frozen=True)
@@ -159,7 +111,7 @@ def _points(uvw, scale, keep, signs, fold):
     return u, v, w, flat, moved
 
 
-def plan_on_host(uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fold: bool) -> dict:
+def plan_on_host(uvw, scale, keep, signs, geometry: ImageGeometry, layout: Layout, fold: bool) -> dict:
     """The plan in numpy, float64: the reference the device planning matches bit for bit,
     and the planning of devices without fp64.  Returns host arrays named as `PointPlan`'s
     fields (``frac`` float64, ``phase`` complex128 or None, ``starts`` of every key and
@@ -199,7 +151,7 @@ def _copy(queue, host, dtype) -> cl.Buffer:
     return read_only_buffer(queue.context, np.asarray(host, dtype))
 
 
-def _plane_start(starts: np.ndarray, geometry: Geometry, layout: Layout) -> np.ndarray:
+def _plane_start(starts: np.ndarray, geometry: ImageGeometry, layout: Layout) -> np.ndarray:
     return starts[np.arange(geometry.num_planes + 1) * layout.keys_per_plane].astype(np.int64)
 
 
@@ -210,7 +162,7 @@ GEOMETRY_T = np.dtype([("sign_u", np.float64), ("sign_v", np.float64), ("sign_w"
                        ("nsample", np.int32)])   # wgrid_plan.cl's geometry_t
 
 
-def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fold: bool,
+def plan_points(queue, uvw, scale, keep, signs, geometry: ImageGeometry, layout: Layout, fold: bool,
                 double: bool, staging=None, on_host: bool = False) -> PointPlan:
     """Plan the samples of ``uvw`` (nrow, 3) metres at ``scale`` (nchan,) = freq / c, where
     ``keep`` (nrow, nchan; None: all) is set, on ``queue``'s device.  ``signs``: the flips

@@ -20,6 +20,7 @@ from ..sources.tables import KernelStack, quarter_size
 from ..device.runtime import device_facts, devices, get_queue, select_device
 from ..device.tuning import format_entry, matching_entries
 from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
+from ..planning.host import SPEED_OF_LIGHT
 
 
 def cmd_devices(args) -> int:
@@ -308,7 +309,6 @@ def cmd_emit(args) -> int:
 
 # -- clgrid image ------------------------------------------------------------------------
 
-SPEED_OF_LIGHT = 299792458.0
 # Stokes I from a pair of parallel hands (AIPS numbers: RR -1, LL -2, XX -5, YY -6).
 _PARALLEL_HANDS = ((-1, -2), (-5, -6))
 
