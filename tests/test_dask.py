@@ -247,7 +247,7 @@ EPSILON = {"single": 1e-5, "double": 1e-10}
 
 
 @pytest.mark.parametrize("split", ["auto", "rows"])          # auto: planes here (w, 2 workers)
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
 def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rng, device_name, precision, split):
     """Rows and channels chunked: the image within 1e-5 (single) or 2 epsilon (double) of
     `clgrid.vis2dirty`'s by chunks of rows, to rounding by slabs of planes (the same
@@ -357,6 +357,7 @@ def test_planes_split_with_points_on_slab_edges_and_slabs_without_points(client,
     assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty, **dict(shape, epsilon=1e-12))) <= 1e-9
 
 
+@pytest.mark.slow
 def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, rng, device_name):
     """slab_samples below a slab's samples: each slab's chunks go to several imaging
     tasks (in groups of whole chunks), none taking more than the cap unless one chunk
@@ -451,6 +452,7 @@ def test_vis2dirty_arguments_are_refused_by_name(rng):
         cd.dirty2vis(dirty=np.zeros((64, 48), np.float32), device=object(), **geometry)
 
 
+@pytest.mark.slow
 def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng, tmp_path):
     """examples/dask_ms_imaging.py: a simulated MS (python-casacore) read lazily by dask-ms in
     rows and channels, imaged over the workers; its 1 Jy source lands on its pixel at 1 Jy/beam."""
