@@ -98,7 +98,7 @@ __kernel void interp(__global const int4 *restrict first,
 {% if bin_u %}
 /* -- The "bins" variant (tuning: [wgridding] spread = "bins"), for GPUs: cuFINUFFT's
    "subproblem" method (Shih et al. 2021, IPDPSW) with the kernel values by Horner's rule.
-   The points whose first cell lies in one bin of BIN_U x BIN_V cells (wgrid_plan's
+   The points whose first cell lies in one bin of BIN_U x BIN_V cells (clgrid.planning.stacking's
    "bins" layout: starts[g][bin] is where those of first plane g begin) and that have a
    tap on this plane are cut into subproblems of at most SUBPROBLEM points
    (subproblems[i] = (bin, piece), made by the operator), so that the dense bins of a

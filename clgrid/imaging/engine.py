@@ -31,7 +31,8 @@ from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning
-from ..planning.stacking import Layout, PointPlan, plan_points
+from ..planning.plan import plan_stacked
+from ..planning.stacking import Layout, PointPlan, arrange
 from ..sources.accuracy import horner_coefficients, kernel_transform
 from ..strategies.base import check_precision, read_only_buffer
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
@@ -194,9 +195,9 @@ class ImagingEngine:
         else:
             layout = Layout("bins", g.nu, g.nv, wparams["bin_u"], wparams["bin_v"])
         self.layout = layout
-        self.plan: PointPlan = plan_points(self.queue, uvw, scale, keep, signs, g, layout, fold=g.do_wgridding,
-                                           double=self.precision == "double", staging=self.staging,
-                                           on_host=deterministic)
+        self.plan = plan_stacked(self.queue, g, uvw, scale, keep, signs, fold=g.do_wgridding,
+                                 double=self.precision == "double", staging=self.staging, on_host=deterministic)
+        self.points: PointPlan = arrange(self.plan, layout, stable=deterministic)
 
         params = resolve_tuning("atomic", atomic_path, facts)
         path = params.get("atomic", "cas")
@@ -217,7 +218,7 @@ class ImagingEngine:
         self._spread = cl.Kernel(program, "spread")
         self._interp = cl.Kernel(program, "interp")
         ctx, mf = self.queue.context, cl.mem_flags
-        n = max(self.plan.num_vis, 1)
+        n = max(self.points.num_vis, 1)
         self._vis = cl.Buffer(ctx, mf.READ_WRITE, n * np.dtype(self.complex).itemsize)
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
@@ -300,7 +301,7 @@ class ImagingEngine:
     def _data_launch(self, kernel, use_wgt):
         """Gather or scatter; returns the tally (non-finite values, non-finite weights,
         non-zero weighted values) of the kept visibilities."""
-        p = self.plan
+        p = self.points
         fill_zeros(self.queue, self._tally, 12, np.int32)
         size = -(-max(p.num_vis, 1) // self._wg) * self._wg
         source, target = (self._vis_full, self._vis) if kernel is self._gather else (self._vis, self._vis_full)
@@ -323,7 +324,7 @@ class ImagingEngine:
     def _setup_rows(self, program, n):
         """Kernel values of every visibility, once (they depend on the plan only); the
         plan's starts are where each (first plane, first u cell) run begins."""
-        g, p, ctx, mf = self.geometry, self.plan, self.queue.context, cl.mem_flags
+        g, p, ctx, mf = self.geometry, self.points, self.queue.context, cl.mem_flags
         taps = (3 if g.do_wgridding else 2) * g.kernel.support
         self._tap = cl.Buffer(ctx, mf.READ_WRITE, n * taps * np.dtype(self.real).itemsize)
         if p.num_vis:
@@ -354,7 +355,7 @@ class ImagingEngine:
         """The work-groups of the "bins" spread, plane by plane: (bin, piece) for every piece
         of at most ``size`` of the points with a tap on the plane whose first cell is in the
         bin.  ``self._jobs[p]`` is where plane p's begin; the last entry, where they end."""
-        g, p, bins = self.geometry, self.plan, self.layout.keys_per_plane
+        g, p, bins = self.geometry, self.points, self.layout.keys_per_plane
         runs = np.diff(p.key_starts).reshape(g.num_planes, bins)         # points per (first plane, bin)
         planes = np.arange(g.num_planes)
         lowest = np.maximum(planes - g.kernel.support + 1, 0) if g.do_wgridding else planes
@@ -375,7 +376,7 @@ class ImagingEngine:
         self._jobs = np.concatenate([[0], np.cumsum(pieces.reshape(g.num_planes, bins).sum(axis=1))]).tolist()
 
     def _launch_spread(self, plane: int, wait_for=None):
-        g, p = self.geometry, self.plan
+        g, p = self.geometry, self.points
         if self.spread_mode == "atomic":
             return self._launch(self._spread, plane, wait_for)
         if p.active(plane, g.kernel.support)[1] == 0:
@@ -393,17 +394,17 @@ class ImagingEngine:
     def _launch_interp(self, plane: int, wait_for=None):
         if self.spread_mode != "rows":
             return self._launch(self._interp, plane, wait_for)
-        start, count = self.plan.active(plane, self.geometry.kernel.support)
+        start, count = self.points.active(plane, self.geometry.kernel.support)
         if count == 0:
             return None
         g = self.geometry
         size = -(-count // self._wg) * self._wg
-        return self._interp_taps(self.queue, (size,), (self._wg,), self.plan.first, self._tap, self._grid,
+        return self._interp_taps(self.queue, (size,), (self._wg,), self.points.first, self._tap, self._grid,
                                  self._vis, np.int32(g.nu), np.int32(g.nv), np.int32(plane), np.int32(start),
                                  np.int32(count), wait_for=wait_for)
 
     def _launch(self, kernel, plane: int, wait_for=None):
-        p = self.plan
+        p = self.points
         start, count = p.active(plane, self.geometry.kernel.support)
         if count == 0:
             return None
@@ -433,7 +434,7 @@ class ImagingEngine:
             return self._vis2dirty(vis, wgt, progress)
 
     def _vis2dirty(self, vis, wgt, progress):
-        p, g = self.plan, self.geometry
+        p, g = self.points, self.geometry
         if p.num_vis == 0:
             self._zero_data_warning("the image")
             return np.zeros((g.npix_x, g.npix_y), self.real)
@@ -454,7 +455,7 @@ class ImagingEngine:
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self.points.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
                 grid = self._map_grid([event])
@@ -493,7 +494,7 @@ class ImagingEngine:
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
         fill_zeros(q, self._tally, 12, np.int32)
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self.points.active(plane, g.kernel.support)[1]:
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
                 self.device_fft.backward(self._grid)
@@ -526,7 +527,7 @@ class ImagingEngine:
         if not_finite[0]:
             raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self.points.active(plane, g.kernel.support)[1]:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
                                  *self._plane_args(plane))
@@ -547,7 +548,7 @@ class ImagingEngine:
             np.conjugate(phase, out=phase)
             step = step.conj()
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self.points.active(plane, g.kernel.support)[1]:
                 grid = self._map_grid()
                 blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
 
@@ -666,7 +667,7 @@ class ImagingEngine:
             return self._dirty2vis(dirty, wgt)
 
     def _dirty2vis(self, dirty, wgt):
-        p = self.plan
+        p = self.points
         out = host_empty(self.shape, self.complex, self.staging)
         if p.num_vis == 0:
             self._zero_data_warning("every visibility")
