@@ -11,7 +11,7 @@ plan's points taken into that order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyopencl as cl
@@ -79,6 +79,8 @@ class PointPlan:
     key_starts: np.ndarray
     num_vis: int
     planned_on: str
+    vis: object = None           # one call's values in this order (a cl.Buffer), or None
+    extra: dict = field(default_factory=dict)   # what a strategy adds (tables, kernel values)
 
     def active(self, plane: int, support: int) -> tuple[int, int]:
         """(start, count) of the visibilities with a tap on ``plane``."""
