@@ -118,7 +118,7 @@ class WGridder:
                                     bool(deterministic))
         if verbosity:
             g, choice, e = geometry, geometry.kernel, self.engine
-            print(f"clgrid.WGridder: {e.plan.num_vis} visibilities (planned on the {e.plan.planned_on}), "
+            print(f"clgrid.WGridder: {e.plan.num_kept} visibilities (planned on the {e.plan.planned_on}), "
                   f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
                   f"w-planes {self.planes.start}:{self.planes.stop} of {g.num_planes}, spread {e.spread_mode}, "
                   f"fft {e.fft_mode}")
