@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import clgrid
@@ -257,3 +258,26 @@ def test_a_grid_beyond_the_largest_buffer_is_refused_by_name(rng, monkeypatch):
     monkeypatch.setattr(wgridding, "device_facts", small)
     with pytest.raises(clgrid.DeviceCapabilityError, match="padded grid of .* needs .* in one buffer"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
+
+
+def test_bins_work_groups_listed_on_the_device_are_the_pieces_of_each_plane(rng):
+    """BinsGridding lists each plane's work-groups on the device: (bin, piece) for every piece
+    of at most bins_subproblem of the points with a tap on the plane, counted here in numpy
+    from the points' first planes and bins."""
+    uvw, freq, _, _ = wide_field(rng, nrow=3000)
+    op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE,
+                         tuning={"spread": "bins", "bins_subproblem": 16, "bin_u": 16, "bin_v": 16}, **IMAGE)
+    e = op.engine
+    points, k, layout = e._parts[0].points, e.spreader.kernels, e.layout
+    n = points.num_vis
+    first = np.empty((n, 4), np.int32)
+    cl.enqueue_copy(op.queue, first, points.first)
+    jobs = points.extra["jobs"]
+    table = np.empty((jobs[-1], 2), np.int32)
+    cl.enqueue_copy(op.queue, table, points.extra["subproblems"])
+    bins = (first[:, 0] // 16) * layout.bins[1] + first[:, 1] // 16
+    for plane in range(k.num_planes):
+        on = (first[:, 2] <= plane) & (first[:, 2] > plane - k.width)
+        counts = np.bincount(bins[on], minlength=layout.keys_per_plane)
+        want = [(b, piece) for b in np.flatnonzero(counts) for piece in range(-(-counts[b] // 16))]
+        assert [tuple(t) for t in table[jobs[plane]:jobs[plane + 1]]] == want
