@@ -407,6 +407,20 @@ class ImagingEngine:
             events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane)
         return events[-1] if events else None
 
+    def stage_seconds(self, direction: str) -> float:
+        """Device seconds of spreading (``direction="grid"``) or interpolating ("degrid") every
+        active plane once, with the values of the last call (for tuning and benchmarks)."""
+        events = []
+        with self._lock:
+            for plane in self.planes:
+                for part in self._parts:
+                    if direction == "grid":
+                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane)
+                    else:
+                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane)
+            cl.wait_for_events(events)
+        return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
+
     def _launch_interp(self, plane: int, wait_for=None):
         """Add ``plane``'s share to the values, part by part; the last event, or None."""
         events = []
