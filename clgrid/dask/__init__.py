@@ -31,7 +31,9 @@ to the rounding of the grid's precision (tested to 1e-5 relative in single).  Wi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import pickle
 import os
 import threading
 import warnings
@@ -52,6 +54,7 @@ from .wgridding import cached_wgridders, clear_wgridders, dirty2vis, vis2dirty
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.gridder import Gridder
+from ..sources.base import KernelSource
 from ..sources.tables import KernelStack
 from ..operators.operation import BYTES_PER_SAMPLE
 from ..device.runtime import devices, matching_devices
@@ -73,30 +76,21 @@ SUMMED = ("samples", "gridded", "degridded", "flagged", "off_grid", "beyond_kern
 
 # -- on the workers -------------------------------------------------------------------
 
-def kernel_token(kernels: KernelStack) -> str:
-    """A key of the stack's content (planes, supports, oversample, w_scale): equal stacks
-    share one rebuilt copy and one operator per worker."""
-    digest = hashlib.sha256()
-    digest.update(np.asarray(kernels.supports, np.int32).tobytes())
-    digest.update(repr((kernels.oversample, kernels.w_scale, kernels.taper)).encode())
-    for plane in kernels.planes:
-        digest.update(np.ascontiguousarray(plane).tobytes())
-    return digest.hexdigest()[:32]
+def kernel_token(kernels: KernelSource) -> str:
+    """A key of the kernel source's content (its dataclass fields: a table stack's planes,
+    supports, oversample, w_scale; an analytic kernel's width, shape and accuracy): equal
+    sources share one copy and one operator per worker."""
+    fields = [(f.name, getattr(kernels, f.name)) for f in dataclasses.fields(kernels)]
+    return hashlib.sha256(pickle.dumps((type(kernels).__name__, fields), protocol=5)).hexdigest()[:32]
 
 
-def _kernel_fields(kernels: KernelStack) -> tuple:
-    return (kernels.planes, kernels.supports, kernels.oversample, kernels.w_scale, kernels.taper)
-
-
-def _stack(token: str, fields: tuple) -> KernelStack:
-    """The worker's one `KernelStack` for ``token`` (built from its arrays the first time)."""
+def _stack(token: str, kernels: KernelSource) -> KernelSource:
+    """The worker's one copy of the kernel source of ``token``."""
     with _lock:
-        if token not in _kernel_stacks:
-            _kernel_stacks[token] = KernelStack(*fields)
-        return _kernel_stacks[token]
+        return _kernel_stacks.setdefault(token, kernels)
 
 
-def _operator(cls, token: str, fields: tuple, options: dict):
+def _operator(cls, token: str, fields, options: dict):
     """The worker's operator for this geometry, method, precision and device: built on first
     use, then kept (at most CACHED_OPERATORS, least recently used dropped)."""
     key = (cls.__name__, token, repr(sorted(options.items())), os.environ.get("CLGRID_DEVICE"))
@@ -342,7 +336,7 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
         raise ValueError(f"vis of shape {vis_shape} does not match uvw of shape {uvw.shape}: its leading "
                          f"axes must be uvw's {uvw.shape[:-1]}")
     token = kernel_token(kernels)
-    stack = shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
+    stack = shared(f"clgrid-kernels-{token}", kernels, keep=True)
     options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation,
                        deterministic=bool(deterministic))
     uvw_pieces, flag_pieces = layout.pieces(uvw, channels=False), _pieces(layout, flags)
@@ -400,7 +394,7 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
         raise ValueError(f"grid must be a complex array of shape (npol, {grid_size}, {grid_size}), got "
                          f"{grid.dtype} {grid.shape}")
     token = kernel_token(kernels)
-    stack = shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
+    stack = shared(f"clgrid-kernels-{token}", kernels, keep=True)
     model = shared(f"clgrid-model-{dask.base.tokenize(grid)}", grid)
     options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation)
     dtype = np.complex128 if precision == "double" else np.complex64
