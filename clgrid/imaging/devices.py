@@ -9,6 +9,7 @@ queues on one device, which is how the code for several devices is tested on one
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,8 +30,12 @@ _pool = None
 
 
 def device_list(device) -> list | None:
-    """``device`` as a list when it is one (a list or tuple: refused when empty), else None
-    (one device, resolved by the engine as before)."""
+    """``device`` as a list when it is one (a list or tuple: refused when empty; None where
+    ``$CLGRID_DEVICE`` names several devices, separated by commas), else None (one device,
+    resolved by the engine)."""
+    if device is None:
+        named = os.environ.get("CLGRID_DEVICE") or ""
+        return [d.strip() for d in named.split(",")] if "," in named else None
     if not isinstance(device, (list, tuple)):
         return None
     if not device:
