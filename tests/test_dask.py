@@ -342,6 +342,32 @@ def test_a_major_cycle_moves_only_values_and_rebuilds_lost_operators_from_kept_p
     assert sum(c["made"] for c in client.run(cd.cached_wgridders).values()) == 2
 
 
+def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path):
+    """A worker on the client's host writes its facet into the client's file in /dev/shm
+    (none left behind); a task that does not find the file (another host) returns its rows,
+    and the client joins both."""
+    from clgrid.dask import delivery
+
+    before = set(os.listdir(delivery.SHARED_MEMORY)) if os.path.isdir(delivery.SHARED_MEMORY) else set()
+    uvw, vis, wgt, mask = wide_field(rng, "single")
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, **IMAGE)
+    image = cd.vis2dirty(vis=blocks(vis), **common)
+    assert relative_error(image, clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask,
+                                                  epsilon=1e-4, do_wgridding=True, **IMAGE)) <= 1e-6
+    if os.path.isdir(delivery.SHARED_MEMORY):
+        assert {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} <= before
+    whole = rng.normal(size=(10, 4)).astype(np.float32)
+    box = delivery.open_box(whole.shape, whole.dtype)
+    if box is None:
+        pytest.skip("no room in /dev/shm for the delivery's own test")
+    assert delivery.deliver(whole[:6], box, 0) is None
+    elsewhere = delivery.DropBox(str(tmp_path / "on-another-host"), box.shape, box.dtype)
+    rows = delivery.deliver(whole[6:], elsewhere, 6)
+    assert rows is not None
+    assert np.array_equal(delivery.collect(box, [None, rows], [0, 6]), whole) and not os.path.exists(box.path)
+
+
 def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, monkeypatch, device_name):
     """deterministic=True with ``slabs`` given: the image and visibilities on the 2-worker
     cluster (2 facets) and on this process's synchronous scheduler (1 facet) are the same

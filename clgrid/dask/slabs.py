@@ -63,10 +63,12 @@ slabs' shares in slab order and weights them (`assemble`), on the chunk's worker
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..device.host_threads import in_slices
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
 from ..imaging.split import fill, slab_bounds, touching
 from ..planning.host import SPEED_OF_LIGHT
@@ -232,11 +234,33 @@ def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list) -> list:
     return taken
 
 
-def values_at(vis, wgt, flat) -> np.ndarray:
-    """vis times wgt (None: 1) at the flat indices ``flat``, refusing NaN or infinite ones."""
-    values = _finite("vis", _at(vis, flat))
-    if wgt is not None:
-        values = values * _finite("wgt", _at(wgt, flat).astype(values.real.dtype))
+def values_at(vis, wgt, flat, threads: int = 1) -> np.ndarray:
+    """vis times wgt (None: 1) at the flat indices ``flat`` (None: all), refusing NaN or
+    infinite ones; a share of them on each of ``threads`` host threads."""
+    vis = np.asarray(vis).reshape(-1)
+    weights = None if wgt is None else np.asarray(wgt).reshape(-1)
+    n = vis.size if flat is None else len(flat)
+    values = np.empty(n, vis.dtype)
+    bad, lock = [0, 0], threading.Lock()
+
+    def share(r):
+        index = np.arange(r.start, r.stop) if flat is None else flat[r]
+        part = values[r]
+        np.take(vis, index, out=part)
+        found = [np.count_nonzero(~np.isfinite(part)), 0]
+        if weights is not None:
+            w = np.take(weights, index).astype(vis.real.dtype)
+            found[1] = np.count_nonzero(~np.isfinite(w))
+            if not any(found):                # (refused below otherwise)
+                np.multiply(part, w, out=part)
+        with lock:
+            bad[0] += found[0]
+            bad[1] += found[1]
+
+    in_slices(threads, n, share)
+    for name, count in zip(("vis", "wgt"), bad):
+        if count:
+            raise ValueError(f"{name} has NaN or infinite entries where not masked ({count})")
     return values
 
 

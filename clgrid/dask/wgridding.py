@@ -80,8 +80,10 @@ import numpy as np
 
 from . import chunks as chunking
 from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, workers_to_prefer
+from .delivery import collect, deliver, discard, open_box
 from .slabs import Part, Slab, assemble, chunk_groups, extent, geometry_of, parts_at, plane_counts, points_of, \
     selection, slab_bounds, slab_sizes, split, values_at
+from ..device.host_threads import in_slices
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
 
@@ -254,11 +256,11 @@ def _chunk_selection(chunk, uvw, freq, mask, geometry, bounds) -> list:
         return selection(uvw, freq, mask, geometry, bounds)
 
 
-def _chunk_values(chunk, vis, wgt, taken) -> tuple:
-    """A chunk's weighted values for each slab, at its kept selection; non-finite ones
-    refused here, where the chunk is known."""
+def _chunk_values(chunk, vis, wgt, taken, threads: int) -> tuple:
+    """A chunk's weighted values for each slab, at its kept selection (on ``threads``
+    host threads); non-finite ones refused here, where the chunk is known."""
     with naming(chunk):
-        return tuple(values_at(vis, wgt, flat) for flat in taken)
+        return tuple(values_at(vis, wgt, flat, threads) for flat in taken)
 
 
 def _chunk_parts(chunk, uvw, freq, taken) -> tuple:
@@ -284,8 +286,21 @@ def _image_slab(points: SlabPoints, values, geometry, slab: Slab, options, keep,
     samples of its group of chunks (values: one array per chunk), in facets, and its warnings."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
-        image, said = _imaged(operator, lock, np.concatenate(values)[:, None], None)
+        image, said = _imaged(operator, lock, _joined(values, options["nthreads"])[:, None], None)
         return _facets(image, facets) + (said,)
+
+
+def _joined(values: list, threads: int) -> np.ndarray:
+    """The values from a slab task's chunks as one array (copied on ``threads`` host threads)."""
+    if len(values) == 1:
+        return values[0]
+    out = np.empty(sum(len(v) for v in values), values[0].dtype)
+    start = 0
+    for v in values:
+        part = out[start:start + len(v)]
+        in_slices(max(1, threads), len(v), lambda r, part=part, v=v: np.copyto(part[r], v[r]))
+        start += len(v)
+    return out
 
 
 def _vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep):
@@ -495,17 +510,26 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
     return selections, points
 
 
-def _summed(outputs: list, facets: int, workers) -> tuple:
-    """The image from the imaging tasks' outputs (``facets`` facets and the warnings each):
-    facet f summed pairwise by task number on worker f, the facets gathered and joined."""
+def _summed(outputs: list, facets: int, workers, shape: tuple, dtype) -> tuple:
+    """The image (``shape``, ``dtype``) from the imaging tasks' outputs (``facets`` facets
+    and the warnings each): facet f summed pairwise by task number on worker f, and handed
+    to the client through shared memory where worker f is on its host
+    (`clgrid.dask.delivery`), else gathered; all facets at once."""
     if not outputs:
         return None, frozenset()
+    box = open_box(shape, dtype) if workers else None
+    starts = [int(s) for s in np.cumsum([0] + [len(r) for r in np.array_split(np.arange(shape[0]), facets)])[:-1]]
     sums = []
     for f in range(facets):
         with prefer_worker(f, workers):
-            sums.append(tree_sum([out[f] for out in outputs], _task(_add_images)))
-    parts, said = dask.compute(sums, _task(_said)(*[out[facets] for out in outputs]))
-    return (parts[0] if facets == 1 else np.concatenate(parts, axis=0)), said
+            total = tree_sum([out[f] for out in outputs], _task(_add_images))
+            sums.append(_task(deliver)(total, box, starts[f]) if box is not None else total)
+    try:
+        parts, said = dask.compute(sums, _task(_said)(*[out[facets] for out in outputs]))
+    except BaseException:
+        discard(box)
+        raise
+    return collect(box, parts, starts), said
 
 
 def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets) -> list:
@@ -528,7 +552,7 @@ def _slab_pieces(layout: Layout, uvw, freq, mask) -> list:
 def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets) -> list:
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
     count = len(slab_layout.bounds)
-    values = [dask.delayed(_chunk_values, pure=False, nout=count)(chunk, v, w, taken)
+    values = [dask.delayed(_chunk_values, pure=False, nout=count)(chunk, v, w, taken, max(1, options["nthreads"]))
               for (chunk, _, _, _), v, w, taken in zip(pieces, vis_pieces, wgt_pieces, selections)]
     outputs = []
     for t, slab in enumerate(slab_layout.tasks):
@@ -632,7 +656,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
         slab_layout = _slab_layout(token, pieces, options, count, cap, keep)
         outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep, workers,
                                facets)
-    image, said = _summed(outputs, facets, workers)
+    real = np.float64 if options["precision"] == "double" else np.float32
+    image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real)
     if image is None:
         image = _zeros(options)
     for message in sorted(said):
