@@ -38,6 +38,7 @@ __all__ = ["SPLITS", "touching", "first_planes", "plane_counts", "slab_bounds", 
            "row_bounds"]
 
 SPLITS = ("auto", "planes", "rows")
+BLOCK_SAMPLES = 1 << 15        # samples a host thread takes at a time in `first_planes`
 
 
 def touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
@@ -54,14 +55,17 @@ def first_planes(uvw: np.ndarray, scale: np.ndarray, keep, geometry: ImageGeomet
     """Each sample's first w-plane (nrow, nchan), as the planning finds it; -1 where the
     sample is not kept (``keep`` False).  On ``workers`` host threads, a share of rows each."""
     out = np.empty((uvw.shape[0], scale.size), _plane_dtype(geometry))
+    block = max(1, BLOCK_SAMPLES // scale.size)
 
     def rows(r):
-        aw = np.abs(uvw[r, 2])[:, None] * scale[None, :]      # the planning's product (flips are signs)
-        first = geometry.first_planes(aw)
-        if keep is not None:
-            first[~keep[r]] = -1.0                            # (a NaN w where not kept, too)
-        with np.errstate(invalid="ignore"):
-            out[r] = first
+        for a in range(r.start, r.stop, block):           # temporaries that stay in cache
+            b = min(a + block, r.stop)
+            aw = np.abs(uvw[a:b, 2])[:, None] * scale[None, :]      # the planning's product (flips are signs)
+            first = geometry.first_planes(aw)
+            if keep is not None:
+                first[~keep[a:b]] = -1.0                            # (a NaN w where not kept, too)
+            with np.errstate(invalid="ignore"):
+                out[a:b] = first
 
     in_slices(workers, uvw.shape[0], rows)
     return out
@@ -71,11 +75,15 @@ def plane_counts(first: np.ndarray, geometry: ImageGeometry, workers: int = 1) -
     """How many kept samples have each first plane (num_planes,), from `first_planes`."""
     counts, lock = np.zeros(geometry.num_planes, np.int64), threading.Lock()
 
+    block = max(1, BLOCK_SAMPLES // max(first.shape[1], 1))
+
     def rows(r):
-        part = first[r].reshape(-1)
-        found = np.bincount(part[part >= 0].astype(np.int64), minlength=geometry.num_planes)
+        found = np.zeros(geometry.num_planes + 1, np.int64)
+        for a in range(r.start, r.stop, block):
+            part = first[a:min(a + block, r.stop)].reshape(-1) + 1            # not kept (-1) to bin 0
+            found += np.bincount(part, minlength=geometry.num_planes + 1)[:geometry.num_planes + 1]
         with lock:
-            counts[:] += found[:geometry.num_planes]
+            counts[:] += found[1:]
 
     in_slices(workers, first.shape[0], rows)
     return counts

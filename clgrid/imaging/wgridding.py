@@ -54,7 +54,7 @@ from .devices import add_in_order, check_devices, device_list, on_devices, queue
 from .engine import ImagingEngine
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
-from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, slab_masks
+from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, slab_masks, touching
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
 
@@ -168,11 +168,13 @@ class WGridder:
         shares = []                                       # (device index, rows, keep, planes)
         if split == "planes":
             first = first_planes(uvw, engine["scale"], keep, g, workers)
-            bounds = slab_bounds(plane_counts(first, g, workers), g, len(queues), self.planes)
+            counts = plane_counts(first, g, workers)
+            bounds = slab_bounds(counts, g, len(queues), self.planes)
             masks = slab_masks(first, g, bounds, workers)
             del first
+            planes = np.arange(g.num_planes)
             for i, ((lo, hi), m) in enumerate(zip(bounds, masks)):
-                kept = int(np.count_nonzero(m))
+                kept = int(counts[touching(planes, lo, hi, g.kernel.support)].sum())     # = m's count
                 if kept:
                     shares.append((i, slice(None), m, range(lo, hi), kept))
         else:
