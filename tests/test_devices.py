@@ -15,7 +15,7 @@ import pytest
 import clgrid
 from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import split as imaging_split
-from clgrid.planning import stacking
+from clgrid.planning.host import stacked_positions
 from conftest import optional, relative_error
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
@@ -58,9 +58,9 @@ def test_device_lists_give_the_one_device_result(rng, pair, split):
     assert op.engines[0].queue.context != op.engines[1].queue.context
     if split == "planes":                   # the slabs partition the planes; each took only its samples
         assert op.engines[0].planes.stop == op.engines[1].planes.start and op.engines[1].planes.stop == \
-            op.geometry.num_planes and sum(e.plan.num_vis for e in op.engines) < 2 * np.count_nonzero(mask)
+            op.geometry.num_planes and sum(e.plan.num_kept for e in op.engines) < 2 * np.count_nonzero(mask)
     else:
-        assert sum(e.plan.num_vis for e in op.engines) == np.count_nonzero(mask)
+        assert sum(e.plan.num_kept for e in op.engines) == np.count_nonzero(mask)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     image, predicted = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)
     assert image.dtype == np.float32 and predicted.dtype == np.complex64 and predicted.shape == vis.shape
@@ -118,10 +118,9 @@ def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
         rng.choice([-1.0, 1.0], rows.size)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
     assert one.geometry == g
-    host = stacking.plan_on_host(uvw, freq / C, None, (1.0, 1.0, 1.0), g, stacking.Layout("rows", g.nu, g.nv), True)
+    host = stacked_positions(uvw, freq / C, None, (1.0, 1.0, 1.0), g, True)      # the planning's float64 twin
     planned = np.empty(nrow * freq.size, np.int64)
-    src = host["src"]
-    planned[np.where(src < 0, -src - 1, src)] = host["first"][:, 2]
+    planned[host["sample"]] = host["packed"][:, 3] & 0x7FFFFFFF
     first = imaging_split.first_planes(uvw, freq / C, None, g)
     assert np.array_equal(first.reshape(-1), planned)
     op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 4, **kw)
@@ -130,7 +129,7 @@ def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
     for (lo, hi), m, e in zip(bounds, masks, op.engines):
         taps = (planned[:, None] + np.arange(g.kernel.support)[None, :])
         assert np.array_equal(m.reshape(-1), np.any((taps >= lo) & (taps < hi), axis=1))
-        assert e.plan.num_vis == np.count_nonzero(m)
+        assert e.plan.num_kept == np.count_nonzero(m)
     vis = rng.normal(size=(nrow, 2)) + 1j * rng.normal(size=(nrow, 2))
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     assert relative_error(op.vis2dirty(vis), one.vis2dirty(vis)) <= 1e-12

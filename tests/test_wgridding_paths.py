@@ -1,5 +1,5 @@
 """The w-gridding operator's other paths against ducc0: the spread variant the table does
-not pick on PoCL ("atomic"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
+not pick on PoCL ("points", "bins"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
 crop, w phase and grid correction on the device, which the table picks on GPUs."""
 
 import os
@@ -47,7 +47,7 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
-@pytest.mark.parametrize("tuning", [{"spread": "atomic"}, {"spread": "bins", "bins_work_group": 32}])
+@pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "bins", "bins_work_group": 32}])
 def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
     img, vis = against_ducc0(rng, tuning, epsilon, single, wgrid)
     assert img <= epsilon and vis <= epsilon, (img, vis)
@@ -78,7 +78,7 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
     side = int(np.sqrt((op.engine.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
     bins = {"spread": "bins", "bin_u": side, "bin_v": side, "bins_work_group": 256, "fft": "host"}
     big = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning=bins)
-    assert 1 <= big.engine._bins_batch(big.engine.facts) < 256
+    assert 1 <= big.engine.spreader.tuning["bins_batch"] < 256
     rows = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                            tuning={"spread": "rows", "fft": "host"})
     assert relative_error(big.vis2dirty(vis, wgt), rows.vis2dirty(vis, wgt)) < 1e-12

@@ -150,7 +150,7 @@ class WGridder:
         if verbosity:
             g, choice = geometry, geometry.kernel
             for i, e in enumerate(self.engines):
-                print(f"clgrid.WGridder: {e.plan.num_vis} visibilities (planned on the {e.plan.planned_on}), "
+                print(f"clgrid.WGridder: {e.plan.num_kept} visibilities (planned on the {e.plan.planned_on}), "
                       f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
                       f"w-planes {e.planes.start}:{e.planes.stop} of {g.num_planes}, spread {e.spread_mode}, "
                       f"fft {e.fft_mode}" + (f", device {e.queue.device.name.strip()}" if len(self.engines) > 1

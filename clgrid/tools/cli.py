@@ -19,7 +19,9 @@ from ..device.binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
 from ..sources.tables import KernelStack, quarter_size
 from ..device.runtime import device_facts, devices, get_queue, select_device
 from ..device.tuning import format_entry, matching_entries
-from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
+from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING
+from ..sources.accuracy import choose_kernel
+from ..sources.analytic import StackedKernel
 from ..planning.host import SPEED_OF_LIGHT
 
 
@@ -281,15 +283,26 @@ def _tuning_overrides(pairs) -> dict:
 
 
 def cmd_emit(args) -> int:
-    methods = DEGRIDDING_METHODS if args.degrid else GRIDDING_METHODS
+    if args.imaging:
+        methods = {label: pair[1 if args.degrid else 0] for label, pair in IMAGING.items()}
+        kind = "imaging (--imaging)"
+    else:
+        methods = DEGRIDDING_METHODS if args.degrid else GRIDDING_METHODS
+        kind = "degridding" if args.degrid else "gridding"
     if args.method not in methods:
-        print(f"clgrid emit: no {'degridding' if args.degrid else 'gridding'} method {args.method!r}; "
-              f"choose one of {list(methods)}", file=sys.stderr)
+        print(f"clgrid emit: no {kind} method {args.method!r}; choose one of {list(methods)}", file=sys.stderr)
         return 2
     try:
         facts = (offline_target(args.target, args.platform) if args.target
                  else device_facts(select_device(args.device)))
-        if args.epsilon is not None:
+        grid_size = args.grid_size
+        if args.imaging:
+            if args.epsilon is None:
+                raise ValueError("--imaging needs --epsilon (the accuracy the imaging operator's kernel reaches)")
+            choice = choose_kernel(args.epsilon, args.precision, 3 if args.w_planes else 2)
+            stack = StackedKernel(choice.support, choice.beta, max(args.w_planes, 1), bool(args.w_planes))
+            grid_size = (args.grid_size, args.grid_size)
+        elif args.epsilon is not None:
             stack = KernelStack.analytic(args.epsilon, args.precision)
         elif args.max_support is None:
             raise ValueError("give --max-support (a table stack's widest support) or --epsilon (an analytic kernel)")
@@ -298,7 +311,7 @@ def cmd_emit(args) -> int:
             q = quarter_size(args.max_support, args.oversample)
             stack = KernelStack.from_arrays([np.zeros((q, q))], [args.max_support], args.oversample, 0.0)
         source, description = emit_program(methods[args.method], facts, args.precision, args.npol,
-                                           args.grid_size, stack, args.output,
+                                           grid_size, stack, args.output,
                                            _tuning_overrides(args.tuning))
     except Exception as exc:
         print(f"clgrid emit: {exc}", file=sys.stderr)
@@ -520,6 +533,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--epsilon", type=float,
                    help="emit for an analytic kernel source of this accuracy (KernelStack.analytic: the program "
                         "bakes in its polynomials) instead of a table stack")
+    e.add_argument("--imaging", action="store_true",
+                   help="the imaging operator's (vis2dirty/dirty2vis) w-stacking spread of --method (bins, points, "
+                        "rows), or with --degrid its interpolation; needs --epsilon")
+    e.add_argument("--w-planes", type=int, default=0,
+                   help="with --imaging: the w-planes of the stack (0: 2-D imaging, no w)")
     e.add_argument("--tuning", action="append", metavar="KEY=VALUE",
                    help="override a tuning parameter (repeatable; value in TOML syntax)")
     e.add_argument("-o", "--output", required=True,
