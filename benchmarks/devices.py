@@ -4,7 +4,8 @@ process and ducc0.
 
 MeerKAT-like data as benchmarks/wgridding.py makes them (64 dishes, 8 h tracks), with
 channels across 200 MHz at L band: the "large" set is 4 M rows x 16 channels (64 M
-visibilities) into 8192^2, the "small" one 250 k rows x 16 channels (4 M) into 4096^2;
+visibilities) into 8192^2, the "small" one 250 k rows x 16 channels (4 M) into 4096^2
+("medium": 1.6 M into 1024^2, for small machines);
 epsilon 1e-4, single precision, w-gridding.  Parts (``--parts``):
 
 - ``process``: per set, one device (`WGridder(device=d0)`) against the first k devices
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 import tempfile
@@ -48,7 +50,8 @@ from report import report
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 SPEED_OF_LIGHT = 299792458.0
-SETS = {"large": (4_000_000, 16, 8192), "small": (250_000, 16, 4096), "quick": (20_000, 4, 256)}
+SETS = {"large": (4_000_000, 16, 8192), "small": (250_000, 16, 4096), "medium": (100_000, 16, 1024),
+        "quick": (20_000, 4, 256)}
 BAND = (1.3e9, 1.5e9)
 
 
@@ -275,8 +278,6 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
 # -- CPU workers -------------------------------------------------------------------------
 
 def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
-    import json
-
     import dask_scaling
 
     with tempfile.TemporaryDirectory() as folder:
@@ -358,8 +359,9 @@ def main(argv=None):
             res["dask"].append(row)
         del data, reference
         gc.collect()
-        if a.json:
-            report(res, a.json)
+        if a.json:                                   # what is done so far, should a later part fail
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
     if "cpu" in a.parts:
         start = time.perf_counter()
         res["cpu"] = cpu_part(*SETS[a.cpu_set], a)
