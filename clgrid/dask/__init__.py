@@ -18,7 +18,10 @@ same operator and programs, whichever copy of the stack it was sent.
 Devices: each worker resolves ``device`` itself (a name such as "pocl" or "gpu"); with
 ``device=None`` that is the worker's ``$CLGRID_DEVICE``, else its first GPU, else PoCL.
 Setting ``CLGRID_DEVICE`` in each worker's environment therefore assigns the devices
-(README, "Beyond one machine: Dask").
+(README, "Beyond one machine: Dask"); where it names several (comma-separated, as
+`assign_devices` does on a host with more devices than workers), `vis2dirty` /
+`dirty2vis` drive them all (`clgrid.WGridder` with a device list) and `grid` / `degrid`
+the first.
 
 Determinism: with ``deterministic=True`` each chunk's grid is bit-identical from run to
 run (fixed-point accumulation on the device, `clgrid.operators.deterministic`) and so is the

@@ -70,7 +70,7 @@ import numpy as np
 
 from ..device.host_threads import in_slices
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
-from ..imaging.split import fill, slab_bounds, touching
+from ..imaging.split import fill, slab_bounds, touching  # noqa: F401  (slab_bounds: part of this module's API)
 from ..planning.host import SPEED_OF_LIGHT
 
 __all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "slab_sizes", "chunk_groups",

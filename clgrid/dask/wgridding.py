@@ -81,7 +81,7 @@ import numpy as np
 from . import chunks as chunking
 from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, workers_to_prefer
 from .delivery import collect, deliver, discard, open_box
-from .slabs import Part, Slab, assemble, chunk_groups, extent, geometry_of, parts_at, plane_counts, points_of, \
+from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, parts_at, plane_counts, points_of, \
     selection, slab_bounds, slab_sizes, split, values_at
 from ..device.host_threads import in_slices
 from ..imaging.wgridding import WGridder
