@@ -126,7 +126,7 @@ def process_part(name: str, data: dict, devices: list, a) -> dict:
                                                                        **keywords))
             operators[key] = op
             out["runs"][key] = {"devices": devices[:k], "split": split, "setup_s": setup,
-                                "shares": [{"planes": [e.planes.start, e.planes.stop], "samples": e.plan.num_kept,
+                                "shares": [{"planes": [e.planes.start, e.planes.stop], "samples": e.num_kept,
                                             "device": e.queue.device.name.strip()} for e in op.engines]}
     g = one.geometry
     out["geometry"] = {"grid": [g.nu, g.nv], "support": g.kernel.support, "planes": g.num_planes,

@@ -58,9 +58,9 @@ def test_device_lists_give_the_one_device_result(rng, pair, split):
     assert op.engines[0].queue.context != op.engines[1].queue.context
     if split == "planes":                   # the slabs partition the planes; each took only its samples
         assert op.engines[0].planes.stop == op.engines[1].planes.start and op.engines[1].planes.stop == \
-            op.geometry.num_planes and sum(e.plan.num_kept for e in op.engines) < 2 * np.count_nonzero(mask)
+            op.geometry.num_planes and sum(e.num_kept for e in op.engines) < 2 * np.count_nonzero(mask)
     else:
-        assert sum(e.plan.num_kept for e in op.engines) == np.count_nonzero(mask)
+        assert sum(e.num_kept for e in op.engines) == np.count_nonzero(mask)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     image, predicted = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)
     assert image.dtype == np.float32 and predicted.dtype == np.complex64 and predicted.shape == vis.shape
@@ -129,7 +129,7 @@ def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
     for (lo, hi), m, e in zip(bounds, masks, op.engines):
         taps = (planned[:, None] + np.arange(g.kernel.support)[None, :])
         assert np.array_equal(m.reshape(-1), np.any((taps >= lo) & (taps < hi), axis=1))
-        assert e.plan.num_kept == np.count_nonzero(m)
+        assert e.num_kept == np.count_nonzero(m)
     vis = rng.normal(size=(nrow, 2)) + 1j * rng.normal(size=(nrow, 2))
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     assert relative_error(op.vis2dirty(vis), one.vis2dirty(vis)) <= 1e-12

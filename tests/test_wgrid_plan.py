@@ -98,7 +98,7 @@ def test_without_fp64_the_host_plans_and_sends_the_pixels(rng, monkeypatch):
     monkeypatch.setattr(planning, "device_facts", no_fp64)
     monkeypatch.setattr(wgridding, "device_facts", no_fp64)
     reduced = clgrid.WGridder(uvw, freq, **kw)
-    assert reduced.plan.planned_on == "host" and full.plan.planned_on == "device"
+    assert reduced.engine.planned_on == "host" and full.engine.planned_on == "device"
     vis, wgt = vis.astype(np.complex64), wgt.astype(np.float32)
     assert relative_error(reduced.vis2dirty(vis, wgt), full.vis2dirty(vis, wgt)) < 1e-5
     assert relative_error(reduced.dirty2vis(dirty, wgt), full.dirty2vis(dirty, wgt)) < 1e-5

@@ -75,7 +75,7 @@ def _name(i: int, queue) -> str:
 
 
 def share_bytes(num_samples: int, num_kept: int, geometry: ImageGeometry, precision: str) -> tuple:
-    """(bytes, largest buffer) that an engine's share needs on its device at least: the
+    """(bytes, the largest buffer) that an engine's share needs on its device at least: the
     caller's values and weights (``num_samples``), the plan and values of its
     ``num_kept`` points, and the padded grid (transients and per-strategy tables not
     counted: a device refused on this would fail anyway)."""
@@ -83,7 +83,7 @@ def share_bytes(num_samples: int, num_kept: int, geometry: ImageGeometry, precis
     values = num_samples * 3 * real                   # complex values and real weights, as the caller gives them
     plan = num_kept * (16 + 4 * real + 4 + 2 * real)  # first cells, offsets, source index, values in plan order
     grid = geometry.nu * geometry.nv * 2 * real
-    return values + plan + grid, max(grid, num_samples * 2 * real)
+    return values + plan + grid, grid            # (the values' buffers come in parts where they must)
 
 
 def check_devices(queues: list, precision: str, needs: list) -> None:

@@ -150,7 +150,7 @@ class WGridder:
         if verbosity:
             g, choice = geometry, geometry.kernel
             for i, e in enumerate(self.engines):
-                print(f"clgrid.WGridder: {e.plan.num_kept} visibilities (planned on the {e.plan.planned_on}), "
+                print(f"clgrid.WGridder: {e.num_kept} visibilities (planned on the {e.planned_on}), "
                       f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
                       f"w-planes {e.planes.start}:{e.planes.stop} of {g.num_planes}, spread {e.spread_mode}, "
                       f"fft {e.fft_mode}" + (f", device {e.queue.device.name.strip()}" if len(self.engines) > 1
@@ -207,9 +207,10 @@ class WGridder:
         return self.engines[0].queue
 
     @property
-    def plan(self):
-        """The planned points on the (first) device."""
-        return self.engines[0].plan
+    def plans(self) -> list:
+        """The planned points (`clgrid.planning.plan.Plan`), device by device, one per part
+        of the rows that fits a device's buffers."""
+        return [plan for e in self.engines for plan in e.plans]
 
     def _check(self, name, a, shape):
         if a is not None and np.shape(a) != shape:
