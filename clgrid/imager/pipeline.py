@@ -1,0 +1,358 @@
+"""``clgrid image``: a Measurement Set in, WSClean's dirty images (and PSFs) out.
+
+The steps, each printed as it is taken:
+
+1. Check the arguments and the output paths (`argument_errors`), open the MS and check it
+   can give what is asked (column, polarisations, channels): every error is raised here,
+   before the data are read.
+2. Read the MS once, a block of rows at a time (`clgrid.imager.ms`), forming each
+   polarisation asked for (`clgrid.imager.correlations`), with a progress bar.
+3. Choose the pixel and image size from the data where not given (`clgrid.imager.defaults`).
+4. For each output channel (``--channels-out``): the imaging weights
+   (`clgrid.imager.weighting`, from the first polarisation's visibility weights, as
+   WSClean), one `clgrid.WGridder` for the channel's points (planned once), then the PSF
+   (with ``--make-psf``) and each polarisation's image from it.  An image is divided by
+   its sum of weights; with a PSF, the PSF is scaled to 1 at its centre and the images by
+   the same factor (WSClean does both); the beam is fitted to the PSF (`clgrid.imager.beam`).
+5. With several output channels, the MFS images: each channel's image weighted by its sum
+   of weights, as WSClean combines them.
+6. Files named as WSClean names them (`output_names`), written as WSClean writes them
+   (`clgrid.imager.fits`), each through a temporary file: an interrupted run leaves no
+   partial FITS.
+
+Fluxes are WSClean's: the image is not divided by n = sqrt(1 - l^2 - m^2), so a point
+source off the centre keeps its flux (``divide_by_n=True`` gives ducc0's convention).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .correlations import parse_polarizations
+from .weighting import WEIGHT_MODES, WeightGrid
+
+__all__ = ["ImagingOptions", "ImagingError", "argument_errors", "output_names", "run"]
+
+SPEED_OF_LIGHT = 299792458.0
+
+
+class ImagingError(ValueError):
+    """What is wrong with the arguments or the MS, one line per problem, each naming its
+    argument."""
+
+
+@dataclass
+class ImagingOptions:
+    """``clgrid image``'s arguments, with WSClean's names and defaults where it has them.
+
+    ``scale`` in radians; ``size`` (nx, ny); ``polarizations`` as given to ``--pol``
+    (``"I"``, ``"IQUV"``, ``"xx,yy"``) or a tuple of names; ``precision`` None picks single
+    precision for ``epsilon >= 1e-5``, else double."""
+
+    ms: str
+    name: str
+    size: tuple | None = None
+    scale: float | None = None
+    weight: str = "uniform"
+    robust: float = 0.0
+    super_weight: float = 1.0
+    mf_weighting: bool = False
+    rank_filter: float = 3.0
+    rank_filter_size: int = 16
+    padding: float = 1.2
+    data_column: str | None = None
+    polarizations: object = "I"
+    channels_out: int = 1
+    make_psf: bool = False
+    beam_fit: str = "wsclean"
+    do_wgridding: bool = True
+    divide_by_n: bool = False
+    epsilon: float = 1e-4
+    precision: str | None = None
+    device: object = None
+    field_id: int = 0
+    overwrite: bool = False
+    history: tuple = field(default_factory=tuple)
+
+    def pols(self) -> tuple:
+        if isinstance(self.polarizations, str):
+            return parse_polarizations(self.polarizations)
+        return parse_polarizations(",".join(self.polarizations))
+
+    def chosen_precision(self) -> str:
+        return self.precision or ("single" if self.epsilon >= 1e-5 else "double")
+
+
+def output_names(options: ImagingOptions, pols=None) -> dict:
+    """Every file the run writes, as WSClean names them: ``{(kind, channel, pol): path}``
+    with kind "dirty" or "psf", channel an index or "MFS", pol None for the PSF.
+
+    ``NAME-dirty.fits``, ``NAME-psf.fits``; with several polarisations ``NAME-Q-dirty.fits``;
+    with ``--channels-out`` K > 1 ``NAME-0000-dirty.fits`` ... and ``NAME-MFS-dirty.fits``,
+    ``NAME-0000-Q-dirty.fits``, ``NAME-0000-psf.fits``, ``NAME-MFS-psf.fits``."""
+    pols = pols or options.pols()
+    k = options.channels_out
+    channels = [f"{c:04d}" for c in range(k)] + (["MFS"] if k > 1 else [])
+    names = {}
+    for index, channel in enumerate(channels):
+        key = index if channel != "MFS" else "MFS"
+        part = options.name + (f"-{channel}" if k > 1 else "")
+        for p in pols:
+            names[("dirty", key, p)] = part + (f"-{p}" if len(pols) > 1 else "") + "-dirty.fits"
+        if options.make_psf:
+            names[("psf", key, None)] = part + "-psf.fits"
+    return names
+
+
+def argument_errors(options: ImagingOptions) -> list:
+    """What is wrong with the arguments, each naming its option, found before the MS is
+    opened: sizes, scale, weighting, accuracy, polarisations, output folder and files."""
+    errors = []
+    try:
+        pols = options.pols()
+    except ValueError as exc:
+        errors.append(str(exc))
+        pols = ("I",)
+    if options.size is not None:
+        nx, ny = options.size
+        if nx < 16 or ny < 16 or nx % 2 or ny % 2:
+            errors.append(f"--size: width and height must be even and at least 16, got {nx} {ny}")
+    if options.scale is not None and not (options.scale > 0 and math.isfinite(options.scale)):
+        errors.append(f"--scale must be a positive angle, got {options.scale!r} rad")
+    if options.size is not None and options.scale is not None and not errors:
+        half_x, half_y = options.size[0] * options.scale / 2, options.size[1] * options.scale / 2
+        if half_x * half_x + half_y * half_y >= 1:
+            errors.append(f"--size {options.size[0]} {options.size[1]} with --scale {math.degrees(options.scale):.4g} "
+                          f"deg reaches past the horizon (l^2 + m^2 >= 1 in the corners)")
+    if options.weight not in WEIGHT_MODES:
+        errors.append(f"--weight must be natural, uniform or briggs ROBUST, got {options.weight!r}")
+    if not math.isfinite(options.robust):
+        errors.append(f"--weight briggs: the robustness must be a finite number, got {options.robust}")
+    if not (options.super_weight > 0 and math.isfinite(options.super_weight)):
+        errors.append(f"--super-weight must be a positive number, got {options.super_weight}")
+    if options.rank_filter_size < 1:
+        errors.append(f"--weighting-rank-filter-size must be >= 1, got {options.rank_filter_size}")
+    if options.channels_out < 1:
+        errors.append(f"--channels-out must be >= 1, got {options.channels_out}")
+    if not (0 < options.epsilon < 1):
+        errors.append(f"--epsilon must be in (0, 1), got {options.epsilon}")
+    elif options.precision == "single" and options.epsilon < 1e-5:
+        errors.append(f"--epsilon {options.epsilon:g} needs --precision double (single reaches 1e-5)")
+    if options.beam_fit not in ("wsclean", "whole-box"):
+        errors.append(f"--beam-fit must be wsclean or whole-box, got {options.beam_fit!r}")
+    if options.precision not in (None, "single", "double"):
+        errors.append(f"--precision must be single or double, got {options.precision!r}")
+    folder = os.path.dirname(os.path.abspath(options.name))
+    if not options.name or os.path.basename(options.name) in ("", ".", ".."):
+        errors.append(f"-o {options.name!r}: give a name (the files are NAME-dirty.fits, ...)")
+    elif not os.path.isdir(folder):
+        errors.append(f"-o {options.name}: folder {folder} does not exist")
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        errors.append(f"-o {options.name}: cannot write in {folder}")
+    elif options.channels_out >= 1:
+        paths = list(output_names(options, pols).values())
+        folders = [p for p in paths if os.path.isdir(p)]
+        existing = [p for p in paths if os.path.exists(p) and not os.path.isdir(p)]
+        if folders:
+            errors.append(f"-o {options.name}: {', '.join(folders)} is a folder")
+        if existing and not options.overwrite:
+            shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if len(existing) > 3 else "")
+            errors.append(f"-o {options.name}: {shown} exist{'s' if len(existing) == 1 else ''} "
+                          f"(--overwrite replaces {'it' if len(existing) == 1 else 'them'})")
+    return errors
+
+
+def _progress(total, desc, unit, quiet):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=quiet, leave=False, unit_scale=True)
+
+
+def theoretical_beam(uvw, freqs, weights) -> float:
+    """WSClean's initial beam estimate: 1 / the longest baseline (u, v, w) in wavelengths
+    among the samples with non-zero weight."""
+    longest = 0.0
+    step = 1 << 20
+    freqs = np.asarray(freqs, np.float64)
+    for start in range(0, uvw.shape[0], step):
+        rows = slice(start, start + step)
+        used = weights[rows] != 0
+        top = np.max(np.where(used, freqs[None, :], 0.0), axis=1)
+        length = np.sqrt((uvw[rows] ** 2).sum(axis=1)) * top
+        if length.size:
+            longest = max(longest, float(length.max()))
+    longest /= SPEED_OF_LIGHT
+    return 1.0 / longest if longest > 0 else math.inf
+
+
+@dataclass
+class _Channel:
+    """One output channel's results kept for the MFS images."""
+
+    band: tuple
+    image_weights: dict
+    psf_weight: float = 0.0
+    estimate: float = math.inf
+
+
+def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
+    """Make the images; returns the paths written.  ImagingError (or
+    `clgrid.imager.ms.MSError`) before any work for bad arguments or an MS that cannot give
+    what is asked; ``say`` prints each step, ``quiet`` hides the progress bars."""
+    from .. import WGridder
+    from . import fits
+    from .beam import fit_beam
+    from .defaults import image_defaults
+    from .ms import channel_groups, open_ms
+
+    errors = argument_errors(options)
+    if errors:
+        raise ImagingError("\n".join(errors))
+    pols = options.pols()
+    precision = options.chosen_precision()
+    started = time.perf_counter()
+    with open_ms(options.ms, options.data_column, options.field_id) as ms:
+        recipes = ms.recipes(pols)
+        groups = channel_groups(ms.freqs, options.channels_out)
+        say(f"clgrid image: {ms.path}: {ms.nrow} rows x {ms.freqs.size} channels "
+            f"({ms.freqs.min() / 1e6:.6g}-{ms.freqs.max() / 1e6:.6g} MHz), correlations {' '.join(ms.correlations)}")
+        say(f"  data column {ms.data_column} ({ms.data_column_note}); weights from {ms.weight_column}")
+        for p in pols:
+            say(f"  {recipes[p].describe(ms.correlations)}")
+        with _progress(ms.nrow, f"reading {ms.data_column}", "row", quiet) as bar:
+            data = ms.read(pols, groups, progress=bar.update)
+        meta = dict(freqs=ms.freqs.copy(), widths=ms.widths.copy(), centre=ms.phase_centre,
+                    telescope=ms.telescope, observer=ms.observer, field=ms.field_name,
+                    diameter=ms.dish_diameter, column=ms.data_column)
+    counts = data.counts
+    say(f"  read in {time.perf_counter() - started:.2f} s; left out: {counts['autocorrelation rows']} "
+        f"autocorrelation row(s), {counts['flagged rows']} flagged row(s) (FLAG_ROW)")
+    freqs, uvw, first = meta["freqs"], data.uvw, pols[0]
+    all_weights = np.concatenate(data.wgt[first], axis=1) if len(groups) > 1 else data.wgt[first][0]
+    if not np.any(all_weights):
+        raise ImagingError(f"every sample of {first} is flagged, an autocorrelation or has zero weight: "
+                           f"nothing to image")
+    scale, (nx, ny), notes = image_defaults(uvw, freqs, meta["diameter"], options.scale, options.size,
+                                            all_weights)
+    del all_weights
+    for note in notes:
+        say(f"  {note}")
+    if (nx * scale / 2) ** 2 + (ny * scale / 2) ** 2 >= 1:
+        raise ImagingError(f"--size {nx} {ny} with pixels of {math.degrees(scale):.4g} deg reaches past the horizon")
+    names = output_names(options, pols)
+    weighting = {"natural": "natural", "uniform": "uniform"}.get(options.weight, f"Briggs'({options.robust:g})")
+    say(f"  weighting {weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
+        f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "
+        f"({precision}), fluxes {'divided by n (ducc0)' if options.divide_by_n else 'not divided by n (WSClean)'}")
+
+    def new_grid():
+        return WeightGrid(options.weight, nx, ny, scale, scale, options.robust, options.padding,
+                          options.super_weight, options.rank_filter, options.rank_filter_size)
+
+    shared = None
+    if options.mf_weighting and options.weight != "natural":
+        shared = new_grid()
+        for g, group in enumerate(groups):
+            shared.add(uvw, freqs[group], data.wgt[first][g])
+        shared.finish()
+    ra, dec, frame = meta["centre"]
+    describe = dict(npix_x=nx, npix_y=ny, pixsize_x=scale, pixsize_y=scale, ra=ra, dec=dec, frame=frame,
+                    date_obs=data.time_range[0], telescope=meta["telescope"], observer=meta["observer"],
+                    field_name=meta["field"], data_column=meta["column"], weighting=weighting,
+                    history=options.history)
+    written = []
+    mfs = {p: np.zeros((ny, nx), np.float64) for p in pols} if len(groups) > 1 else None
+    mfs_psf = np.zeros((ny, nx), np.float64) if len(groups) > 1 and options.make_psf else None
+    channels = []
+    real = np.float32 if precision == "single" else np.float64
+    cplx = np.complex64 if precision == "single" else np.complex128
+
+    def write(key, image, **extra):
+        path = names[key]
+        fits.write_image(path, image, fits.ImageDescription(**describe, **extra), overwrite=options.overwrite)
+        written.append(path)
+        say(f"  wrote {path}")
+
+    for g, group in enumerate(groups):
+        f = freqs[group]
+        width = meta["widths"][group]
+        band = (float(np.min(f - width / 2)), float(np.max(f + width / 2)))
+        label = f"channel {g} ({band[0] / 1e6:.6g}-{band[1] / 1e6:.6g} MHz)" if len(groups) > 1 else "image"
+        weights = {p: data.wgt[p][g] for p in pols}
+        grid = shared
+        if grid is None:
+            grid = new_grid()
+            grid.add(uvw, f, weights[first])
+            grid.finish()
+        kept = np.zeros(weights[first].shape, bool)
+        counted, vis_weight_sum = {}, {}
+        for p in pols:
+            before = np.count_nonzero(weights[p])
+            counted[p], vis_weight_sum[p] = grid.apply(uvw, f, weights[p])
+            if counted[p] < before:
+                say(f"  {label}, {p}: {before - counted[p]} of {before} visibilities lie beyond the uv grid of "
+                    f"{nx} x {ny} pixels of {math.degrees(scale) * 3600:.4g}'' and are left out (as WSClean)")
+            kept |= weights[p] != 0
+        image_weight = {p: float(weights[p].sum(dtype=np.float64)) for p in pols}
+        if not any(image_weight.values()):
+            raise ImagingError(f"{label}: no visibility with non-zero weight")
+        op = WGridder(uvw, f, nx, ny, scale, scale, options.epsilon, do_wgridding=options.do_wgridding,
+                      mask=kept.view(np.uint8), flip_v=True, divide_by_n=options.divide_by_n,
+                      precision=precision, device=options.device, verbosity=0)
+        del kept
+        geometry = op.geometry
+        say(f"  {label}: {op.plan.num_vis} visibilities, support {geometry.kernel.support}, grid "
+            f"{geometry.nu} x {geometry.nv}, {geometry.num_planes} w-plane(s), on {op.queue.device.name.strip()}")
+        psf_factor, beam = 1.0, None
+        estimate = theoretical_beam(uvw, f, weights[first])
+        if options.make_psf:
+            with _progress(len(op.planes), f"{label}: PSF", "plane", quiet) as bar:
+                psf = op.vis2dirty(weights[first].astype(cplx), None, progress=bar.update)
+            psf = np.ascontiguousarray(psf.T, np.float64) / image_weight[first]
+            centre = psf[ny // 2, nx // 2]
+            psf_factor = 1.0 / centre if centre != 0 else 0.0
+            psf *= psf_factor
+            beam = fit_beam(psf, scale, scale, estimate, options.beam_fit == "whole-box")
+            say(f"  {label}: beam {beam.major * 206264.8:.4g}'' x {beam.minor * 206264.8:.4g}'', "
+                f"PA {beam.angle:.4g} deg (fitted to the PSF)")
+            write(("psf", g if len(groups) > 1 else 0, None), psf, band=band, polarization=first, beam=beam,
+                  image_weight=image_weight[first], visibilities=counted[first],
+                  visibility_weight_sum=vis_weight_sum[first])
+            if mfs_psf is not None:
+                mfs_psf += psf * image_weight[first]
+            del psf
+        for p in pols:
+            with _progress(len(op.planes), f"{label}: {p}", "plane", quiet) as bar:
+                dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
+                                     progress=bar.update)
+            dirty = np.ascontiguousarray(dirty.T)
+            dirty *= (psf_factor / image_weight[p]) if image_weight[p] else 0.0
+            peak = np.unravel_index(np.argmax(np.abs(dirty)), dirty.shape)
+            say(f"  {label}, {p}: peak {dirty[peak]:.4g} Jy/beam at pixel (x {peak[1]}, y {peak[0]}), "
+                f"rms {float(np.std(dirty)):.3g}")
+            write(("dirty", g if len(groups) > 1 else 0, p), dirty, band=band, polarization=p, beam=beam,
+                  image_weight=image_weight[p], visibilities=counted[p], visibility_weight_sum=vis_weight_sum[p])
+            if mfs is not None:
+                mfs[p] += dirty * image_weight[p]
+            del dirty
+        channels.append(_Channel(band, image_weight, image_weight[first], estimate))
+        del op
+    if mfs is not None:
+        band = (min(c.band[0] for c in channels), max(c.band[1] for c in channels))
+        beam = None
+        if mfs_psf is not None:
+            total = sum(c.psf_weight for c in channels)
+            mfs_psf /= total
+            beam = fit_beam(mfs_psf, scale, scale, channels[-1].estimate, options.beam_fit == "whole-box")
+            say(f"  MFS: beam {beam.major * 206264.8:.4g}'' x {beam.minor * 206264.8:.4g}'', PA {beam.angle:.4g} deg")
+            write(("psf", "MFS", None), mfs_psf, band=band, polarization=first, beam=beam, image_weight=total)
+        for p in pols:
+            total = sum(c.image_weights[p] for c in channels)
+            write(("dirty", "MFS", p), mfs[p] / total, band=band, polarization=p, beam=beam, image_weight=total)
+    say(f"clgrid image: {len(written)} file(s) in {time.perf_counter() - started:.2f} s")
+    return written

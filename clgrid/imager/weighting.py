@@ -1,0 +1,183 @@
+"""Imaging weights as WSClean computes them: natural, uniform and Briggs, with its weight grid
+and its rank filter.
+
+The visibility weights (the MS's, of the polarisation imaged; 0 for what is not used) are
+summed on a grid the size of the *padded* image (``ceil(n * padding)`` rounded up to a
+multiple of 4, ``padding`` 1.2 by default; divided by ``super_weight`` and kept even), in
+uv cells of ``1 / (padded size * pixel size)`` wavelengths.  Only half the uv plane is
+kept: a sample with v < 0 is counted at (-u, -v).  Sample (u, v) (wavelengths) falls in
+column ``floor(u W dl + W / 2)`` and row ``floor(v H dm)``; samples outside the grid get
+imaging weight 0 in every mode, so they are left out of the image (the pixel size is too
+large for their baselines).  From the cell sums ``c`` (and their total ``T`` over the grid):
+
+    natural:  1 where c != 0
+    uniform:  1 / c
+    briggs R: 1 / (1 + c S^2),   S^2 = (5 10^-R)^2 / (sum c^2 / T)
+
+then the rank filter (level 3, window 16 cells by default; off below 1): a cell weight
+above ``level`` times the mean of the non-zero cells in its window (columns x - 8 ..
+x + 7, rows y - 8 .. y + 7, cut at the grid's edges) is lowered to that.  A sample's weight
+in the image is its visibility weight times its cell's imaging weight.  WSClean grids
+each output channel's weights on its own grid unless MF weighting is on (one grid for all
+channels); `clgrid.imager.pipeline` does the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["WEIGHT_MODES", "WeightGrid", "padded_size"]
+
+SPEED_OF_LIGHT = 299792458.0
+WEIGHT_MODES = ("natural", "uniform", "briggs")
+# samples (row x channel) gridded at a time: bounds the temporaries
+_BLOCK = 1 << 20
+
+
+def padded_size(npix: int, padding: float = 1.2) -> int:
+    """WSClean's padded image side: ``ceil(npix * padding)`` rounded up to a multiple of 4."""
+    n = int(math.ceil(npix * padding))
+    return n + (4 - n % 4) % 4
+
+
+class WeightGrid:
+    """The weight grid of one image (or of all channels, with MF weighting).
+
+    ``add(uvw, freqs, weights)`` for each block of samples; ``finish()`` once; then
+    ``apply(uvw, freqs, weights)`` multiplies each sample's visibility weight by its
+    imaging weight, in place.
+
+    Parameters
+    ----------
+    mode : {"natural", "uniform", "briggs"}
+    npix_x, npix_y : int
+        The image's size (before padding).
+    pixsize_x, pixsize_y : float
+        Pixel size in radians.
+    robust : float
+        Briggs' robustness (``mode="briggs"``).
+    padding, super_weight : float
+        WSClean's ``-padding`` (1.2) and ``-super-weight`` (1).
+    rank_filter, rank_filter_size : float, int
+        WSClean's ``-weighting-rank-filter`` (3; below 1: off) and its window (16 cells).
+    """
+
+    def __init__(self, mode: str, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
+                 robust: float = 0.0, padding: float = 1.2, super_weight: float = 1.0,
+                 rank_filter: float = 3.0, rank_filter_size: int = 16):
+        if mode not in WEIGHT_MODES:
+            raise ValueError(f"--weight must be one of {', '.join(WEIGHT_MODES)}, got {mode!r}")
+        if not (super_weight > 0 and math.isfinite(super_weight)):
+            raise ValueError(f"--super-weight must be a positive number, got {super_weight}")
+        if not (padding >= 1 and math.isfinite(padding)):
+            raise ValueError(f"padding must be >= 1, got {padding}")
+        if not math.isfinite(robust):
+            raise ValueError(f"the Briggs robustness must be finite, got {robust}")
+        if rank_filter_size < 1:
+            raise ValueError(f"--weighting-rank-filter-size must be >= 1, got {rank_filter_size}")
+        self.mode, self.robust = mode, float(robust)
+        width = int(round(padded_size(npix_x, padding) / super_weight))
+        height = int(round(padded_size(npix_y, padding) / super_weight))
+        self.width, self.height = width + width % 2, height + height % 2
+        self.pixsize_x, self.pixsize_y = float(pixsize_x), float(pixsize_y)
+        self.rank_filter, self.rank_filter_size = float(rank_filter), int(rank_filter_size)
+        self.grid = np.zeros((self.height // 2, self.width), np.float64)   # [row y, column x]
+        self.total = 0.0
+        self.finished = False
+
+    def _cells(self, uvw, freqs):
+        """Flat cell index of each sample (rows x channels), -1 outside the grid."""
+        wavelengths = SPEED_OF_LIGHT / np.asarray(freqs, np.float64)
+        flip = np.where(uvw[:, 1] < 0, -1.0, 1.0)
+        u = (uvw[:, 0] * flip)[:, None] / wavelengths[None, :]
+        v = (uvw[:, 1] * flip)[:, None] / wavelengths[None, :]
+        x = np.floor(u * (self.width * self.pixsize_x) + self.width // 2)
+        y = np.floor(v * (self.height * self.pixsize_y))
+        inside = (x >= 0) & (x < self.width) & (y < self.height // 2)
+        return np.where(inside, y * self.width + x, -1).astype(np.int64)
+
+    def _blocks(self, nrow: int, nchan: int):
+        step = max(1, _BLOCK // max(1, nchan))
+        for start in range(0, nrow, step):
+            yield slice(start, min(nrow, start + step))
+
+    def add(self, uvw, freqs, weights) -> None:
+        """Sum the visibility weights ``weights`` (nrow, nchan) of samples at ``uvw`` (nrow, 3)
+        metres and ``freqs`` (nchan,) Hz on the grid."""
+        if self.finished:
+            raise RuntimeError("WeightGrid.add after finish()")
+        if self.mode == "natural":
+            return                                    # 1 in every cell a sample reaches
+        size = self.grid.size
+        flat = self.grid.reshape(-1)
+        for rows in self._blocks(uvw.shape[0], len(freqs)):
+            cells = self._cells(uvw[rows], freqs)
+            w = weights[rows]
+            keep = (cells >= 0) & (w != 0)
+            sums = np.bincount(cells[keep], weights=w[keep].astype(np.float64), minlength=size)
+            flat += sums
+            self.total += float(sums.sum())
+
+    def finish(self) -> None:
+        """Turn the cell sums into imaging weights (module docstring); once."""
+        if self.finished:
+            raise RuntimeError("WeightGrid.finish called twice")
+        self.finished = True
+        g = self.grid
+        if self.mode == "natural":
+            return
+        if self.mode == "uniform":
+            np.divide(1.0, g, out=g, where=g != 0)
+        else:
+            mean_weight = float((g * g).sum()) / self.total if self.total > 0 else 0.0
+            s2 = (5.0 * 10.0 ** (-self.robust)) ** 2 / mean_weight if mean_weight > 0 else 0.0
+            np.multiply(g, s2, out=g)
+            g += 1.0
+            np.divide(1.0, g, out=g)
+        if self.rank_filter >= 1.0:
+            self._rank_filter()
+
+    def _rank_filter(self) -> None:
+        g = self.grid
+        half = self.rank_filter_size // 2
+        nonzero = g != 0
+        # summed-area tables of the values and of the non-zero count, one row and column of zeros first
+        sums = np.zeros((g.shape[0] + 1, g.shape[1] + 1))
+        np.cumsum(np.cumsum(g, axis=0), axis=1, out=sums[1:, 1:])
+        counts = np.zeros(sums.shape)
+        np.cumsum(np.cumsum(nonzero, axis=0), axis=1, out=counts[1:, 1:])
+        ys, xs = np.nonzero(nonzero)
+        y1, y2 = np.maximum(ys - half, 0), np.minimum(ys + half, g.shape[0])
+        x1, x2 = np.maximum(xs - half, 0), np.minimum(xs + half, g.shape[1])
+
+        def window(table):
+            return table[y2, x2] - table[y1, x2] - table[y2, x1] + table[y1, x1]
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            limit = self.rank_filter * window(sums) / window(counts)
+        values = g[ys, xs]
+        over = values > limit
+        g[ys[over], xs[over]] = limit[over]
+
+    def apply(self, uvw, freqs, weights) -> tuple:
+        """``weights`` (nrow, nchan, float) *= each sample's imaging weight, in place (0
+        outside the grid).  Returns (samples kept, sum of their visibility weights): those
+        with non-zero weight before and after."""
+        if not self.finished:
+            raise RuntimeError("WeightGrid.apply before finish()")
+        flat = self.grid.reshape(-1)
+        kept, kept_sum = 0, 0.0
+        for rows in self._blocks(uvw.shape[0], len(freqs)):
+            cells = self._cells(uvw[rows], freqs)
+            if self.mode == "natural":
+                imaging = (cells >= 0).astype(weights.dtype)
+            else:
+                imaging = np.where(cells >= 0, flat[np.maximum(cells, 0)], 0.0).astype(weights.dtype)
+            block = weights[rows]
+            used = (block != 0) & (imaging != 0)
+            kept += int(np.count_nonzero(used))
+            kept_sum += float(block[used].sum(dtype=np.float64))
+            block *= imaging
+        return kept, kept_sum
