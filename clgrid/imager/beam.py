@@ -51,9 +51,8 @@ class Beam(tuple):
 
 def _fit_box(psf, box_x: int, box_y: int, estimate: float, quadrant: bool):
     """(sx, sy, beta) in pixels of the Gaussian fitted to the centred box (its quadrant
-    x >= 0, y >= 0 only with ``quadrant``)."""
-    from scipy.optimize import least_squares
-
+    x >= 0, y >= 0 only with ``quadrant``), by Levenberg-Marquardt from a circular beam of
+    the estimated size."""
     ny, nx = psf.shape
     x0, y0 = (nx - box_x) // 2, (ny - box_y) // 2
     patch = np.asarray(psf[y0:y0 + box_y, x0:x0 + box_x], np.float64)
@@ -64,21 +63,50 @@ def _fit_box(psf, box_x: int, box_y: int, estimate: float, quadrant: bool):
     if quadrant:
         used = (x >= 0) & (y >= 0)
         x, y, target = x[used], y[used], target[used]
+    xx, yy, xy = x * x, y * y, x * y
 
-    def residual(p):
+    def model(p):
         sx, sy, beta = p
-        return np.exp(-x * x / (2 * sx * sx) + beta * x * y / (sx * sy) - y * y / (2 * sy * sy)) - target
+        return np.exp(-xx / (2 * sx * sx) + beta * xy / (sx * sy) - yy / (2 * sy * sy))
 
-    def jacobian(p):
+    def jacobian(p, g):
         sx, sy, beta = p
-        g = np.exp(-x * x / (2 * sx * sx) + beta * x * y / (sx * sy) - y * y / (2 * sy * sy))
-        return np.column_stack([(beta * x * y / (sx * sx * sy) + x * x / sx ** 3) * g,
-                                (beta * x * y / (sy * sy * sx) + y * y / sy ** 3) * g,
-                                x * y / (sx * sy) * g])
+        return np.column_stack([(beta * xy / (sx * sx * sy) + xx / sx ** 3) * g,
+                                (beta * xy / (sy * sy * sx) + yy / sy ** 3) * g,
+                                xy / (sx * sy) * g])
 
     start = max(estimate, 1e-3) / _SIGMA_TO_FWHM
-    fit = least_squares(residual, [start, start, 0.0], jac=jacobian, method="lm", xtol=1e-10, ftol=1e-10)
-    return fit.x
+    p = np.array([start, start, 0.0])
+    g = model(p)
+    r = g - target
+    cost, damping = float(r @ r), 1e-3
+    for _ in range(500):
+        jac = jacobian(p, g)
+        normal = jac.T @ jac
+        gradient = jac.T @ r
+        try:
+            step = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-30), -gradient)
+        except np.linalg.LinAlgError:
+            damping *= 10
+            continue
+        trial = p + step
+        if trial[0] <= 0 or trial[1] <= 0 or abs(trial[2]) >= 1:
+            damping *= 10
+        else:
+            g_trial = model(trial)
+            r_trial = g_trial - target
+            cost_trial = float(r_trial @ r_trial)
+            if cost_trial <= cost:
+                done = np.all(np.abs(step) <= 1e-10 * (np.abs(p) + 1e-10))
+                p, g, r, cost = trial, g_trial, r_trial, cost_trial
+                damping = max(damping / 10, 1e-15)
+                if done:
+                    break
+            else:
+                damping *= 10
+        if damping > 1e15:
+            break
+    return p
 
 
 def _ellipse(sx, sy, beta):

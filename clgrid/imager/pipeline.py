@@ -191,31 +191,32 @@ def theoretical_beam(uvw, freqs, weights) -> float:
 
 
 @dataclass
+class _Metadata:
+    """What the run keeps of the MS once it is read."""
+
+    freqs: np.ndarray
+    widths: np.ndarray
+    centre: tuple
+    telescope: str
+    observer: str
+    field_name: str
+    diameter: float | None
+    data_column: str
+
+
+@dataclass
 class _Channel:
     """One output channel's results kept for the MFS images."""
 
     band: tuple
     image_weights: dict
-    psf_weight: float = 0.0
-    estimate: float = math.inf
+    estimate: float
 
 
-def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
-    """Make the images; returns the paths written.  ImagingError (or
-    `clgrid.imager.ms.MSError`) before any work for bad arguments or an MS that cannot give
-    what is asked; ``say`` prints each step, ``quiet`` hides the progress bars."""
-    from .. import WGridder
-    from . import fits
-    from .beam import fit_beam
-    from .defaults import image_defaults
+def _read(options, pols, say, quiet):
+    """Steps 1 and 2: open the MS (every error here), read it once."""
     from .ms import channel_groups, open_ms
 
-    errors = argument_errors(options)
-    if errors:
-        raise ImagingError("\n".join(errors))
-    pols = options.pols()
-    precision = options.chosen_precision()
-    started = time.perf_counter()
     with open_ms(options.ms, options.data_column, options.field_id) as ms:
         recipes = ms.recipes(pols)
         groups = channel_groups(ms.freqs, options.channels_out)
@@ -224,135 +225,201 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
         say(f"  data column {ms.data_column} ({ms.data_column_note}); weights from {ms.weight_column}")
         for p in pols:
             say(f"  {recipes[p].describe(ms.correlations)}")
+        started = time.perf_counter()
         with _progress(ms.nrow, f"reading {ms.data_column}", "row", quiet) as bar:
             data = ms.read(pols, groups, progress=bar.update)
-        meta = dict(freqs=ms.freqs.copy(), widths=ms.widths.copy(), centre=ms.phase_centre,
-                    telescope=ms.telescope, observer=ms.observer, field=ms.field_name,
-                    diameter=ms.dish_diameter, column=ms.data_column)
+        meta = _Metadata(ms.freqs.copy(), ms.widths.copy(), ms.phase_centre, ms.telescope, ms.observer,
+                         ms.field_name, ms.dish_diameter, ms.data_column)
     counts = data.counts
     say(f"  read in {time.perf_counter() - started:.2f} s; left out: {counts['autocorrelation rows']} "
         f"autocorrelation row(s), {counts['flagged rows']} flagged row(s) (FLAG_ROW)")
-    freqs, uvw, first = meta["freqs"], data.uvw, pols[0]
-    all_weights = np.concatenate(data.wgt[first], axis=1) if len(groups) > 1 else data.wgt[first][0]
-    if not np.any(all_weights):
-        raise ImagingError(f"every sample of {first} is flagged, an autocorrelation or has zero weight: "
-                           f"nothing to image")
-    scale, (nx, ny), notes = image_defaults(uvw, freqs, meta["diameter"], options.scale, options.size,
-                                            all_weights)
-    del all_weights
-    for note in notes:
-        say(f"  {note}")
-    if (nx * scale / 2) ** 2 + (ny * scale / 2) ** 2 >= 1:
-        raise ImagingError(f"--size {nx} {ny} with pixels of {math.degrees(scale):.4g} deg reaches past the horizon")
-    names = output_names(options, pols)
-    weighting = {"natural": "natural", "uniform": "uniform"}.get(options.weight, f"Briggs'({options.robust:g})")
-    say(f"  weighting {weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
-        f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "
-        f"({precision}), fluxes {'divided by n (ducc0)' if options.divide_by_n else 'not divided by n (WSClean)'}")
+    return data, meta
 
-    def new_grid():
-        return WeightGrid(options.weight, nx, ny, scale, scale, options.robust, options.padding,
-                          options.super_weight, options.rank_filter, options.rank_filter_size)
 
-    shared = None
-    if options.mf_weighting and options.weight != "natural":
-        shared = new_grid()
-        for g, group in enumerate(groups):
-            shared.add(uvw, freqs[group], data.wgt[first][g])
-        shared.finish()
-    ra, dec, frame = meta["centre"]
-    describe = dict(npix_x=nx, npix_y=ny, pixsize_x=scale, pixsize_y=scale, ra=ra, dec=dec, frame=frame,
-                    date_obs=data.time_range[0], telescope=meta["telescope"], observer=meta["observer"],
-                    field_name=meta["field"], data_column=meta["column"], weighting=weighting,
-                    history=options.history)
-    written = []
-    mfs = {p: np.zeros((ny, nx), np.float64) for p in pols} if len(groups) > 1 else None
-    mfs_psf = np.zeros((ny, nx), np.float64) if len(groups) > 1 and options.make_psf else None
-    channels = []
-    real = np.float32 if precision == "single" else np.float64
-    cplx = np.complex64 if precision == "single" else np.complex128
+class _Imaging:
+    """Steps 4 to 6 for one run: the images of each output channel, then the MFS images."""
 
-    def write(key, image, **extra):
-        path = names[key]
-        fits.write_image(path, image, fits.ImageDescription(**describe, **extra), overwrite=options.overwrite)
-        written.append(path)
-        say(f"  wrote {path}")
+    def __init__(self, options, pols, data, meta, scale, size, say, quiet):
+        self.options, self.pols, self.data, self.meta = options, pols, data, meta
+        self.scale, (self.nx, self.ny) = scale, size
+        self.say, self.quiet = say, quiet
+        self.precision = options.chosen_precision()
+        self.names = output_names(options, pols)
+        self.several = len(data.groups) > 1
+        self.weighting = {"natural": "natural", "uniform": "uniform"}.get(options.weight,
+                                                                          f"Briggs'({options.robust:g})")
+        ra, dec, frame = meta.centre
+        self.describe = dict(npix_x=self.nx, npix_y=self.ny, pixsize_x=scale, pixsize_y=scale, ra=ra, dec=dec,
+                             frame=frame, date_obs=data.time_range[0], telescope=meta.telescope,
+                             observer=meta.observer, field_name=meta.field_name, data_column=meta.data_column,
+                             weighting=self.weighting, history=options.history)
+        self.written, self.channels = [], []
+        shape = (self.ny, self.nx)
+        self.mfs = {p: np.zeros(shape) for p in pols} if self.several else None
+        self.mfs_psf = np.zeros(shape) if self.several and options.make_psf else None
+        self.shared = None
+        if options.mf_weighting and options.weight != "natural":
+            self.shared = self._weight_grid()
+            for g, group in enumerate(data.groups):
+                self.shared.add(data.uvw, meta.freqs[group], data.wgt[pols[0]][g])
+            self.shared.finish()
 
-    for g, group in enumerate(groups):
-        f = freqs[group]
-        width = meta["widths"][group]
-        band = (float(np.min(f - width / 2)), float(np.max(f + width / 2)))
-        label = f"channel {g} ({band[0] / 1e6:.6g}-{band[1] / 1e6:.6g} MHz)" if len(groups) > 1 else "image"
-        weights = {p: data.wgt[p][g] for p in pols}
-        grid = shared
+    def _weight_grid(self):
+        o = self.options
+        return WeightGrid(o.weight, self.nx, self.ny, self.scale, self.scale, o.robust, o.padding,
+                          o.super_weight, o.rank_filter, o.rank_filter_size)
+
+    def _write(self, key, image, **extra):
+        from . import fits
+
+        path = self.names[key]
+        fits.write_image(path, image, fits.ImageDescription(**self.describe, **extra),
+                         overwrite=self.options.overwrite)
+        self.written.append(path)
+        self.say(f"  wrote {path}")
+
+    def _fit(self, psf, estimate):
+        from .beam import fit_beam
+
+        return fit_beam(psf, self.scale, self.scale, estimate, self.options.beam_fit == "whole-box")
+
+    def _weights(self, g, label, freqs):
+        """Step 4's imaging weights, in place: (samples kept, their visibility weights' sum)
+        per polarisation, and the mask of samples any polarisation uses."""
+        weights = {p: self.data.wgt[p][g] for p in self.pols}
+        grid = self.shared
         if grid is None:
-            grid = new_grid()
-            grid.add(uvw, f, weights[first])
+            grid = self._weight_grid()
+            grid.add(self.data.uvw, freqs, weights[self.pols[0]])
             grid.finish()
-        kept = np.zeros(weights[first].shape, bool)
-        counted, vis_weight_sum = {}, {}
-        for p in pols:
-            before = np.count_nonzero(weights[p])
-            counted[p], vis_weight_sum[p] = grid.apply(uvw, f, weights[p])
+        kept = np.zeros(weights[self.pols[0]].shape, bool)
+        counted, vis_weight_sum, dropped = {}, {}, {}
+        for p in self.pols:
+            before = int(np.count_nonzero(weights[p]))
+            counted[p], vis_weight_sum[p] = grid.apply(self.data.uvw, freqs, weights[p])
             if counted[p] < before:
-                say(f"  {label}, {p}: {before - counted[p]} of {before} visibilities lie beyond the uv grid of "
-                    f"{nx} x {ny} pixels of {math.degrees(scale) * 3600:.4g}'' and are left out (as WSClean)")
-            kept |= weights[p] != 0
-        image_weight = {p: float(weights[p].sum(dtype=np.float64)) for p in pols}
+                dropped.setdefault((before - counted[p], before), []).append(p)
+            np.logical_or(kept, weights[p] != 0, out=kept)
+        for (lost, before), which in dropped.items():
+            self.say(f"  {label}, {', '.join(which)}: {lost} of {before} visibilities lie beyond the uv grid "
+                     f"({self.nx} x {self.ny} pixels of {math.degrees(self.scale) * 3600:.4g}''): left out, as "
+                     f"WSClean leaves them out")
+        return weights, counted, vis_weight_sum, kept
+
+    def channel(self, g: int) -> None:
+        """Step 4 for output channel ``g``."""
+        from .. import WGridder
+
+        o, data, first = self.options, self.data, self.pols[0]
+        group = data.groups[g]
+        freqs, widths = self.meta.freqs[group], self.meta.widths[group]
+        band = (float(np.min(freqs - widths / 2)), float(np.max(freqs + widths / 2)))
+        label = f"channel {g} ({band[0] / 1e6:.6g}-{band[1] / 1e6:.6g} MHz)" if self.several else "image"
+        key = g if self.several else 0
+        started = time.perf_counter()
+        weights, counted, vis_weight_sum, kept = self._weights(g, label, freqs)
+        image_weight = {p: float(weights[p].sum(dtype=np.float64)) for p in self.pols}
         if not any(image_weight.values()):
             raise ImagingError(f"{label}: no visibility with non-zero weight")
-        op = WGridder(uvw, f, nx, ny, scale, scale, options.epsilon, do_wgridding=options.do_wgridding,
-                      mask=kept.view(np.uint8), flip_v=True, divide_by_n=options.divide_by_n,
-                      precision=precision, device=options.device, verbosity=0)
+        weighted = time.perf_counter()
+        op = WGridder(data.uvw, freqs, self.nx, self.ny, self.scale, self.scale, o.epsilon,
+                      do_wgridding=o.do_wgridding, mask=kept.view(np.uint8), flip_v=True,
+                      divide_by_n=o.divide_by_n, precision=self.precision, device=o.device)
         del kept
         geometry = op.geometry
-        say(f"  {label}: {op.plan.num_vis} visibilities, support {geometry.kernel.support}, grid "
-            f"{geometry.nu} x {geometry.nv}, {geometry.num_planes} w-plane(s), on {op.queue.device.name.strip()}")
+        self.say(f"  {label}: weights in {weighted - started:.2f} s; {op.plan.num_vis} visibilities planned in "
+                 f"{time.perf_counter() - weighted:.2f} s: support {geometry.kernel.support}, grid {geometry.nu} x "
+                 f"{geometry.nv}, {geometry.num_planes} w-plane(s), on {op.queue.device.name.strip()}")
+        cplx = np.complex64 if self.precision == "single" else np.complex128
+        real = np.float32 if self.precision == "single" else np.float64
         psf_factor, beam = 1.0, None
-        estimate = theoretical_beam(uvw, f, weights[first])
-        if options.make_psf:
-            with _progress(len(op.planes), f"{label}: PSF", "plane", quiet) as bar:
+        estimate = theoretical_beam(data.uvw, freqs, weights[first])
+        if o.make_psf:
+            started = time.perf_counter()
+            with _progress(len(op.planes), f"{label}: PSF", "plane", self.quiet) as bar:
                 psf = op.vis2dirty(weights[first].astype(cplx), None, progress=bar.update)
-            psf = np.ascontiguousarray(psf.T, np.float64) / image_weight[first]
-            centre = psf[ny // 2, nx // 2]
-            psf_factor = 1.0 / centre if centre != 0 else 0.0
-            psf *= psf_factor
-            beam = fit_beam(psf, scale, scale, estimate, options.beam_fit == "whole-box")
-            say(f"  {label}: beam {beam.major * 206264.8:.4g}'' x {beam.minor * 206264.8:.4g}'', "
-                f"PA {beam.angle:.4g} deg (fitted to the PSF)")
-            write(("psf", g if len(groups) > 1 else 0, None), psf, band=band, polarization=first, beam=beam,
-                  image_weight=image_weight[first], visibilities=counted[first],
-                  visibility_weight_sum=vis_weight_sum[first])
-            if mfs_psf is not None:
-                mfs_psf += psf * image_weight[first]
+            psf = np.ascontiguousarray(psf.T, np.float64)
+            centre = psf[self.ny // 2, self.nx // 2]
+            psf_factor = image_weight[first] / centre if centre != 0 else 0.0
+            psf /= centre if centre != 0 else 1.0
+            beam = self._fit(psf, estimate)
+            self.say(f"  {label}: PSF in {time.perf_counter() - started:.2f} s; beam {beam.major * 206264.806:.4g}'' "
+                     f"x {beam.minor * 206264.806:.4g}'', PA {beam.angle:.4g} deg")
+            self._write(("psf", key, None), psf, band=band, polarization=first, beam=beam,
+                        image_weight=image_weight[first], visibilities=counted[first],
+                        visibility_weight_sum=vis_weight_sum[first])
+            if self.mfs_psf is not None:
+                self.mfs_psf += psf * image_weight[first]
             del psf
-        for p in pols:
-            with _progress(len(op.planes), f"{label}: {p}", "plane", quiet) as bar:
+        for p in self.pols:
+            started = time.perf_counter()
+            with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar:
                 dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
                                      progress=bar.update)
             dirty = np.ascontiguousarray(dirty.T)
-            dirty *= (psf_factor / image_weight[p]) if image_weight[p] else 0.0
+            # divided by the sum of weights; with a PSF, also by its centre (WSClean's normalisation)
+            dirty *= (psf_factor if o.make_psf else 1.0) / image_weight[p] if image_weight[p] else 0.0
             peak = np.unravel_index(np.argmax(np.abs(dirty)), dirty.shape)
-            say(f"  {label}, {p}: peak {dirty[peak]:.4g} Jy/beam at pixel (x {peak[1]}, y {peak[0]}), "
-                f"rms {float(np.std(dirty)):.3g}")
-            write(("dirty", g if len(groups) > 1 else 0, p), dirty, band=band, polarization=p, beam=beam,
-                  image_weight=image_weight[p], visibilities=counted[p], visibility_weight_sum=vis_weight_sum[p])
-            if mfs is not None:
-                mfs[p] += dirty * image_weight[p]
+            self.say(f"  {label}, {p}: imaged in {time.perf_counter() - started:.2f} s; peak {dirty[peak]:.4g} "
+                     f"Jy/beam at pixel (x {peak[1]}, y {peak[0]}), rms {float(np.std(dirty)):.3g}")
+            self._write(("dirty", key, p), dirty, band=band, polarization=p, beam=beam,
+                        image_weight=image_weight[p], visibilities=counted[p],
+                        visibility_weight_sum=vis_weight_sum[p])
+            if self.mfs is not None:
+                self.mfs[p] += dirty * image_weight[p]
             del dirty
-        channels.append(_Channel(band, image_weight, image_weight[first], estimate))
-        del op
-    if mfs is not None:
-        band = (min(c.band[0] for c in channels), max(c.band[1] for c in channels))
-        beam = None
-        if mfs_psf is not None:
-            total = sum(c.psf_weight for c in channels)
-            mfs_psf /= total
-            beam = fit_beam(mfs_psf, scale, scale, channels[-1].estimate, options.beam_fit == "whole-box")
-            say(f"  MFS: beam {beam.major * 206264.8:.4g}'' x {beam.minor * 206264.8:.4g}'', PA {beam.angle:.4g} deg")
-            write(("psf", "MFS", None), mfs_psf, band=band, polarization=first, beam=beam, image_weight=total)
-        for p in pols:
-            total = sum(c.image_weights[p] for c in channels)
-            write(("dirty", "MFS", p), mfs[p] / total, band=band, polarization=p, beam=beam, image_weight=total)
-    say(f"clgrid image: {len(written)} file(s) in {time.perf_counter() - started:.2f} s")
-    return written
+        self.channels.append(_Channel(band, image_weight, estimate))
+
+    def combine(self) -> None:
+        """Step 5: the MFS images, each channel weighted by its sum of weights."""
+        if self.mfs is None:
+            return
+        band = (min(c.band[0] for c in self.channels), max(c.band[1] for c in self.channels))
+        first, beam = self.pols[0], None
+        if self.mfs_psf is not None:
+            total = sum(c.image_weights[first] for c in self.channels)
+            self.mfs_psf /= total
+            beam = self._fit(self.mfs_psf, self.channels[-1].estimate)
+            self.say(f"  MFS: beam {beam.major * 206264.806:.4g}'' x {beam.minor * 206264.806:.4g}'', "
+                     f"PA {beam.angle:.4g} deg")
+            self._write(("psf", "MFS", None), self.mfs_psf, band=band, polarization=first, beam=beam,
+                        image_weight=total)
+        for p in self.pols:
+            total = sum(c.image_weights[p] for c in self.channels)
+            self._write(("dirty", "MFS", p), self.mfs[p] / total, band=band, polarization=p, beam=beam,
+                        image_weight=total)
+
+
+def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
+    """Make the images; returns the paths written.  ImagingError (or
+    `clgrid.imager.ms.MSError`) before any work for bad arguments or an MS that cannot give
+    what is asked; ``say`` prints each step, ``quiet`` hides the progress bars."""
+    from .defaults import image_defaults
+
+    errors = argument_errors(options)
+    if errors:
+        raise ImagingError("\n".join(errors))
+    pols = options.pols()
+    started = time.perf_counter()
+    data, meta = _read(options, pols, say, quiet)
+    first = pols[0]
+    weights = np.concatenate(data.wgt[first], axis=1) if len(data.groups) > 1 else data.wgt[first][0]
+    if not np.any(weights):
+        raise ImagingError(f"every sample of {first} is flagged, an autocorrelation or has zero weight: "
+                           f"nothing to image")
+    scale, size, notes = image_defaults(data.uvw, meta.freqs, meta.diameter, options.scale, options.size, weights)
+    del weights
+    for note in notes:
+        say(f"  {note}")
+    if (size[0] * scale / 2) ** 2 + (size[1] * scale / 2) ** 2 >= 1:
+        raise ImagingError(f"--size {size[0]} {size[1]} with pixels of {math.degrees(scale):.4g} deg reaches "
+                           f"past the horizon")
+    imaging = _Imaging(options, pols, data, meta, scale, size, say, quiet)
+    say(f"  weighting {imaging.weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
+        f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "
+        f"({imaging.precision}), fluxes {'divided by n (ducc0)' if options.divide_by_n else 'not divided by n (WSClean)'}")
+    for g in range(len(data.groups)):
+        imaging.channel(g)
+    imaging.combine()
+    say(f"clgrid image: {len(imaging.written)} file(s) in {time.perf_counter() - started:.2f} s")
+    return imaging.written

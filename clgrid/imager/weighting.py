@@ -127,9 +127,10 @@ class WeightGrid:
         self.finished = True
         g = self.grid
         if self.mode == "natural":
-            return
+            return                                    # every weight 1: the rank filter keeps them
+        occupied = g != 0
         if self.mode == "uniform":
-            np.divide(1.0, g, out=g, where=g != 0)
+            np.divide(1.0, g, out=g, where=occupied)
         else:
             mean_weight = float((g * g).sum()) / self.total if self.total > 0 else 0.0
             s2 = (5.0 * 10.0 ** (-self.robust)) ** 2 / mean_weight if mean_weight > 0 else 0.0
@@ -137,26 +138,41 @@ class WeightGrid:
             g += 1.0
             np.divide(1.0, g, out=g)
         if self.rank_filter >= 1.0:
-            self._rank_filter()
+            self._rank_filter(occupied)
 
-    def _rank_filter(self) -> None:
+    def _rank_filter(self, occupied) -> None:
+        """WSClean's rank filter on the cells samples fall in.  A window's mean is over its
+        non-zero cells: with uniform weighting the occupied ones; with Briggs weighting every
+        cell (an empty one weighs 1).  Both come from summed-area tables of the bounding box
+        of the occupied cells: outside it a cell adds 0 (uniform) or exactly 1 and one to the
+        count (Briggs)."""
         g = self.grid
+        ys, xs = np.nonzero(occupied)
+        if ys.size == 0:
+            return
+        y0, x0 = int(ys.min()), int(xs.min())
+        box = (slice(y0, int(ys.max()) + 1), slice(x0, int(xs.max()) + 1))
+        empty = 1.0 if self.mode == "briggs" else 0.0
         half = self.rank_filter_size // 2
-        nonzero = g != 0
-        # summed-area tables of the values and of the non-zero count, one row and column of zeros first
-        sums = np.zeros((g.shape[0] + 1, g.shape[1] + 1))
-        np.cumsum(np.cumsum(g, axis=0), axis=1, out=sums[1:, 1:])
-        counts = np.zeros(sums.shape)
-        np.cumsum(np.cumsum(nonzero, axis=0), axis=1, out=counts[1:, 1:])
-        ys, xs = np.nonzero(nonzero)
-        y1, y2 = np.maximum(ys - half, 0), np.minimum(ys + half, g.shape[0])
-        x1, x2 = np.maximum(xs - half, 0), np.minimum(xs + half, g.shape[1])
+        wy1, wy2 = np.maximum(ys - half, 0), np.minimum(ys + half, g.shape[0])
+        wx1, wx2 = np.maximum(xs - half, 0), np.minimum(xs + half, g.shape[1])
 
-        def window(table):
-            return table[y2, x2] - table[y1, x2] - table[y2, x1] + table[y1, x1]
+        def window_sums(values):
+            table = np.zeros((values.shape[0] + 1, values.shape[1] + 1))
+            np.cumsum(values, axis=0, out=table[1:, 1:])
+            np.cumsum(table[1:, 1:], axis=1, out=table[1:, 1:])
+            h, w = values.shape
+            a1, a2 = np.clip(wy1 - y0, 0, h), np.clip(wy2 - y0, 0, h)
+            b1, b2 = np.clip(wx1 - x0, 0, w), np.clip(wx2 - x0, 0, w)
+            return table[a2, b2] - table[a1, b2] - table[a2, b1] + table[a1, b1]
 
-        with np.errstate(invalid="ignore", divide="ignore"):
-            limit = self.rank_filter * window(sums) / window(counts)
+        total = window_sums(g[box] - empty)
+        if self.mode == "briggs":
+            count = ((wy2 - wy1) * (wx2 - wx1)).astype(np.float64)
+            total += count
+        else:
+            count = window_sums(occupied[box].astype(np.float64))
+        limit = self.rank_filter * total / count
         values = g[ys, xs]
         over = values > limit
         g[ys[over], xs[over]] = limit[over]
