@@ -55,9 +55,11 @@ class ImageDescription:
 
 
 def _date(mjd_seconds: float) -> str:
-    from astropy.time import Time
+    """An MS TIME (MJD seconds) as FITS's DATE-OBS, to a tenth of a second (as WSClean)."""
+    from datetime import datetime, timedelta
 
-    return Time(mjd_seconds / 86400.0, format="mjd", scale="utc").isot[:21]
+    moment = datetime(1858, 11, 17) + timedelta(seconds=round(mjd_seconds, 1))
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 100000}"
 
 
 def header(d: ImageDescription):

@@ -211,6 +211,8 @@ class _Channel:
     band: tuple
     image_weights: dict
     estimate: float
+    counted: dict
+    vis_weight_sum: dict
 
 
 def _read(options, pols, say, quiet):
@@ -368,7 +370,7 @@ class _Imaging:
             if self.mfs is not None:
                 self.mfs[p] += dirty * image_weight[p]
             del dirty
-        self.channels.append(_Channel(band, image_weight, estimate))
+        self.channels.append(_Channel(band, image_weight, estimate, counted, vis_weight_sum))
 
     def combine(self) -> None:
         """Step 5: the MFS images, each channel weighted by its sum of weights."""
@@ -383,11 +385,16 @@ class _Imaging:
             self.say(f"  MFS: beam {beam.major * 206264.806:.4g}'' x {beam.minor * 206264.806:.4g}'', "
                      f"PA {beam.angle:.4g} deg")
             self._write(("psf", "MFS", None), self.mfs_psf, band=band, polarization=first, beam=beam,
-                        image_weight=total)
+                        image_weight=total, **self._totals(first))
         for p in self.pols:
             total = sum(c.image_weights[p] for c in self.channels)
             self._write(("dirty", "MFS", p), self.mfs[p] / total, band=band, polarization=p, beam=beam,
-                        image_weight=total)
+                        image_weight=total, **self._totals(p))
+
+    def _totals(self, p) -> dict:
+        """An MFS image's visibility count and weight sum: the channels' together."""
+        return dict(visibilities=sum(c.counted[p] for c in self.channels),
+                    visibility_weight_sum=sum(c.vis_weight_sum[p] for c in self.channels))
 
 
 def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
