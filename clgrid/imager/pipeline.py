@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -355,7 +357,10 @@ class _Imaging:
             del psf
         for p in self.pols:
             started = time.perf_counter()
-            with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar:
+            with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, warnings.catch_warnings():
+                # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
+                # image, rightly; the operator's warning speaks of weights, which are not zero here
+                warnings.filterwarnings("ignore", "clgrid: no visibility is unmasked with non-zero weight")
                 dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
                                      progress=bar.update)
             dirty = np.ascontiguousarray(dirty.T)
@@ -397,6 +402,23 @@ class _Imaging:
                     visibility_weight_sum=sum(c.vis_weight_sum[p] for c in self.channels))
 
 
+def _warm_up(options, size) -> None:
+    """Open the device and build the imaging programs on a few points while the MS is read
+    (the first operator of a process spends most of a second there); the real operator then
+    finds them built.  Any error is left for the real operator to raise."""
+    from .. import WGridder
+
+    try:
+        nx, ny = size or (256, 256)
+        scale = options.scale or 1e-5
+        points = np.array([[10.0, 20.0, 1.0], [-300.0, 150.0, -20.0], [700.0, -800.0, 60.0]])
+        WGridder(points, np.array([1e9]), nx, ny, scale, scale, options.epsilon,
+                 do_wgridding=options.do_wgridding, flip_v=True, divide_by_n=options.divide_by_n,
+                 precision=options.chosen_precision(), device=options.device)
+    except Exception:
+        pass
+
+
 def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
     """Make the images; returns the paths written.  ImagingError (or
     `clgrid.imager.ms.MSError`) before any work for bad arguments or an MS that cannot give
@@ -408,6 +430,8 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
         raise ImagingError("\n".join(errors))
     pols = options.pols()
     started = time.perf_counter()
+    warming = threading.Thread(target=_warm_up, args=(options, options.size), daemon=True)
+    warming.start()
     data, meta = _read(options, pols, say, quiet)
     first = pols[0]
     weights = np.concatenate(data.wgt[first], axis=1) if len(data.groups) > 1 else data.wgt[first][0]
@@ -421,6 +445,7 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
     if (size[0] * scale / 2) ** 2 + (size[1] * scale / 2) ** 2 >= 1:
         raise ImagingError(f"--size {size[0]} {size[1]} with pixels of {math.degrees(scale):.4g} deg reaches "
                            f"past the horizon")
+    warming.join()
     imaging = _Imaging(options, pols, data, meta, scale, size, say, quiet)
     say(f"  weighting {imaging.weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
         f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "
