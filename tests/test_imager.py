@@ -221,13 +221,18 @@ def test_weight_grid_against_the_cell_by_cell_formula(rng):
         grid.add(uvw, freqs, vis_weight)
         grid.finish()
         got = vis_weight.copy()
-        kept, kept_sum = grid.apply(uvw, freqs, got)
+        used = np.zeros(got.shape, bool)
+        applied = grid.apply(uvw, freqs, got, used=used)
+        kept, kept_sum = applied.kept, applied.visibility_weight_sum
         want = wsclean_weights(uvw, freqs, vis_weight, mode, nx, ny, scale, robust, padding, rank,
                                super_weight=super_weight)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
         assert kept == np.count_nonzero(want)
-        assert 0 < kept < np.count_nonzero(vis_weight)          # some left out beyond the grid
+        assert 0 < kept < np.count_nonzero(vis_weight) == applied.before   # some beyond the grid
         assert kept_sum == pytest.approx(vis_weight[got != 0].sum())
+        assert applied.weight_sum == pytest.approx(want.sum()) and np.array_equal(used, want != 0)
+        length = np.sqrt((uvw ** 2).sum(axis=1))[:, None] * freqs / C
+        assert applied.longest == pytest.approx(length[want != 0].max())
     assert weighting.padded_size(2048) == 2460 and weighting.padded_size(512) == 616
 
 

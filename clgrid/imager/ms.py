@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..host_threads import in_background, in_slices
 from .correlations import CODE_NAMES, Recipe, recipe
 
 __all__ = ["MSError", "MeasurementSet", "Visibilities", "open_ms", "channel_groups"]
@@ -232,48 +233,40 @@ class MeasurementSet:
         uvw = np.empty((nrow, 3), np.float64)
         vis = {p: [np.empty((nrow, g.stop - g.start), np.complex64) for g in groups] for p in recipes}
         wgt = {p: [np.empty((nrow, g.stop - g.start), np.float32) for g in groups] for p in recipes}
-        data = np.empty((block_rows, nchan, ncorr), np.complex64)
-        flags = np.empty((block_rows, nchan, ncorr), bool)
         spectrum = self.weight_column == "WEIGHT_SPECTRUM"
-        weights = np.empty((block_rows, nchan, ncorr) if spectrum else (block_rows, ncorr), np.float32)
-        ant1, ant2 = np.empty(block_rows, np.int32), np.empty(block_rows, np.int32)
-        time = np.empty(block_rows, np.float64)
         has_flag_row = "FLAG_ROW" in main.colnames()
-        flag_row = np.empty(block_rows, bool)
+        # two sets of buffers: a block is formed on the host threads while the next is read
+        buffers = [_Block(block_rows, nchan, ncorr, spectrum) for _ in range(2)]
         counts = {"rows": nrow, "autocorrelation rows": 0, "flagged rows": 0}
         first, last = np.inf, -np.inf
-        for start in range(0, nrow, block_rows):
+        forming = None
+        for index, start in enumerate(range(0, nrow, block_rows)):
             n = min(block_rows, nrow - start)
-            d, f, w = data[:n], flags[:n], weights[:n]
-            main.getcolslicenp(self.data_column, d, blc, trc, inc, start, n)
-            main.getcolslicenp("FLAG", f, blc, trc, inc, start, n)
+            b = buffers[index % 2]
+            main.getcolslicenp(self.data_column, b.data[:n], blc, trc, inc, start, n)
+            main.getcolslicenp("FLAG", b.flags[:n], blc, trc, inc, start, n)
             if spectrum:
-                main.getcolslicenp("WEIGHT_SPECTRUM", w, blc, trc, inc, start, n)
-                w_view = w
+                main.getcolslicenp("WEIGHT_SPECTRUM", b.weights[:n], blc, trc, inc, start, n)
             else:
-                main.getcolslicenp("WEIGHT", w, [lo], [hi], [step], start, n)
-                w_view = np.broadcast_to(w[:, None, :], (n, nchan, ncorr))
+                main.getcolslicenp("WEIGHT", b.weights[:n], [lo], [hi], [step], start, n)
             main.getcolnp("UVW", uvw[start:start + n], start, n)
-            main.getcolnp("ANTENNA1", ant1[:n], start, n)
-            main.getcolnp("ANTENNA2", ant2[:n], start, n)
-            main.getcolnp("TIME", time[:n], start, n)
-            first, last = min(first, float(time[:n].min())), max(last, float(time[:n].max()))
-            dropped = ant1[:n] == ant2[:n]
+            main.getcolnp("ANTENNA1", b.ant1[:n], start, n)
+            main.getcolnp("ANTENNA2", b.ant2[:n], start, n)
+            main.getcolnp("TIME", b.time[:n], start, n)
+            first, last = min(first, float(b.time[:n].min())), max(last, float(b.time[:n].max()))
+            dropped = b.ant1[:n] == b.ant2[:n]
             counts["autocorrelation rows"] += int(np.count_nonzero(dropped))
             if has_flag_row:
-                main.getcolnp("FLAG_ROW", flag_row[:n], start, n)
-                counts["flagged rows"] += int(np.count_nonzero(flag_row[:n] & ~dropped))
-                dropped |= flag_row[:n]
-            for p, r in local.items():
-                for g, group in enumerate(groups):
-                    out_v, out_w = vis[p][g][start:start + n], wgt[p][g][start:start + n]
-                    r.form(d[:, group], f[:, group], w_view[:, group], out_v, out_w)
-                    if r.coefficients != (1.0,):
-                        out_w *= 4.0                  # WSClean's factor for a formed Stokes weight
-                    out_w[dropped] = 0
-                    out_v[dropped] = 0
+                main.getcolnp("FLAG_ROW", b.flag_row[:n], start, n)
+                counts["flagged rows"] += int(np.count_nonzero(b.flag_row[:n] & ~dropped))
+                dropped |= b.flag_row[:n]
+            if forming is not None:
+                forming.result()
+            forming = in_background(_form_block, b, n, start, dropped, local, groups, vis, wgt, nchan, ncorr)
             if progress is not None:
                 progress(n)
+        if forming is not None:
+            forming.result()
         return Visibilities(uvw, vis, wgt, list(groups), (first, last), counts)
 
     def close(self) -> None:
@@ -289,6 +282,39 @@ class MeasurementSet:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Block:
+    """Buffers for one block of rows as read from the MS."""
+
+    def __init__(self, rows: int, nchan: int, ncorr: int, spectrum: bool):
+        self.data = np.empty((rows, nchan, ncorr), np.complex64)
+        self.flags = np.empty((rows, nchan, ncorr), bool)
+        self.weights = np.empty((rows, nchan, ncorr) if spectrum else (rows, ncorr), np.float32)
+        self.ant1, self.ant2 = np.empty(rows, np.int32), np.empty(rows, np.int32)
+        self.time = np.empty(rows, np.float64)
+        self.flag_row = np.empty(rows, bool)
+
+
+def _form_block(b: _Block, n: int, start: int, dropped, recipes: dict, groups, vis, wgt, nchan: int,
+                ncorr: int) -> None:
+    """Each polarisation of a block of ``n`` rows into its output arrays (rows ``start`` on),
+    the block's rows shared out over the host threads."""
+    weights = b.weights[:n] if b.weights.ndim == 3 else np.broadcast_to(b.weights[:n, None, :], (n, nchan, ncorr))
+
+    def part(rows):
+        for p, r in recipes.items():
+            for g, group in enumerate(groups):
+                out = slice(start + rows.start, start + rows.stop)
+                out_v, out_w = vis[p][g][out], wgt[p][g][out]
+                r.form(b.data[rows, group], b.flags[rows, group], weights[rows, group], out_v, out_w)
+                if r.coefficients != (1.0,):
+                    out_w *= 4.0                      # WSClean's factor for a formed Stokes weight
+                gone = dropped[rows]
+                out_w[gone] = 0
+                out_v[gone] = 0
+
+    in_slices(os.cpu_count() or 1, n, part)
 
 
 def open_ms(path, data_column: str | None = None, field_id: int = 0) -> MeasurementSet:

@@ -175,23 +175,6 @@ def _progress(total, desc, unit, quiet):
     return tqdm(total=total, desc=desc, unit=unit, disable=quiet, leave=False, unit_scale=True)
 
 
-def theoretical_beam(uvw, freqs, weights) -> float:
-    """WSClean's initial beam estimate: 1 / the longest baseline (u, v, w) in wavelengths
-    among the samples with non-zero weight."""
-    longest = 0.0
-    step = 1 << 20
-    freqs = np.asarray(freqs, np.float64)
-    for start in range(0, uvw.shape[0], step):
-        rows = slice(start, start + step)
-        used = weights[rows] != 0
-        top = np.max(np.where(used, freqs[None, :], 0.0), axis=1)
-        length = np.sqrt((uvw[rows] ** 2).sum(axis=1)) * top
-        if length.size:
-            longest = max(longest, float(length.max()))
-    longest /= SPEED_OF_LIGHT
-    return 1.0 / longest if longest > 0 else math.inf
-
-
 @dataclass
 class _Metadata:
     """What the run keeps of the MS once it is read."""
@@ -288,8 +271,8 @@ class _Imaging:
         return fit_beam(psf, self.scale, self.scale, estimate, self.options.beam_fit == "whole-box")
 
     def _weights(self, g, label, freqs):
-        """Step 4's imaging weights, in place: (samples kept, their visibility weights' sum)
-        per polarisation, and the mask of samples any polarisation uses."""
+        """Step 4's imaging weights, in place: the weights, what `WeightGrid.apply` kept of
+        each polarisation, and the mask of samples any polarisation uses."""
         weights = {p: self.data.wgt[p][g] for p in self.pols}
         grid = self.shared
         if grid is None:
@@ -297,18 +280,16 @@ class _Imaging:
             grid.add(self.data.uvw, freqs, weights[self.pols[0]])
             grid.finish()
         kept = np.zeros(weights[self.pols[0]].shape, bool)
-        counted, vis_weight_sum, dropped = {}, {}, {}
+        applied, dropped = {}, {}
         for p in self.pols:
-            before = int(np.count_nonzero(weights[p]))
-            counted[p], vis_weight_sum[p] = grid.apply(self.data.uvw, freqs, weights[p])
-            if counted[p] < before:
-                dropped.setdefault((before - counted[p], before), []).append(p)
-            np.logical_or(kept, weights[p] != 0, out=kept)
+            applied[p] = a = grid.apply(self.data.uvw, freqs, weights[p], used=kept)
+            if a.kept < a.before:
+                dropped.setdefault((a.before - a.kept, a.before), []).append(p)
         for (lost, before), which in dropped.items():
             self.say(f"  {label}, {', '.join(which)}: {lost} of {before} visibilities lie beyond the uv grid "
                      f"({self.nx} x {self.ny} pixels of {math.degrees(self.scale) * 3600:.4g}''): left out, as "
                      f"WSClean leaves them out")
-        return weights, counted, vis_weight_sum, kept
+        return weights, applied, kept
 
     def channel(self, g: int) -> None:
         """Step 4 for output channel ``g``."""
@@ -321,8 +302,10 @@ class _Imaging:
         label = f"channel {g} ({band[0] / 1e6:.6g}-{band[1] / 1e6:.6g} MHz)" if self.several else "image"
         key = g if self.several else 0
         started = time.perf_counter()
-        weights, counted, vis_weight_sum, kept = self._weights(g, label, freqs)
-        image_weight = {p: float(weights[p].sum(dtype=np.float64)) for p in self.pols}
+        weights, applied, kept = self._weights(g, label, freqs)
+        image_weight = {p: applied[p].weight_sum for p in self.pols}
+        counted = {p: applied[p].kept for p in self.pols}
+        vis_weight_sum = {p: applied[p].visibility_weight_sum for p in self.pols}
         if not any(image_weight.values()):
             raise ImagingError(f"{label}: no visibility with non-zero weight")
         weighted = time.perf_counter()
@@ -337,7 +320,7 @@ class _Imaging:
         cplx = np.complex64 if self.precision == "single" else np.complex128
         real = np.float32 if self.precision == "single" else np.float64
         psf_factor, beam = 1.0, None
-        estimate = theoretical_beam(data.uvw, freqs, weights[first])
+        estimate = 1.0 / applied[first].longest if applied[first].longest > 0 else math.inf
         if o.make_psf:
             started = time.perf_counter()
             with _progress(len(op.planes), f"{label}: PSF", "plane", self.quiet) as bar:

@@ -25,10 +25,15 @@ channels); `clgrid.imager.pipeline` does the same.
 from __future__ import annotations
 
 import math
+import os
+import threading
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["WEIGHT_MODES", "WeightGrid", "padded_size"]
+from ..host_threads import in_slices
+
+__all__ = ["WEIGHT_MODES", "Applied", "WeightGrid", "padded_size"]
 
 SPEED_OF_LIGHT = 299792458.0
 WEIGHT_MODES = ("natural", "uniform", "briggs")
@@ -84,6 +89,7 @@ class WeightGrid:
         self.pixsize_x, self.pixsize_y = float(pixsize_x), float(pixsize_y)
         self.rank_filter, self.rank_filter_size = float(rank_filter), int(rank_filter_size)
         self.grid = np.zeros((self.height // 2, self.width), np.float64)   # [row y, column x]
+        self.threads = max(1, os.cpu_count() or 1)
         self.total = 0.0
         self.finished = False
 
@@ -98,10 +104,16 @@ class WeightGrid:
         inside = (x >= 0) & (x < self.width) & (y < self.height // 2)
         return np.where(inside, y * self.width + x, -1).astype(np.int64)
 
-    def _blocks(self, nrow: int, nchan: int):
+    def _in_blocks(self, nrow: int, nchan: int, fn) -> None:
+        """``fn(rows)`` over blocks of rows of about ``_BLOCK`` samples, on the host threads
+        (numpy releases the GIL in these passes)."""
         step = max(1, _BLOCK // max(1, nchan))
-        for start in range(0, nrow, step):
-            yield slice(start, min(nrow, start + step))
+
+        def part(share):
+            for start in range(share.start, share.stop, step):
+                fn(slice(start, min(share.stop, start + step)))
+
+        in_slices(min(self.threads, -(-nrow // step)), nrow, part)
 
     def add(self, uvw, freqs, weights) -> None:
         """Sum the visibility weights ``weights`` (nrow, nchan) of samples at ``uvw`` (nrow, 3)
@@ -110,15 +122,19 @@ class WeightGrid:
             raise RuntimeError("WeightGrid.add after finish()")
         if self.mode == "natural":
             return                                    # 1 in every cell a sample reaches
-        size = self.grid.size
         flat = self.grid.reshape(-1)
-        for rows in self._blocks(uvw.shape[0], len(freqs)):
+        lock = threading.Lock()
+
+        def block(rows):
             cells = self._cells(uvw[rows], freqs)
             w = weights[rows]
             keep = (cells >= 0) & (w != 0)
-            sums = np.bincount(cells[keep], weights=w[keep].astype(np.float64), minlength=size)
-            flat += sums
-            self.total += float(sums.sum())
+            cells, values = cells[keep], w[keep].astype(np.float64)
+            with lock:
+                np.add.at(flat, cells, values)
+                self.total += float(values.sum())
+
+        self._in_blocks(uvw.shape[0], len(freqs), block)
 
     def finish(self) -> None:
         """Turn the cell sums into imaging weights (module docstring); once."""
@@ -177,23 +193,53 @@ class WeightGrid:
         over = values > limit
         g[ys[over], xs[over]] = limit[over]
 
-    def apply(self, uvw, freqs, weights) -> tuple:
+    def apply(self, uvw, freqs, weights, used=None) -> Applied:
         """``weights`` (nrow, nchan, float) *= each sample's imaging weight, in place (0
-        outside the grid).  Returns (samples kept, sum of their visibility weights): those
-        with non-zero weight before and after."""
+        outside the grid); ``used`` (bool, the same shape), if given, is set where the
+        result is not 0.  Returns what was kept (`Applied`)."""
         if not self.finished:
             raise RuntimeError("WeightGrid.apply before finish()")
         flat = self.grid.reshape(-1)
-        kept, kept_sum = 0, 0.0
-        for rows in self._blocks(uvw.shape[0], len(freqs)):
+        freqs = np.asarray(freqs, np.float64)
+        totals = Applied()
+        lock = threading.Lock()
+
+        def block(rows):
             cells = self._cells(uvw[rows], freqs)
             if self.mode == "natural":
                 imaging = (cells >= 0).astype(weights.dtype)
             else:
                 imaging = np.where(cells >= 0, flat[np.maximum(cells, 0)], 0.0).astype(weights.dtype)
-            block = weights[rows]
-            used = (block != 0) & (imaging != 0)
-            kept += int(np.count_nonzero(used))
-            kept_sum += float(block[used].sum(dtype=np.float64))
-            block *= imaging
-        return kept, kept_sum
+            values = weights[rows]
+            before = int(np.count_nonzero(values))
+            kept = (values != 0) & (imaging != 0)
+            visibility_sum = float(values[kept].sum(dtype=np.float64))
+            values *= imaging
+            weight_sum = float(values.sum(dtype=np.float64))
+            length = np.sqrt((uvw[rows] ** 2).sum(axis=1))[:, None] * freqs[None, :]
+            longest = float(length[kept].max()) / SPEED_OF_LIGHT if kept.any() else 0.0
+            if used is not None:
+                np.logical_or(used[rows], kept, out=used[rows])
+            with lock:
+                totals.before += before
+                totals.kept += int(np.count_nonzero(kept))
+                totals.visibility_weight_sum += visibility_sum
+                totals.weight_sum += weight_sum
+                totals.longest = max(totals.longest, longest)
+
+        self._in_blocks(uvw.shape[0], len(freqs), block)
+        return totals
+
+
+@dataclass
+class Applied:
+    """What `WeightGrid.apply` kept: samples with a non-zero weight ``before``, those still
+    non-zero after (``kept``), the sum of their visibility weights and of their weights in
+    the image (the image's normalisation), and the longest of their baselines (u, v, w) in
+    wavelengths (WSClean's theoretical beam is its inverse)."""
+
+    before: int = 0
+    kept: int = 0
+    visibility_weight_sum: float = 0.0
+    weight_sum: float = 0.0
+    longest: float = 0.0
