@@ -4,11 +4,11 @@ and peak memory of each whole command, runs interleaved, medians.
     python benchmarks/imager.py                       # the CPU cases, WSClean where installed
     python benchmarks/imager.py --case gpu --device nvidia --json out/imager_gpu.json
 
-Each case writes its MS once (`clgrid.imager.simulate.write_ms`: MeerKAT tracks, three point
+Each case writes its MS once (`clgrid.tools.simulated_ms.write_ms`: MeerKAT tracks, three point
 sources) under ``--workdir`` and runs every peer ``--repeats`` times, the order of the peers
 rotated from one round to the next:
 
-- ``clgrid``: ``python -m clgrid.cli image MS -o NAME --size N N --scale S --device D`` (uniform
+- ``clgrid``: ``python -m clgrid.tools.cli image MS -o NAME --size N N --scale S --device D`` (uniform
   weighting, Stokes I, w-correction: the defaults, as WSClean's);
 - ``wsclean``: ``wsclean -size N N -scale S -name NAME MS`` (WSClean 3.1's defaults: its
   w-stacking gridder, uniform weighting, Stokes I, CORRECTED_DATA where present);
@@ -67,7 +67,7 @@ _WRAPPER = ("import json, resource, subprocess, sys, time\n"
 
 
 def write_case_ms(path: str, case: dict) -> None:
-    from clgrid.imager.simulate import PointSource, write_ms
+    from clgrid.tools.simulated_ms import PointSource, write_ms
 
     degrees = [math.radians(d) for d in case["sources"]]
     sources = [PointSource(degrees[0] * 0.6, degrees[0] * 0.8, 1.0),
@@ -85,7 +85,7 @@ def commands(peer: str, ms: str, name: str, case: dict, device: str | None) -> l
     if device:
         clgrid_args += ["--device", device]
     if peer == "clgrid":
-        return [sys.executable, "-m", "clgrid.cli", *clgrid_args]
+        return [sys.executable, "-m", "clgrid.tools.cli", *clgrid_args]
     if peer == "ducc0":
         try:
             import ducc0  # noqa: F401
@@ -151,9 +151,9 @@ def environment(device: str | None) -> dict:
         out = subprocess.run(["wsclean", "--version"], capture_output=True, text=True).stdout
         wsclean = next((line.strip() for line in out.splitlines() if "version" in line.lower()), out.strip())
     try:
-        import clgrid
+        from clgrid.device.runtime import get_queue, select_device
 
-        chosen = clgrid.runtime.select_device(device) if device else clgrid.runtime.get_queue(None).device
+        chosen = select_device(device) if device else get_queue(None).device
         device_name = f"{chosen.platform.name}: {chosen.name.strip()}"
     except Exception as exc:                          # the report still says what ran
         device_name = f"unknown ({exc})"
@@ -224,7 +224,7 @@ def as_ducc0(argv: list) -> int:
     import ducc0
 
     import clgrid
-    from clgrid import cli
+    from clgrid.tools import cli
 
     threads = os.cpu_count() or 1
 
@@ -236,8 +236,7 @@ def as_ducc0(argv: list) -> int:
                              divide_by_n=divide_by_n, nthreads=threads)
             self.planes = range(1)
             self.geometry = SimpleNamespace(kernel=SimpleNamespace(support=0), nu=0, nv=0, num_planes=0)
-            self.plan = SimpleNamespace(num_vis=int(np.count_nonzero(mask)) if mask is not None else 0)
-            self.queue = SimpleNamespace(device=SimpleNamespace(name=f"ducc0 {ducc0.__version__} on {threads} threads"))
+            self.devices = [SimpleNamespace(name=f"ducc0 {ducc0.__version__} on {threads} threads")]
 
         def vis2dirty(self, vis, wgt=None, progress=None):
             image = ducc0.wgridder.vis2dirty(vis=vis, wgt=wgt, **self.args)

@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 import clgrid
-from clgrid.transfer import download, upload
-from clgrid.wgridding import WGridder
+from clgrid.device.transfer import download, upload
+from clgrid.imaging.wgridding import WGridder
 
 from wgridding import tracks
 from report import report
@@ -50,13 +50,13 @@ def stage_times(op, repeats):
     for _ in range(repeats):
         spread, interp, fft = [], [], []
         for p in planes:
-            spread.append(op._launch_spread(p))
-            interp.append(op._launch_interp(p))
+            spread.append(op.engine._launch_spread(p))
+            interp.append(op.engine._launch_interp(p))
         q.finish()
-        if op.device_fft is not None:
+        if op.engine.device_fft is not None:
             t = time.perf_counter()
             for p in planes:
-                op.device_fft.backward(op._grid)
+                op.engine.device_fft.backward(op.engine._grid)
             q.finish()
             fft.append(time.perf_counter() - t)
         out["spread_s"].append(event_seconds(spread))
@@ -68,9 +68,9 @@ def stage_times(op, repeats):
 def call_parts(op, vis, dirty, repeats):
     """Wall time of the parts of a reused call: values up and gathered, the planes on the
     device (device FFT only), the image down; the same for dirty2vis."""
-    out = {"values_in_s": median_time(lambda: (upload(op.queue, vis, op._vis_full, op.staging), op._data_launch(op._gather, False)),
+    out = {"values_in_s": median_time(lambda: (upload(op.queue, vis, op.engine._vis_full, op.engine.staging), op.engine._data_launch(op.engine._gather, False)),
                                       repeats)}
-    if op.device_fft is not None:
+    if op.engine.device_fft is not None:
         out["vis2dirty_planes_s"] = median_time(lambda: op._vis2dirty_device(None), repeats)
 
         def planes():
@@ -78,8 +78,8 @@ def call_parts(op, vis, dirty, repeats):
             op.queue.finish()
 
         out["dirty2vis_planes_s"] = median_time(planes, repeats)
-    out["values_out_s"] = median_time(lambda: (op._data_launch(op._scatter, False),
-                                               download(op.queue, op._vis_full, np.empty(op.shape, op.complex), op.staging)), repeats)
+    out["values_out_s"] = median_time(lambda: (op.engine._data_launch(op.engine._scatter, False),
+                                               download(op.queue, op.engine._vis_full, np.empty(op.shape, op.engine.complex), op.engine.staging)), repeats)
     return out
 
 
@@ -145,7 +145,7 @@ def main(argv=None):
     p.add_argument("--device", default=None)
     p.add_argument("--nthreads", type=int, default=0)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--spread", default=None, help="tuning [wgridding] spread: atomic, bins or rows")
+    p.add_argument("--spread", default=None, help="tuning [wgridding] spread: points, bins or rows")
     p.add_argument("--tuning", default=None, help="more [wgridding] overrides as JSON, e.g. '{\"bin_u\": 64}'")
     p.add_argument("--sweep", default=None, help="a JSON list of [wgridding] tunings to time the spread of")
     p.add_argument("--cufinufft", action="store_true")
@@ -188,7 +188,7 @@ def main(argv=None):
     res["grid"] = [g.nu, g.nv]
     res["support"] = g.kernel.support
     res["planes"] = g.num_planes
-    res["spread_mode"], res["fft_mode"] = op.spread_mode, op.fft_mode
+    res["spread_mode"], res["fft_mode"] = op.engine.spread_mode, op.engine.fft_mode
     res["vis2dirty_reused_s"] = median_time(lambda: op.vis2dirty(vis), a.repeats)
     res["dirty2vis_reused_s"] = median_time(lambda: op.dirty2vis(dirty), a.repeats)
     res["vis2dirty_call_s"] = median_time(

@@ -18,11 +18,12 @@ from conftest import optional
 optional("casacore.tables", "ms")
 fits = optional("astropy.io.fits", "ms")
 
-from clgrid import cli  # noqa: E402
-from clgrid.imager import simulate, weighting  # noqa: E402
+from clgrid.imager import weighting  # noqa: E402
 from clgrid.imager.beam import fit_beam  # noqa: E402
 from clgrid.imager.correlations import parse_polarizations  # noqa: E402
 from clgrid.imager.units import parse_angle  # noqa: E402
+from clgrid.tools import cli  # noqa: E402
+from clgrid.tools import simulated_ms as simulate  # noqa: E402
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 C = 299792458.0

@@ -1,5 +1,5 @@
 """The w-gridding operator's other paths against ducc0: the spread variant the table does
-not pick on PoCL ("atomic"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
+not pick on PoCL ("points", "bins"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
 crop, w phase and grid correction on the device, which the table picks on GPUs."""
 
 import os
@@ -19,7 +19,7 @@ ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the orac
 
 def _have_vkfft():
     try:
-        from clgrid.fft import import_vkfft
+        from clgrid.imaging.fft import import_vkfft
 
         import_vkfft()
         return True
@@ -47,7 +47,7 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
-@pytest.mark.parametrize("tuning", [{"spread": "atomic"}, {"spread": "bins", "bins_work_group": 32}])
+@pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "bins", "bins_work_group": 32}])
 def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
     img, vis = against_ducc0(rng, tuning, epsilon, single, wgrid)
     assert img <= epsilon and vis <= epsilon, (img, vis)
@@ -75,10 +75,10 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
     op = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning={"fft": "host"})
     w = op.geometry.kernel.support
     per_point = 16 + 2 * (w | 1) * 8 + 8
-    side = int(np.sqrt((op.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
+    side = int(np.sqrt((op.engine.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
     bins = {"spread": "bins", "bin_u": side, "bin_v": side, "bins_work_group": 256, "fft": "host"}
     big = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning=bins)
-    assert 1 <= big._bins_batch(big.facts) < 256
+    assert 1 <= big.engine.spreader.tuning["bins_batch"] < 256
     rows = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                            tuning={"spread": "rows", "fft": "host"})
     assert relative_error(big.vis2dirty(vis, wgt), rows.vis2dirty(vis, wgt)) < 1e-12
@@ -117,7 +117,7 @@ def _device_side_matches_host(rng, fft):
     uvw, freq, vis, wgt = wide_field(rng, nrow=600)
     ops = {mode: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, tuning={"fft": mode},
                                  **IMAGE) for mode in ("host", fft)}
-    assert ops[fft].fft_mode == fft and ops["host"].fft_mode == "host"
+    assert ops[fft].engine.fft_mode == fft and ops["host"].engine.fft_mode == "host"
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     images = {k: op.vis2dirty(vis, wgt) for k, op in ops.items()}
     models = {k: op.dirty2vis(dirty, wgt) for k, op in ops.items()}
@@ -140,7 +140,7 @@ def test_host_fft_libraries_agree(rng, fft):
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     ops = {lib: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                                 tuning={"fft": fft, "host_fft": lib}) for lib in ("scipy", "ducc0")}
-    assert {lib: op.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
+    assert {lib: op.engine.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
     assert relative_error(ops["ducc0"].vis2dirty(vis, wgt), ops["scipy"].vis2dirty(vis, wgt)) < 1e-12
     assert relative_error(ops["ducc0"].dirty2vis(dirty, wgt), ops["scipy"].dirty2vis(dirty, wgt)) < 1e-12
 
@@ -150,7 +150,7 @@ def test_host_fft_libraries_agree(rng, fft):
 def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, npix_y, parts):
     """Threads clearing a poisoned grid in shares of image rows zero exactly the cells an
     embedded image leaves zero, and leave the image's own cells alone."""
-    from clgrid.fft import clear_outside, embed
+    from clgrid.imaging.fft import clear_outside, embed
 
     grid = rng.normal(size=(nu, nv)) + 7.0
     before = grid.copy()
@@ -165,7 +165,7 @@ def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, np
 def test_stepping_runs_are_slices_of_the_same_entries():
     """An index stepping by +1 or -1 becomes the slice that reads the same entries (the
     host path's phases as views of the small grid); anything else is gathered."""
-    from clgrid.wgridding import _stepping
+    from clgrid.imaging.engine import _stepping
 
     small = np.arange(10)
     for index in ([3, 4, 5], [5, 4, 3, 2, 1, 0], [0], [9, 8], [2, 1]):
@@ -180,7 +180,7 @@ def test_host_fft_choice_is_checked(rng, monkeypatch):
     with pytest.raises(ValueError, match="host_fft must be one of"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "numpy"})
     monkeypatch.setitem(__import__("sys").modules, "ducc0.fft", None)     # as if ducc0 were not installed
-    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).fft.library == "scipy"
+    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).engine.fft.library == "scipy"
     with pytest.raises(ImportError, match="needs ducc0"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "ducc0"})
 

@@ -7,9 +7,9 @@
 - `clgrid.imager.beam`: the beam fitted to the PSF;
 - `clgrid.imager.fits`: FITS files with WSClean's axes and keywords;
 - `clgrid.imager.pipeline`: the command's steps (`run`, `ImagingOptions`);
-- `clgrid.imager.simulate`: simulated Measurement Sets for tests and benchmarks.
 
 python-casacore and astropy come with the ``ms`` extra: ``pip install 'clgrid[ms]'``.
+Simulated Measurement Sets for trying it: `clgrid.tools.simulated_ms`.
 """
 
 from .correlations import parse_polarizations

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..host_threads import in_background, in_slices
+from ..device.host_threads import in_background, in_slices
 from .correlations import CODE_NAMES, Recipe, recipe
 
 __all__ = ["MSError", "MeasurementSet", "Visibilities", "open_ms", "channel_groups"]

@@ -312,11 +312,12 @@ class _Imaging:
         op = WGridder(data.uvw, freqs, self.nx, self.ny, self.scale, self.scale, o.epsilon,
                       do_wgridding=o.do_wgridding, mask=kept.view(np.uint8), flip_v=True,
                       divide_by_n=o.divide_by_n, precision=self.precision, device=o.device)
+        samples = int(np.count_nonzero(kept))
         del kept
         geometry = op.geometry
-        self.say(f"  {label}: weights in {weighted - started:.2f} s; {op.plan.num_vis} visibilities planned in "
+        self.say(f"  {label}: weights in {weighted - started:.2f} s; {samples} visibilities planned in "
                  f"{time.perf_counter() - weighted:.2f} s: support {geometry.kernel.support}, grid {geometry.nu} x "
-                 f"{geometry.nv}, {geometry.num_planes} w-plane(s), on {op.queue.device.name.strip()}")
+                 f"{geometry.nv}, {geometry.num_planes} w-plane(s), on {op.devices[0].name.strip()}")
         cplx = np.complex64 if self.precision == "single" else np.complex128
         real = np.float32 if self.precision == "single" else np.float64
         psf_factor, beam = 1.0, None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..host_threads import in_slices
+from ..device.host_threads import in_slices
 
 __all__ = ["WEIGHT_MODES", "Applied", "WeightGrid", "padded_size"]
 

@@ -1,0 +1,223 @@
+"""Imaging accurate to ``epsilon``: `vis2dirty` / `dirty2vis` with ducc0.wgridder's keywords,
+meaning and normalisation, and `WGridder`, the operator behind them kept for major cycles.
+
+Conventions (measured against ducc0 0.42 with a direct sum; tests/test_vis2dirty.py holds
+them).  With ``u, v, w = uvw * freq / c`` (wavelengths) after the flips (``flip_u`` negates
+u, ...), pixel ``(ix, iy)`` of the ``(npix_x, npix_y)`` image is at
+
+    x = (ix - npix_x // 2) * pixsize_x + s_u * center_x,   y = (iy - npix_y // 2) * pixsize_y + s_v * center_y
+
+with ``s_u = -1`` when ``flip_u`` (so a flip mirrors the image about its centre, centre
+offset included), ``n = sqrt(1 - x^2 - y^2)``, and
+
+    vis2dirty:  dirty[ix, iy] = Re sum_k wgt_k vis_k exp(+2 pi i (u_k x + v_k y - w_k (n - 1))) / n
+    dirty2vis:  vis_k = wgt_k sum_{ix, iy} dirty[ix, iy] exp(-2 pi i (u_k x + v_k y - w_k (n - 1))) / n
+
+(the adjoint pair).  The ``/ n`` is there with ``divide_by_n`` and ``do_wgridding``; without
+``do_wgridding`` the w term and ``/ n`` are both absent.  The image is not divided by the
+sum of weights.  x goes with u and the first axis; y with v and the second.  Masked
+(mask == 0) or zero-weight visibilities do not count; dirty2vis returns 0 for them.
+
+How: the kernel (clgrid.sources.accuracy) spreads each visibility over W x W cells of a grid
+padded by sigma, and with w over W of a stack of w-planes spaced so that the image's
+range of ``n - 1`` is oversampled by sigma too (w-gridding, "improved w-stacking": Ye et
+al. 2021, Arras et al. 2021).  Each plane is transformed, multiplied by its w phase and
+summed; the sum is divided by the kernel's Fourier transform in u, v and w.  Points
+with w < 0 are moved to (-u, -v, -w) and conjugated first (the image is real), which
+halves the range of w the planes cover.
+
+The points are planned once per operator, on the device (`clgrid.planning.stacking`: first
+cells, offsets and plane in float64, sorted by plane and by bin or row).  Where the
+work runs is the tuning table's ``[wgridding]`` choice (clgrid/platforms/*.toml, or
+``tuning=``): ``spread = "bins"`` (a work-group per bin of cells and piece of its points,
+accumulating in local memory: GPUs), ``"atomic"`` (a work-item per visibility, float
+atomic adds) or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed
+once per operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,
+the crop as views, per-pixel work on ``nthreads`` threads), ``"mapped"`` (the same FFT,
+with crop, w phase and correction by device kernels, clgrid/cl_kernels/wgrid_planes.cl) or
+``"vkfft"`` (pyvkfft on the device with those kernels: nothing per plane crosses to the
+host; with fp64 the correction and w phases are computed per pixel there as well).  Kernel values come from per-tap polynomials (clgrid.sources.accuracy.horner_coefficients).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..planning.host import SPEED_OF_LIGHT
+from .engine import ImagingEngine
+from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
+    plane_range
+
+__all__ = ["WGridder", "vis2dirty", "dirty2vis"]
+
+
+class WGridder:
+    """The imaging operator for one set of points: ``vis2dirty(vis, wgt)`` and
+    ``dirty2vis(dirty, wgt)``, with the plan, device program, grid and FFT kept between
+    calls (a major cycle calls both many times).  Calls on one operator are serialised
+    by a lock (they share its device buffers).
+
+    It checks the keywords, chooses the geometry (or takes one) and drives the work of
+    its device, an `clgrid.imaging.engine.ImagingEngine`.
+
+    ``geometry`` (an `ImageGeometry` from `choose_geometry`; None: chosen from these points)
+    lets operators over parts of one data set share one padded grid, kernel and stack of
+    w-planes; it must agree with the image keywords and hold every tap of the points
+    (refused otherwise, naming what differs).  ``planes`` = (lo, hi) restricts the
+    operator to w-planes lo..hi-1: it spreads, transforms and interpolates only the taps
+    that fall on them, so over a partition of the planes the images add up to the whole
+    image, and the visibilities to the whole visibilities; points whose taps all fall
+    outside add nothing.  ``deterministic``: the same image bits from run to run, for a
+    price: the points planned on the host and spread by rows (no atomics)."""
+
+    def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
+                 epsilon: float, do_wgridding: bool = False, mask=None, flip_u: bool = False,
+                 flip_v: bool = False, flip_w: bool = False, divide_by_n: bool = True,
+                 center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
+                 sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
+                 verbosity: int = 0, tuning: dict | None = None, geometry: ImageGeometry | None = None,
+                 planes: tuple | None = None, deterministic: bool = False):
+        uvw = np.asarray(uvw, np.float64)
+        freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
+        if uvw.ndim != 2 or uvw.shape[1] != 3:
+            raise ValueError(f"uvw must have shape (nrow, 3), got {uvw.shape}")
+        if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
+            raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
+        signs = flip_signs(flip_u, flip_v, flip_w)
+        fields, _ = image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y)
+        self.nrow, self.nchan = uvw.shape[0], freq.size
+        self.shape = (self.nrow, self.nchan)
+        if self.nrow * self.nchan >= 1 << 31:
+            raise ValueError(f"nrow * nchan = {self.nrow * self.nchan} visibilities: at most 2^31 - 1 per operator")
+        self.npix_x, self.npix_y = fields["npix_x"], fields["npix_y"]
+        self.precision = precision
+        self.verbosity = verbosity
+        keep = None
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.shape != self.shape:
+                raise ValueError(f"mask must have shape (nrow, nchan) = {self.shape}, got {mask.shape}")
+            keep = mask != 0
+        scale = freq / SPEED_OF_LIGHT
+        num_kept = self.nrow * self.nchan if keep is None else int(np.count_nonzero(keep))
+        # With w-gridding every point goes to w >= 0 (the image is real, so V at (u, v, w)
+        # is conj(V) at (-u, -v, -w)): the planes cover |w| only, half the range.
+        workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
+        w_range = abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else None
+        if geometry is None:
+            geometry = choose_geometry(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, w_range,
+                                       num_kept, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max, precision)
+        else:
+            check_geometry(geometry, fields, w_range)
+        self.geometry = geometry
+        self.planes = plane_range(planes, geometry)
+        self.engine = ImagingEngine(uvw, scale, keep, signs, geometry, self.planes, precision,
+                                    bool(divide_by_n) and bool(do_wgridding), device, tuning, workers,
+                                    bool(deterministic))
+        if verbosity:
+            g, choice, e = geometry, geometry.kernel, self.engine
+            print(f"clgrid.WGridder: {e.plan.num_kept} visibilities (planned on the {e.plan.planned_on}), "
+                  f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
+                  f"w-planes {self.planes.start}:{self.planes.stop} of {g.num_planes}, spread {e.spread_mode}, "
+                  f"fft {e.fft_mode}")
+
+    @property
+    def devices(self) -> list:
+        """The OpenCL devices the operator uses."""
+        return [self.engine.queue.device]
+
+    @property
+    def queue(self):
+        """The command queue of the operator's device."""
+        return self.engine.queue
+
+    @property
+    def plan(self):
+        """The planned points on the device."""
+        return self.engine.plan
+
+    def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
+        """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
+        ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
+        ``update``); there are ``len(planes)`` of them."""
+        return self.engine.vis2dirty(vis, wgt, progress)
+
+    def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
+        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
+        return self.engine.dirty2vis(dirty, wgt)
+
+
+def _precision_of(dtype, name, kinds):
+    dtype = np.dtype(dtype)
+    for precision, allowed in kinds.items():
+        if dtype == allowed:
+            return precision
+    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {dtype}")
+
+
+def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
+              do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
+              center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
+              dirty=None, device=None, tuning=None, **ignored):
+    """ducc0.wgridder.vis2dirty's call on an OpenCL device; see the module docstring.
+
+    ``vis`` complex64 or complex128 sets the precision; the image is float32 or float64
+    (npix_x, npix_y).  ``dirty``, if given, receives the result.  ``allow_nshift`` and
+    ``double_precision_accumulation`` are accepted and have no effect.  ``device`` and
+    ``tuning`` (overrides of the table's ``[wgridding]`` section: ``spread``, ``fft``) are
+    clgrid's own.
+    """
+    _refuse_unknown(ignored)
+    vis = np.asarray(vis)
+    precision = _precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
+    op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
+                  flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
+                  device, nthreads, verbosity, tuning)
+    image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
+    if dirty is not None:
+        dirty[...] = image
+        return dirty
+    return image
+
+
+def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, epsilon,
+              do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
+              center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
+              vis=None, device=None, npix_x=0, npix_y=0, tuning=None, **ignored):
+    """ducc0.wgridder.dirty2vis's call on an OpenCL device: visibilities (nrow, nchan) of
+    ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
+    _refuse_unknown(ignored)
+    dirty = np.asarray(dirty)
+    precision = _precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
+    if dirty.ndim != 2:
+        raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")
+    for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):
+        if n and n != have:
+            raise ValueError(f"{name}={n} does not match dirty's shape {dirty.shape}")
+    op = WGridder(uvw, freq, dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding,
+                  mask, flip_u, flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max,
+                  precision, device, nthreads, verbosity, tuning)
+    result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))
+    if vis is not None:
+        vis[...] = result
+        return vis
+    return result
+
+
+def _checked_wgt(wgt, real_dtype):
+    """``wgt`` as an array of floats (NaN and infinities are counted where they matter, on
+    the device, among the unmasked visibilities)."""
+    if wgt is None:
+        return None
+    wgt = np.asarray(wgt)
+    if not np.issubdtype(wgt.dtype, np.floating):
+        raise TypeError(f"wgt must be a float array, got {wgt.dtype}")
+    return wgt
+
+
+def _refuse_unknown(ignored):
+    unknown = set(ignored) - {"allow_nshift", "double_precision_accumulation"}
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
