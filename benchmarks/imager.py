@@ -47,12 +47,15 @@ from report import report  # noqa: E402
 # The cases: the MS (write_ms's keywords) and the image.  "compact": pixels of a third of
 # the beam at 1.4 GHz, a field WSClean's w-stacking covers with 8 w-layers (its fast case);
 # "wide": a 3.3x larger field at 1.3 GHz (69 w-layers for WSClean); "gpu": 64.5 M
-# visibilities (2016 baselines x 1000 integrations x 32 channels) into 4096^2.
+# visibilities (2016 baselines x 1000 integrations x 32 channels) into 4096^2; "large": the
+# same array and image, 8.1 M visibilities (250 integrations x 16 channels).
 CASES = {
     "compact": dict(ms=dict(ntime=40, nchan=2, freq=(1.40e9, 1.41e9), dec=-0.5, hours=6.0),
                     size=2048, scale="1.5asec", sources=(0.05, 0.2, 0.3)),
     "wide": dict(ms=dict(ntime=40, nchan=2, freq=(1.30e9, 1.31e9), dec=-0.5, hours=6.0),
                  size=2048, scale="5asec", sources=(0.2, 0.9, 1.2)),
+    "large": dict(ms=dict(ntime=250, nchan=16, freq=(1.30e9, 1.40e9), dec=-0.5, hours=8.0),
+                  size=4096, scale="1.2asec", sources=(0.05, 0.3, 0.6)),
     "gpu": dict(ms=dict(ntime=1000, nchan=32, freq=(1.30e9, 1.40e9), dec=-0.5, hours=8.0),
                 size=4096, scale="1.2asec", sources=(0.05, 0.3, 0.6)),
 }
@@ -159,7 +162,8 @@ def environment(device: str | None) -> dict:
         device_name = f"unknown ({exc})"
     return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
             "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "device": device_name,
-            "wsclean": wsclean, "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+            "wsclean": wsclean, "load_average": [round(v, 2) for v in os.getloadavg()],
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
 
 
 def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, device: str | None) -> dict:
@@ -254,7 +258,7 @@ def main(argv=None) -> int:
         return as_ducc0(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=[*CASES, "cpu", "all"], default="cpu",
-                        help="cpu: compact and wide (default); gpu: 64.5 M visibilities into 4096^2")
+                        help="cpu: compact, wide and large (default); gpu: 64.5 M visibilities into 4096^2")
     parser.add_argument("--peers", default="clgrid,wsclean,wsclean-wgridder,ducc0",
                         help="comma-separated, among clgrid, wsclean, wsclean-wgridder, ducc0")
     parser.add_argument("--repeats", type=int, default=5)
@@ -262,13 +266,15 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "clgrid-imager-bench"))
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
-    labels = {"cpu": ["compact", "wide"], "all": list(CASES)}.get(args.case, [args.case])
+    labels = {"cpu": ["compact", "wide", "large"], "all": list(CASES)}.get(args.case, [args.case])
     os.makedirs(args.workdir, exist_ok=True)
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    load_before = [round(v, 2) for v in os.getloadavg()]
     results = {label: run_case(label, CASES[label], args.workdir, peers, args.repeats, args.device)
                for label in labels}
     print(table(results), file=sys.stderr)
-    report({"environment": environment(args.device), "cases": results}, args.json)
+    report({"environment": {**environment(args.device), "load_average_before": load_before}, "cases": results},
+           args.json)
     return 0
 
 
