@@ -409,6 +409,7 @@ def test_bad_input_is_refused_by_name_before_any_work(observation, tmp_path, mon
     path = observation["circular"].path
     (tmp_path / "exists-dirty.fits").write_bytes(b"keep me")
     (tmp_path / "folder").mkdir()
+    (tmp_path / "taken-dirty.fits").mkdir()
     (tmp_path / "file.txt").write_text("not an MS")
     common = ["--size", NX, NY, "--scale", SCALE, "--quiet"]
     cases = [
@@ -420,6 +421,7 @@ def test_bad_input_is_refused_by_name_before_any_work(observation, tmp_path, mon
         ([path, "-o", tmp_path / "x", "--pol", "XX"], "--pol XX: the MS has the correlations RR RL LR LL"),
         ([path, "-o", tmp_path / "nowhere" / "x"], "does not exist"),
         ([path, "-o", tmp_path / "exists"], "exists (--overwrite replaces it)"),
+        ([path, "-o", tmp_path / "taken", "--overwrite"], "taken-dirty.fits is a folder"),
         ([path, "-o", tmp_path / "x", "--channels-out", "5"], "--channels-out must be between 1 and the MS's 4"),
         ([path, "-o", tmp_path / "x", "--size", 33, 33], "--size"),
         ([path, "-o", tmp_path / "x", "--scale", "3 parsecs"], "--scale"),
@@ -433,6 +435,19 @@ def test_bad_input_is_refused_by_name_before_any_work(observation, tmp_path, mon
         assert code == 2 and message in err, (args, err)
     assert (tmp_path / "exists-dirty.fits").read_bytes() == b"keep me"
     assert not list(tmp_path.glob("x*"))
+
+
+def test_an_interrupted_write_leaves_no_partial_file(observation, tmp_path, monkeypatch):
+    from astropy.io.fits import PrimaryHDU
+
+    def interrupted(self, stream, *args, **kwargs):
+        stream.write(b"SIMPLE  =                    T" + b" " * 2000)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PrimaryHDU, "writeto", interrupted)
+    code = run_cli(observation["linear"].path, "-o", tmp_path / "i", "--size", NX, NY, "--scale", SCALE, *ACCURATE)
+    assert code == 130
+    assert list(tmp_path.iterdir()) == []                     # neither the file nor its temporary
 
 
 def test_overwrite_and_wsclean_spellings(observation, tmp_path):
