@@ -109,9 +109,12 @@ def formed(t, pol, column="CORRECTED_DATA"):
 
 
 def wsclean_weights(uvw, freqs, vis_weight, mode, nx, ny, scale, robust=0.0, padding=1.2, rank=3.0, size=16,
-                    super_weight=1.0):
+                    super_weight=1.0, gridded=None):
     """Imaging weights by WSClean's formula (docs: weighting, weight rank filter; its
-    ImageWeights), one sample and one cell at a time."""
+    ImageWeights), one sample and one cell at a time, times ``vis_weight``.  The grid is
+    made of ``gridded`` (default ``vis_weight``): WSClean makes it of the first
+    polarisation's weights and uses it for every polarisation."""
+    gridded = vis_weight if gridded is None else gridded
     width = math.ceil(nx * padding)
     width += (4 - width % 4) % 4
     height = math.ceil(ny * padding)
@@ -129,8 +132,8 @@ def wsclean_weights(uvw, freqs, vis_weight, mode, nx, ny, scale, robust=0.0, pad
             x, y = math.floor(u * width * scale + width // 2), math.floor(v * height * scale)
             if 0 <= x < width and y < height // 2:
                 cell[r, c] = (y, x)
-                grid[y, x] += vis_weight[r, c]
-                total += vis_weight[r, c]
+                grid[y, x] += gridded[r, c]
+                total += gridded[r, c]
     if mode == "natural":
         grid = (grid != 0).astype(float)
     elif mode == "uniform":
@@ -284,10 +287,11 @@ def test_polarisations_from_the_correlations(observation, tmp_path, feeds):
     assert run_cli(ms.path, "-o", tmp_path / "p", "--size", NX, NY, "--scale", SCALE, "--weight", "natural",
                    "--pol", f"i,q,u,v,{own.lower()}", *ACCURATE) == 0
     t = read_table(ms.path)
+    first = formed(t, "I")[1]                 # the grid of the first polarisation serves them all
     for pol in ("I", "Q", "U", "V", own):
         got, header = image_of(tmp_path / f"p-{pol}-dirty.fits")
         vis, w = formed(t, pol)
-        w = wsclean_weights(t["UVW"], t["freqs"], w, "natural", NX, NY, SCALE_RAD)
+        w = wsclean_weights(t["UVW"], t["freqs"], w, "natural", NX, NY, SCALE_RAD, gridded=first)
         close(got, direct_image(t["UVW"], t["freqs"], vis, w))
         assert header["CRVAL4"] == {"I": 1, "Q": 2, "U": 3, "V": 4, "XX": -5, "RR": -1}[pol]
     # one sky: Stokes I from circular feeds is Stokes I from linear ones (same samples flagged)
@@ -540,8 +544,12 @@ def test_wsclean_agrees_uniform_psf_channels_and_mfs(observation, tmp_path):
 
 @pytest.mark.parametrize("weight", [["natural"], ["briggs", "0"]])
 def test_wsclean_agrees_on_stokes_from_circular_feeds(observation, tmp_path, weight):
-    ms = observation["circular"]
-    common = ["-size", NX, NY, "-scale", SCALE, "-pol", "iquv", "-weight", *weight, "-data-column", "DATA"]
+    """30% of the samples flagged, each correlation on its own: Q and U samples whose
+    cell holds no Stokes I weight, which WSClean weighs 0 (its grid is Stokes I's)."""
+    ms = simulate.write_ms(str(tmp_path / "flagged.ms"), observation["circular"].sources, stations=20, ntime=8,
+                           nchan=4, freq=(70e6, 80e6), hours=4, correlations="circular", weights="random",
+                           weight_spectrum=True, flag_fraction=0.3)
+    common = ["-size", NX, NY, "-scale", SCALE, "-pol", "iquv", "-weight", *weight]
     wsclean(*common, "-use-wgridder", "-wgridder-accuracy", "1e-5", "-name", "ws", ms.path, cwd=tmp_path)
     assert run_cli(ms.path, "-name", tmp_path / "cl", *common, *ACCURATE) == 0
     for pol in "IQUV":

@@ -10,7 +10,8 @@ column ``floor(u W dl + W / 2)`` and row ``floor(v H dm)``; samples outside the 
 imaging weight 0 in every mode, so they are left out of the image (the pixel size is too
 large for their baselines).  From the cell sums ``c`` (and their total ``T`` over the grid):
 
-    natural:  1 where c != 0
+    natural:  1 where c != 0 (so a sample whose cell got no weight, as when another
+              polarisation's grid is used, weighs 0)
     uniform:  1 / c
     briggs R: 1 / (1 + c S^2),   S^2 = (5 10^-R)^2 / (sum c^2 / T)
 
@@ -120,8 +121,6 @@ class WeightGrid:
         metres and ``freqs`` (nchan,) Hz on the grid."""
         if self.finished:
             raise RuntimeError("WeightGrid.add after finish()")
-        if self.mode == "natural":
-            return                                    # 1 in every cell a sample reaches
         flat = self.grid.reshape(-1)
         lock = threading.Lock()
 
@@ -142,9 +141,10 @@ class WeightGrid:
             raise RuntimeError("WeightGrid.finish called twice")
         self.finished = True
         g = self.grid
-        if self.mode == "natural":
-            return                                    # every weight 1: the rank filter keeps them
         occupied = g != 0
+        if self.mode == "natural":                    # 1 where a weight was gridded; the rank
+            np.copyto(g, occupied)                    # filter keeps every such weight
+            return
         if self.mode == "uniform":
             np.divide(1.0, g, out=g, where=occupied)
         else:
@@ -206,10 +206,7 @@ class WeightGrid:
 
         def block(rows):
             cells = self._cells(uvw[rows], freqs)
-            if self.mode == "natural":
-                imaging = (cells >= 0).astype(weights.dtype)
-            else:
-                imaging = np.where(cells >= 0, flat[np.maximum(cells, 0)], 0.0).astype(weights.dtype)
+            imaging = np.where(cells >= 0, flat[np.maximum(cells, 0)], 0.0).astype(weights.dtype)
             values = weights[rows]
             before = int(np.count_nonzero(values))
             kept = (values != 0) & (imaging != 0)
