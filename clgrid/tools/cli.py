@@ -23,6 +23,9 @@ from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING
 from ..sources.accuracy import choose_kernel
 from ..sources.analytic import StackedKernel
 
+# the tuning sections of the imaging operator's strategies (clgrid tune --imaging)
+IMAGING_SECTIONS = tuple(dict.fromkeys(cls.name for pair in IMAGING.values() for cls in pair))
+
 
 def cmd_devices(args) -> int:
     found = devices()
@@ -230,6 +233,12 @@ def cmd_compare(args) -> int:
 def cmd_tune(args) -> int:
     from . import tuner
 
+    known = IMAGING_SECTIONS if args.imaging else bench.benchmark_methods()
+    if args.method not in known:
+        print(f"clgrid tune: unknown {'imaging ' if args.imaging else ''}method {args.method!r}; choose one of "
+              f"{list(known)}", file=sys.stderr)
+        return 2
+
     try:
         queue = get_queue(args.device)
     except Exception as exc:
@@ -237,13 +246,19 @@ def cmd_tune(args) -> int:
         return 2
     facts = device_facts(queue.device)
     num_vis, grid_size, support = _sizes(args.quick, args)[0]
-    workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
-                                   oversample=args.oversample)
     try:
         space = {key: value if isinstance(value, list) else [value]
                  for key, value in _tuning_overrides(args.space).items()} or None
-        result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
-                            precision=args.precision, space=space)
+        if args.imaging:
+            result = tuner.tune_imaging(args.method, device=queue, num_vis=num_vis, npix=grid_size,
+                                        epsilon=args.epsilon, space=space, repeats=args.repeats,
+                                        precision=args.precision)
+            workload = f"MeerKAT tracks, {num_vis} visibilities, {grid_size}^2 with w, epsilon {args.epsilon}"
+        else:
+            workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
+                                           oversample=args.oversample)
+            result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
+                                precision=args.precision, space=space)
     except (ValueError, RuntimeError) as exc:
         print(f"clgrid tune: {exc}", file=sys.stderr)
         return 1
@@ -264,7 +279,8 @@ def cmd_tune(args) -> int:
     if args.write_table:
         print(format_entry(tuner.device_match(facts), result.strategy,
                            tuner.strategy_values(result),
-                           f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
+                           f"measured by clgrid tune on {facts.name}: "
+                           f"{workload if isinstance(workload, str) else workload.describe()}"))
     if not args.no_save:
         print(f"saved to {tuner.save_user_entry(result, facts, args.output and Path(args.output))}")
     return 0
@@ -406,8 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
-    t.add_argument("--method", choices=bench.benchmark_methods(), default="atomic",
-                   help="gridding method or degrid-<method> (default: atomic)")
+    t.add_argument("--method", default="atomic",
+                   help=f"gridding method or degrid-<method> (default: atomic): {', '.join(bench.benchmark_methods())}; "
+                        f"with --imaging the imaging operator's: {', '.join(IMAGING_SECTIONS)}")
+    t.add_argument("--imaging", action="store_true",
+                   help="tune a strategy of the imaging operator (vis2dirty / dirty2vis), timed on its spread or "
+                        "interpolation of every w-plane of MeerKAT tracks imaged with w (--num-vis, --grid-size "
+                        "as the image's side, --epsilon)")
+    t.add_argument("--epsilon", type=float, default=1e-4, help="with --imaging: the accuracy (default 1e-4)")
     t.add_argument("--device", help="device name to match (default: the default device)")
     t.add_argument("--quick", action="store_true", help="small data: a minute on a 2-core CPU")
     t.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
