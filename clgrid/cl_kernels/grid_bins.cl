@@ -119,3 +119,39 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
         atomic_add_complex(grid, (size_t)iu * nv + iv, value);
     }
 }
+
+
+/* The work-groups of each plane (BinsGridding.arrange), on the device: pieces[p][b], how
+   many pieces of at most SUBPROBLEM the points with a tap on plane p (first planes
+   p - REACH + 1 .. p) whose first cell is in bin b make, from the table of where each
+   (first plane, bin) run starts; entry num_planes * KEYS_PER_PLANE is 0, so that its
+   exclusive scan ends with the total. */
+__kernel void count_pieces(__global const int *restrict starts, const int num_planes, const int reach,
+                           __global int *restrict pieces)
+{
+    const int i = get_global_id(0);
+    const int n = num_planes * KEYS_PER_PLANE;
+    if (i > n)
+        return;
+    if (i == n) {
+        pieces[i] = 0;
+        return;
+    }
+    const int p = i / KEYS_PER_PLANE, b = i - p * KEYS_PER_PLANE;
+    int total = 0;
+    for (int g = max(0, p - reach + 1); g <= p; ++g)
+        total += starts[g * KEYS_PER_PLANE + b + 1] - starts[g * KEYS_PER_PLANE + b];
+    pieces[i] = (total + SUBPROBLEM - 1) / SUBPROBLEM;
+}
+
+/* jobs[first_job[i] + k] = (bin, k) for each piece k of entry i (plane-major). */
+__kernel void list_jobs(__global const int *restrict pieces, __global const int *restrict first_job, const int n,
+                        __global int2 *restrict jobs)
+{
+    const int i = get_global_id(0);
+    if (i >= n)
+        return;
+    const int b = i % KEYS_PER_PLANE, first = first_job[i], count = pieces[i];
+    for (int k = 0; k < count; ++k)
+        jobs[first + k] = (int2)(b, k);
+}

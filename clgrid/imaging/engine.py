@@ -28,6 +28,7 @@ import pyopencl as cl
 from ..device.codegen import build_program, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
+from ..errors import DeviceCapabilityError
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.plan import plan_stacked
@@ -116,6 +117,12 @@ def _stepping(index: np.ndarray):
     stop = int(index[-1]) + step
     return slice(first, stop if stop >= 0 else None, step)
 
+
+
+def _row_parts(nrow: int, nchan: int, samples: int) -> list:
+    """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
+    rows = max(1, samples // max(nchan, 1))
+    return [slice(a, min(a + rows, nrow)) for a in range(0, max(nrow, 1), rows)]
 
 
 class ImagingEngine:
@@ -223,15 +230,14 @@ class ImagingEngine:
         for strategy in (self.spreader, self.interpolator):
             strategy.stable = deterministic
         self.layout = self.spreader.layout()
-        self.plan = plan_stacked(self.queue, g, uvw, scale, keep, signs, fold=g.do_wgridding,
-                                 double=self.precision == "double", staging=self.staging, on_host=deterministic)
-        self.points: PointPlan = self.plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
-        n = max(self.points.num_vis, 1)
-        self._vis = cl.Buffer(ctx, mf.READ_WRITE, n * np.dtype(self.complex).itemsize)
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
+        self._check_fits()
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
+        self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic)
+                       for rows in _row_parts(self.nrow, self.nchan,
+                                              wparams["part_samples"] or self._samples_per_part())]
         self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double")))
         self.device_fft = None
         if self.fft_mode == "mapped":
@@ -244,6 +250,68 @@ class ImagingEngine:
                 self.fft_mode = "host"
         if self.device_fft is not None:
             self._setup_planes(facts)
+
+    # -- the points, in parts of rows that each fit the device's buffers -------------------
+    def _bytes_per_sample(self) -> int:
+        """Device bytes one (row, channel) sample takes at most: the caller's value and weight,
+        its plan (sample, packed, offsets, phase), its arrangement and value in plan order,
+        the planning and sorting scratch, and the rows spread's kernel values."""
+        real = np.dtype(self.real).itemsize
+        taps = 3 * self.geometry.kernel.support * real if self.spread_mode == "rows" else 0
+        return 3 * real + 2 * (4 + 16 + 4 * real + 2 * real) + 2 * real + 16 * 3 + taps
+
+    def _samples_per_part(self) -> int:
+        """(row, channel) samples a part may hold: within the largest buffer (a part's
+        largest array takes 4 reals or 16 bytes a sample)."""
+        largest = max(16, 4 * np.dtype(self.real).itemsize)
+        return max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
+
+    def _check_fits(self) -> None:
+        """Refuse, naming the sizes, a grid or a set of points the device cannot hold."""
+        facts, g = self.facts, self.geometry
+        if self._grid_bytes > facts.max_allocation:
+            raise DeviceCapabilityError(
+                f"the padded grid of {g.nu}x{g.nv} {np.dtype(self.complex).name} needs "
+                f"{self._grid_bytes / 2**30:.2f} GiB in one buffer; {facts.name} allows "
+                f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
+        need = self._grid_bytes + self.nrow * self.nchan * self._bytes_per_sample()
+        if need > facts.global_memory * 0.9:
+            raise DeviceCapabilityError(
+                f"{self.nrow * self.nchan} samples and the {g.nu}x{g.nv} grid need about {need / 2**30:.2f} GiB "
+                f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: spread the rows over "
+                f"several devices or operators (clgrid.dask), or image in facets")
+
+    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic) -> SimpleNamespace:
+        """The points of ``rows``: planned, arranged for the spread, with their buffers."""
+        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+        plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
+                            fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
+                            on_host=deterministic, planes=self.planes)
+        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
+        nsample = (rows.stop - rows.start) * self.nchan
+        values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)
+        return SimpleNamespace(
+            rows=rows, nsample=nsample, plan=plan, points=points,
+            values=self.spreader.with_values(points, values),
+            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(nsample, 1) * np.dtype(self.complex).itemsize),
+            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(nsample, 1) * np.dtype(self.real).itemsize))
+
+    @property
+    def plans(self) -> list:
+        """The plans of the operator's parts (one, unless the points exceed one buffer)."""
+        return [part.plan for part in self._parts]
+
+    @property
+    def num_kept(self) -> int:
+        return sum(part.points.num_vis for part in self._parts)
+
+    @property
+    def planned_on(self) -> str:
+        return self._parts[0].plan.planned_on
+
+    def _active(self, plane: int) -> bool:
+        """Whether any point has a tap on ``plane``."""
+        return any(self.spreader.active(part.points, plane)[1] for part in self._parts)
 
     def _setup_planes(self, facts):
         """The image side on the device (device FFT): per-pixel correction and w phases
@@ -292,53 +360,73 @@ class ImagingEngine:
         return pix, copy(cu, np.float64), copy(cv, np.float64), copy(cheb, np.float64)
 
     def _setup_data(self, program):
-        """Buffers for the caller's (nrow * nchan) values, and the kernels that pick the kept
-        ones in plan order (weighted, conjugated where the point moved, phase-shifted)."""
+        """The kernels that pick the kept values in plan order (weighted, conjugated where the
+        point moved, phase-shifted) and put them back, and their tally."""
         ctx, mf = self.queue.context, cl.mem_flags
-        total = max(self.nrow * self.nchan, 1)
-        self._vis_full = cl.Buffer(ctx, mf.READ_WRITE, total * np.dtype(self.complex).itemsize)
-        self._wgt_full = cl.Buffer(ctx, mf.READ_ONLY, total * np.dtype(self.real).itemsize)
         self._tally = cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
         self._no_phase = cl.Buffer(ctx, mf.READ_ONLY, np.dtype(self.complex).itemsize)
         self._gather = cl.Kernel(program, "gather_vis")
         self._scatter = cl.Kernel(program, "scatter_vis")
 
     def _data_launch(self, kernel, use_wgt):
-        """Gather or scatter; returns the tally (non-finite values, non-finite weights,
-        non-zero weighted values) of the kept visibilities."""
-        p = self.points
+        """Gather or scatter every part; returns the tally (non-finite values, non-finite
+        weights, non-zero weighted values) of the kept visibilities."""
         fill_zeros(self.queue, self._tally, 12, np.int32)
-        size = -(-max(p.num_vis, 1) // self._wg) * self._wg
-        source, target = (self._vis_full, self._vis) if kernel is self._gather else (self._vis, self._vis_full)
-        phase = p.phase if p.phase is not None else self._no_phase
-        kernel(self.queue, (size,), (self._wg,), source, self._wgt_full, p.src, phase, target,
-               np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
+        for part in self._parts:
+            p = part.points
+            if not p.num_vis:
+                continue
+            size = -(-p.num_vis // self._wg) * self._wg
+            source = part.vis_full if kernel is self._gather else part.values.vis
+            target = part.values.vis if kernel is self._gather else part.vis_full
+            phase = p.phase if p.phase is not None else self._no_phase
+            kernel(self.queue, (size,), (self._wg,), source, part.wgt_full, p.src, phase, target,
+                   np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
         tally = np.empty(3, np.int32)
         cl.enqueue_copy(self.queue, tally, self._tally)
         return tally
 
-    def _upload_wgt(self, wgt):
-        """``wgt`` to the device; False when there is none (every weight 1)."""
-        if wgt is None:
-            return False
-        wgt = np.asarray(wgt)
-        self._check_values("wgt", wgt, self.shape)
-        upload(self.queue, np.asarray(wgt, self.real), self._wgt_full, self.staging)
-        return True
+    def _upload_values(self, vis, wgt) -> bool:
+        """The caller's ``vis`` (and ``wgt``) to each part's buffers; False when there is no
+        ``wgt`` (every weight 1)."""
+        if wgt is not None:
+            wgt = np.asarray(wgt)
+            self._check_values("wgt", wgt, self.shape)
+        for part in self._parts:
+            if wgt is not None:
+                upload(self.queue, np.asarray(wgt[part.rows], self.real), part.wgt_full, self.staging)
+            if vis is not None:
+                upload(self.queue, np.asarray(vis[part.rows], self.complex), part.vis_full, self.staging)
+        return wgt is not None
 
     def _launch_spread(self, plane: int, wait_for=None):
-        """Spread this call's values onto ``plane`` of the grid; the last event, or None."""
-        events = self.spreader.grid(self._points_with_values, 1, self._grid, wait_for, plane=plane)
+        """Spread this call's values onto ``plane`` of the grid, part by part; the last event
+        (the queue is in order), or None."""
+        events = []
+        for part in self._parts:
+            events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane)
         return events[-1] if events else None
+
+    def stage_seconds(self, direction: str) -> float:
+        """Device seconds of spreading (``direction="grid"``) or interpolating ("degrid") every
+        active plane once, with the values of the last call (for tuning and benchmarks)."""
+        events = []
+        with self._lock:
+            for plane in self.planes:
+                for part in self._parts:
+                    if direction == "grid":
+                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane)
+                    else:
+                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane)
+            cl.wait_for_events(events)
+        return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
 
     def _launch_interp(self, plane: int, wait_for=None):
-        """Add ``plane``'s share to the values; the last event, or None."""
-        events = self.interpolator.degrid(self._points_with_values, 1, self._grid, wait_for, plane=plane)
+        """Add ``plane``'s share to the values, part by part; the last event, or None."""
+        events = []
+        for part in self._parts:
+            events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane)
         return events[-1] if events else None
-
-    @cached_property
-    def _points_with_values(self) -> PointPlan:
-        return self.spreader.with_values(self.points, self._vis)
 
     def _check_values(self, name, a, shape):
         if a.shape != shape:
@@ -359,14 +447,13 @@ class ImagingEngine:
             return self._vis2dirty(vis, wgt, progress)
 
     def _vis2dirty(self, vis, wgt, progress):
-        p, g = self.points, self.geometry
-        if p.num_vis == 0:
+        g = self.geometry
+        if self.num_kept == 0:
             self._zero_data_warning("the image")
             return np.zeros((g.npix_x, g.npix_y), self.real)
         # the caller's array goes up as it is; the device picks, weights, conjugates and
         # phase-shifts the kept visibilities (gather_vis), and counts what is wrong
-        use_wgt = self._upload_wgt(wgt)
-        upload(self.queue, np.asarray(vis, self.complex), self._vis_full, self.staging)
+        use_wgt = self._upload_values(vis, wgt)
         bad_vis, bad_wgt, nonzero = self._data_launch(self._gather, use_wgt)
         if bad_vis:
             raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
@@ -380,7 +467,7 @@ class ImagingEngine:
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
         for plane in self.planes:
-            if self.points.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
                 grid = self._map_grid([event])
@@ -419,7 +506,7 @@ class ImagingEngine:
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
         fill_zeros(q, self._tally, 12, np.int32)
         for plane in self.planes:
-            if self.points.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
                 self.device_fft.backward(self._grid)
@@ -452,7 +539,7 @@ class ImagingEngine:
         if not_finite[0]:
             raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
         for plane in self.planes:
-            if self.points.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
                                  *self._plane_args(plane))
@@ -473,7 +560,7 @@ class ImagingEngine:
             np.conjugate(phase, out=phase)
             step = step.conj()
         for plane in self.planes:
-            if self.points.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 grid = self._map_grid()
                 blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
 
@@ -592,23 +679,26 @@ class ImagingEngine:
             return self._dirty2vis(dirty, wgt)
 
     def _dirty2vis(self, dirty, wgt):
-        p = self.points
         out = host_empty(self.shape, self.complex, self.staging)
-        if p.num_vis == 0:
+        if self.num_kept == 0:
             self._zero_data_warning("every visibility")
             out[...] = 0
             return out
-        fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real)
+        itemsize = np.dtype(self.complex).itemsize
+        for part in self._parts:
+            fill_zeros(self.queue, part.values.vis, part.points.num_vis * itemsize, self.real)
         if self.device_fft is not None:
             self._dirty2vis_device(dirty)
         else:
             self._dirty2vis_host(dirty)
-        use_wgt = self._upload_wgt(wgt)
-        fill_zeros(self.queue, self._vis_full, out.nbytes, self.real)
+        use_wgt = self._upload_values(None, wgt)
+        for part in self._parts:
+            fill_zeros(self.queue, part.vis_full, part.nsample * itemsize, self.real)
         bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        download(self.queue, self._vis_full, out, self.staging)
+        for part in self._parts:
+            download(self.queue, part.vis_full, out[part.rows], self.staging)
         return out
 
 

@@ -67,8 +67,8 @@ class PointPlan:
     in the caller's (nrow * nchan) array; -index - 1 where the point moved to -uvw and is
     conjugated), ``phase`` (the factor gridding applies; None when there is none) and
     ``starts`` (where each key's run begins: the layout's row or bin table).
-    ``plane_start[p]`` (host) is where the points whose first plane is p begin, and
-    ``key_starts`` (host) is ``starts`` down to the end of the last plane."""
+    ``plane_start[p]`` (host) is where the points whose first plane is p begin (the last
+    entry: where the last plane's end)."""
 
     first: cl.Buffer
     frac: cl.Buffer
@@ -76,7 +76,6 @@ class PointPlan:
     phase: cl.Buffer | None
     starts: cl.Buffer
     plane_start: np.ndarray
-    key_starts: np.ndarray
     num_vis: int
     planned_on: str
     vis: object = None           # one call's values in this order (a cl.Buffer), or None
@@ -110,22 +109,22 @@ def arrange(plan, layout: Layout, stable: bool = False) -> PointPlan:
                          f"32-bit counts: use larger bins or fewer w-planes")
     context, mf = queue.context, cl.mem_flags
     starts = cl.Buffer(context, mf.READ_WRITE, 4 * (num_keys + 1))
+    double = np.dtype(plan.fraction.dtype) == np.float64
+    program = stacked_program(context, g, fold=g.do_wgridding, double=double)
     if stable or n == 0:
         packed = plan.packed.get()[:n]
         first = packed.copy()
         first[:, 3] &= 0x7FFFFFFF
         keys = layout.keys(first[:, [0, 1, 3]])
         order = np.argsort(keys, kind="stable").astype(np.int32)
-        host_starts = np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=num_keys))]).astype(np.int32)
-        cl.enqueue_copy(queue, starts, host_starts)
+        cl.enqueue_copy(queue, starts, np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=num_keys))])
+                        .astype(np.int32))
         order_d = cla.to_device(queue, order if n else np.zeros(1, np.int32))
     else:
         index = cla.arange(queue, n, dtype=np.int32)
         _, order_buffer, _ = CountingSort(queue, _key_expression(layout), num_keys)(plan.packed.data, index.data,
                                                                                     n, starts=starts)
         order_d = cla.Array(queue, (n,), np.int32, data=order_buffer)
-        host_starts = np.empty(num_keys + 1, np.int32)
-        cl.enqueue_copy(queue, host_starts, starts)
     real, cplx = plan.fraction.dtype, None if plan.phase is None else plan.phase.dtype
     m = max(n, 1)
     first_d = cl.Buffer(context, mf.READ_WRITE, 16 * m)
@@ -133,11 +132,18 @@ def arrange(plan, layout: Layout, stable: bool = False) -> PointPlan:
     src_d = cl.Buffer(context, mf.READ_WRITE, 4 * m)
     phase_d = None if cplx is None else cl.Buffer(context, mf.READ_WRITE, np.dtype(cplx).itemsize * m)
     if n:
-        program = stacked_program(context, g, fold=g.do_wgridding, double=np.dtype(real) == np.float64)
         codegen_kernel(program, "take_stacked")(
             queue, (n,), None, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
             None if plan.phase is None else plan.phase.data, np.int32(n), first_d, frac_d, src_d, phase_d)
-    queue.finish()
-    plane_start = host_starts[np.arange(g.num_planes + 1) * layout.keys_per_plane].astype(np.int64)
-    return PointPlan(first_d, frac_d, src_d, phase_d, starts, plane_start, host_starts[:num_keys + 1], n,
-                     plan.planned_on)
+    plane_start = every_nth(queue, program, starts, layout.keys_per_plane, g.num_planes + 1).astype(np.int64)
+    return PointPlan(first_d, frac_d, src_d, phase_d, starts, plane_start, n, plan.planned_on)
+
+
+def every_nth(queue, program, values: cl.Buffer, step: int, count: int) -> np.ndarray:
+    """``values[k * step]`` for k in [0, count), to the host (int32): a small download
+    instead of the whole table."""
+    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4 * max(count, 1))
+    codegen_kernel(program, "every_nth")(queue, (count,), None, values, np.int32(step), np.int32(count), out)
+    host = np.empty(count, np.int32)
+    cl.enqueue_copy(queue, host, out)
+    return host

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..planning.stacking import Layout, PointPlan
-from .base import read_only_buffer
+import pyopencl as cl
+
+from ..device.scan import ExclusiveScan
+from ..planning.plan import stacked_program
+from ..planning.stacking import Layout, PointPlan, every_nth
 from .stacked import StackedStrategy
 
 __all__ = ["BinsGridding"]
@@ -70,31 +73,26 @@ class BinsGridding(StackedStrategy):
     def arrange(self, plan, npol: int = 1) -> PointPlan:
         """By (first plane, bin), with each plane's work-groups: (bin, piece) for every piece
         of at most ``bins_subproblem`` of the points with a tap on the plane whose first cell
-        is in the bin; ``extra["jobs"][p]`` is where plane p's begin, the last entry where
-        they end."""
+        is in the bin, listed on the device; ``extra["jobs"][p]`` (host) is where plane p's
+        begin, the last entry where they end."""
         points = super().arrange(plan, npol)
         k, bins = self.kernels, self.layout().keys_per_plane
-        runs = np.diff(points.key_starts).reshape(k.num_planes, bins)      # points per (first plane, bin)
-        planes = np.arange(k.num_planes)
-        reach = k.width if k.use_w else 1
-        lowest = np.maximum(planes - reach + 1, 0)
-        # a plane's points in a bin: runs of first planes lowest..p, each bin's points
-        # being contiguous within a first plane (key order), so counted run by run
-        total = np.zeros((k.num_planes, bins), np.int64)
-        for back in range(reach):
-            first_plane = planes - back
-            valid = first_plane >= lowest
-            total[valid] += runs[first_plane[valid]]
-        size = self.tuning["bins_subproblem"]
-        pieces = (-(-total // size)).reshape(-1)                           # plane-major
-        busy = np.flatnonzero(pieces)
-        counts = pieces[busy]
-        bin_of = np.repeat((busy % bins).astype(np.int32), counts)
-        piece = np.arange(bin_of.size, dtype=np.int32) - np.repeat((np.cumsum(counts) - counts).astype(np.int32),
-                                                                   counts)
-        table = np.stack([bin_of, piece], axis=1) if bin_of.size else np.zeros((1, 2), np.int32)
-        jobs = np.concatenate([[0], np.cumsum(pieces.reshape(k.num_planes, bins).sum(axis=1))]).tolist()
-        points.extra.update(subproblems=read_only_buffer(self.queue.context, table.astype(np.int32)), jobs=jobs)
+        n = k.num_planes * bins
+        if n >= 2 ** 31 - 1:
+            raise ValueError(f"{n} (plane, bin) pairs overflow 32-bit counts: use larger bins")
+        context, mf = self.queue.context, cl.mem_flags
+        pieces = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
+        first_job = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
+        program_kernel = self.program
+        program_kernel("count_pieces")(self.queue, (n + 1,), None, points.starts, np.int32(k.num_planes),
+                                       np.int32(k.width if k.use_w else 1), pieces)
+        ExclusiveScan(self.queue)(pieces, first_job, n + 1)
+        jobs = every_nth(self.queue, stacked_program(context, plan.geometry, plan.geometry.do_wgridding,
+                                                     self.precision == "double"),
+                         first_job, bins, k.num_planes + 1)
+        table = cl.Buffer(context, mf.READ_WRITE, 8 * max(int(jobs[-1]), 1))
+        program_kernel("list_jobs")(self.queue, (n,), None, pieces, first_job, np.int32(n), table)
+        points.extra.update(subproblems=table, jobs=jobs.tolist())
         return points
 
     def grid(self, points: PointPlan, npol: int, grid_buffer, wait_for=None, plane: int = 0) -> list:
