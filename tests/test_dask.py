@@ -392,6 +392,7 @@ def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, mo
     assert relative_error(on_cluster, single) <= 1e-6
 
 
+@pytest.mark.slow
 def test_planes_split_with_points_on_slab_edges_and_slabs_without_points(client, rng, device_name):
     """The planes split (double, epsilon 1e-9) on data made to stress it: |w| in two bands
     with empty planes between, rows sorted by |w| so that chunks hold one band each (a

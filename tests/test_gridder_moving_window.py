@@ -61,7 +61,7 @@ def test_moving_window_is_a_method():
     assert "moving_window" in clgrid.Gridder.methods
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("npol", [1, pytest.param(2, marks=pytest.mark.slow), 4])
 def test_matches_reference_with_channels_and_changing_support(queue, rng, stack, precision, npol):
     uvw = arcs(rng, 12, 40) * SPEED_OF_LIGHT / FREQS.max()      # metres
