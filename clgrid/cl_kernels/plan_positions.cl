@@ -267,11 +267,12 @@ __kernel void compact_stacked(__global const int *restrict status, __global cons
 {% if stacked %}
 
 /* The plan in a key order (clgrid/planning/stacking.py): order[k] is the plan index of the
-   k-th point in that order; first: its first cells and first plane (no flag), src: its
-   sample, as -sample - 1 where it moved (conjugated), fraction and phase with it. */
+   k-th point in that order; first: its first cells and first plane (no flag), src: where
+   its value is, as -index - 1 where it moved (conjugated): its sample, or with by_position
+   its place in the plan (values given in plan order); fraction and phase with it. */
 __kernel void take_stacked(__global const int *restrict order, __global const int *restrict sample,
                            __global const int4 *restrict packed, __global const real4_t *restrict fraction,
-                           __global const cplx_t *restrict phase, const int n,
+                           __global const cplx_t *restrict phase, const int n, const int by_position,
                            __global int4 *restrict first, __global real4_t *restrict frac,
                            __global int *restrict src, __global cplx_t *restrict sorted_phase)
 {
@@ -282,7 +283,8 @@ __kernel void take_stacked(__global const int *restrict order, __global const in
     const int4 p = packed[i];
     first[k] = (int4)(p.x, p.y, p.w & 0x7fffffff, 0);
     frac[k] = fraction[i];
-    src[k] = p.w < 0 ? -sample[i] - 1 : sample[i];
+    const int s = by_position ? i : sample[i];
+    src[k] = p.w < 0 ? -s - 1 : s;
     if (phase)
         sorted_phase[k] = phase[i];
 }

@@ -66,6 +66,11 @@ def _route_tuning(tuning, facts) -> tuple:
     return wparams, spread, interp
 
 
+# a part whose kept samples are fewer than this share of its rows' samples gets its values
+# picked by the host (in plan order) rather than all its rows' samples each call
+SPARSE_SHARE = 0.5
+
+
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
     """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
     rows = max(1, samples // max(nchan, 1))
@@ -192,14 +197,21 @@ class ImagingEngine:
         plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
                             fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
                             on_host=deterministic, planes=self.planes)
-        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         nsample = (rows.stop - rows.start) * self.nchan
+        # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
+        # picks theirs, in plan order, instead of sending every sample each call
+        index = None
+        if plan.num_kept < SPARSE_SHARE * nsample:
+            plan.values_by_position = True
+            index = plan.sample.get()[:plan.num_kept]
+        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)
+        held = nsample if index is None else index.size
         return SimpleNamespace(
-            rows=rows, nsample=nsample, plan=plan, points=points,
+            rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
             values=self.spreader.with_values(points, values),
-            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(nsample, 1) * np.dtype(self.complex).itemsize),
-            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(nsample, 1) * np.dtype(self.real).itemsize))
+            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize),
+            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize))
 
     @property
     def plans(self) -> list:
@@ -279,10 +291,12 @@ class ImagingEngine:
             wgt = np.asarray(wgt)
             self._check_values("wgt", wgt, self.shape)
         for part in self._parts:
-            if wgt is not None:
-                upload(self.queue, np.asarray(wgt[part.rows], self.real), part.wgt_full, self.staging)
-            if vis is not None:
-                upload(self.queue, np.asarray(vis[part.rows], self.complex), part.vis_full, self.staging)
+            for given, dtype, buffer in ((wgt, self.real, part.wgt_full), (vis, self.complex, part.vis_full)):
+                if given is not None:
+                    mine = given[part.rows]
+                    if part.index is not None:
+                        mine = np.take(mine.reshape(-1), part.index)
+                    upload(self.queue, np.asarray(mine, dtype), buffer, self.staging)
         return wgt is not None
 
     def _launch_spread(self, plane: int, wait_for=None):
@@ -501,12 +515,19 @@ class ImagingEngine:
             self._dirty2vis_host(dirty)
         use_wgt = self._upload_values(None, wgt)
         for part in self._parts:
-            fill_zeros(self.queue, part.vis_full, part.nsample * itemsize, self.real)
+            fill_zeros(self.queue, part.vis_full, part.held * itemsize, self.real)
         bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
         for part in self._parts:
-            download(self.queue, part.vis_full, out[part.rows], self.staging)
+            if part.index is None:
+                download(self.queue, part.vis_full, out[part.rows], self.staging)
+                continue
+            picked = np.empty(part.index.size, self.complex)
+            download(self.queue, part.vis_full, picked, self.staging)
+            rows = out[part.rows].reshape(-1)
+            rows[...] = 0
+            rows[part.index] = picked
         return out
 
 

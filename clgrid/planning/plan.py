@@ -138,6 +138,7 @@ class Plan:
         self.sample, self.packed, self.support, self.weight_sum = sample, packed, support, weight_sum
         self.fraction = fraction
         self.phase = phase
+        self.values_by_position = False   # w-stacking: values come in plan order, not the samples' (set before arranging)
         self.pol_flags = pol_flags
         self.planned_on = planned_on
         self._positions = positions
