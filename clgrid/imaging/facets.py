@@ -172,7 +172,8 @@ def plan_facets(facets, whole: ImageGeometry, keywords: dict, w_range, num_kept:
     fit the device, `grid_fits`; (1, 1): never; (fx, fy): those).  ``keywords``: the
     image keywords of `choose_geometry` (npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
     do_wgridding, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max,
-    precision); ``w_range``, ``num_kept``: the points' |w| range and count."""
+    precision, and recentre: whether to tilt the w term); ``w_range``, ``num_kept``: the
+    points' |w| range and count."""
     k = keywords
     parts = check_parts(facets, k["npix_x"], k["npix_y"])
     if parts == (1, 1):
@@ -192,7 +193,8 @@ def plan_facets(facets, whole: ImageGeometry, keywords: dict, w_range, num_kept:
         eps = facet_epsilon(k["epsilon"], len(layout), k["precision"])
         geometries = [choose_geometry(f.npix_x, f.npix_y, k["pixsize_x"], k["pixsize_y"], eps, k["do_wgridding"],
                                       w_range, num_kept, k["flip_u"], k["flip_v"], f.center_x, f.center_y,
-                                      k["sigma_min"], k["sigma_max"], k["precision"]) for f in layout]
+                                      k["sigma_min"], k["sigma_max"], k["precision"], k.get("recentre", False))
+                      for f in layout]
         if parts is not None or all(grid_fits(g, k["precision"], limits) for g in geometries):
             return layout, geometries
     raise AssertionError("unreachable: facets of MIN_NPIX pixels always fit")     # pragma: no cover

@@ -53,6 +53,10 @@ from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometr
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
 
+# An off-centre image's w term tilted (geometry.recentre_tilt: ducc0 0.42's plane count)
+# where the engine grids with the tilt.
+RECENTRE = bool(getattr(ImagingEngine, "RECENTRES", False))
+
 
 class WGridder:
     """The imaging operator for one set of points: ``vis2dirty(vis, wgt)`` and
@@ -94,7 +98,11 @@ class WGridder:
         if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
             raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
         signs = flip_signs(flip_u, flip_v, flip_w)
-        fields, _ = image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y)
+        recentre = geometry.tilted if geometry is not None else RECENTRE
+        if recentre and not RECENTRE:
+            raise ValueError("geometry has a tilted w term (recentred), which this engine does not grid with")
+        fields, _ = image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y,
+                                 recentre)
         self.nrow, self.nchan = uvw.shape[0], freq.size
         self.shape = (self.nrow, self.nchan)
         if self.nrow * self.nchan >= 1 << 31:
@@ -117,7 +125,8 @@ class WGridder:
         given = geometry is not None or planes is not None
         if geometry is None:
             geometry = choose_geometry(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, w_range,
-                                       num_kept, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max, precision)
+                                       num_kept, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max, precision,
+                                       recentre)
         else:
             check_geometry(geometry, fields, w_range)
         self.geometry = geometry
@@ -125,7 +134,8 @@ class WGridder:
         # an image whose grid does not fit the device (or facets= asked): facets (facets.py)
         keywords = dict(npix_x=self.npix_x, npix_y=self.npix_y, pixsize_x=pixsize_x, pixsize_y=pixsize_y,
                         epsilon=epsilon, do_wgridding=do_wgridding, flip_u=flip_u, flip_v=flip_v, center_x=center_x,
-                        center_y=center_y, sigma_min=sigma_min, sigma_max=sigma_max, precision=precision)
+                        center_y=center_y, sigma_min=sigma_min, sigma_max=sigma_max, precision=precision,
+                        recentre=recentre)
         self.faceted = faceted_operator(facets, geometry, keywords, w_range, num_kept, self.nrow * self.nchan,
                                         device, lambda f, g, eps: WGridder(
                                             uvw, freq, f.npix_x, f.npix_y, pixsize_x, pixsize_y, eps, do_wgridding,
