@@ -242,3 +242,24 @@ def test_a_warning_every_facet_raises_is_said_once(rng):
                                  facets=(2, 2), **IMAGE)
     assert np.all(image == 0)
     assert sum("no visibility" in str(w.message) for w in seen) == 1
+
+
+def test_facets_chosen_by_the_work_model_only_where_they_cost_half_one_grid():
+    """With the w term recentred a facet needs about its own field's planes: a wide field
+    (here 12 degrees, 450 planes) is cheaper as facets by far; a narrow one (9 planes) is
+    not, and neither is a wide field without recentring."""
+    kw = dict(epsilon=1e-4, do_wgridding=True, flip_u=False, flip_v=False, center_x=0.0, center_y=0.0,
+              sigma_min=1.1, sigma_max=2.6, precision="single", recentre=True)
+    roomy = DeviceLimits(2 ** 40, 2 ** 42)
+    w_range, num = (0.0, 27500.0), 16 * 10 ** 6
+    wide = dict(kw, npix_x=16384, npix_y=16384, pixsize_x=1.32e-5, pixsize_y=1.32e-5)
+    whole = choose_geometry(16384, 16384, 1.32e-5, 1.32e-5, 1e-4, True, w_range, num, precision="single")
+    layout, geometries = plan_facets(None, whole, wide, w_range, num, None, roomy)
+    assert len(layout) >= 4 and max(g.num_planes for g in geometries) < whole.num_planes / 2
+    assert plan_facets(None, whole, dict(wide, recentre=False), w_range, num, None, roomy) is None
+    narrow = dict(kw, npix_x=1024, npix_y=1024, pixsize_x=1.32e-5, pixsize_y=1.32e-5)
+    small = choose_geometry(1024, 1024, 1.32e-5, 1.32e-5, 1e-4, True, w_range, num, precision="single")
+    assert plan_facets(None, small, narrow, w_range, num, None, roomy) is None
+    # where the facets' operators could not all stay on the device, one grid (it fits)
+    tight = DeviceLimits(2 ** 40, 64 * 2 ** 30)
+    assert plan_facets(None, whole, wide, w_range, num, None, tight, num_samples=10 ** 9) is None

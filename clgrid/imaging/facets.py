@@ -32,7 +32,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..sources.accuracy import min_epsilon
-from .geometry import MIN_NPIX, ImageGeometry, choose_geometry
+from .geometry import MIN_NPIX, ImageGeometry, choose_geometry, imaging_work
 from .memory import check_host_memory, engine_device_bytes
 
 __all__ = ["Facet", "FacetedImager", "faceted_operator", "DeviceLimits", "device_limits", "facet_layout", "grid_fits", "plan_facets",
@@ -150,6 +150,15 @@ def grid_fits(geometry: ImageGeometry, precision: str, limits: DeviceLimits) -> 
         <= limits.global_memory // 2
 
 
+# Facets are chosen over one grid that fits only where the work model says they cost at most
+# half as much (the model is rough: spreading and FFT work in one unit, weighed alike on
+# every device); at most MAX_SIDE x MAX_SIDE of them unless the grid needs more, each at
+# least MIN_FACET pixels a side where chosen for speed.
+FACET_GAIN = 2.0
+MAX_SIDE = 8
+MIN_FACET = 512
+
+
 def _candidates(npix_x: int, npix_y: int, start: int = 1):
     """(fx, fy) to try, fewest facets first from about ``start`` a side, the facets about
     square in pixels."""
@@ -163,39 +172,100 @@ def _candidates(npix_x: int, npix_y: int, start: int = 1):
             yield fx, fy
 
 
+def _facet_geometries(parts: tuple, keywords: dict, w_range, num_kept: int, which=None) -> tuple:
+    """The facets of ``parts`` and their geometries (only those of the facet indices
+    ``which``, if given)."""
+    k = keywords
+    layout = facet_layout(k["npix_x"], k["npix_y"], k["pixsize_x"], k["pixsize_y"], parts, k["center_x"],
+                          k["center_y"], k["flip_u"], k["flip_v"])
+    eps = facet_epsilon(k["epsilon"], len(layout), k["precision"])
+    chosen = layout if which is None else [layout[i] for i in which]
+    geometries = [choose_geometry(f.npix_x, f.npix_y, k["pixsize_x"], k["pixsize_y"], eps, k["do_wgridding"],
+                                  w_range, num_kept, k["flip_u"], k["flip_v"], f.center_x, f.center_y,
+                                  k["sigma_min"], k["sigma_max"], k["precision"], k.get("recentre", False))
+                  for f in chosen]
+    return layout, geometries
+
+
+def work(geometry: ImageGeometry, num_kept: int) -> float:
+    """`imaging_work` of one operator: spreading ``num_kept`` points, transforming its planes."""
+    ndim = 3 if geometry.do_wgridding else 2
+    return imaging_work(max(num_kept, 1) * geometry.kernel.support ** ndim, geometry.num_planes, geometry.nu,
+                        geometry.nv)
+
+
 def plan_facets(facets, whole: ImageGeometry, keywords: dict, w_range, num_kept: int, device,
-                limits: DeviceLimits | None = None) -> tuple | None:
+                limits: DeviceLimits | None = None, num_samples: int | None = None) -> tuple | None:
     """The facets of an operator, with each facet's geometry: ``([Facet], [ImageGeometry])``,
     or None for one grid (the whole image's ``whole``).
 
-    ``facets``: the keyword (None or "auto": facets only where ``whole``'s grid does not
-    fit the device, `grid_fits`; (1, 1): never; (fx, fy): those).  ``keywords``: the
-    image keywords of `choose_geometry` (npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
-    do_wgridding, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max,
-    precision, and recentre: whether to tilt the w term); ``w_range``, ``num_kept``: the
-    points' |w| range and count."""
+    ``facets``: the keyword.  (1, 1): one grid; (fx, fy): those facets.  None or "auto":
+    by the work model (`work`: spreading plus the FFTs of the planes) over F x F facets,
+    F up to `MAX_SIDE`, each estimated by its corner facet (the most planes): one grid
+    where it fits the device (`grid_fits`), else the fewest facets whose grids fit,
+    unless more facets cost at most 1 / `FACET_GAIN` of that, and all their operators
+    fit half the device's memory at once (`engine_device_bytes`: a major cycle keeps
+    them).  The search
+    runs only where facets could win (a recentred w term, at least `MIN_FACET` pixels a
+    facet and 3 W planes) or must (the grid does not fit).
+
+    ``keywords``: the image keywords of `choose_geometry` (npix_x, npix_y, pixsize_x,
+    pixsize_y, epsilon, do_wgridding, flip_u, flip_v, center_x, center_y, sigma_min,
+    sigma_max, precision, and recentre: whether to tilt the w term); ``w_range``,
+    ``num_kept``: the points' |w| range and count; ``num_samples``: nrow * nchan (the
+    operators' memory; default ``num_kept``)."""
     k = keywords
     parts = check_parts(facets, k["npix_x"], k["npix_y"])
     if parts == (1, 1):
         return None
-    if parts is None:
-        limits = limits or device_limits(device)
-        if grid_fits(whole, k["precision"], limits):
-            return None
-        # a facet's grid scales with its pixels: start near the count that could fit
-        over = grid_bytes(whole, k["precision"]) / max(limits.max_allocation, 1)
-        options = _candidates(k["npix_x"], k["npix_y"], int(math.sqrt(over)))
-    else:
-        options = [parts]
-    for fx, fy in options:
-        layout = facet_layout(k["npix_x"], k["npix_y"], k["pixsize_x"], k["pixsize_y"], (fx, fy), k["center_x"],
-                              k["center_y"], k["flip_u"], k["flip_v"])
-        eps = facet_epsilon(k["epsilon"], len(layout), k["precision"])
-        geometries = [choose_geometry(f.npix_x, f.npix_y, k["pixsize_x"], k["pixsize_y"], eps, k["do_wgridding"],
-                                      w_range, num_kept, k["flip_u"], k["flip_v"], f.center_x, f.center_y,
-                                      k["sigma_min"], k["sigma_max"], k["precision"], k.get("recentre", False))
-                      for f in layout]
-        if parts is not None or all(grid_fits(g, k["precision"], limits) for g in geometries):
+    if parts is not None:
+        return _facet_geometries(parts, k, w_range, num_kept)
+    limits = limits or device_limits(device)
+    num_samples = num_kept if num_samples is None else num_samples
+    precision, big = k["precision"], max(k["npix_x"], k["npix_y"])
+    fits = grid_fits(whole, precision, limits)
+    could_win = k.get("recentre", False) and whole.do_wgridding and \
+        whole.num_planes >= 3 * whole.kernel.support and big >= 2 * MIN_FACET
+    if fits and not could_win:
+        return None
+    # a facet's grid scales with its pixels: start near the count that could fit
+    over = grid_bytes(whole, precision) / max(limits.max_allocation, 1)
+    first = 2 if fits else max(2, int(math.sqrt(over)))
+    best, fewest = None, None              # (cost, parts): the cheapest keepable, the fewest that fit
+    for fx, fy in _candidates(k["npix_x"], k["npix_y"], first):
+        side = max(fx, fy)
+        if side > max(MAX_SIDE, first) or (fits and big // side < MIN_FACET):
+            break
+        layout, (corner,) = _facet_geometries((fx, fy), k, w_range, num_kept, which=[0])
+        if not grid_fits(corner, precision, limits):
+            continue
+        cost = len(layout) * work(corner, num_kept)
+        fewest = fewest or (cost, (fx, fy))
+        if len(layout) * engine_device_bytes(corner, precision, num_samples) > limits.global_memory // 2:
+            continue
+        if best is None or cost < best[0]:
+            best = (cost, (fx, fy))
+    # the baseline: one grid where it fits, else the fewest facets that do; more facets
+    # only for half the work
+    baseline = (work(whole, num_kept), None) if fits else fewest
+    if best is not None and (baseline is None or baseline[0] >= FACET_GAIN * best[0]):
+        chosen = best[1]
+    elif baseline is not None:
+        chosen = baseline[1]
+    else:                           # the fewest that fit, past MAX_SIDE
+        return _fewest_that_fit(k, w_range, num_kept, limits, (first, first))
+    if chosen is None:
+        return None
+    layout, geometries = _facet_geometries(chosen, k, w_range, num_kept)
+    if not all(grid_fits(g, precision, limits) for g in geometries):      # a facet of other size than the corner's
+        return _fewest_that_fit(k, w_range, num_kept, limits, chosen)
+    return layout, geometries
+
+
+def _fewest_that_fit(k, w_range, num_kept, limits, start):
+    for parts in _candidates(k["npix_x"], k["npix_y"], max(start)):
+        layout, geometries = _facet_geometries(parts, k, w_range, num_kept)
+        if all(grid_fits(g, k["precision"], limits) for g in geometries):
             return layout, geometries
     raise AssertionError("unreachable: facets of MIN_NPIX pixels always fit")     # pragma: no cover
 
@@ -220,7 +290,7 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
                              f"grid with other operators)")
         layout = None
     else:
-        layout = plan_facets(facets, whole, k, w_range, num_kept, device, limits)
+        layout = plan_facets(facets, whole, k, w_range, num_kept, device, limits, num_samples)
     geometries = [whole] if layout is None else layout[1]
     check_host_memory(k["npix_x"], k["npix_y"], k["precision"], num_samples, geometries,
                       limits.shares_host_memory, layout is not None)
@@ -231,9 +301,15 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
     keep = sum(engine_device_bytes(g, k["precision"], num_samples) for g in geometries) <= limits.global_memory // 2
     if verbosity:
         fx, fy = len({f.rows.start for f in facet_list}), len({f.cols.start for f in facet_list})
-        why = "asked for" if check_parts(facets, k["npix_x"], k["npix_y"]) else \
-            (f"the whole grid {whole.nu}x{whole.nv}, {grid_bytes(whole, k['precision']) / 2**30:.2f} GiB, does not fit "
-             f"{limits.name}: {limits.max_allocation / 2**30:.2f} GiB a buffer, {limits.global_memory / 2**30:.2f} GiB")
+        if check_parts(facets, k["npix_x"], k["npix_y"]):
+            why = "asked for"
+        elif grid_fits(whole, k["precision"], limits):
+            why = (f"the work model: {sum(work(g, num_kept) for g in geometries):.3g} against one grid's "
+                   f"{work(whole, num_kept):.3g}")
+        else:
+            why = (f"the whole grid {whole.nu}x{whole.nv}, {grid_bytes(whole, k['precision']) / 2**30:.2f} GiB, does "
+                   f"not fit {limits.name}: {limits.max_allocation / 2**30:.2f} GiB a buffer, "
+                   f"{limits.global_memory / 2**30:.2f} GiB")
         planes = [g.num_planes for g in geometries]
         print(f"clgrid.WGridder: {fx} x {fy} facets ({why}); grids up to {max(g.nu for g in geometries)}x"
               f"{max(g.nv for g in geometries)}, {min(planes)} to {max(planes)} w-planes (the whole: "
