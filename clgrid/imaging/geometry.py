@@ -92,31 +92,24 @@ def abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
     """Smallest and largest |w| in wavelengths over the kept samples (w * freq / c: the
     rounding of a product by a positive factor is monotonic, so over all samples these
     are the extreme |w| of the rows times the extreme factors), on ``workers`` threads."""
-    if keep is None:
-        parts = []
+    parts = []
+    block_rows = 1 << 16                   # rows at a time: no temporaries of the data's size
 
-        def extremes(rows):
-            aw = np.abs(uvw[rows, 2])
-            if aw.size:
-                parts.append((aw.min(), aw.max()))
-
-        in_slices(workers, uvw.shape[0], extremes)
-        lo = float(min(a for a, _ in parts)) * float(scale.min())
-        hi = float(max(b for _, b in parts)) * float(scale.max())
-    else:
-        # a slice of rows at a time: no (nrow, nchan) temporaries
-        parts = []
-
-        def extremes(rows):
-            for a in range(rows.start, rows.stop, 1 << 16):
-                block = slice(a, min(a + (1 << 16), rows.stop))
+    def extremes(rows):
+        for a in range(rows.start, rows.stop, block_rows):
+            block = slice(a, min(a + block_rows, rows.stop))
+            if keep is None:
+                kept = np.abs(uvw[block, 2])
+            else:
                 kept = (np.abs(uvw[block, 2])[:, None] * scale[None, :])[keep[block]]
-                if kept.size:
-                    parts.append((kept.min(), kept.max()))
+            if kept.size:
+                parts.append((kept.min(), kept.max()))
 
-        in_slices(workers, uvw.shape[0], extremes)
-        lo = float(min(a for a, _ in parts))
-        hi = float(max(b for _, b in parts))
+    in_slices(workers, uvw.shape[0], extremes)
+    lo = float(min(a for a, _ in parts))
+    hi = float(max(b for _, b in parts))
+    if keep is None:
+        lo, hi = lo * float(scale.min()), hi * float(scale.max())
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError("uvw has NaN or infinite entries (in unmasked samples)")
     return lo, hi

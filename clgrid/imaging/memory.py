@@ -4,8 +4,8 @@ name before any work starts (`check_host_memory`), and faceted operators are kep
 between calls only where they all fit the device (`operators_fit`).
 
 The models count the large arrays only (per pixel and per sample), from the code that
-makes them (clgrid/imaging/engine.py, clgrid/planning/stacking.py); measured peaks on PoCL
-are in /work/notes/issue-29.md and benchmarks/host_memory.py measures them.
+makes them (clgrid/imaging/engine.py, clgrid/planning/stacking.py); benchmarks/host_memory.py
+measures them.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from .geometry import ImageGeometry
 __all__ = ["host_memory_available", "engine_device_bytes", "host_image_bytes", "check_host_memory"]
 
 GiB = float(2 ** 30)
-# Host arrays per pixel of an operator's image, in float64 units, for the host-side
-# image work: the float64 accumulator, the grid correction's rows, the w phases and
-# their step (complex128 on a quarter of a centred image), the output.
-HOST_IMAGE_WORDS = 6
+# Host bytes per pixel of an operator's image for the host-side image work (engine.py: the
+# float64 accumulator, the w phases and their step in complex128 on a quarter of a centred
+# image and a running copy, the correction's factors, the output), in either precision;
+# benchmarks/host_memory.py measures it.
+HOST_IMAGE_BYTES_PER_PIXEL = 52
 
 
 def host_memory_available() -> int | None:
@@ -54,8 +55,8 @@ def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: in
 
 
 def host_image_bytes(npix_x: int, npix_y: int) -> int:
-    """The host-side image work of one operator (`HOST_IMAGE_WORDS` float64 a pixel)."""
-    return HOST_IMAGE_WORDS * 8 * npix_x * npix_y
+    """The host-side image work of one operator (`HOST_IMAGE_BYTES_PER_PIXEL`)."""
+    return HOST_IMAGE_BYTES_PER_PIXEL * npix_x * npix_y
 
 
 def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int, geometries: list,
