@@ -152,11 +152,11 @@ def test_image_and_visibilities_agree_with_ducc0(queue, rng, epsilon, precision)
 
 def test_offsets_planned_on_the_host_are_the_devices(queue, rng):
     """Devices without fp64 plan on the host: the same offsets, bit for bit, where kept."""
-    from clgrid.planning.plan import Geometry, make_plan
+    from clgrid.planning.plan import GridGeometry, make_plan
 
     kernels = clgrid.KernelStack.analytic(1e-5)
     uvw, freqs, cell = meerkat_tracks(rng, kernels)
-    geometry = Geometry(N, cell, kernels)
+    geometry = GridGeometry(N, cell, kernels)
     on_device = make_plan(queue, geometry, uvw, freqs, where="device")
     on_host = make_plan(queue, geometry, uvw, freqs, where="host")
     kept = on_host.host().sample

@@ -1,5 +1,5 @@
 """The w-planes' occupied regions (clgrid/imaging/regions.py) hold every tap the planner puts
-on them, and the host FFT pruned to them (clgrid/imaging/fft.py, region=) gives the
+on them (its float64 host twin, planning.host.stacked_positions), and the host FFT pruned to them (clgrid/imaging/fft.py, region=) gives the
 unpruned transform's image, and its cells where points read, to rounding."""
 
 import numpy as np
@@ -8,8 +8,7 @@ import pytest
 from clgrid.imaging.fft import HostFFT, _blocks, pass_order
 from clgrid.imaging.geometry import abs_w_range, choose_geometry, flip_signs
 from clgrid.imaging.regions import Region, plane_regions
-from clgrid.planning.host import SPEED_OF_LIGHT
-from clgrid.planning.stacking import Layout, plan_on_host
+from clgrid.planning.host import SPEED_OF_LIGHT, stacked_positions
 from clgrid.tools import datasets
 
 
@@ -49,8 +48,8 @@ def test_regions_hold_every_tap_the_planner_places(rng, flips, center, masked, w
     pix = 0.9 / (2 * uv_max)
     g, scale, signs = geometry_of(uvw, freq, keep, npix, pix, 1e-5, flips, center, w)
     regions = plane_regions(uvw, scale, keep, signs, g, workers=2)
-    plan = plan_on_host(uvw, scale, keep, signs, g, Layout("rows", g.nu, g.nv), fold=w)
-    first = plan["first"]
+    packed = stacked_positions(uvw, scale, keep, signs, g, fold=w)["packed"].view(np.uint32).astype(np.int64)
+    first = np.stack([packed[:, 0], packed[:, 1], packed[:, 3] & 0x7FFFFFFF], axis=1)   # u, v cell, first plane
     support = g.kernel.support
     assert first.shape[0] > 1000
     planes = range(g.num_planes) if w else range(1)

@@ -25,21 +25,49 @@ from types import SimpleNamespace
 import numpy as np
 import pyopencl as cl
 
-from ..device.atomics import atomic_unavailable, build_options_for
 from ..device.codegen import build_program, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
+from ..errors import DeviceCapabilityError
 from ..device.transfer import download, host_empty, shared_staging, upload
-from ..device.tuning import resolve_tuning
-from ..planning.stacking import Layout, PointPlan, plan_points
-from ..sources.accuracy import horner_coefficients, kernel_transform
+from ..device.tuning import resolve_tuning, schema
+from ..planning.plan import plan_stacked
+from ..planning.stacking import PointPlan
+from ..sources.accuracy import kernel_transform
+from ..sources.analytic import StackedKernel
+from ..strategies import IMAGING
 from ..strategies.base import check_precision, read_only_buffer
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
 from .geometry import ImageGeometry, n_minus_one_range
 
-__all__ = ["ImagingEngine"]
+__all__ = ["ImagingEngine", "SPREADS"]
 
-SPREAD_MODES = ("atomic", "bins", "rows")
+SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
+
+
+def _route_tuning(tuning, facts) -> tuple:
+    """``tuning=`` split between the [wgridding] section and the sections of the spread and
+    interpolation it chooses (a key such as ``atomic`` may go to both): ``(wgridding
+    parameters, spread overrides, interpolation overrides)``.  A key of another strategy's
+    section is refused by name; one of no section is left to [wgridding], which refuses it."""
+    tuning = dict(tuning or {})
+    known = schema()
+    sections = {cls.name for pair in SPREADS.values() for cls in pair}
+    theirs = {k: v for k, v in tuning.items()
+              if any(k in known[name] for name in sections) and k not in known["wgridding"]}
+    wparams = resolve_tuning("wgridding", {k: v for k, v in tuning.items() if k not in theirs}, facts)
+    chosen = SPREADS.get(wparams["spread"])
+    if chosen is None:
+        return wparams, {}, {}
+    spread = {k: v for k, v in theirs.items() if k in known[chosen[0].name]}
+    interp = {k: v for k, v in theirs.items() if k in known[chosen[1].name]}
+    unused = sorted(set(theirs) - set(spread) - set(interp))
+    if unused:
+        raise ValueError(f"tuning {unused} belong to strategies that spread {wparams['spread']!r} does not use "
+                         f"([{chosen[0].name}] and [{chosen[1].name}] do)")
+    return wparams, spread, interp
+
+
 PIXEL_RUN = 1 << 16             # pixels the host's per-pixel work takes at a time (its phases stay in cache)
 CHEBYSHEV_DEGREE = 24          # the w correction's series: exact to rounding (see _smooth_transform)
 PIXELS_T = np.dtype([("pixsize_x", np.float64), ("pixsize_y", np.float64), ("center_x", np.float64),
@@ -89,6 +117,12 @@ def _stepping(index: np.ndarray):
     stop = int(index[-1]) + step
     return slice(first, stop if stop >= 0 else None, step)
 
+
+
+def _row_parts(nrow: int, nchan: int, samples: int) -> list:
+    """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
+    rows = max(1, samples // max(nchan, 1))
+    return [slice(a, min(a + rows, nrow)) for a in range(0, max(nrow, 1), rows)]
 
 
 class ImagingEngine:
@@ -171,62 +205,40 @@ class ImagingEngine:
         facts = self.facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
         self.staging = shared_staging(self.queue)
-        # tuning: the [wgridding] section's keys, and "atomic" (the [atomic] section's
-        # float atomic path, for the global adds)
-        tuning = dict(tuning or {})
-        atomic_path = {"atomic": tuning.pop("atomic")} if "atomic" in tuning else None
-        wparams = resolve_tuning("wgridding", tuning, facts)
+        g = self.geometry
+        wparams, spread_tuning, interp_tuning = _route_tuning(tuning, facts)
         self.spread_mode = wparams["spread"]
         if deterministic and self.spread_mode != "rows":
-            if tuning.get("spread") not in (None, "rows"):
+            if (tuning or {}).get("spread") not in (None, "rows"):
                 raise ValueError(f"deterministic=True needs spread 'rows' (no atomics), not tuning [wgridding] "
                                  f"spread={tuning['spread']!r}")
             self.spread_mode = "rows"
-        if self.spread_mode not in SPREAD_MODES:
-            raise ValueError(f"tuning [wgridding] spread must be one of {SPREAD_MODES}, got {self.spread_mode!r}")
+        if self.spread_mode not in SPREADS:
+            former = {"atomic": "points"}.get(self.spread_mode)
+            hint = f" ({self.spread_mode!r} is now {former!r})" if former else ""
+            raise ValueError(f"tuning [wgridding] spread must be one of {tuple(SPREADS)}, got "
+                             f"{self.spread_mode!r}{hint}")
         self.fft = HostFFT(self._workers, wparams["host_fft"])
         self.fft_mode = wparams["fft"]
         if self.fft_mode not in ("host", "mapped", "vkfft"):
             raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
-        g = self.geometry
-        if self.spread_mode == "rows":
-            layout = Layout("rows", g.nu, g.nv)
-        else:
-            layout = Layout("bins", g.nu, g.nv, wparams["bin_u"], wparams["bin_v"])
-        self.layout = layout
-        self.plan: PointPlan = plan_points(self.queue, uvw, scale, keep, signs, g, layout, fold=g.do_wgridding,
-                                           double=self.precision == "double", staging=self.staging,
-                                           on_host=deterministic)
-
-        params = resolve_tuning("atomic", atomic_path, facts)
-        path = params.get("atomic", "cas")
-        if atomic_unavailable(path, facts, self.precision == "double"):
-            path = "cas"
-        kernel = g.kernel
-        coef = horner_coefficients(kernel.support, kernel.beta)
-        self._wg = 64
-        self._bins_wg = wparams["bins_work_group"]
-        source = render("wgrid_analytic.cl", double=self.precision == "double", atomic=path, deterministic=False,
-                        es_width=kernel.support, use_w=g.do_wgridding, es_degree=len(coef) - 1,
-                        es_coef=coef.tolist(),
-                        bin_u=layout.bin_u if layout.kind == "bins" else 0, bin_v=layout.bin_v,
-                        keys_per_plane=layout.keys_per_plane, wg=self._bins_wg,
-                        subproblem=wparams["bins_subproblem"], batch=self._bins_batch(facts))
-        program = build_program(self.queue.context, source,
-                                tuple(params.get("build_options", ())) + build_options_for(path))
-        self._spread = cl.Kernel(program, "spread")
-        self._interp = cl.Kernel(program, "interp")
+        # the work distributions (clgrid.strategies): the spread, and its twin interpolation
+        source = StackedKernel.of(g)
+        spread_cls, interp_cls = SPREADS[self.spread_mode]
+        self.spreader = spread_cls(self.queue, (g.nu, g.nv), source, self.precision, spread_tuning or None)
+        self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
+        for strategy in (self.spreader, self.interpolator):
+            strategy.stable = deterministic
+        self.layout = self.spreader.layout()
         ctx, mf = self.queue.context, cl.mem_flags
-        n = max(self.plan.num_vis, 1)
-        self._vis = cl.Buffer(ctx, mf.READ_WRITE, n * np.dtype(self.complex).itemsize)
+        self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
+        self._check_fits()
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
-        self._setup_data(program)
-        if self.spread_mode == "rows":
-            self._setup_rows(program, n)
-        if self.spread_mode == "bins":
-            self._spread_bins = cl.Kernel(program, "spread_bins")
-            self._setup_subproblems(wparams["bins_subproblem"])
+        self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic)
+                       for rows in _row_parts(self.nrow, self.nchan,
+                                              wparams["part_samples"] or self._samples_per_part())]
+        self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double")))
         self.device_fft = None
         if self.fft_mode == "mapped":
             self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft)
@@ -238,6 +250,68 @@ class ImagingEngine:
                 self.fft_mode = "host"
         if self.device_fft is not None:
             self._setup_planes(facts)
+
+    # -- the points, in parts of rows that each fit the device's buffers -------------------
+    def _bytes_per_sample(self) -> int:
+        """Device bytes one (row, channel) sample takes at most: the caller's value and weight,
+        its plan (sample, packed, offsets, phase), its arrangement and value in plan order,
+        the planning and sorting scratch, and the rows spread's kernel values."""
+        real = np.dtype(self.real).itemsize
+        taps = 3 * self.geometry.kernel.support * real if self.spread_mode == "rows" else 0
+        return 3 * real + 2 * (4 + 16 + 4 * real + 2 * real) + 2 * real + 16 * 3 + taps
+
+    def _samples_per_part(self) -> int:
+        """(row, channel) samples a part may hold: within the largest buffer (a part's
+        largest array takes 4 reals or 16 bytes a sample)."""
+        largest = max(16, 4 * np.dtype(self.real).itemsize)
+        return max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
+
+    def _check_fits(self) -> None:
+        """Refuse, naming the sizes, a grid or a set of points the device cannot hold."""
+        facts, g = self.facts, self.geometry
+        if self._grid_bytes > facts.max_allocation:
+            raise DeviceCapabilityError(
+                f"the padded grid of {g.nu}x{g.nv} {np.dtype(self.complex).name} needs "
+                f"{self._grid_bytes / 2**30:.2f} GiB in one buffer; {facts.name} allows "
+                f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
+        need = self._grid_bytes + self.nrow * self.nchan * self._bytes_per_sample()
+        if need > facts.global_memory * 0.9:
+            raise DeviceCapabilityError(
+                f"{self.nrow * self.nchan} samples and the {g.nu}x{g.nv} grid need about {need / 2**30:.2f} GiB "
+                f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: spread the rows over "
+                f"several devices or operators (clgrid.dask), or image in facets")
+
+    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic) -> SimpleNamespace:
+        """The points of ``rows``: planned, arranged for the spread, with their buffers."""
+        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+        plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
+                            fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
+                            on_host=deterministic)
+        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
+        nsample = (rows.stop - rows.start) * self.nchan
+        values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)
+        return SimpleNamespace(
+            rows=rows, nsample=nsample, plan=plan, points=points,
+            values=self.spreader.with_values(points, values),
+            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(nsample, 1) * np.dtype(self.complex).itemsize),
+            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(nsample, 1) * np.dtype(self.real).itemsize))
+
+    @property
+    def plans(self) -> list:
+        """The plans of the operator's parts (one, unless the points exceed one buffer)."""
+        return [part.plan for part in self._parts]
+
+    @property
+    def num_kept(self) -> int:
+        return sum(part.points.num_vis for part in self._parts)
+
+    @property
+    def planned_on(self) -> str:
+        return self._parts[0].plan.planned_on
+
+    def _active(self, plane: int) -> bool:
+        """Whether any point has a tap on ``plane``."""
+        return any(self.spreader.active(part.points, plane)[1] for part in self._parts)
 
     def _setup_planes(self, facts):
         """The image side on the device (device FFT): per-pixel correction and w phases
@@ -286,133 +360,73 @@ class ImagingEngine:
         return pix, copy(cu, np.float64), copy(cv, np.float64), copy(cheb, np.float64)
 
     def _setup_data(self, program):
-        """Buffers for the caller's (nrow * nchan) values, and the kernels that pick the kept
-        ones in plan order (weighted, conjugated where the point moved, phase-shifted)."""
+        """The kernels that pick the kept values in plan order (weighted, conjugated where the
+        point moved, phase-shifted) and put them back, and their tally."""
         ctx, mf = self.queue.context, cl.mem_flags
-        total = max(self.nrow * self.nchan, 1)
-        self._vis_full = cl.Buffer(ctx, mf.READ_WRITE, total * np.dtype(self.complex).itemsize)
-        self._wgt_full = cl.Buffer(ctx, mf.READ_ONLY, total * np.dtype(self.real).itemsize)
         self._tally = cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
         self._no_phase = cl.Buffer(ctx, mf.READ_ONLY, np.dtype(self.complex).itemsize)
         self._gather = cl.Kernel(program, "gather_vis")
         self._scatter = cl.Kernel(program, "scatter_vis")
 
     def _data_launch(self, kernel, use_wgt):
-        """Gather or scatter; returns the tally (non-finite values, non-finite weights,
-        non-zero weighted values) of the kept visibilities."""
-        p = self.plan
+        """Gather or scatter every part; returns the tally (non-finite values, non-finite
+        weights, non-zero weighted values) of the kept visibilities."""
         fill_zeros(self.queue, self._tally, 12, np.int32)
-        size = -(-max(p.num_vis, 1) // self._wg) * self._wg
-        source, target = (self._vis_full, self._vis) if kernel is self._gather else (self._vis, self._vis_full)
-        phase = p.phase if p.phase is not None else self._no_phase
-        kernel(self.queue, (size,), (self._wg,), source, self._wgt_full, p.src, phase, target,
-               np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
+        for part in self._parts:
+            p = part.points
+            if not p.num_vis:
+                continue
+            size = -(-p.num_vis // self._wg) * self._wg
+            source = part.vis_full if kernel is self._gather else part.values.vis
+            target = part.values.vis if kernel is self._gather else part.vis_full
+            phase = p.phase if p.phase is not None else self._no_phase
+            kernel(self.queue, (size,), (self._wg,), source, part.wgt_full, p.src, phase, target,
+                   np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
         tally = np.empty(3, np.int32)
         cl.enqueue_copy(self.queue, tally, self._tally)
         return tally
 
-    def _upload_wgt(self, wgt):
-        """``wgt`` to the device; False when there is none (every weight 1)."""
-        if wgt is None:
-            return False
-        wgt = np.asarray(wgt)
-        self._check_values("wgt", wgt, self.shape)
-        upload(self.queue, np.asarray(wgt, self.real), self._wgt_full, self.staging)
-        return True
-
-    def _setup_rows(self, program, n):
-        """Kernel values of every visibility, once (they depend on the plan only); the
-        plan's starts are where each (first plane, first u cell) run begins."""
-        g, p, ctx, mf = self.geometry, self.plan, self.queue.context, cl.mem_flags
-        taps = (3 if g.do_wgridding else 2) * g.kernel.support
-        self._tap = cl.Buffer(ctx, mf.READ_WRITE, n * taps * np.dtype(self.real).itemsize)
-        if p.num_vis:
-            size = -(-p.num_vis // self._wg) * self._wg
-            cl.Kernel(program, "compute_taps")(self.queue, (size,), (self._wg,), p.frac, self._tap,
-                                               np.int32(p.num_vis))
-        self._spread_rows = cl.Kernel(program, "spread_rows")
-        self._interp_taps = cl.Kernel(program, "interp_taps")
-        self._rows_wg = 8
-
-    def _bins_batch(self, facts) -> int:
-        """Points the "bins" spread holds in local memory at a time: one per work-item, or
-        fewer where the tile and the batch would not fit (a wide kernel in double)."""
-        if self.layout.kind != "bins":
-            return 0
-        real = np.dtype(self.real).itemsize
-        w = self.geometry.kernel.support
-        tile = (self.layout.bin_u + w - 1) * (self.layout.bin_v + w - 1) * 2 * real
-        per_point = 2 * real + 2 * (w | 1) * real + 8
-        batch = min(self._bins_wg, (facts.local_memory - tile - 256) // per_point)
-        if batch < 1:
-            raise ValueError(f"tuning [wgridding] bin_u={self.layout.bin_u}, bin_v={self.layout.bin_v}: the tile of "
-                             f"{tile / 1024:.1f} KiB for a {w}^2 kernel leaves no room in the device's "
-                             f"{facts.local_memory / 1024:.1f} KiB of local memory; use smaller bins")
-        return int(batch)
-
-    def _setup_subproblems(self, size: int):
-        """The work-groups of the "bins" spread, plane by plane: (bin, piece) for every piece
-        of at most ``size`` of the points with a tap on the plane whose first cell is in the
-        bin.  ``self._jobs[p]`` is where plane p's begin; the last entry, where they end."""
-        g, p, bins = self.geometry, self.plan, self.layout.keys_per_plane
-        runs = np.diff(p.key_starts).reshape(g.num_planes, bins)         # points per (first plane, bin)
-        planes = np.arange(g.num_planes)
-        lowest = np.maximum(planes - g.kernel.support + 1, 0) if g.do_wgridding else planes
-        # a plane's points in a bin: runs of first planes lowest..p, each bin's points
-        # being contiguous within a first plane (key order), so counted run by run
-        total = np.zeros((g.num_planes, bins), np.int32)
-        for back in range(g.kernel.support if g.do_wgridding else 1):
-            first_plane = planes - back
-            valid = first_plane >= lowest
-            total[valid] += runs[first_plane[valid]]
-        pieces = (-(-total // size)).reshape(-1)                           # plane-major
-        busy = np.flatnonzero(pieces)
-        counts = pieces[busy]
-        bin_of = np.repeat((busy % bins).astype(np.int32), counts)
-        piece = np.arange(bin_of.size, dtype=np.int32) - np.repeat((np.cumsum(counts) - counts).astype(np.int32), counts)
-        table = np.stack([bin_of, piece], axis=1) if bin_of.size else np.zeros((1, 2), np.int32)
-        self._subproblems = read_only_buffer(self.queue.context, table.astype(np.int32))
-        self._jobs = np.concatenate([[0], np.cumsum(pieces.reshape(g.num_planes, bins).sum(axis=1))]).tolist()
+    def _upload_values(self, vis, wgt) -> bool:
+        """The caller's ``vis`` (and ``wgt``) to each part's buffers; False when there is no
+        ``wgt`` (every weight 1)."""
+        if wgt is not None:
+            wgt = np.asarray(wgt)
+            self._check_values("wgt", wgt, self.shape)
+        for part in self._parts:
+            if wgt is not None:
+                upload(self.queue, np.asarray(wgt[part.rows], self.real), part.wgt_full, self.staging)
+            if vis is not None:
+                upload(self.queue, np.asarray(vis[part.rows], self.complex), part.vis_full, self.staging)
+        return wgt is not None
 
     def _launch_spread(self, plane: int, wait_for=None):
-        g, p = self.geometry, self.plan
-        if self.spread_mode == "atomic":
-            return self._launch(self._spread, plane, wait_for)
-        if p.active(plane, g.kernel.support)[1] == 0:
-            return None
-        if self.spread_mode == "bins":
-            jobs = self._jobs[plane + 1] - self._jobs[plane]
-            return self._spread_bins(self.queue, (jobs * self._bins_wg,), (self._bins_wg,), p.first, p.frac,
-                                     self._vis, self._grid, p.starts, self._subproblems, np.int32(self._jobs[plane]),
-                                     np.int32(g.nu), np.int32(g.nv), np.int32(plane), wait_for=wait_for)
-        size = -(-g.nu // self._rows_wg) * self._rows_wg
-        return self._spread_rows(self.queue, (size,), (self._rows_wg,), p.first, self._tap, self._vis,
-                                 self._grid, p.starts, np.int32(g.nu), np.int32(g.nv), np.int32(plane),
-                                 wait_for=wait_for)
+        """Spread this call's values onto ``plane`` of the grid, part by part; the last event
+        (the queue is in order), or None."""
+        events = []
+        for part in self._parts:
+            events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane)
+        return events[-1] if events else None
+
+    def stage_seconds(self, direction: str) -> float:
+        """Device seconds of spreading (``direction="grid"``) or interpolating ("degrid") every
+        active plane once, with the values of the last call (for tuning and benchmarks)."""
+        events = []
+        with self._lock:
+            for plane in self.planes:
+                for part in self._parts:
+                    if direction == "grid":
+                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane)
+                    else:
+                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane)
+            cl.wait_for_events(events)
+        return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
 
     def _launch_interp(self, plane: int, wait_for=None):
-        if self.spread_mode != "rows":
-            return self._launch(self._interp, plane, wait_for)
-        start, count = self.plan.active(plane, self.geometry.kernel.support)
-        if count == 0:
-            return None
-        g = self.geometry
-        size = -(-count // self._wg) * self._wg
-        return self._interp_taps(self.queue, (size,), (self._wg,), self.plan.first, self._tap, self._grid,
-                                 self._vis, np.int32(g.nu), np.int32(g.nv), np.int32(plane), np.int32(start),
-                                 np.int32(count), wait_for=wait_for)
-
-    def _launch(self, kernel, plane: int, wait_for=None):
-        p = self.plan
-        start, count = p.active(plane, self.geometry.kernel.support)
-        if count == 0:
-            return None
-        g = self.geometry
-        size = -(-count // self._wg) * self._wg
-        args = (p.first, p.frac, self._vis if kernel is self._spread else self._grid,
-                self._grid if kernel is self._spread else self._vis, np.int32(g.nu), np.int32(g.nv),
-                np.int32(plane), np.int32(start), np.int32(count), self.real(g.kernel.beta))
-        return kernel(self.queue, (size,), (self._wg,), *args, wait_for=wait_for)
+        """Add ``plane``'s share to the values, part by part; the last event, or None."""
+        events = []
+        for part in self._parts:
+            events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane)
+        return events[-1] if events else None
 
     def _check_values(self, name, a, shape):
         if a.shape != shape:
@@ -433,14 +447,13 @@ class ImagingEngine:
             return self._vis2dirty(vis, wgt, progress)
 
     def _vis2dirty(self, vis, wgt, progress):
-        p, g = self.plan, self.geometry
-        if p.num_vis == 0:
+        g = self.geometry
+        if self.num_kept == 0:
             self._zero_data_warning("the image")
             return np.zeros((g.npix_x, g.npix_y), self.real)
         # the caller's array goes up as it is; the device picks, weights, conjugates and
         # phase-shifts the kept visibilities (gather_vis), and counts what is wrong
-        use_wgt = self._upload_wgt(wgt)
-        upload(self.queue, np.asarray(vis, self.complex), self._vis_full, self.staging)
+        use_wgt = self._upload_values(vis, wgt)
         bad_vis, bad_wgt, nonzero = self._data_launch(self._gather, use_wgt)
         if bad_vis:
             raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
@@ -454,7 +467,7 @@ class ImagingEngine:
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self._plane_phases()
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
                 grid = self._map_grid([event])
@@ -493,7 +506,7 @@ class ImagingEngine:
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
         fill_zeros(q, self._tally, 12, np.int32)
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
                 self.device_fft.backward(self._grid)
@@ -526,7 +539,7 @@ class ImagingEngine:
         if not_finite[0]:
             raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
                                  *self._plane_args(plane))
@@ -547,7 +560,7 @@ class ImagingEngine:
             np.conjugate(phase, out=phase)
             step = step.conj()
         for plane in self.planes:
-            if self.plan.active(plane, g.kernel.support)[1]:
+            if self._active(plane):
                 grid = self._map_grid()
                 blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
 
@@ -666,23 +679,26 @@ class ImagingEngine:
             return self._dirty2vis(dirty, wgt)
 
     def _dirty2vis(self, dirty, wgt):
-        p = self.plan
         out = host_empty(self.shape, self.complex, self.staging)
-        if p.num_vis == 0:
+        if self.num_kept == 0:
             self._zero_data_warning("every visibility")
             out[...] = 0
             return out
-        fill_zeros(self.queue, self._vis, p.num_vis * np.dtype(self.complex).itemsize, self.real)
+        itemsize = np.dtype(self.complex).itemsize
+        for part in self._parts:
+            fill_zeros(self.queue, part.values.vis, part.points.num_vis * itemsize, self.real)
         if self.device_fft is not None:
             self._dirty2vis_device(dirty)
         else:
             self._dirty2vis_host(dirty)
-        use_wgt = self._upload_wgt(wgt)
-        fill_zeros(self.queue, self._vis_full, out.nbytes, self.real)
+        use_wgt = self._upload_values(None, wgt)
+        for part in self._parts:
+            fill_zeros(self.queue, part.vis_full, part.nsample * itemsize, self.real)
         bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        download(self.queue, self._vis_full, out, self.staging)
+        for part in self._parts:
+            download(self.queue, part.vis_full, out[part.rows], self.staging)
         return out
 
 

@@ -73,7 +73,7 @@ class ImageGeometry:
     def first_planes(self, w):
         """The first w-plane of points at ``w`` (wavelengths, folded to w >= 0), as float64:
         their taps fall on planes first .. first + support - 1.  The planning's arithmetic
-        (`plan_on_host`, wgrid_plan.cl), so that whoever splits points by plane agrees
+        (`clgrid.planning.host.stacked_positions`, plan_positions.cl), so that whoever splits points by plane agrees
         with it to the bit."""
         return np.ceil(self.plane_positions(w) - self.kernel.support / 2.0)
 
@@ -168,7 +168,7 @@ def recentre_tilt(center_x: float, center_y: float) -> tuple:
 
 def image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y,
                  recentre: bool = False) -> tuple:
-    """The `Geometry` fields the image keywords set (checked, naming the argument), and
+    """The `ImageGeometry` fields the image keywords set (checked, naming the argument), and
     half the range of the w term ``s - nshift`` over the image (the w-plane spacing follows
     it).  ``recentre``: tilt the w term of an off-centre image (`recentre_tilt`)."""
     for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):

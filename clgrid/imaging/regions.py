@@ -3,7 +3,7 @@ transforms only those rows or columns (`clgrid.imaging.fft.HostFFT`, ``region=``
 
 A point at (u, v, w) puts its W x W x W taps at the grid cells ``first_u .. first_u + W - 1``
 (modulo ``nu``), the same in v, and the planes ``first_w .. first_w + W - 1`` (the
-planner's rule, `clgrid.planning.stacking.plan_on_host`).  Only long baselines reach large
+planner's rule, `clgrid.planning.host.stacked_positions`).  Only long baselines reach large
 |w|, and no baseline is longer than the longest, so many planes' grids are mostly empty:
 a 2-D FFT is 1-D passes along one axis and then the other, and the first pass need only
 run where the plane has data, the second only where the image is (`HostFFT` picks the

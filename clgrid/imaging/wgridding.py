@@ -151,7 +151,7 @@ class WGridder:
                                     bool(deterministic))
         if verbosity:
             g, choice, e = geometry, geometry.kernel, self.engine
-            print(f"clgrid.WGridder: {e.plan.num_vis} visibilities (planned on the {e.plan.planned_on}), "
+            print(f"clgrid.WGridder: {e.num_kept} visibilities (planned on the {e.planned_on}), "
                   f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
                   f"w-planes {self.planes.start}:{self.planes.stop} of {g.num_planes}, spread {e.spread_mode}, "
                   f"fft {e.fft_mode}")
@@ -167,9 +167,10 @@ class WGridder:
         return self.engine.queue
 
     @property
-    def plan(self):
-        """The planned points on the device."""
-        return self.engine.plan
+    def plans(self) -> list:
+        """The planned points on the device (`clgrid.planning.plan.Plan`), one per part of the
+        rows that fits the device's buffers."""
+        return self.engine.plans
 
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
         """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.

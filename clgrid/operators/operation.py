@@ -19,7 +19,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from ..sources.analytic import AnalyticKernel
-from ..planning.plan import Geometry, Plan, make_plan
+from ..planning.plan import GridGeometry, Plan, make_plan
 from ..errors import DeviceCapabilityError
 from ..sources.tables import KernelStack
 from ..planning.host import check_arguments
@@ -109,9 +109,9 @@ class GridOperation:
         return resolve_tuning("auto", None, self.facts)[self.kind]
 
     @property
-    def geometry(self) -> Geometry:
+    def geometry(self) -> GridGeometry:
         """What a plan must have been made for to serve this operator."""
-        return Geometry(self.grid_size, self.cell_size, self.kernels, self.strategy.interpolation,
+        return GridGeometry(self.grid_size, self.cell_size, self.kernels, self.strategy.interpolation,
                         self.strategy.tuning.get("time_block", 0))
 
     # -- planning ---------------------------------------------------------------

@@ -37,7 +37,7 @@ import numpy as np
 from .accuracy import choose_kernel, expected_error, horner_coefficients, kernel_transform
 from .tables import KernelStack, quarter_size
 
-__all__ = ["AnalyticKernel", "TABLE_OVERSAMPLE"]
+__all__ = ["AnalyticKernel", "StackedKernel", "TABLE_OVERSAMPLE"]
 
 # Oversampling of the stored table and of the plan's integer offsets: they serve the norm's
 # weight sums only, which hardly vary with the offset (by the kernel's aliasing, ~epsilon).
@@ -132,3 +132,39 @@ def _evaluate(coef: np.ndarray, width: int, distance) -> np.ndarray:
     for row in coef:
         out = out * z + row[tap]
     return np.where(inside, out, 0.0)
+
+
+@dataclass(frozen=True)
+class StackedKernel:
+    """The exponential-of-semicircle kernel over u, v and, with w, evenly spaced w-planes
+    (w-stacking): the imaging operator's kernel source (`clgrid.imaging`), evaluated on the
+    device at each point's exact offsets (``clgrid/cl_kernels/source_stacked.cl``) by the
+    w-stacking work distributions (`clgrid.strategies.stacked`).
+
+    ``width`` taps per axis (the kernel spans ``width`` cells and, with w, planes), ``beta``
+    its shape (`clgrid.sources.accuracy.KernelChoice`), ``num_planes`` w-planes in the
+    stack, ``use_w`` whether w is stacked at all.  Unlike `AnalyticKernel` it is not scaled
+    to sum 1: the imaging operator divides by the kernel's transform itself."""
+
+    width: int
+    beta: float
+    num_planes: int = 1
+    use_w: bool = False
+
+    @classmethod
+    def of(cls, geometry) -> "StackedKernel":
+        """The source of a `clgrid.imaging.geometry.ImageGeometry`."""
+        return cls(int(geometry.kernel.support), float(geometry.kernel.beta), int(geometry.num_planes),
+                   bool(geometry.do_wgridding))
+
+    @cached_property
+    def coefficients(self) -> np.ndarray:
+        """``(degree + 1, width)`` per-tap polynomials, highest power first."""
+        coef = horner_coefficients(self.width, self.beta)
+        coef.flags.writeable = False
+        return coef
+
+    def template_parameters(self) -> dict:
+        """``source_stacked.cl``'s template variables."""
+        return {"es_width": self.width, "es_degree": self.coefficients.shape[0] - 1,
+                "es_coef": self.coefficients.tolist(), "use_w": self.use_w}

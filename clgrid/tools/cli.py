@@ -19,8 +19,13 @@ from ..device.binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
 from ..sources.tables import KernelStack, quarter_size
 from ..device.runtime import device_facts, devices, get_queue, select_device
 from ..device.tuning import format_entry, matching_entries
-from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
+from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING
+from ..sources.accuracy import choose_kernel
+from ..sources.analytic import StackedKernel
 from ..planning.host import SPEED_OF_LIGHT
+
+# the tuning sections of the imaging operator's strategies (clgrid tune --imaging)
+IMAGING_SECTIONS = tuple(dict.fromkeys(cls.name for pair in IMAGING.values() for cls in pair))
 
 
 def cmd_devices(args) -> int:
@@ -229,6 +234,12 @@ def cmd_compare(args) -> int:
 def cmd_tune(args) -> int:
     from . import tuner
 
+    known = IMAGING_SECTIONS if args.imaging else bench.benchmark_methods()
+    if args.method not in known:
+        print(f"clgrid tune: unknown {'imaging ' if args.imaging else ''}method {args.method!r}; choose one of "
+              f"{list(known)}", file=sys.stderr)
+        return 2
+
     try:
         queue = get_queue(args.device)
     except Exception as exc:
@@ -236,13 +247,19 @@ def cmd_tune(args) -> int:
         return 2
     facts = device_facts(queue.device)
     num_vis, grid_size, support = _sizes(args.quick, args)[0]
-    workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
-                                   oversample=args.oversample)
     try:
         space = {key: value if isinstance(value, list) else [value]
                  for key, value in _tuning_overrides(args.space).items()} or None
-        result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
-                            precision=args.precision, space=space)
+        if args.imaging:
+            result = tuner.tune_imaging(args.method, device=queue, num_vis=num_vis, npix=grid_size,
+                                        epsilon=args.epsilon, space=space, repeats=args.repeats,
+                                        precision=args.precision)
+            workload = f"MeerKAT tracks, {num_vis} visibilities, {grid_size}^2 with w, epsilon {args.epsilon}"
+        else:
+            workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
+                                           oversample=args.oversample)
+            result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
+                                precision=args.precision, space=space)
     except (ValueError, RuntimeError) as exc:
         print(f"clgrid tune: {exc}", file=sys.stderr)
         return 1
@@ -263,7 +280,8 @@ def cmd_tune(args) -> int:
     if args.write_table:
         print(format_entry(tuner.device_match(facts), result.strategy,
                            tuner.strategy_values(result),
-                           f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
+                           f"measured by clgrid tune on {facts.name}: "
+                           f"{workload if isinstance(workload, str) else workload.describe()}"))
     if not args.no_save:
         print(f"saved to {tuner.save_user_entry(result, facts, args.output and Path(args.output))}")
     return 0
@@ -281,15 +299,26 @@ def _tuning_overrides(pairs) -> dict:
 
 
 def cmd_emit(args) -> int:
-    methods = DEGRIDDING_METHODS if args.degrid else GRIDDING_METHODS
+    if args.imaging:
+        methods = {label: pair[1 if args.degrid else 0] for label, pair in IMAGING.items()}
+        kind = "imaging (--imaging)"
+    else:
+        methods = DEGRIDDING_METHODS if args.degrid else GRIDDING_METHODS
+        kind = "degridding" if args.degrid else "gridding"
     if args.method not in methods:
-        print(f"clgrid emit: no {'degridding' if args.degrid else 'gridding'} method {args.method!r}; "
-              f"choose one of {list(methods)}", file=sys.stderr)
+        print(f"clgrid emit: no {kind} method {args.method!r}; choose one of {list(methods)}", file=sys.stderr)
         return 2
     try:
         facts = (offline_target(args.target, args.platform) if args.target
                  else device_facts(select_device(args.device)))
-        if args.epsilon is not None:
+        grid_size = args.grid_size
+        if args.imaging:
+            if args.epsilon is None:
+                raise ValueError("--imaging needs --epsilon (the accuracy the imaging operator's kernel reaches)")
+            choice = choose_kernel(args.epsilon, args.precision, 3 if args.w_planes else 2)
+            stack = StackedKernel(choice.support, choice.beta, max(args.w_planes, 1), bool(args.w_planes))
+            grid_size = (args.grid_size, args.grid_size)
+        elif args.epsilon is not None:
             stack = KernelStack.analytic(args.epsilon, args.precision)
         elif args.max_support is None:
             raise ValueError("give --max-support (a table stack's widest support) or --epsilon (an analytic kernel)")
@@ -298,7 +327,7 @@ def cmd_emit(args) -> int:
             q = quarter_size(args.max_support, args.oversample)
             stack = KernelStack.from_arrays([np.zeros((q, q))], [args.max_support], args.oversample, 0.0)
         source, description = emit_program(methods[args.method], facts, args.precision, args.npol,
-                                           args.grid_size, stack, args.output,
+                                           grid_size, stack, args.output,
                                            _tuning_overrides(args.tuning))
     except Exception as exc:
         print(f"clgrid emit: {exc}", file=sys.stderr)
@@ -481,8 +510,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
-    t.add_argument("--method", choices=bench.benchmark_methods(), default="atomic",
-                   help="gridding method or degrid-<method> (default: atomic)")
+    t.add_argument("--method", default="atomic",
+                   help=f"gridding method or degrid-<method> (default: atomic): {', '.join(bench.benchmark_methods())}; "
+                        f"with --imaging the imaging operator's: {', '.join(IMAGING_SECTIONS)}")
+    t.add_argument("--imaging", action="store_true",
+                   help="tune a strategy of the imaging operator (vis2dirty / dirty2vis), timed on its spread or "
+                        "interpolation of every w-plane of MeerKAT tracks imaged with w (--num-vis, --grid-size "
+                        "as the image's side, --epsilon)")
+    t.add_argument("--epsilon", type=float, default=1e-4, help="with --imaging: the accuracy (default 1e-4)")
     t.add_argument("--device", help="device name to match (default: the default device)")
     t.add_argument("--quick", action="store_true", help="small data: a minute on a 2-core CPU")
     t.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
@@ -520,6 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--epsilon", type=float,
                    help="emit for an analytic kernel source of this accuracy (KernelStack.analytic: the program "
                         "bakes in its polynomials) instead of a table stack")
+    e.add_argument("--imaging", action="store_true",
+                   help="the imaging operator's (vis2dirty/dirty2vis) w-stacking spread of --method (bins, points, "
+                        "rows), or with --degrid its interpolation; needs --epsilon")
+    e.add_argument("--w-planes", type=int, default=0,
+                   help="with --imaging: the w-planes of the stack (0: 2-D imaging, no w)")
     e.add_argument("--tuning", action="append", metavar="KEY=VALUE",
                    help="override a tuning parameter (repeatable; value in TOML syntax)")
     e.add_argument("-o", "--output", required=True,
