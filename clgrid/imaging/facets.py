@@ -16,10 +16,13 @@ whole image's; the visibilities are a sum over facets whose errors add, so each 
 is imaged at ``epsilon / sqrt(number of facets)`` (a bound on the sum of errors that
 are independent across facets; tests/test_facets.py measures both against ducc0).
 
-`plan_facets` decides: facets when asked (``facets=(fx, fy)``), else only where the whole
-padded grid does not fit the device (`grid_fits`: its largest buffer, as
+`plan_facets` decides: facets when asked (``facets=(fx, fy)``); else where the whole padded
+grid does not fit the device (`grid_fits`: its largest buffer, as
 `clgrid.device.runtime.device_facts` reads it, NVIDIA's 8 GiB cap included, and half its
-memory), then the fewest facets whose grids each fit.
+memory), the fewest facets whose grids each fit; and where the w term is recentred (each
+facet's tilted to its centre, `clgrid.imaging.geometry.recentre_tilt`, so that a facet
+needs about its own field's planes), more facets where the work model says they cost at
+most half as much.
 """
 
 from __future__ import annotations

@@ -78,10 +78,10 @@ class WGridder:
     price: the points planned on the host and spread by rows (no atomics).
 
     ``facets``: None (or "auto") images the whole field on one padded grid where that
-    fits the device (its largest buffer and half its memory), else as the fewest facets
-    whose grids fit; (fx, fy) asks for fx x fy facets, (1, 1) for one grid
-    (`clgrid.imaging.facets`: each facet its own operator, geometry and w-planes, within
-    ``epsilon`` of the whole).  An image or data set the host's memory cannot hold is
+    fits the device (its largest buffer and half its memory) and facets would not cost at
+    most half as much, else as facets (`clgrid.imaging.facets.plan_facets`); (fx, fy) asks
+    for fx x fy facets, (1, 1) for one grid.  Each facet is its own operator, geometry and
+    w-planes, within ``epsilon`` of the whole (`clgrid.imaging.facets`).  An image or data set the host's memory cannot hold is
     refused (`clgrid.HostMemoryError`, naming the sizes) before any work."""
 
     def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
