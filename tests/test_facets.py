@@ -56,6 +56,8 @@ def test_forced_facets_agree_with_ducc0_and_the_whole_image(rng, facets, single,
     faceted = clgrid.WGridder(uvw, freq, epsilon=eps, precision="single" if single else "double", device=DEVICE,
                               facets=facets, **IMAGE, **keywords)
     assert len(faceted.faceted.facets) == facets[0] * facets[1]
+    first_facet = next(faceted.faceted.operators())[1]
+    assert faceted.queue is first_facet.queue and len(faceted.plans) >= len(faceted.faceted.facets)
     whole = clgrid.WGridder(uvw, freq, epsilon=eps, precision="single" if single else "double", device=DEVICE,
                             facets=(1, 1), **IMAGE, **keywords)
     assert whole.faceted is None

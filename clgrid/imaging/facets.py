@@ -320,7 +320,7 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
               + ("" if keep else "; their operators do not all fit the device: each call plans them again"))
     real = np.float64 if k["precision"] == "double" else np.float32
     return FacetedImager(facet_list, lambda i: make(facet_list[i], geometries[i], eps), k["npix_x"], k["npix_y"],
-                         real, keep)
+                         real, keep, device)
 
 
 class FacetedImager:
@@ -331,13 +331,26 @@ class FacetedImager:
     and drops each after its facet (the points are planned again every call), so that
     one facet's device memory is in use at a time."""
 
-    def __init__(self, facets: list, make, npix_x: int, npix_y: int, real_dtype, keep: bool):
+    def __init__(self, facets: list, make, npix_x: int, npix_y: int, real_dtype, keep: bool, device=None):
         self.facets = list(facets)
+        self.device = device
         self._make = make
         self.shape = (int(npix_x), int(npix_y))
         self.real = np.dtype(real_dtype)
         self.keep = bool(keep)
         self._operators = [make(i) for i in range(len(self.facets))] if self.keep else None
+
+    @property
+    def queue(self):
+        """The command queue of the facets' device (the one `get_queue` keeps for it)."""
+        from ..device.runtime import get_queue
+
+        return get_queue(self.device[0] if isinstance(self.device, (list, tuple)) else self.device)
+
+    @property
+    def plans(self) -> list:
+        """The kept facet operators' plans (none where they are built per call)."""
+        return [plan for op in (self._operators or []) for plan in op.plans]
 
     def operators(self):
         """(facet, operator) pairs, built as they are reached unless kept."""

@@ -159,18 +159,18 @@ class WGridder:
     @property
     def devices(self) -> list:
         """The OpenCL devices the operator uses."""
-        return [self.engine.queue.device]
+        return [self.queue.device]
 
     @property
     def queue(self):
         """The command queue of the operator's device."""
-        return self.engine.queue
+        return self.engine.queue if self.engine is not None else self.faceted.queue
 
     @property
     def plans(self) -> list:
         """The planned points on the device (`clgrid.planning.plan.Plan`), one per part of the
-        rows that fits the device's buffers."""
-        return self.engine.plans
+        rows that fits the device's buffers (with facets: every kept facet operator's)."""
+        return self.engine.plans if self.engine is not None else self.faceted.plans
 
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
         """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
