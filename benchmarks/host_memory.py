@@ -18,7 +18,6 @@ import os
 import sys
 import time
 import traceback
-import tracemalloc
 import weakref
 
 import numpy as np

@@ -226,51 +226,63 @@ def describe(op) -> dict:
 
 
 def run_clgrid(a, uvw, freq, vis, pix, res, buffers):
-    import clgrid
-
     precision = "single" if a.single else "double"
     rd = np.float32 if a.single else np.float64
     common = dict(epsilon=a.epsilon, do_wgridding=not a.no_w, device=a.device, nthreads=a.nthreads)
     outputs, dirty = {}, None
     for setting in a.facets.split(","):
-        facets = parse_facets(setting)
-        key = f"clgrid_{setting}"
-        if "call" in a.parts:
-            clgrid.vis2dirty(uvw=uvw[:1000], freq=freq, vis=vis[:1000], npix_x=64, npix_y=64, pixsize_x=pix * a.npix
-                             / 64, pixsize_y=pix * a.npix / 64, **common)          # programs built
-            image, seconds, memory = measured(lambda: clgrid.vis2dirty(
-                uvw=uvw, freq=freq, vis=vis, npix_x=a.npix, npix_y=a.npix, pixsize_x=pix, pixsize_y=pix,
-                facets=facets, **common), buffers, a.gpu_index)
-            res[f"{key}_vis2dirty_call_s"] = seconds
-            res[f"{key}_vis2dirty_call_memory"] = memory
-            outputs[f"{setting}_image"] = image
-            print(f"{key} vis2dirty call {seconds:.2f} s {memory}", flush=True)
-            del image
-        if "reused" in a.parts:
-            op, seconds, memory = measured(lambda: clgrid.WGridder(
-                uvw, freq, a.npix, a.npix, pix, pix, precision=precision, facets=facets, **common), buffers,
-                a.gpu_index)
-            res[f"{key}_setup_s"] = seconds
-            res[f"{key}_setup_memory"] = memory
-            res[f"{key}_geometry"] = describe(op)
-            print(f"{key} setup {seconds:.2f} s {res[f'{key}_geometry']}", flush=True)
-            dirty = np.random.default_rng(2).standard_normal((a.npix, a.npix), dtype=rd)
-            for side, arg in (("vis2dirty", vis), ("dirty2vis", dirty)):
-                fn = getattr(op, side)
-                out, first, memory = measured(lambda: fn(arg), buffers, a.gpu_index)
-                times = [first]
-                for _ in range(a.repeats - 1):
-                    t = time.perf_counter()
-                    out = fn(arg)
-                    times.append(time.perf_counter() - t)
-                res[f"{key}_{side}_reused_s"] = float(np.median(times))
-                res[f"{key}_{side}_reused_all_s"] = times
-                res[f"{key}_{side}_reused_memory"] = memory
-                outputs[f"{setting}_{side}"] = out
-                print(f"{key} {side} reused {np.median(times):.3f} s (all {np.round(times, 3).tolist()}) {memory}",
-                      flush=True)
-            del op
+        try:
+            dirty = _run_setting(a, uvw, freq, vis, pix, res, buffers, setting, common, precision, rd, outputs)
+        except Exception as exc:            # a setting the device cannot hold (one grid of 32k^2): said, the rest run
+            res[f"clgrid_{setting}_refused"] = f"{type(exc).__name__}: {exc}"
+            print(f"clgrid_{setting}: {type(exc).__name__}: {exc}", flush=True)
     return outputs, dirty
+
+
+def _run_setting(a, uvw, freq, vis, pix, res, buffers, setting, common, precision, rd, outputs):
+    """One ``--facets`` setting's parts; its outputs into ``outputs``; returns the dirty image
+    dirty2vis was given (None without the reused part)."""
+    import clgrid
+
+    facets = parse_facets(setting)
+    key = f"clgrid_{setting}"
+    dirty = None
+    if "call" in a.parts:
+        clgrid.vis2dirty(uvw=uvw[:1000], freq=freq, vis=vis[:1000], npix_x=64, npix_y=64, pixsize_x=pix * a.npix
+                         / 64, pixsize_y=pix * a.npix / 64, **common)          # programs built
+        image, seconds, memory = measured(lambda: clgrid.vis2dirty(
+            uvw=uvw, freq=freq, vis=vis, npix_x=a.npix, npix_y=a.npix, pixsize_x=pix, pixsize_y=pix,
+            facets=facets, **common), buffers, a.gpu_index)
+        res[f"{key}_vis2dirty_call_s"] = seconds
+        res[f"{key}_vis2dirty_call_memory"] = memory
+        outputs[f"{setting}_image"] = image
+        print(f"{key} vis2dirty call {seconds:.2f} s {memory}", flush=True)
+        del image
+    if "reused" in a.parts:
+        op, seconds, memory = measured(lambda: clgrid.WGridder(
+            uvw, freq, a.npix, a.npix, pix, pix, precision=precision, facets=facets, **common), buffers,
+            a.gpu_index)
+        res[f"{key}_setup_s"] = seconds
+        res[f"{key}_setup_memory"] = memory
+        res[f"{key}_geometry"] = describe(op)
+        print(f"{key} setup {seconds:.2f} s {res[f'{key}_geometry']}", flush=True)
+        dirty = np.random.default_rng(2).standard_normal((a.npix, a.npix), dtype=rd)
+        for side, arg in (("vis2dirty", vis), ("dirty2vis", dirty)):
+            fn = getattr(op, side)
+            out, first, memory = measured(lambda: fn(arg), buffers, a.gpu_index)
+            times = [first]
+            for _ in range(a.repeats - 1):
+                t = time.perf_counter()
+                out = fn(arg)
+                times.append(time.perf_counter() - t)
+            res[f"{key}_{side}_reused_s"] = float(np.median(times))
+            res[f"{key}_{side}_reused_all_s"] = times
+            res[f"{key}_{side}_reused_memory"] = memory
+            outputs[f"{setting}_{side}"] = out
+            print(f"{key} {side} reused {np.median(times):.3f} s (all {np.round(times, 3).tolist()}) {memory}",
+                  flush=True)
+        del op
+    return dirty
 
 
 def ducc0_child(a, workdir):
