@@ -348,6 +348,14 @@ class FacetedImager:
         return get_queue(self.device[0] if isinstance(self.device, (list, tuple)) else self.device)
 
     @property
+    def devices(self) -> list:
+        """The facets' OpenCL devices."""
+        from ..device.runtime import get_queue
+
+        return [get_queue(d).device for d in (self.device if isinstance(self.device, (list, tuple))
+                                              else [self.device])]
+
+    @property
     def plans(self) -> list:
         """The kept facet operators' plans (none where they are built per call)."""
         return [plan for op in (self._operators or []) for plan in op.plans]

@@ -41,15 +41,21 @@ host; with fp64 the correction and w phases are computed per pixel there as well
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+import warnings
+from functools import partial
 
 import numpy as np
 
 from ..planning.host import SPEED_OF_LIGHT
+from .devices import add_in_order, check_devices, device_list, on_devices, queues_for, share_bytes
 from .engine import ImagingEngine
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
+from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, slab_masks, touching
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
 
@@ -61,11 +67,24 @@ RECENTRE = bool(getattr(ImagingEngine, "RECENTRES", False))
 class WGridder:
     """The imaging operator for one set of points: ``vis2dirty(vis, wgt)`` and
     ``dirty2vis(dirty, wgt)``, with the plan, device program, grid and FFT kept between
-    calls (a major cycle calls both many times).  Calls on one operator are serialised
-    by a lock (they share its device buffers).
+    calls (a major cycle calls both many times).  Calls on one device are serialised by
+    a lock (they share its buffers).
 
     It checks the keywords, chooses the geometry (or takes one) and drives the work of
-    its device, an `clgrid.imaging.engine.ImagingEngine`.
+    its devices, one `clgrid.imaging.engine.ImagingEngine` each.
+
+    ``device``: one device (a name, a pyopencl Device, Context or CommandQueue, or None:
+    `clgrid.device.runtime`), or a list of them (a device may appear twice: two queues on
+    it).  With a list the samples are shared out once, here, by ``split``
+    (`clgrid.imaging.split`): ``"planes"`` gives each device a slab of the w-planes (of
+    about equal work) and the samples with a tap on it, ``"rows"`` a range of rows with
+    about equal numbers of samples, ``"auto"`` (the default) takes ``"planes"`` with
+    w-gridding and ``"rows"`` without.  Each call drives the devices at once from host
+    threads and adds their images (or visibilities) on the host in device order, so the
+    result does not depend on which finishes first.  A device given no share (more
+    devices than slabs of planes with samples, or rows) is left out: ``devices`` lists
+    those used.  A device that cannot do the precision or hold its share is refused,
+    naming it.
 
     ``geometry`` (an `ImageGeometry` from `choose_geometry`; None: chosen from these points)
     lets operators over parts of one data set share one padded grid, kernel and stack of
@@ -90,13 +109,17 @@ class WGridder:
                  center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
                  sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
                  verbosity: int = 0, tuning: dict | None = None, geometry: ImageGeometry | None = None,
-                 planes: tuple | None = None, deterministic: bool = False, facets=None):
+                 planes: tuple | None = None, deterministic: bool = False, split: str = "auto",
+                 facets=None):
         uvw = np.asarray(uvw, np.float64)
         freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
         if uvw.ndim != 2 or uvw.shape[1] != 3:
             raise ValueError(f"uvw must have shape (nrow, 3), got {uvw.shape}")
         if freq.size == 0 or not np.all(np.isfinite(freq)) or np.any(freq <= 0):
             raise ValueError("freq must be a non-empty array of positive frequencies in Hz")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
+        devices = device_list(device)
         signs = flip_signs(flip_u, flip_v, flip_w)
         recentre = geometry.tilted if geometry is not None else RECENTRE
         if recentre and not RECENTRE:
@@ -121,6 +144,7 @@ class WGridder:
         # With w-gridding every point goes to w >= 0 (the image is real, so V at (u, v, w)
         # is conj(V) at (-u, -v, -w)): the planes cover |w| only, half the range.
         workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
+        self._workers = workers
         w_range = abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else None
         given = geometry is not None or planes is not None
         if geometry is None:
@@ -141,50 +165,173 @@ class WGridder:
                                             uvw, freq, f.npix_x, f.npix_y, pixsize_x, pixsize_y, eps, do_wgridding,
                                             mask, flip_u, flip_v, flip_w, divide_by_n, f.center_x, f.center_y,
                                             sigma_min, sigma_max, precision, device, nthreads, verbosity, tuning,
-                                            geometry=g, deterministic=deterministic, facets=(1, 1)),
+                                            geometry=g, deterministic=deterministic, split=split, facets=(1, 1)),
                                         given, verbosity)
         if self.faceted is not None:
-            self.engine = None
+            self.split, self.engines, self.engine = None, [], None
             return
-        self.engine = ImagingEngine(uvw, scale, keep, signs, geometry, self.planes, precision,
-                                    bool(divide_by_n) and bool(do_wgridding), device, tuning, workers,
-                                    bool(deterministic))
+        divide = bool(divide_by_n) and bool(do_wgridding)
+        engine = dict(scale=scale, signs=signs, geometry=geometry, precision=precision, divide_by_n=divide,
+                      tuning=tuning, deterministic=bool(deterministic))
+        if devices is None:
+            self.split = None
+            self._rows = [slice(None)]
+            self.engines = [ImagingEngine(uvw=uvw, keep=keep, planes=self.planes, device=device, workers=workers,
+                                          **engine)]
+        else:
+            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers)
+        self.engine = self.engines[0]
         if verbosity:
-            g, choice, e = geometry, geometry.kernel, self.engine
-            print(f"clgrid.WGridder: {e.num_kept} visibilities (planned on the {e.planned_on}), "
-                  f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
-                  f"w-planes {self.planes.start}:{self.planes.stop} of {g.num_planes}, spread {e.spread_mode}, "
-                  f"fft {e.fft_mode}")
+            g, choice = geometry, geometry.kernel
+            for i, e in enumerate(self.engines):
+                print(f"clgrid.WGridder: {e.num_kept} visibilities (planned on the {e.planned_on}), "
+                      f"grid {g.nu}x{g.nv}, support {choice.support}, sigma {choice.sigma}, beta {choice.beta:.3f}, "
+                      f"w-planes {e.planes.start}:{e.planes.stop} of {g.num_planes}, spread {e.spread_mode}, "
+                      f"fft {e.fft_mode}" + (f", device {e.queue.device.name.strip()}" if len(self.engines) > 1
+                                             else ""))
+
+    def _setup_devices(self, devices, split, uvw, keep, num_kept, engine, workers):
+        """Share the samples out between ``devices`` (module `clgrid.imaging.split`), check
+        that each device can take its share, and build an engine on each (at once)."""
+        g, queues = self.geometry, queues_for(devices)
+        if split == "auto":
+            split = "planes" if g.do_wgridding else "rows"
+        if split == "planes" and not g.do_wgridding:
+            raise ValueError("split='planes' needs do_wgridding=True: without w there is one plane to share")
+        self.split = split
+        shares = []                                       # (device index, rows, keep, planes)
+        if split == "planes":
+            first = first_planes(uvw, engine["scale"], keep, g, workers)
+            counts = plane_counts(first, g, workers)
+            bounds = slab_bounds(counts, g, len(queues), self.planes)
+            masks = slab_masks(first, g, bounds, workers)
+            del first
+            planes = np.arange(g.num_planes)
+            for i, ((lo, hi), m) in enumerate(zip(bounds, masks)):
+                kept = int(counts[touching(planes, lo, hi, g.kernel.support)].sum())     # = m's count
+                if kept:
+                    shares.append((i, slice(None), m, range(lo, hi), kept))
+        else:
+            for i, (a, b) in enumerate(row_bounds(keep, self.nrow, self.nchan, len(queues))):
+                part = None if keep is None else keep[a:b]
+                kept = (b - a) * self.nchan if part is None else int(np.count_nonzero(part))
+                if kept:
+                    shares.append((i, slice(a, b), part, self.planes, kept))
+        if not shares:                                    # nothing kept: the first device says so when called
+            shares = [(0, slice(None), keep, self.planes, 0)]
+        needs = [None] * len(queues)
+        for i, rows, _, _, kept in shares:
+            nrow = len(range(*rows.indices(self.nrow)))
+            needs[i] = share_bytes(nrow * self.nchan, kept, g, engine["precision"])
+        check_devices(queues, engine["precision"], needs)
+        each = max(1, workers // len(shares))
+        self._rows = [rows for _, rows, _, _, _ in shares]
+        self.engines = on_devices([partial(ImagingEngine, uvw=uvw[rows], keep=part, planes=planes, device=queues[i],
+                                           workers=each, **engine) for i, rows, part, planes, _ in shares])
 
     @property
     def devices(self) -> list:
-        """The OpenCL devices the operator uses."""
-        return [self.queue.device]
+        """The OpenCL devices the operator uses, one per engine (a device twice where it was
+        named twice)."""
+        if self.faceted is not None:
+            return self.faceted.devices
+        return [e.queue.device for e in self.engines]
 
     @property
     def queue(self):
-        """The command queue of the operator's device."""
-        return self.engine.queue if self.engine is not None else self.faceted.queue
+        """The command queue of the operator's (first) device."""
+        return self.engines[0].queue if self.faceted is None else self.faceted.queue
 
     @property
     def plans(self) -> list:
-        """The planned points on the device (`clgrid.planning.plan.Plan`), one per part of the
-        rows that fits the device's buffers (with facets: every kept facet operator's)."""
-        return self.engine.plans if self.engine is not None else self.faceted.plans
+        """The planned points (`clgrid.planning.plan.Plan`), device by device, one per part
+        of the rows that fits a device's buffers (with facets: every kept facet operator's)."""
+        if self.faceted is not None:
+            return self.faceted.plans
+        return [plan for e in self.engines for plan in e.plans]
+
+    def _check(self, name, a, shape):
+        if a is not None and np.shape(a) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {np.shape(a)}")
 
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
         """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
-        ``update``); there are ``len(planes)`` of them."""
+        ``update``); there are ``len(planes)`` of them (split by rows: as the device furthest on
+        gets through them)."""
         if self.faceted is not None:
             return self.faceted.vis2dirty(vis, wgt, progress)
-        return self.engine.vis2dirty(vis, wgt, progress)
+        if self.split is None:
+            return self.engines[0].vis2dirty(vis, wgt, progress)
+        vis = np.asarray(vis)
+        self._check("vis", vis, self.shape)
+        wgt = None if wgt is None else np.asarray(wgt)
+        self._check("wgt", wgt, self.shape)
+        reports = _progress_reports(progress, len(self.engines), self.split == "planes")
+        with _gathered_warnings(len(self.engines)):
+            images = on_devices([partial(e.vis2dirty, vis[r], None if wgt is None else wgt[r], report)
+                                 for e, r, report in zip(self.engines, self._rows, reports)])
+        return add_in_order(images, self._workers)
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
         if self.faceted is not None:
             return self.faceted.dirty2vis(dirty, wgt)
-        return self.engine.dirty2vis(dirty, wgt)
+        if self.split is None:
+            return self.engines[0].dirty2vis(dirty, wgt)
+        dirty = np.asarray(dirty)
+        self._check("dirty", dirty, (self.npix_x, self.npix_y))
+        wgt = None if wgt is None else np.asarray(wgt)
+        self._check("wgt", wgt, self.shape)
+        with _gathered_warnings(len(self.engines)):
+            parts = on_devices([partial(e.dirty2vis, dirty, None if wgt is None else wgt[r])
+                                for e, r in zip(self.engines, self._rows)])
+        if self.split == "planes":
+            return add_in_order(parts, self._workers)
+        out = np.zeros(self.shape, parts[0].dtype)       # rows no device took (none kept) stay zero
+        for r, part in zip(self._rows, parts):
+            out[r] = part
+        return out
+
+
+def _progress_reports(progress, engines: int, each_plane_once: bool) -> list:
+    """One callback per device for ``progress``, called under one lock (the devices report
+    from their threads): with ``each_plane_once`` (slabs: each plane is one device's) every
+    report goes on; otherwise (rows: every device does every plane) a report goes on when
+    a device gets further than any before it."""
+    if progress is None:
+        return [None] * engines
+    lock, done, furthest = threading.Lock(), [0] * engines, [0]
+
+    def reporter(k):
+        def report(n):
+            with lock:
+                if each_plane_once:
+                    progress(n)
+                    return
+                done[k] += n
+                if done[k] > furthest[0]:
+                    progress(done[k] - furthest[0])
+                    furthest[0] = done[k]
+        return report
+
+    return [reporter(k) for k in range(engines)]
+
+
+@contextlib.contextmanager
+def _gathered_warnings(parts: int):
+    """The devices' warnings, said once each; a device's "nothing to image" only where every
+    device said it (then the whole result is zero)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    said = {}
+    for w in caught:
+        said.setdefault((str(w.message), w.category), []).append(w)
+    for (message, category), ws in said.items():
+        if "no visibility is unmasked" in message and len(ws) < parts:
+            continue
+        warnings.warn(message, category, stacklevel=3)
 
 
 def _precision_of(dtype, name, kinds):

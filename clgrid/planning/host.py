@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..sources.analytic import AnalyticKernel
 from ..errors import DroppedVisibilitiesError
 from ..sources.interpolation import (INTERPOLATIONS, continuous_positions, footprint_supports,
                             interpolated_norm_sums)
+from ..sources.base import KernelSource
 from ..sources.tables import KernelStack, offset_range
 from .rounding import round_half_away
 
@@ -44,8 +44,9 @@ def check_grid_geometry(grid_size, cell_size):
 def check_arguments(grid_size, cell_size, kernels, on_dropped) -> None:
     """What every gridder and degridder is constructed with: geometry, stack, `on_dropped`."""
     check_grid_geometry(grid_size, cell_size)
-    if not isinstance(kernels, KernelStack):
-        raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")
+    if not isinstance(kernels, KernelSource):
+        raise TypeError(f"kernels must be a kernel source (clgrid.KernelStack, KernelStack.analytic), got "
+                        f"{type(kernels).__name__}")
     if on_dropped not in ON_DROPPED:
         raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
 
@@ -348,7 +349,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     gu, gv, ou, ov, plane, conj = grid_indices(samples.uvw[usable], grid_size, cell_size, kernels)
     in_stack = plane < kernels.num_planes
     linear = interpolation == "linear"
-    if linear or isinstance(kernels, AnalyticKernel):
+    if linear or kernels.evaluated:
         position = continuous_positions(samples.uvw[usable], grid_size, cell_size, kernels)
     if linear:
         support = np.where(in_stack, footprint_supports(kernels, position[:, 2]), 0)
@@ -367,7 +368,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
         position = position[keep]
         sums = interpolated_norm_sums(kernels, position, support[keep])
     else:
-        position = position[keep] if isinstance(kernels, AnalyticKernel) else None
+        position = position[keep] if kernels.evaluated else None
         sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
     norm = (samples.weights[sample] * sums[:, None]).sum(axis=0)
     plan = Positions(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),

@@ -30,7 +30,6 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from ..device.codegen import build_program, render, kernel as codegen_kernel
-from ..sources.analytic import AnalyticKernel
 from ..device.reduction import DeviceSum
 from ..sources.tables import KernelStack, offset_range
 from .host import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities,
@@ -318,7 +317,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     kept = cla.empty(queue, n, np.int32)
     position = cla.empty(queue, n + 1, np.int32)
     counts = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied: Oclgrind reads fills as unset
-    fraction = cla.empty(queue, n, np.complex128) if isinstance(kernels, AnalyticKernel) else None
+    fraction = cla.empty(queue, n, np.complex128) if kernels.evaluated else None
     wg = min(256, queue.device.max_work_group_size)
     if nsample:
         planner.classify(queue, (-(-nsample // wg) * wg,), (wg,), uvw_d.data,
@@ -366,7 +365,7 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
     counts = {"kept": m, "flagged": positions.num_flagged, "off_grid": positions.num_off_grid,
               "beyond_kernel_stack": positions.num_beyond_stack}
     fraction = None
-    if isinstance(geometry.kernels, AnalyticKernel):
+    if geometry.kernels.evaluated:
         every = np.zeros(max(nsample, 1), np.complex128 if real == np.float64 else np.complex64)
         every[positions.sample] = -(positions.position[:, 0] + 1j * positions.position[:, 1])
         fraction = cla.to_device(queue, every)
