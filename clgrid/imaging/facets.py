@@ -127,15 +127,23 @@ class DeviceLimits:
 
 def device_limits(device) -> DeviceLimits:
     """`DeviceLimits` of ``device`` (anything ``device=`` takes, or a list of them)."""
-    from ..device.runtime import device_facts, get_queue
+    from ..device.runtime import device_facts
 
-    devices = device if isinstance(device, (list, tuple)) else [device]
-    found = [get_queue(d).device for d in devices]
+    found = [q.device for q in _queues(device)]
     facts = [device_facts(d) for d in found]
     least = min(facts, key=lambda f: f.max_allocation)
     shared = any(d.type & cl.device_type.CPU or d.host_unified_memory for d in found)
     return DeviceLimits(min(f.max_allocation for f in facts), min(f.global_memory for f in facts), least.name,
                         bool(shared))
+
+
+def _queues(device) -> list:
+    """The command queues ``device`` names (one, or a list: `clgrid.imaging.devices`)."""
+    from ..device.runtime import get_queue
+    from .devices import device_list, queues_for
+
+    devices = device_list(device)
+    return [get_queue(device)] if devices is None else queues_for(devices)
 
 
 def grid_bytes(geometry: ImageGeometry, precision: str) -> int:
@@ -342,18 +350,13 @@ class FacetedImager:
 
     @property
     def queue(self):
-        """The command queue of the facets' device (the one `get_queue` keeps for it)."""
-        from ..device.runtime import get_queue
-
-        return get_queue(self.device[0] if isinstance(self.device, (list, tuple)) else self.device)
+        """The command queue of the facets' (first) device."""
+        return _queues(self.device)[0]
 
     @property
     def devices(self) -> list:
         """The facets' OpenCL devices."""
-        from ..device.runtime import get_queue
-
-        return [get_queue(d).device for d in (self.device if isinstance(self.device, (list, tuple))
-                                              else [self.device])]
+        return [q.device for q in _queues(self.device)]
 
     @property
     def plans(self) -> list:
