@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
+from ..errors import HostMemoryError
 from ..sources.accuracy import min_epsilon
 from .geometry import MIN_NPIX, ImageGeometry, choose_geometry, imaging_work
 from .memory import check_host_memory, engine_device_bytes
@@ -309,7 +310,15 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
         return None
     facet_list, geometries = layout
     eps = facet_epsilon(k["epsilon"], len(facet_list), k["precision"])
+    # kept between calls where all the facets' operators fit the device at once (and the
+    # host, where the device's memory is the host's)
     keep = sum(engine_device_bytes(g, k["precision"], num_samples) for g in geometries) <= limits.global_memory // 2
+    if keep and limits.shares_host_memory:
+        try:
+            check_host_memory(k["npix_x"], k["npix_y"], k["precision"], num_samples, geometries, True, True,
+                              together=True)
+        except HostMemoryError:
+            keep = False
     if verbosity:
         fx, fy = len({f.rows.start for f in facet_list}), len({f.cols.start for f in facet_list})
         if check_parts(facets, k["npix_x"], k["npix_y"]):
