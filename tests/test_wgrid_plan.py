@@ -104,3 +104,22 @@ def test_without_fp64_the_host_plans_and_sends_the_pixels(rng, monkeypatch):
     vis, wgt = vis.astype(np.complex64), wgt.astype(np.float32)
     assert relative_error(reduced.vis2dirty(vis, wgt), full.vis2dirty(vis, wgt)) < 1e-5
     assert relative_error(reduced.dirty2vis(dirty, wgt), full.dirty2vis(dirty, wgt)) < 1e-5
+
+
+def test_planning_for_some_planes_keeps_exactly_the_points_with_a_tap_on_them(rng):
+    """plan_stacked(planes=...) (one device's slab): the device keeps the points whose taps
+    meet the planes, the same points as the float64 twin, and counts the rest elsewhere."""
+    uvw, freq, _, _ = wide_field(rng, nrow=2000)
+    op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
+    g, q = op.geometry, op.queue
+    scale, signs = freq / SPEED_OF_LIGHT, (1.0, 1.0, 1.0)
+    every = stacked_positions(uvw, scale, None, signs, g, True)
+    first = every["packed"][:, 3] & 0x7FFFFFFF
+    lo, hi = g.num_planes // 3, 2 * g.num_planes // 3
+    plan = planning.plan_stacked(q, g, uvw, scale, None, signs, True, True, planes=range(lo, hi))
+    host = stacked_positions(uvw, scale, None, signs, g, True, range(lo, hi))
+    want = (first < hi) & (first + g.kernel.support > lo)
+    assert 0 < plan.num_kept == np.count_nonzero(want) < every["sample"].size
+    assert np.array_equal(plan.sample.get(), every["sample"][want])
+    assert np.array_equal(plan.sample.get(), host["sample"]) and np.array_equal(plan.packed.get(), host["packed"])
+    assert plan.counts["elsewhere"] == every["sample"].size - plan.num_kept

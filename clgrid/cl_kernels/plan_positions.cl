@@ -20,7 +20,8 @@
 #define OFF_GRID 2
 #define BEYOND_STACK 3
 #define NOT_FINITE 4
-#define NUM_STATUSES 5
+#define ELSEWHERE 5     /* w-stacking: no tap on the planes planned for (another operator's) */
+#define NUM_STATUSES 6
 
 /* Status and packed plan (Plan encoding, plan.cl) of sample i = row * nchan + chan.
    uvw: (nrow, 3) in metres when scale is not null (scale[chan] = freq / c), in
@@ -184,9 +185,11 @@ inline int2 first_taps(const stacking_t g, const double u, const double v, const
     return (int2)(wrap(first_u, g.nu), wrap(first_v, g.nv));
 }
 
-/* Status and packed plan of sample i; keep: 0 where masked (null: all kept). */
+/* Status and packed plan of sample i; keep: 0 where masked (null: all kept); a point with
+   no tap on planes [plane_lo, plane_hi) is left to the operators of the other planes. */
 __kernel void classify_stacked(__global const double *restrict uvw, __global const double *restrict scale,
                                __global const uchar *restrict keep, const stacking_t g,
+                               const int plane_lo, const int plane_hi,
                                __global int *restrict status, __global int4 *restrict packed,
                                __global int *restrict kept, __global int *restrict counts)
 {
@@ -213,6 +216,8 @@ __kernel void classify_stacked(__global const double *restrict uvw, __global con
 {% if use_w %}
                 if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
                     s = BEYOND_STACK;
+                else if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
+                    s = ELSEWHERE;
 {% endif %}
                 p = (int4)(c.x, c.y, 0, (int)((uint)(int)first_w | (moved ? 0x80000000u : 0u)));
             }

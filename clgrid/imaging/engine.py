@@ -286,7 +286,7 @@ class ImagingEngine:
         g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
         plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
                             fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
-                            on_host=deterministic)
+                            on_host=deterministic, planes=self.planes)
         points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         nsample = (rows.stop - rows.start) * self.nchan
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)

@@ -55,13 +55,18 @@ from .engine import ImagingEngine
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
-from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, slab_masks, touching
+from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, touching
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
 
 # An off-centre image's w term tilted (geometry.recentre_tilt: ducc0 0.42's plane count)
 # where the engine grids with the tilt.
 RECENTRE = bool(getattr(ImagingEngine, "RECENTRES", False))
+
+
+# samples the planes split balances its slabs on (every k-th row): the devices' planning
+# then selects each slab's samples exactly
+BALANCE_SAMPLES = 1 << 20
 
 
 class WGridder:
@@ -201,16 +206,19 @@ class WGridder:
         self.split = split
         shares = []                                       # (device index, rows, keep, planes)
         if split == "planes":
-            first = first_planes(uvw, engine["scale"], keep, g, workers)
-            counts = plane_counts(first, g, workers)
+            # the slabs balanced on a sample of the rows; each device's planning keeps,
+            # exactly, the samples with a tap on its slab (plan_stacked's planes)
+            step = max(1, self.nrow * self.nchan // BALANCE_SAMPLES)
+            sampled = slice(None, None, step)
+            first = first_planes(uvw[sampled], engine["scale"], None if keep is None else keep[sampled], g, workers)
+            counts = plane_counts(first, g, workers) * float(step)
             bounds = slab_bounds(counts, g, len(queues), self.planes)
-            masks = slab_masks(first, g, bounds, workers)
             del first
             planes = np.arange(g.num_planes)
-            for i, ((lo, hi), m) in enumerate(zip(bounds, masks)):
-                kept = int(counts[touching(planes, lo, hi, g.kernel.support)].sum())     # = m's count
-                if kept:
-                    shares.append((i, slice(None), m, range(lo, hi), kept))
+            for i, (lo, hi) in enumerate(bounds):
+                if lo < hi:        # a slab the sample finds empty may still hold samples: kept
+                    kept = int(counts[touching(planes, lo, hi, g.kernel.support)].sum())     # about
+                    shares.append((i, slice(None), keep, range(lo, hi), kept))
         else:
             for i, (a, b) in enumerate(row_bounds(keep, self.nrow, self.nchan, len(queues))):
                 part = None if keep is None else keep[a:b]

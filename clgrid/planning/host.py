@@ -411,7 +411,7 @@ def stacked_points(uvw, scale, keep, signs, fold: bool):
     return u, v, w, flat, moved
 
 
-def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool) -> dict:
+def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool, planes: range | None = None) -> dict:
     """The w-stacking plan in numpy, float64, in the caller's sample order: the reference the
     device planning (``clgrid/cl_kernels/plan_positions.cl``, ``classify_stacked``) matches
     bit for bit, and the planning of devices without fp64.
@@ -421,8 +421,10 @@ def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool) -> dict:
     `clgrid.imaging.geometry.ImageGeometry`.  Returns ``sample`` (int32, flat sample index),
     ``packed`` (int32 (n, 4): first u cell and first v cell modulo the grid, 0, first plane
     with bit 31 set where the point moved), ``fraction`` (float64 (n, 4): the first taps'
-    offsets from the point in cells and planes, in [-W/2, -W/2 + 1)) and ``phase``
-    (complex128, the factor gridding applies, or None where the geometry has none)."""
+    offsets from the point in cells and planes, in [-W/2, -W/2 + 1)), ``phase``
+    (complex128, the factor gridding applies, or None where the geometry has none) and
+    ``flagged`` (the samples ``keep`` leaves out).  ``planes`` (a range; None: all): only the
+    points with a tap on them."""
     g, support = geometry, geometry.kernel.support
     u, v, w, flat, moved = stacked_points(uvw, scale, keep, signs, fold)
     half = support / 2.0
@@ -437,6 +439,13 @@ def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool) -> dict:
         first_w = frac_w = np.zeros_like(u)
     if g.do_wgridding and (np.any(first_w < 0) or np.any(first_w + support > g.num_planes)):
         raise RuntimeError("clgrid internal error: a point's w-planes fall outside the stack")
+    flagged = uvw.shape[0] * scale.size - flat.size
+    if g.do_wgridding and planes is not None:
+        on = (first_w < planes.stop) & (first_w + support > planes.start)
+        if not on.all():
+            u, v, w, flat, moved = u[on], v[on], w[on], flat[on], moved[on]
+            pos_u, pos_v, first_u, first_v = pos_u[on], pos_v[on], first_u[on], first_v[on]
+            first_w, frac_w = first_w[on], frac_w[on]
     packed = np.zeros((u.size, 4), np.int64)
     packed[:, 0] = first_u.astype(np.int64) % g.nu
     packed[:, 1] = first_v.astype(np.int64) % g.nv
@@ -447,4 +456,4 @@ def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool) -> dict:
     if g.has_phase:
         phase = np.exp(2j * np.pi * (u * g.center_x + v * g.center_y - w * g.nshift))
     return dict(sample=flat.astype(np.int32), packed=packed.astype(np.uint32).view(np.int32), fraction=fraction,
-                phase=phase)
+                phase=phase, flagged=flagged)

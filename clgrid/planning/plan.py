@@ -42,7 +42,7 @@ from ..device.transfer import to_device_array, upload
 __all__ = ["GridGeometry", "Plan", "make_plan", "plan_stacked", "split_flags", "as_host"]
 
 INT32_MAX = 2 ** 31 - 1
-STATUSES = ("kept", "flagged", "off_grid", "beyond_kernel_stack", "not_finite")   # plan_positions.cl
+STATUSES = ("kept", "flagged", "off_grid", "beyond_kernel_stack", "not_finite", "elsewhere")   # plan_positions.cl
 
 
 @dataclass(frozen=True, eq=False)
@@ -329,6 +329,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
                          status.data, packed_all.data, kept.data, counts.data,
                          None if fraction is None else fraction.data)
     tally = dict(zip(STATUSES, (int(c) for c in counts.get())))
+    tally.pop("elsewhere")
     if tally.pop("not_finite"):
         raise ValueError("uvw contains NaN or inf in unflagged data")
     m = tally["kept"]
@@ -392,24 +393,27 @@ def stacked_program(context, geometry, fold: bool, double: bool) -> cl.Program:
 
 
 def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: bool, staging=None,
-                 on_host: bool = False) -> Plan:
+                 on_host: bool = False, planes: range | None = None) -> Plan:
     """Plan the samples of ``uvw`` (nrow, 3) metres at ``scale`` (nchan,) = freq / c for
     w-stacking on ``geometry`` (a `clgrid.imaging.geometry.ImageGeometry`), where ``keep``
     (nrow, nchan; None: all) is set, on ``queue``'s device: a `Plan` in the caller's sample
     order.  ``signs``: the flips (+1 or -1 per axis); ``fold``: move w < 0 to -uvw;
     ``double``: offsets and phases in double.  ``staging`` (`clgrid.device.transfer.Staging`),
     if given, carries uvw to the device.  ``on_host``: plan in numpy
-    (`clgrid.planning.host.stacked_positions`, bit-identical), as devices without fp64 do."""
+    (`clgrid.planning.host.stacked_positions`, bit-identical), as devices without fp64 do.
+    ``planes`` (a range; None: all): plan only the points with a tap on them (an operator
+    over some of the w-planes); the others are counted in ``counts["elsewhere"]``."""
     g = geometry
     real = np.float64 if double else np.float32
     cplx = np.complex128 if double else np.complex64
     nrow, nchan = uvw.shape[0], scale.size
     nsample = nrow * nchan
-    counts = {"kept": 0, "flagged": 0, "off_grid": 0, "beyond_kernel_stack": 0}
+    counts = {"kept": 0, "flagged": 0, "off_grid": 0, "beyond_kernel_stack": 0, "elsewhere": 0}
+    planes = range(g.num_planes) if planes is None else planes
     if on_host or not device_facts(queue.device).fp64:
-        host = stacked_positions(uvw, scale, keep, signs, g, fold)
+        host = stacked_positions(uvw, scale, keep, signs, g, fold, planes)
         n = host["sample"].size
-        counts.update(kept=n, flagged=nsample - n)
+        counts.update(kept=n, flagged=host["flagged"], elsewhere=nsample - n - host["flagged"])
 
         def up(a, dtype):
             a = np.asarray(a, dtype)
@@ -438,7 +442,8 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     if nsample:
         codegen_kernel(program, "classify_stacked")(
             queue, (-(-nsample // wg) * wg,), (wg,), uvw_d.data, scale_d.data,
-            None if keep_d is None else keep_d.data, stacking, status.data, packed_all.data, kept.data, tally.data)
+            None if keep_d is None else keep_d.data, stacking, np.int32(planes.start), np.int32(planes.stop),
+            status.data, packed_all.data, kept.data, tally.data)
     found = dict(zip(STATUSES, (int(c) for c in tally.get())))
     if found["not_finite"]:
         raise ValueError(f"uvw has NaN or infinite entries ({found['not_finite']} unmasked samples)")
@@ -446,7 +451,7 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
         raise RuntimeError(f"clgrid internal error: {found['beyond_kernel_stack']} points' w-planes fall outside "
                            f"the stack")
     m = found["kept"]
-    counts.update(kept=m, flagged=found["flagged"])
+    counts.update(kept=m, flagged=found["flagged"], elsewhere=found["elsewhere"])
     sample = cla.empty(queue, max(m, 1), np.int32)
     packed = cla.empty(queue, (max(m, 1), 4), np.int32)
     fraction = cla.empty(queue, (max(m, 1), 4), real)
