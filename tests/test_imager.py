@@ -258,14 +258,19 @@ def test_fits_axes_reference_pixel_and_sky_position(observation, tmp_path):
     assert header["CRVAL4"] == 1 and header["BUNIT"] == "JY/BEAM" and header["TELESCOP"] == "MeerKAT"
     assert header["DATE-OBS"].startswith("2022-01-01T00:15:00")   # the first integration's TIME (of 30 min)
     assert header["WSCDATAC"] == "CORRECTED_DATA"
-    brightest = max(ms.sources, key=lambda s: s.i)
-    l_, m_ = brightest.l, brightest.m
-    # the SIN projection's inverse: the source's RA, Dec from its direction cosines
-    dec = math.asin(m_ * math.cos(ms.dec) + brightest.n * math.sin(ms.dec))
-    ra = ms.ra + math.atan2(l_, brightest.n * math.cos(ms.dec) - m_ * math.sin(ms.dec))
+    # one source on a pixel's centre (l, m whole pixels off the phase centre, east and south):
+    # the image's peak is that pixel, and the WCS puts the source's RA, Dec on it
+    source = simulate.PointSource(5 * SCALE_RAD, -3 * SCALE_RAD, 1.0)
+    single = simulate.write_ms(str(tmp_path / "one.ms"), [source], stations=20, ntime=8, nchan=4,
+                               freq=(70e6, 80e6), hours=4, correlations="linear", columns={"DATA": 1.0})
+    assert run_cli(single.path, "-o", tmp_path / "one", "--size", NX, NY, "--scale", SCALE, *ACCURATE) == 0
+    data, header = image_of(tmp_path / "one-dirty.fits")
+    dec = math.asin(source.m * math.cos(single.dec) + source.n * math.sin(single.dec))
+    ra = single.ra + math.atan2(source.l, source.n * math.cos(single.dec) - source.m * math.sin(single.dec))
     column, row = WCS(header).celestial.world_to_pixel_values(math.degrees(ra), math.degrees(dec))
-    near = data[int(round(float(row))) - 1:int(round(float(row))) + 2, int(round(float(column))) - 1:int(round(float(column))) + 2]
-    assert near.max() == pytest.approx(data.max())        # the peak is at the source's pixel
+    assert abs(column - round(float(column))) < 1e-6 and abs(row - round(float(row))) < 1e-6
+    assert np.unravel_index(data.argmax(), data.shape) == (round(float(row)), round(float(column)))
+    assert (round(float(row)), round(float(column))) == (NY // 2 - 3, NX // 2 - 5)       # east is left, south down
 
 
 def test_not_divided_by_n_unless_asked(observation, tmp_path):
