@@ -4,7 +4,7 @@ name before any work starts (`check_host_memory`), and faceted operators are kep
 between calls only where they all fit the device (`operators_fit`).
 
 The models count the large arrays only (per pixel and per sample), from the code that
-makes them (clgrid/imaging/engine.py, clgrid/planning/stacking.py); benchmarks/host_memory.py
+makes them (clgrid/imaging/engine.py and pixels.py, clgrid/planning/); benchmarks/host_memory.py
 measures them.
 """
 
@@ -18,7 +18,7 @@ from .geometry import ImageGeometry
 __all__ = ["host_memory_available", "engine_device_bytes", "host_image_bytes", "check_host_memory"]
 
 GiB = float(2 ** 30)
-# Host bytes per pixel of an operator's image for the host-side image work (engine.py: the
+# Host bytes per pixel of an operator's image for the host-side image work (engine.py, pixels.py: the
 # float64 accumulator, the w phases and their step in complex128 on a quarter of a centred
 # image and a running copy, the correction's factors, the output), in either precision;
 # benchmarks/host_memory.py measures it.
