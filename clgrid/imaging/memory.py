@@ -1,7 +1,7 @@
 """Host and device memory of the imaging operator: models of what one operator holds, read
 against what the machine has, so that an image or data set that cannot fit is refused by
 name before any work starts (`check_host_memory`), and faceted operators are kept
-between calls only where they all fit the device (`operators_fit`).
+between calls only where they all fit the device (`clgrid.imaging.facets.faceted_operator`).
 
 The models count the large arrays only (per pixel and per sample), from the code that
 makes them (clgrid/imaging/engine.py and pixels.py, clgrid/planning/); benchmarks/host_memory.py
