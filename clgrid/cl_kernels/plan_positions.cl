@@ -131,12 +131,13 @@ typedef float2 cplx_t;
 {% endif %}
 
 /* The geometry (clgrid.imaging.geometry.ImageGeometry): scale factors from wavelengths to
-   cells and planes, and the phase's centre and nshift. */
+   cells and planes, the phase's centre and nshift, and a recentred image's w-term tilt. */
 typedef struct {
     double sign_u, sign_v, sign_w;  /* the flips */
     double cells_u, cells_v;        /* nu * pixsize_x, nv * pixsize_y */
     double w_start, dw;
     double center_x, center_y, nshift;
+    double tilt_x, tilt_y;          /* the point at u + tilt_x w, v + tilt_y w */
     int nu, nv, nchan, nsample;
 } stacking_t;
 
@@ -150,15 +151,20 @@ inline int stacked_point(__global const double *restrict uvw, __global const dou
     *u = uvw[3 * row] * g.sign_u * f;
     *v = uvw[3 * row + 1] * g.sign_v * f;
     *w = uvw[3 * row + 2] * g.sign_w * f;
+    int moved = 0;
 {% if fold %}
     if (*w < 0) {
         *u = -*u;
         *v = -*v;
         *w = -*w;
-        return 1;
+        moved = 1;
     }
 {% endif %}
-    return 0;
+{% if use_w %}
+    *u = *u + g.tilt_x * *w;
+    *v = *v + g.tilt_y * *w;
+{% endif %}
+    return moved;
 }
 
 inline int wrap(const double first, const int n)

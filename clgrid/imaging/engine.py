@@ -37,6 +37,7 @@ from ..strategies.base import check_precision, read_only_buffer
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
 from .geometry import ImageGeometry
 from .pixels import PixelModel, pixel_blocks
+from .regions import plane_regions
 
 __all__ = ["ImagingEngine", "SPREADS"]
 
@@ -140,6 +141,9 @@ class ImagingEngine:
         for strategy in (self.spreader, self.interpolator):
             strategy.stable = deterministic
         self.layout = self.spreader.layout()
+        # where each w-plane holds taps: the host FFT's passes run there only (regions.py)
+        self.regions = plane_regions(uvw, scale, keep, signs, g, self._workers) \
+            if g.do_wgridding and self.fft_mode in ("host", "mapped") else None
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
@@ -151,7 +155,7 @@ class ImagingEngine:
         self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double")))
         self.device_fft = None
         if self.fft_mode == "mapped":
-            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft)
+            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft, g.npix_y)
         if self.fft_mode == "vkfft":
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
@@ -250,6 +254,8 @@ class ImagingEngine:
         else:
             host = self.pixels.host
             t = host.t_small[np.ix_(*host.radial)] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
+            if host.tilt is not None:
+                t = t + host.tilt[0][:, None] + host.tilt[1][None, :]
             self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
                                 copy(1.0 / self.pixels.correction_rows(slice(None)), self.real))
         npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
@@ -366,12 +372,13 @@ class ImagingEngine:
             return self._vis2dirty_device(progress)
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self.pixels.plane_phases()
+        tilt = self.pixels.tilt_phases()
         for plane in self.planes:
             if self._active(plane):
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
                 grid = self._map_grid([event])
-                blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
+                blocks = self.fft.backward(grid, g.npix_x, g.npix_y, self._region(plane))
 
                 def rows(r, blocks=blocks):
                     scratch = self.pixels.scratch()
@@ -380,12 +387,16 @@ class ImagingEngine:
                             part = view[a - bi.start:b - bi.start]
                             if phase is not None:
                                 np.multiply(part, self.pixels.phases_at(phase, a, b, bj, scratch), out=part)
+                            if tilt is not None:
+                                part *= tilt[0][a:b, None]
+                                part *= tilt[2][None, bj]
                             image[a:b, bj] += part.real
 
                 in_slices(self._workers, g.npix_x, rows)
                 del blocks
                 grid.base.release(self.queue)
             self.pixels.advance(phase, step)
+            self.pixels.advance_tilt(tilt)
             if progress is not None:
                 progress(1)
         out = np.empty((g.npix_x, g.npix_y), self.real)
@@ -409,7 +420,7 @@ class ImagingEngine:
             if self._active(plane):
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
-                self.device_fft.backward(self._grid)
+                self.device_fft.backward(self._grid, **self._region_of(plane))
                 self._accumulate(q, (g.npix_y, g.npix_x), None, self._grid, self._image_acc, *self._pixel_args,
                                  *self._plane_args(plane))
             if progress is not None:
@@ -443,7 +454,7 @@ class ImagingEngine:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
                                  *self._plane_args(plane))
-                self.device_fft.forward(self._grid)
+                self.device_fft.forward(self._grid, **self._region_of(plane))
                 self._launch_interp(plane)
 
     def _dirty2vis_host(self, dirty):
@@ -456,6 +467,7 @@ class ImagingEngine:
 
         in_slices(self._workers, g.npix_x, corrected)
         phase, step = self.pixels.plane_phases()
+        tilt = self.pixels.tilt_phases(conjugate=True)
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
             step = step.conj()
@@ -474,13 +486,25 @@ class ImagingEngine:
                                 part[...] = image[a:b, bj]
                                 continue
                             np.multiply(self.pixels.phases_at(phase, a, b, bj, scratch), image[a:b, bj], out=part)
+                            if tilt is not None:
+                                part *= tilt[0][a:b, None]
+                                part *= tilt[2][None, bj]
 
                 in_slices(self._workers, g.npix_x, rows)
-                self.fft.forward(grid, g.npix_x)
+                self.fft.forward(grid, g.npix_x, g.npix_y, self._region(plane))
                 del blocks
                 grid.base.release(self.queue)
                 self._launch_interp(plane).wait()
             self.pixels.advance(phase, step)
+            self.pixels.advance_tilt(tilt)
+
+    def _region(self, plane: int):
+        """Where plane ``plane`` holds taps (a `clgrid.imaging.regions.Region`), or None."""
+        return self.regions.at(plane) if self.regions is not None else None
+
+    def _region_of(self, plane: int) -> dict:
+        """The device FFT's keywords for plane ``plane``: the region for the mapped host FFT."""
+        return {"region": self.regions.at(plane)} if self.regions is not None else {}
 
     def _map_grid(self, wait_for=None):
         """The device grid as a host array (mapped: on a CPU device no copy is made; on a

@@ -59,9 +59,9 @@ from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, 
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
 
-# An off-centre image's w term tilted (geometry.recentre_tilt: ducc0 0.42's plane count)
-# where the engine grids with the tilt.
-RECENTRE = bool(getattr(ImagingEngine, "RECENTRES", False))
+# An off-centre image's w term tilted towards its centre (geometry.recentre_tilt): fewer
+# w-planes, ducc0 0.42's count
+RECENTRE = True
 
 
 # samples the planes split balances its slabs on (every k-th row): the devices' planning
@@ -127,8 +127,6 @@ class WGridder:
         devices = device_list(device)
         signs = flip_signs(flip_u, flip_v, flip_w)
         recentre = geometry.tilted if geometry is not None else RECENTRE
-        if recentre and not RECENTRE:
-            raise ValueError("geometry has a tilted w term (recentred), which this engine does not grid with")
         fields, _ = image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y,
                                  recentre)
         self.nrow, self.nchan = uvw.shape[0], freq.size

@@ -387,7 +387,8 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
 STACKING_T = np.dtype([("sign_u", np.float64), ("sign_v", np.float64), ("sign_w", np.float64),
                        ("cells_u", np.float64), ("cells_v", np.float64), ("w_start", np.float64),
                        ("dw", np.float64), ("center_x", np.float64), ("center_y", np.float64),
-                       ("nshift", np.float64), ("nu", np.int32), ("nv", np.int32), ("nchan", np.int32),
+                       ("nshift", np.float64), ("tilt_x", np.float64), ("tilt_y", np.float64),
+                       ("nu", np.int32), ("nv", np.int32), ("nchan", np.int32),
                        ("nsample", np.int32)])   # plan_positions.cl's stacking_t
 
 
@@ -437,7 +438,7 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     keep_d = None if keep is None else cla.to_device(queue, np.ascontiguousarray(keep, np.uint8).reshape(-1))
     cells_u, cells_v = g.cells_per_wavelength
     stacking = np.array([(signs[0], signs[1], signs[2], cells_u, cells_v, g.w_start, g.dw, g.center_x, g.center_y,
-                          g.nshift, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
+                          g.nshift, g.tilt_x, g.tilt_y, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
     n = max(nsample, 1)
     status, packed_all, kept, position, tally = _classify_scratch(queue, nsample)
     wg = min(256, queue.device.max_work_group_size)
