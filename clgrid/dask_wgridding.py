@@ -74,6 +74,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .checks import check_output
 from .dask_chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
     workers_to_prefer
 from .dask_slabs import Slab, assemble, chunk_groups, extent, geometry_of, plane_counts, points_of, select, \
@@ -157,9 +158,12 @@ def _all_masked(mask) -> bool:
     return mask is not None and not np.any(mask)
 
 
+def _real(precision: str):
+    return np.float64 if precision == "double" else np.float32
+
+
 def _zeros(options: dict) -> np.ndarray:
-    real = np.float64 if options["precision"] == "double" else np.float32
-    return np.zeros((options["npix_x"], options["npix_y"]), real)
+    return np.zeros((options["npix_x"], options["npix_y"]), _real(options["precision"]))
 
 
 def _complex(precision: str):
@@ -482,6 +486,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     options = _options(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u, flip_v, flip_w,
                        divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device, nthreads,
                        verbosity, tuning, deterministic)
+    if dirty is not None:
+        check_output(dirty, "dirty", (options["npix_x"], options["npix_y"]), _real(precision))
     keep = _keep(keep_operators)
     split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
     cap = _slab_samples(slab_samples, layout)
@@ -541,10 +547,12 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     options = _options(dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u,
                        flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device,
                        nthreads, verbosity, tuning, deterministic)
+    dtype = _complex(precision)
+    if vis is not None:
+        check_output(vis, "vis", (layout.nrow, layout.nchan), dtype)
     keep = _keep(keep_operators)
     split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
     cap = _slab_samples(slab_samples, layout)
-    dtype = _complex(precision)
     if split == "rows":
         pieces = _rows_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:

@@ -17,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .checks import check_gridded
+from .checks import check_gridded, check_output, native, writes_directly
 from .deterministic import FixedPointGrid
 from .device_plan import Plan
 from .host_threads import in_background
@@ -234,17 +234,13 @@ class Gridder(GridOperation):
         """The device buffer a call grids into: ``out``'s own when it is a device array,
         else the operator's grid, holding a host ``out`` when accumulating."""
         shape = (npol, self.grid_size, self.grid_size)
-        dtype = self.strategy.complex_dtype
+        if out is not None:
+            check_output(out, "out", shape, self.strategy.complex_dtype, self.context)
         if isinstance(out, cla.Array):
-            if self.check_device_grid(out, "out") != npol:
-                raise ValueError(f"out has {out.shape[0]} polarisations, vis {npol}")
             return out.data
-        if out is not None and (np.shape(out) != shape or np.asarray(out).dtype != dtype):
-            raise ValueError(f"out must be a {np.dtype(dtype)} array of shape {shape}, got "
-                             f"{np.asarray(out).dtype} {np.shape(out)}")
         grid_buffer = self.grid_buffer(npol)
         if accumulate and out is not None:
-            cl.enqueue_copy(self.queue, grid_buffer, np.ascontiguousarray(out))
+            cl.enqueue_copy(self.queue, grid_buffer, np.ascontiguousarray(native(out)))
         return grid_buffer
 
     def _deliver(self, out, grid_buffer, npol: int, events):
@@ -254,7 +250,7 @@ class Gridder(GridOperation):
             return out
         shape = (npol, self.grid_size, self.grid_size)
         result = (host_empty(shape, self.strategy.complex_dtype, self.staging) if out is None
-                  else out if out.flags.c_contiguous else np.empty(shape, out.dtype))
+                  else out if writes_directly(out) else np.empty(shape, self.strategy.complex_dtype))
         download(self.queue, grid_buffer, result, self.staging, wait_for=events[-1:])
         if out is not None and result is not out:
             out[...] = result

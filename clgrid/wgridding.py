@@ -53,6 +53,7 @@ import pyopencl as cl
 
 from .accuracy import choose_kernel, horner_coefficients, kernel_transform
 from .atomics import atomic_unavailable, build_options_for
+from .checks import check_finite_result, check_output, count_nonfinite
 from .codegen import build_program, render
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
 from .host_threads import in_slices
@@ -680,12 +681,21 @@ class WGridder:
             if progress is not None:
                 progress(1)
         out = np.empty((g.npix_x, g.npix_y), self.real)
+        not_finite = []
 
         def corrected(r):
-            np.divide(image[r], self._correction_rows(r), out=out[r])
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.divide(image[r], self._correction_rows(r), out=out[r])
+            not_finite.append(np.count_nonzero(~np.isfinite(out[r])))
 
         in_slices(self._workers, g.npix_x, corrected)
+        self._check_image(sum(not_finite))
         return out
+
+    def _check_image(self, not_finite: int) -> None:
+        """The image's overflow check, on either path (`clgrid.checks.check_finite_result`)."""
+        check_finite_result(not_finite, f"the {np.dtype(self.real).name} image", self.precision,
+                            double="complex128 visibilities")
 
     def _plane_args(self, plane):
         g = self.geometry
@@ -712,9 +722,7 @@ class WGridder:
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         download(self.queue, self._image_out, image, self.staging)
-        if not_finite[0]:
-            warnings.warn(f"clgrid: {not_finite[0]} pixels of the image are NaN or infinite (the sums overflowed "
-                          f"{np.dtype(self.real).name}: use complex128 visibilities)", RuntimeWarning, stacklevel=3)
+        self._check_image(int(not_finite[0]))
         return image
 
     def _dirty2vis_device(self, dirty):
@@ -727,8 +735,8 @@ class WGridder:
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         not_finite = np.empty(1, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
-        if not_finite[0]:
-            raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
+        check_finite_result(int(not_finite[0]), "dirty divided by the grid correction", self.precision,
+                            double="a float64 image", inputs="the image")      # dirty is finite (checked)
         for plane in self.planes:
             if self.plan.active(plane, g.kernel.support)[1]:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -864,7 +872,7 @@ class WGridder:
         dirty = np.asarray(dirty)
         g = self.geometry
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
-        if self.device_fft is None and not np.all(np.isfinite(dirty)):    # the device checks its own
+        if not np.all(np.isfinite(dirty)):
             raise ValueError("dirty has NaN or infinite entries")
         with self._lock:
             return self._dirty2vis(dirty, wgt)
@@ -886,6 +894,9 @@ class WGridder:
         bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        check_finite_result(count_nonfinite(self.queue, self._vis_full, 2 * out.size, self.real),
+                            f"the {np.dtype(self.complex).name} visibilities", self.precision,
+                            double="a float64 image", inputs="the image or the weights")
         download(self.queue, self._vis_full, out, self.staging)
         return out
 
@@ -916,6 +927,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
                   flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
                   device, nthreads, verbosity, tuning)
+    if dirty is not None:
+        check_output(dirty, "dirty", (op.npix_x, op.npix_y), op.real)
     image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
     if dirty is not None:
         dirty[...] = image
@@ -940,6 +953,8 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     op = WGridder(uvw, freq, dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding,
                   mask, flip_u, flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max,
                   precision, device, nthreads, verbosity, tuning)
+    if vis is not None:
+        check_output(vis, "vis", op.shape, op.complex)
     result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))
     if vis is not None:
         vis[...] = result
