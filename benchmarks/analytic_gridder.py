@@ -18,10 +18,10 @@ import pyopencl as cl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import clgrid  # noqa: E402
-from clgrid.bench import make_workload  # noqa: E402
-from clgrid import peers  # noqa: E402
-from clgrid.operation import kernel_seconds  # noqa: E402
-from clgrid.plan import SPEED_OF_LIGHT  # noqa: E402
+from clgrid.tools.bench import make_workload  # noqa: E402
+from clgrid.tools import peers  # noqa: E402
+from clgrid.operators.operation import kernel_seconds  # noqa: E402
+from clgrid.planning.host import SPEED_OF_LIGHT  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
 from report import report  # noqa: E402
 

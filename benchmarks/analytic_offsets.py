@@ -1,5 +1,5 @@
 """What quantising a visibility's offset from its cell costs an analytic kernel's image: why
-`clgrid.analytic_kernel` plans exact offsets instead of using a finer table.
+`clgrid.sources.analytic` plans exact offsets instead of using a finer table.
 
 Random points and values in 2-D are spread with the exponential-of-semicircle kernel of
 `KernelStack.analytic` at their exact offsets and at offsets rounded to 1/oversample of a

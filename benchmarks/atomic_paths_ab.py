@@ -13,8 +13,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clgrid import bench  # noqa: E402
-from clgrid.cli import _tuning_overrides  # noqa: E402
+from clgrid.tools import bench  # noqa: E402
+from clgrid.tools.cli import _tuning_overrides  # noqa: E402
 
 
 def main():

@@ -15,7 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clgrid import atomics, bench, runtime  # noqa: E402
+from clgrid.device import atomics  # noqa: E402
+
+from clgrid.tools import bench  # noqa: E402
+
+from clgrid.device import runtime  # noqa: E402
 
 
 def main():

@@ -13,7 +13,7 @@ What is timed (wall clock on the client, median of --repeats after a warm-up):
   first (as a reader on the workers would leave them; that load is timed apart) in one
   chunk of rows (--chunks-per-worker per worker) and channels (--channel-chunks) per
   task.  ``--split`` is passed on: "auto" cuts the w-planes into one slab per worker
-  (`clgrid.dask_slabs`), "rows" images each chunk on its own (the split before);
+  (`clgrid.dask.slabs`), "rows" images each chunk on its own (the split before);
   ``--slab-samples`` too (default: the library's, as many as a chunk holds, which cuts
   the slabs with most samples into groups of chunks, each repeating their FFTs).  The
   workers start without Dask's MALLOC_TRIM_THRESHOLD_ (README, "Beyond one machine"),
@@ -125,9 +125,9 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
 
 
 def slabs(n: int, data: dict, common: dict, precision: str) -> list:
-    """The slabs ``n`` workers get (`clgrid.dask_slabs`, as the call makes them): planes
+    """The slabs ``n`` workers get (`clgrid.dask.slabs`, as the call makes them): planes
     and samples taken, per slab."""
-    from clgrid import dask_slabs
+    from clgrid.dask import slabs as dask_slabs
 
     options = dict(common, flip_u=False, flip_v=False, center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6,
                    precision=precision)
@@ -148,7 +148,7 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
     from distributed import Client, LocalCluster, get_task_stream, wait
 
     import clgrid.dask as cd
-    from clgrid.dask_wgridding import KEEP_OPERATORS
+    from clgrid.dask.wgridding import KEEP_OPERATORS
 
     threads = max(1, a.cores // n)
     env = {"CLGRID_DEVICE": a.device, "POCL_MAX_PTHREAD_COUNT": str(threads), "OMP_NUM_THREADS": str(threads),
@@ -160,7 +160,7 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
     with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                              dashboard_address=None, env=env, memory_limit=0) as cluster, \
             Client(cluster) as client:
-        units = client.run(lambda: clgrid.runtime.get_queue(None).device.max_compute_units)
+        units = client.run(lambda: clgrid.device.runtime.get_queue(None).device.max_compute_units)
         out["device_compute_units"] = sorted(units.values())
         rows = -(-len(data["uvw"]) // (n * a.chunks_per_worker))
         start = time.perf_counter()
@@ -221,7 +221,7 @@ def main(argv=None):
         a.cores = min(a.cores, 2)
     if any(a.cores // n < 1 for n in a.workers):
         p.error(f"--cores {a.cores} cannot give every one of {max(a.workers)} workers a thread")
-    if not clgrid.runtime.matching_devices(a.device):
+    if not clgrid.device.runtime.matching_devices(a.device):
         p.error(f"no OpenCL device matches --device {a.device!r}; devices: "
                 + "; ".join(f"{d.platform.name}: {d.name}" for d in clgrid.devices()))
 
@@ -234,7 +234,7 @@ def main(argv=None):
                   do_wgridding=not a.no_w)
     res = {"rows": len(uvw), "nchan": a.nchan, "num_vis": int(vis.size), "npix": a.npix, "epsilon": a.epsilon,
            "precision": "double" if a.double else "single", "w": not a.no_w, "cores": a.cores, "device": a.device,
-           "device_name": clgrid.runtime.get_queue(a.device).device.name.strip(), "repeats": a.repeats,
+           "device_name": clgrid.device.runtime.get_queue(a.device).device.name.strip(), "repeats": a.repeats,
            "chunks_per_worker": a.chunks_per_worker, "channel_chunks": a.channel_chunks, "split": a.split,
            "slab_samples": a.slab_samples,
            "workers_malloc_trim_threshold": "dask's 65536" if a.dask_malloc_trim else "unset",

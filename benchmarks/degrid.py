@@ -35,9 +35,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
-from clgrid import bench, reference  # noqa: E402
-from clgrid.operation import kernel_seconds  # noqa: E402
-from clgrid.runtime import device_facts, get_queue  # noqa: E402
+from clgrid import reference  # noqa: E402
+from clgrid.tools import bench  # noqa: E402
+from clgrid.operators.operation import kernel_seconds  # noqa: E402
+from clgrid.device.runtime import device_facts, get_queue  # noqa: E402
 
 OVERSAMPLE = 8
 ERROR_POINTS = 10_000_000   # footprint points the float64 reference may spend per workload
@@ -147,7 +148,7 @@ class Workloads:
         key = (case.dataset, case.num_vis, case.support, case.num_planes)
         if key not in self._made:
             if case.dataset == "tracks":
-                nbl = clgrid.datasets.load_layout("meerkat").num_baselines
+                nbl = clgrid.tools.datasets.load_layout("meerkat").num_baselines
                 ntime = max(1, case.num_vis // nbl)
                 w = bench.make_workload("tracks", nbl * ntime, self.grid_size, case.support,
                                         oversample=OVERSAMPLE, num_planes=case.num_planes)
@@ -170,7 +171,7 @@ class Workloads:
 def device_bytes(case: Case, grid_size: int, kernels) -> int:
     """What a case puts on the device: plan, visibilities, grid, kernel tables."""
     complex_bytes = 16 if case.precision == "double" else 8
-    tables = (clgrid.kernels.offset_range(OVERSAMPLE) + 1) ** 2 * ((2 * kernels.supports.astype(np.int64) + 1) ** 2).sum()
+    tables = (clgrid.sources.tables.offset_range(OVERSAMPLE) + 1) ** 2 * ((2 * kernels.supports.astype(np.int64) + 1) ** 2).sum()
     return case.num_vis * (16 + complex_bytes) + grid_size ** 2 * complex_bytes + int(tables) * complex_bytes
 
 

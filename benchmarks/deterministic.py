@@ -22,7 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clgrid import bench, Gridder  # noqa: E402
+from clgrid import Gridder  # noqa: E402
+
+from clgrid.tools import bench  # noqa: E402
 from clgrid.strategies import GRIDDING_METHODS, spelling  # noqa: E402
 
 

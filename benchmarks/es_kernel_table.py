@@ -2,10 +2,10 @@
 
 For every support W (cells) and oversampling factor sigma, a 1-D transform of random
 points with random complex values onto N image pixels is computed by spreading with the
-kernel onto a grid of sigma*N cells, an FFT and the grid correction (clgrid.accuracy's
+kernel onto a grid of sigma*N cells, an FFT and the grid correction (clgrid.sources.accuracy's
 `kernel_transform`), and compared with the direct sum: relative L2 error of the whole
 image, the measure ducc0 uses.  beta = b * W is scanned, then refined, for the smallest
-error.  The result is clgrid.accuracy.KERNEL_TABLE:
+error.  The result is clgrid.sources.accuracy.KERNEL_TABLE:
 
     python benchmarks/es_kernel_table.py            # prints the table (about a minute)
 """
@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from clgrid.accuracy import es_kernel, kernel_transform
+from clgrid.sources.accuracy import es_kernel, kernel_transform
 
 SIGMAS = (1.2, 1.25, 1.4, 1.5, 1.75, 2.0, 2.5)
 SUPPORTS = range(2, 17)

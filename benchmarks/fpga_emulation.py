@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import clgrid  # noqa: E402
-from clgrid import bench  # noqa: E402
-from clgrid.oclgrind import run_under_oclgrind  # noqa: E402
-from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
+from clgrid.tools import bench  # noqa: E402
+from clgrid.tools.oclgrind import run_under_oclgrind  # noqa: E402
+from clgrid.planning.host import flatten_samples, plan_visibilities  # noqa: E402
 from fpga_case import CELL, DEGRID_TUNING, N, direct_degrid, random_inputs, small_stack  # noqa: E402
 
 MEMORY = ("load global", "store global", "load local", "store local")

@@ -11,7 +11,7 @@ gpu=(--device nvidia)
 
 if run tests; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
-  python3 -m clgrid.cli devices | tee -a "$out/gpu.txt"
+  python3 -m clgrid.tools.cli devices | tee -a "$out/gpu.txt"
   # the device tests on the GPU (the FPGA kernels and PoCL-specific checks excluded)
   CLGRID_TEST_DEVICE=nvidia python3 -m pytest -q -p no:cacheprovider tests/test_gridder_atomic.py \
     tests/test_gridder_moving_window.py tests/test_gridder_tiled.py tests/test_degrid_device.py \
@@ -21,16 +21,16 @@ fi
 if run atomics; then
   # float atomic paths: contention micro-benchmark and the atomic gridder with each path
   python3 benchmarks/atomics.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/atomics.txt"
-  python3 -m clgrid.cli tune "${gpu[@]}" --num-vis 2000000 --grid-size 4096 --support 7 \
+  python3 -m clgrid.tools.cli tune "${gpu[@]}" --num-vis 2000000 --grid-size 4096 --support 7 \
     --write-table --no-save 2>&1 | tail -25 | tee "$out/tune.txt"
 fi
 if run bench; then
   # every GPU strategy on MeerKAT tracks, and a visibility sweep (seed 001 style)
-  python3 -m clgrid.cli bench "${gpu[@]}" --dataset tracks --num-vis 4000000 --grid-size 4096 \
+  python3 -m clgrid.tools.cli bench "${gpu[@]}" --dataset tracks --num-vis 4000000 --grid-size 4096 \
     --support 3 --support 7 --support 15 --support 31 --method atomic --method tiled --method moving_window \
     --method texture --method degrid-gather --method degrid-moving_window --method degrid-texture \
     --json "$out/bench_h100.json" --plots "$out" 2>&1 | tee "$out/bench.txt"
-  python3 -m clgrid.cli bench "${gpu[@]}" --dataset uniform --num-vis 10000 --num-vis 100000 \
+  python3 -m clgrid.tools.cli bench "${gpu[@]}" --dataset uniform --num-vis 10000 --num-vis 100000 \
     --num-vis 1000000 --num-vis 10000000 --grid-size 8192 --support 16 --method atomic --method tiled \
     --method degrid-gather --json "$out/sweep_h100.json" --plots "$out" 2>&1 | tee "$out/sweep.txt"
 fi
@@ -46,7 +46,7 @@ if run tiled; then
   python3 benchmarks/tiled.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/tiled.txt"
 fi
 if run texture; then
-  python3 -m clgrid.texture_precision "${gpu[@]}" 2>&1 | tee "$out/texture_precision.txt"
+  python3 -m clgrid.tools.texture_precision "${gpu[@]}" 2>&1 | tee "$out/texture_precision.txt"
   python3 benchmarks/texture_study.py "${gpu[@]}" --out "$out" 2>&1 | tee "$out/texture_study.txt"
 fi
 if run plan; then

@@ -12,7 +12,7 @@ shift || true
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(tests)
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv | tee "$out/gpu_suite_env.txt"
-python3 -m clgrid.cli devices 2>&1 | tee -a "$out/gpu_suite_env.txt"
+python3 -m clgrid.tools.cli devices 2>&1 | tee -a "$out/gpu_suite_env.txt"
 git log -1 --format='commit %H %s' 2>/dev/null | tee -a "$out/gpu_suite_env.txt"
 CLGRID_TEST_DEVICE=nvidia python3 -m pytest -q -p no:cacheprovider -rfEs --durations=15 "${files[@]}" \
   > "$out/gpu_suite.txt" 2>&1

@@ -8,7 +8,7 @@ is written here from the conventions in README.md:
     vis2dirty, ducc0:  dft[x, y] = Re sum_k V_k exp(+2 pi i (u x + v y - w (n - 1))) / n
     W-projection:      dft[x, y] = Re sum_k V_k exp(+2 pi i (u x + v y - w (n - 1)))   (no / n)
 
-The W-projection rows come from clgrid.stack_accuracy.stack_image_error (the stack's
+The W-projection rows come from clgrid.tools.stack_accuracy.stack_image_error (the stack's
 image through the float64 reference gridder, which the device strategies match to
 rounding).
 
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import clgrid
-from clgrid.stack_accuracy import stack_image_error
+from clgrid.tools.stack_accuracy import stack_image_error
 
 
 def direct_image(u, v, w, vis, x, y):
@@ -89,7 +89,7 @@ def main(argv=None):
             print(f"| clgrid.vis2dirty | {precision} | {eps:.0e} | {cell(rel(ours, dft))} |")
             print(f"| ducc0 {__import__('ducc0').__version__} vis2dirty | {precision} | {eps:.0e} | "
                   f"{cell(rel(theirs, dft))} |")
-    # The seeds' W-projection (clgrid.stack_accuracy: the same geometry, its own draw of
+    # The seeds' W-projection (clgrid.tools.stack_accuracy: the same geometry, its own draw of
     # visibilities, every pixel, the reference gridder in float64)
     for planes, oversample in ((32, 8), (128, 8), (32, 32)):
         kernels = clgrid.KernelStack.w_projection(grid_size=a.npix, cell_size=a.pixsize, w_max=a.w_max,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements behind platforms/intel_cpu.toml, on Intel's OpenCL CPU runtime
+# The measurements behind clgrid/platforms/intel_cpu.toml, on Intel's OpenCL CPU runtime
 # (pip install ".[intel]"), from the checkout root:
 #   bash benchmarks/intel_cpu.sh OUT [part]      (part: atomics, tune, ab, gather; default all)
 # atomics: benchmarks/atomics.py --quick, 5 rounds (a shared CPU is noisy), the median of
@@ -13,7 +13,7 @@ part=${2:-all}
 run() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 rounds=5
 mkdir -p "$out"
-python3 -m clgrid.cli devices | tee "$out/devices.txt"
+python3 -m clgrid.tools.cli devices | tee "$out/devices.txt"
 if run atomics; then
 for i in $(seq 1 "$rounds"); do
   mkdir -p "$out/atomics_$i"
@@ -42,10 +42,10 @@ for (npol, used), v in sorted(gridder.items()):
     print(f"  npol {npol} atomic {used:5s} {np.median(v):8.2f} ({v.min():.2f}-{v.max():.2f})")
 PY
 fi
-run tune && python3 -m clgrid.cli tune --method atomic --device intel --num-vis 100000 --grid-size 1024 --support 7 \
+run tune && python3 -m clgrid.tools.cli tune --method atomic --device intel --num-vis 100000 --grid-size 1024 --support 7 \
   --repeats 5 --write-table --no-save 2>&1 | grep -v Warning | tee "$out/tune_atomic.txt"
 run ab && python3 benchmarks/atomic_paths_ab.py --device intel --tuning wg_u=8 --tuning wg_v=2 \
   --tuning groups_per_cu=16 --paths cas ext --rounds 7 2>&1 | grep -v Warning | tee "$out/ab.txt"
-run gather && python3 -m clgrid.cli tune --method degrid-gather --device intel --num-vis 100000 --grid-size 1024 \
+run gather && python3 -m clgrid.tools.cli tune --method degrid-gather --device intel --num-vis 100000 --grid-size 1024 \
   --support 7 --repeats 5 --write-table --no-save 2>&1 | grep -v Warning | tee "$out/tune_degrid_gather.txt"
 true

@@ -4,7 +4,7 @@
     python3 benchmarks/moving_window.py --device nvidia --out DIR          # ~6 min on an H100
     python3 benchmarks/moving_window.py --device pocl --quick --out DIR    # < 1 min on 2 CPU cores
 
-Data, rebuilt from clgrid.datasets: 44 LOFAR HBA stations (the first 30 core fields and
+Data, rebuilt from clgrid.tools.datasets: 44 LOFAR HBA stations (the first 30 core fields and
 the 14 remote stations: 946 baselines) tracking declination +50 deg for 6 h (--hours)
 in 10 s steps, one subband of 16 channels of 12.2 kHz from 150 MHz, 4 polarisations of
 random visibilities, a 2048^2 grid whose cell size puts the longest baseline at the grid
@@ -48,12 +48,13 @@ import pyopencl as cl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout runs without installing
 import clgrid  # noqa: E402
-from clgrid import datasets, reference  # noqa: E402
-from clgrid.bench import device_times, environment  # noqa: E402
-from clgrid.benchsets import fixed_support_stack  # noqa: E402
+from clgrid import reference  # noqa: E402
+from clgrid.tools import datasets  # noqa: E402
+from clgrid.tools.bench import device_times, environment  # noqa: E402
+from clgrid.tools.benchsets import fixed_support_stack  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
-from clgrid.plan import SPEED_OF_LIGHT  # noqa: E402
-from clgrid.runtime import get_queue  # noqa: E402
+from clgrid.planning.host import SPEED_OF_LIGHT  # noqa: E402
+from clgrid.device.runtime import get_queue  # noqa: E402
 
 COARSENING = ((64, 1, 1), (64, 2, 1), (64, 2, 2), (64, 4, 2), (64, 4, 4), (128, 2, 2))
 

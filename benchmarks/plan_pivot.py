@@ -26,10 +26,10 @@ import pyopencl as cl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import clgrid  # noqa: E402
-from clgrid.bench import make_workload  # noqa: E402
-from clgrid.plan import flatten_positions, plan_visibilities  # noqa: E402
+from clgrid.tools.bench import make_workload  # noqa: E402
+from clgrid.planning.host import flatten_positions, plan_visibilities  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
-from clgrid.transfer import download, host_empty  # noqa: E402
+from clgrid.device.transfer import download, host_empty  # noqa: E402
 from report import report  # noqa: E402
 
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         t4 = time.perf_counter()
         for key, seconds in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             parts[key].append(1e3 * seconds)
-        kernel_ms = 1e3 * (clgrid.gridder.kernel_seconds(events[1:]) or 0.0)
+        kernel_ms = 1e3 * (clgrid.operators.gridder.kernel_seconds(events[1:]) or 0.0)
     out["grid_breakdown_median_ms"] = {k: float(np.median(v)) for k, v in parts.items()}
     out["grid_kernels_device_ms"] = kernel_ms
 
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     # the peer: ducc0 on the same points (2-D, its default accuracy for single precision)
     try:
         import ducc0
-        freq = np.array([clgrid.plan.SPEED_OF_LIGHT])            # uvw in wavelengths = metres at c
+        freq = np.array([clgrid.planning.host.SPEED_OF_LIGHT])            # uvw in wavelengths = metres at c
         kw = dict(uvw=uvw, freq=freq, pixsize_x=cell, pixsize_y=cell, epsilon=1e-4, do_wgridding=False,
                   nthreads=args.nthreads)
         out["ducc0"] = {"version": ducc0.__version__, "nthreads": args.nthreads, "epsilon": 1e-4,

@@ -18,8 +18,8 @@ import pyopencl as cl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
-from clgrid.checks import count_nonfinite  # noqa: E402
-from clgrid.runtime import get_queue  # noqa: E402
+from clgrid.operators.checks import count_nonfinite  # noqa: E402
+from clgrid.device.runtime import get_queue  # noqa: E402
 
 
 def timed(fn, repeats):

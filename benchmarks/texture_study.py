@@ -37,10 +37,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a checkout runs without installing
 import clgrid  # noqa: E402
 from clgrid.strategies import spelling  # noqa: E402
-from clgrid.bench import device_times, environment  # noqa: E402
+from clgrid.tools.bench import device_times, environment  # noqa: E402
 from clgrid.imaging import dirty_image  # noqa: E402
-from clgrid.runtime import get_queue  # noqa: E402
-from clgrid.texture_precision import interpolation_precision  # noqa: E402
+from clgrid.device.runtime import get_queue  # noqa: E402
+from clgrid.tools.texture_precision import interpolation_precision  # noqa: E402
 
 GRID, CELL, W_MAX, MAX_SUPPORT = 256, 1e-3, 300.0, 24
 HALF = GRID // 4                       # the exact image covers the central half of the field

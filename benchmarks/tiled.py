@@ -14,7 +14,7 @@ point), also given as the time per 31.4 M visibilities.  The error is measured
 against the float64 reference on a random subset of the visibilities.  At full size
 a short sweep of the tiled parameters follows (group by group from the table's values:
 tile shapes of both mappings with work-groups per unit, unroll, chunk sizes, central box,
-sort runs, w-plane order, plan copies, windows), and the best is printed as an entry for platforms/.  The
+sort runs, w-plane order, plan copies, windows), and the best is printed as an entry for clgrid/platforms/.  The
 compact table comes last; every
 number, the environment and the peak host memory go to DIR/tiled.json.
 """
@@ -30,9 +30,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clgrid import bench, benchsets, reference, runtime, tuner, tuning  # noqa: E402
-from clgrid.gridder import Gridder  # noqa: E402
-from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
+from clgrid import reference  # noqa: E402
+
+from clgrid.tools import bench  # noqa: E402
+
+from clgrid.tools import benchsets  # noqa: E402
+
+from clgrid.device import runtime  # noqa: E402
+
+from clgrid.tools import tuner  # noqa: E402
+
+from clgrid.device import tuning  # noqa: E402
+from clgrid.operators.gridder import Gridder  # noqa: E402
+from clgrid.planning.host import flatten_samples, plan_visibilities  # noqa: E402
 
 SKA_VISIBILITIES = 31_395_840
 ROW_SHAPES = [   # mapping "rows" (tile_u, tile_v, regsz, shmsz): work-groups of tile_u x tile_v / (regsz + shmsz)

@@ -17,7 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clgrid import benchsets, runtime  # noqa: E402
+from clgrid.tools import benchsets  # noqa: E402
+
+from clgrid.device import runtime  # noqa: E402
 from tiled import failure, planned, time_method  # noqa: E402
 
 

@@ -29,7 +29,8 @@ import pyopencl as cl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid.strategies.base as strategy_base  # noqa: E402
-from clgrid import benchsets, runtime  # noqa: E402
+from clgrid.tools import benchsets  # noqa: E402
+from clgrid.device import runtime  # noqa: E402
 from tiled import planned, time_method  # noqa: E402
 
 TAP = "kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]"

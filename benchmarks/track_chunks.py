@@ -4,7 +4,7 @@ and what the order of the gridder's work-groups does to its kernel.
     python3 benchmarks/track_chunks.py --device pocl --num-vis 1000000 --grid-size 2048
     python3 benchmarks/track_chunks.py --device nvidia --num-vis 4000000 --grid-size 4096
 
-MeerKAT tracks (`clgrid.benchsets.make_workload("tracks")`, 2016 baselines) with a stack
+MeerKAT tracks (`clgrid.tools.benchsets.make_workload("tracks")`, 2016 baselines) with a stack
 whose supports grow with |w| (``--min-support`` to ``--max-support`` over 32 planes), so
 runs split where the support or the sign of w changes.  One plan made on the device,
 then, interleaved over ``--repeats`` rounds (median, min, max):
@@ -42,8 +42,8 @@ import pyopencl as cl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import clgrid  # noqa: E402
-from clgrid.benchsets import make_workload, ska_like_supports, synthetic_stack  # noqa: E402
-from clgrid.operation import kernel_seconds  # noqa: E402
+from clgrid.tools.benchsets import make_workload, ska_like_supports, synthetic_stack  # noqa: E402
+from clgrid.operators.operation import kernel_seconds  # noqa: E402
 from clgrid.reference import relative_error  # noqa: E402
 from clgrid.strategies.moving_window import window_units  # noqa: E402
 from clgrid.strategies.track_chunks import TrackChunker  # noqa: E402
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
-    queue = clgrid.runtime.get_queue(args.device)
+    queue = clgrid.device.runtime.get_queue(args.device)
     load = [os.getloadavg()]
     work = make_workload("tracks", args.num_vis, args.grid_size, args.max_support)
     w_max = float(np.abs(work.uvw[..., 2]).max())

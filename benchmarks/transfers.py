@@ -17,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from clgrid.runtime import get_queue  # noqa: E402
+from clgrid.device.runtime import get_queue  # noqa: E402
 
 
 def rate(fn, nbytes, repeats=7):

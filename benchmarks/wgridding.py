@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import clgrid
-from clgrid import datasets
+from clgrid.tools import datasets
 from report import report
 
 

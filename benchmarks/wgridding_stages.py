@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 import clgrid
-from clgrid.transfer import download, upload
-from clgrid.wgridding import WGridder
+from clgrid.device.transfer import download, upload
+from clgrid.imaging.wgridding import WGridder
 
 from wgridding import tracks
 from report import report

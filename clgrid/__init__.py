@@ -1,15 +1,16 @@
-"""clgrid: gridding and degridding of radio visibilities with W-projection on OpenCL."""
+"""clgrid: gridding and degridding of radio visibilities, and images made from them, on any
+OpenCL device."""
 
-from . import baseline_order, imaging, interpolation, io, reference, tuning
+from . import imaging, io, reference
+from .device.runtime import devices
 from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, KernelBuildError
-from .runtime import devices
-from .gridder import Gridder
-from .degridder import Degridder
-from .kernels import KernelStack
-from .device_plan import Plan
-from .wgridding import WGridder, dirty2vis, vis2dirty
+from .imaging import WGridder, dirty2vis, vis2dirty
+from .operators.degridder import Degridder
+from .operators.gridder import Gridder
+from .planning.plan import Plan
+from .sources.tables import KernelStack
 
 __version__ = "0.1.0"
 __all__ = ["Gridder", "Degridder", "KernelStack", "Plan", "WGridder", "vis2dirty", "dirty2vis", "devices",
-           "reference", "imaging", "io", "interpolation", "baseline_order", "ClgridError", "DeviceCapabilityError",
-           "DroppedVisibilitiesError", "KernelBuildError", "__version__"]
+           "reference", "imaging", "io", "ClgridError", "DeviceCapabilityError", "DroppedVisibilitiesError",
+           "KernelBuildError", "__version__"]

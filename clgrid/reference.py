@@ -6,8 +6,8 @@ arithmetic is `plan.grid_indices`, shared with the devices, so a device result c
 only differ from this one by floating-point accumulation.  Degridding is the
 Hermitian adjoint of gridding and walks the very same footprints.  With
 ``interpolation="linear"`` the weights are the kernel cube interpolated in (u, v, w)
-exactly as `clgrid.interpolation` defines it (the texture strategies' semantics); with
-an analytic kernel source (`clgrid.analytic_kernel`) they are its polynomials evaluated
+exactly as `clgrid.sources.interpolation` defines it (the texture strategies' semantics); with
+an analytic kernel source (`clgrid.sources.analytic`) they are its polynomials evaluated
 in float64 at each tap's exact distance from the visibility.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .analytic_kernel import AnalyticKernel
-from .interpolation import trilinear
-from .kernels import KernelStack
-from .plan import (Positions, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
+from .sources.analytic import AnalyticKernel
+from .sources.interpolation import trilinear
+from .sources.tables import KernelStack
+from .planning.host import (Positions, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
                    plan_visibilities)
 
 __all__ = ["grid", "grid_plan", "degrid", "degrid_plan", "relative_error"]

@@ -15,7 +15,7 @@ Measurement Sets store uvw and visibilities in the relation clgrid's README desc
 (x towards east, y towards north).
 
 Without an MS of your own, `write_ms` makes one with python-casacore: MeerKAT tracks
-(`clgrid.datasets`), one unpolarised point source of 1 Jy off the phase centre, XX XY YX
+(`clgrid.tools.datasets`), one unpolarised point source of 1 Jy off the phase centre, XX XY YX
 YY correlations, a few samples flagged.  The example then finds the source on its pixel
 with a peak of 1 Jy/beam; tests/test_dask.py runs the same on a 2-worker cluster.
 """
@@ -29,7 +29,7 @@ import tempfile
 import numpy as np
 
 import clgrid
-from clgrid import datasets
+from clgrid.tools import datasets
 
 SPEED_OF_LIGHT = 299792458.0
 

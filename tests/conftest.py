@@ -48,7 +48,7 @@ def rng(request):
 @pytest.fixture(scope="session")
 def queue():
     """The device under test: PoCL on the CPU (CI has no GPU), or $CLGRID_TEST_DEVICE."""
-    return clgrid.runtime.get_queue(os.environ.get("CLGRID_TEST_DEVICE", "pocl"))
+    return clgrid.device.runtime.get_queue(os.environ.get("CLGRID_TEST_DEVICE", "pocl"))
 
 
 @pytest.fixture(scope="session")

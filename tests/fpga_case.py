@@ -17,7 +17,7 @@ import pyopencl as cl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
-from clgrid.plan import flatten_samples, plan_visibilities  # noqa: E402
+from clgrid.planning.host import flatten_samples, plan_visibilities  # noqa: E402
 
 N, CELL, W_MAX = 48, 5e-3, 80.0
 # Small tiles, so a case has many of them (partial ones at the grid's edges), and

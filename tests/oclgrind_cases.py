@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clgrid.oclgrind import CHECKS, run_under_oclgrind
+from clgrid.tools.oclgrind import CHECKS, run_under_oclgrind
 
 UNSUPPORTED = "Unsupported instruction"
 

@@ -15,7 +15,7 @@ import pyopencl as cl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clgrid  # noqa: E402
-from clgrid.device_plan import make_plan  # noqa: E402
+from clgrid.planning.plan import make_plan  # noqa: E402
 from clgrid.strategies.track_chunks import (Channel, LongestFirst, SupportAndSign, TrackChunker,  # noqa: E402
                                             WidestFirst)
 from fpga_case import CELL, N, random_inputs, small_stack  # noqa: E402
@@ -32,7 +32,7 @@ if __name__ == "__main__":
     stack = small_stack()
     uvw, _, _ = random_inputs(np.random.default_rng(args.seed), 48, 1, stack)
     uvw = uvw[np.argsort(uvw[:, 0])].reshape(4, 12, 3)      # four baselines of twelve steps
-    queue = clgrid.runtime.get_queue("oclgrind")
+    queue = clgrid.device.runtime.get_queue("oclgrind")
     geometry = clgrid.Gridder(N, CELL, stack, method="atomic", device=queue).geometry
     plan = make_plan(queue, geometry, uvw, where="host")
     key, chunk_order = KEYS[args.key]

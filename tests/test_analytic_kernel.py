@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid import datasets
-from clgrid.accuracy import es_kernel, kernel_transform
-from clgrid.analytic_kernel import AnalyticKernel
-from clgrid.stack_accuracy import stack_image_error
+from clgrid.tools import datasets
+from clgrid.sources.accuracy import es_kernel, kernel_transform
+from clgrid.sources.analytic import AnalyticKernel
+from clgrid.tools.stack_accuracy import stack_image_error
 from conftest import optional, poison, relative_error
 
 N = 96
@@ -27,7 +27,7 @@ def meerkat_tracks(rng, kernels, grid_size=N, ntime=6, nbaseline=120):
     uvw = datasets.simulate_uvw(layout, declination=rng.uniform(-1.2, -0.2),
                                 hour_angles=np.linspace(start, start + 0.4, ntime), baseline_subset=subset)
     freqs = np.array([1.0e9, 1.4e9])
-    uv_max = np.abs(uvw[..., :2]).max() * freqs.max() / clgrid.plan.SPEED_OF_LIGHT
+    uv_max = np.abs(uvw[..., :2]).max() * freqs.max() / clgrid.planning.host.SPEED_OF_LIGHT
     cell = (grid_size // 2 - kernels.max_support - 2) / (grid_size * uv_max)
     return uvw, freqs, cell
 
@@ -152,7 +152,7 @@ def test_image_and_visibilities_agree_with_ducc0(queue, rng, epsilon, precision)
 
 def test_offsets_planned_on_the_host_are_the_devices(queue, rng):
     """Devices without fp64 plan on the host: the same offsets, bit for bit, where kept."""
-    from clgrid.device_plan import Geometry, make_plan
+    from clgrid.planning.plan import Geometry, make_plan
 
     kernels = clgrid.KernelStack.analytic(1e-5)
     uvw, freqs, cell = meerkat_tracks(rng, kernels)
@@ -175,5 +175,5 @@ def test_one_w_plane_only_and_table_readers_refuse_it(queue):
         clgrid.Gridder(N, 1e-3, kernels, method="moving_window", device=queue)
     with pytest.raises(ValueError, match="cannot evaluate an analytic kernel source.*'gather'"):
         clgrid.Degridder(N, 1e-3, kernels, method="gather", interpolation="linear", device=queue)
-    with pytest.raises(clgrid.tuning.TuningTableError, match="tile_factor = 1.0 with an analytic"):
+    with pytest.raises(clgrid.device.tuning.TuningTableError, match="tile_factor = 1.0 with an analytic"):
         clgrid.Gridder(N, 1e-3, kernels, method="tiled", tuning={"tile_factor": 0.5}, device=queue)

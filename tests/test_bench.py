@@ -5,8 +5,10 @@ import json
 import numpy as np
 
 import clgrid
-from clgrid import bench, cli, plots
-from clgrid.atomics import ATOMIC_PATHS
+from clgrid.tools import bench
+from clgrid.tools import cli
+from clgrid.tools import plots
+from clgrid.device.atomics import ATOMIC_PATHS
 
 
 def test_tiny_run_json_and_plots(queue, tmp_path):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from clgrid import benchsets
-from clgrid.plan import flatten_samples, plan_visibilities
+from clgrid.tools import benchsets
+from clgrid.planning.host import flatten_samples, plan_visibilities
 
 
 def test_ska_like_supports_grow_with_w_from_4_to_72():

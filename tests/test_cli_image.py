@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from clgrid import cli
+from clgrid.tools import cli
 
 # PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid import cli, compare, peers
+from clgrid.tools import cli
+from clgrid.tools import compare
+from clgrid.tools import peers
 
 from conftest import optional
 

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.plan import SPEED_OF_LIGHT
+from clgrid.planning.host import SPEED_OF_LIGHT
 from conftest import optional, random_visibilities, relative_error
 
 dask = optional("dask", "dask")
 distributed = optional("distributed", "dask")
 da = optional("dask.array", "dask")
 import clgrid.dask as cd  # noqa: E402  (needs dask)
-import clgrid.dask_chunks  # noqa: E402
+import clgrid.dask.chunks  # noqa: E402
 
 N, CELL, W_MAX = 64, 2e-3, 40.0
 FREQS = np.array([1.0e8, 1.1e8, 1.2e8])
@@ -145,7 +145,7 @@ def test_failing_task_raises_in_the_caller(client, kernels, rng):
 
 def test_without_a_cluster_on_dask_threads(monkeypatch, queue, kernels, rng, device_name):
     """No distributed Client: the kernel stack and model are nodes of the graph."""
-    monkeypatch.setattr(clgrid.dask_chunks, "client", lambda: None)
+    monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: None)
     uvw, vis, weights, flags = observation(rng, npol=1)
     with dask.config.set(scheduler="threads"):
         grid = cd.grid(chunked(uvw), chunked(vis), weights, flags, FREQS, grid_size=N, cell_size=CELL,
@@ -184,7 +184,7 @@ def test_arguments_are_refused_by_name(kernels, queue, rng):
 
 def test_assign_devices_gives_each_worker_a_device_by_index(client, queue, kernels, rng):
     device = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
-    count = len(clgrid.runtime.matching_devices(device))
+    count = len(clgrid.device.runtime.matching_devices(device))
     try:
         with pytest.warns(UserWarning, match="workers share") if count < 2 else contextlib.nullcontext():
             assigned = cd.assign_devices(client, device)
@@ -316,7 +316,7 @@ def test_planes_split_with_points_on_slab_edges_and_slabs_without_points(client,
     image and visibilities equal `clgrid.vis2dirty` / `dirty2vis` to rounding and ducc0 at
     1e-12 to epsilon; with ``deterministic``, fresh operators give the same bits."""
     wgridder = optional("ducc0.wgridder", "test")
-    from clgrid import dask_slabs
+    from clgrid.dask import slabs as dask_slabs
 
     freq = np.array([1.0, 1.15, 1.3]) * SPEED_OF_LIGHT
     nrow = 1200
@@ -364,9 +364,9 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     `clgrid.vis2dirty` / `dirty2vis` to rounding (double), with ``deterministic`` the
     same bits from run to run.  Dask's synchronous scheduler in this process, so that
     each task's samples can be counted."""
-    from clgrid import dask_wgridding
+    from clgrid.dask import wgridding as dask_wgridding
 
-    monkeypatch.setattr(clgrid.dask_chunks, "client", lambda: None)
+    monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: None)
     cap = 1200                # a chunk gives a slab up to 800 samples (90% kept; fewer at the edges)
     seen = []                                 # (slab, chunks, samples per part) of each task
 

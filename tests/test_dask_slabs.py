@@ -1,4 +1,4 @@
-"""The w-plane split's bookkeeping (clgrid.dask_slabs), without a cluster: the geometry
+"""The w-plane split's bookkeeping (clgrid.dask.slabs), without a cluster: the geometry
 reduced over chunks is the single operator's, each slab takes exactly the samples with a
 tap on its planes (as the operators' planning places them, to the bit, points on the
 slabs' edges included), every tap falls in exactly one slab, the slabs balance the work,
@@ -9,15 +9,17 @@ import pytest
 
 pytest.importorskip("dask", reason="clgrid.dask needs dask (pip install 'clgrid[dask]')")
 
-from clgrid import dask_slabs, wgrid_plan  # noqa: E402
-from clgrid.wgridding import SPEED_OF_LIGHT, WGridder, _abs_w_range, choose_geometry, imaging_work  # noqa: E402
+from clgrid.dask import slabs as dask_slabs  # noqa: E402
+
+from clgrid.planning import stacking as wgrid_plan  # noqa: E402
+from clgrid.imaging.wgridding import SPEED_OF_LIGHT, WGridder, _abs_w_range, choose_geometry, imaging_work  # noqa: E402
 
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
 FREQS = np.array([1.0, 1.1, 1.3]) * SPEED_OF_LIGHT        # channel 0 at c: metres are wavelengths there
 
 
 def options(**kw):
-    """`clgrid.dask_wgridding`'s options as `geometry_of` reads them."""
+    """`clgrid.dask.wgridding`'s options as `geometry_of` reads them."""
     return dict(dict(epsilon=1e-5, do_wgridding=True, flip_u=False, flip_v=False, center_x=0.0, center_y=0.0,
                      sigma_min=1.1, sigma_max=2.6, precision="double", **IMAGE), **kw)
 

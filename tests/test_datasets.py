@@ -1,12 +1,12 @@
-"""Tests for clgrid.datasets: shipped layouts, geodesy and uvw geometry."""
+"""Tests for clgrid.tools.datasets: shipped layouts, geodesy and uvw geometry."""
 
 import math
 
 import numpy as np
 import pytest
 
-from clgrid import datasets as ds
-from clgrid.datasets import Layout
+from clgrid.tools import datasets as ds
+from clgrid.tools.datasets import Layout
 
 # name -> (station count, reference latitude in degrees, (min, max) longest baseline in km)
 EXPECTED = {

@@ -8,7 +8,7 @@ import pytest
 
 import clgrid
 from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
-from clgrid.plan import SPEED_OF_LIGHT
+from clgrid.planning.host import SPEED_OF_LIGHT
 
 from conftest import relative_error
 
@@ -64,7 +64,7 @@ def fitted(cls, method, queue, stack, npol, **options):
 
 
 def facts_of(queue):
-    return clgrid.runtime.device_facts(queue.device)
+    return clgrid.device.runtime.device_facts(queue.device)
 
 
 def random_grid(rng, npol, dtype=np.complex128):
@@ -134,7 +134,7 @@ def test_degridder_with_channels_in_metres(queue, rng, stack, method):
 def test_gather_tuning_and_order_change_nothing_but_speed(queue, rng, stack, tuning):
     uvw = rng.permutation(tracks(rng, 30, 20).reshape(-1, 3))      # any order at all
     grid = random_grid(rng, 4)
-    if tuning.get("vis_per_batch") == 1 and clgrid.runtime.is_intel_cpu_runtime(facts_of(queue)):
+    if tuning.get("vis_per_batch") == 1 and clgrid.device.runtime.is_intel_cpu_runtime(facts_of(queue)):
         with pytest.raises(clgrid.DeviceCapabilityError, match="crashes Intel"):
             clgrid.Degridder(N, CELL, stack, device=queue, precision="double", tuning=tuning)
         tuning = dict(tuning, vis_per_batch=2)
@@ -237,7 +237,7 @@ def test_degridder_refuses_bad_arguments(queue, rng, stack):
         clgrid.Degridder(N, CELL, stack, method="scatter", device=queue)
     with pytest.raises(ValueError, match="unknown tuning parameter 'wg_u'"):
         clgrid.Degridder(N, CELL, stack, device=queue, tuning={"wg_u": 8})
-    with pytest.raises(clgrid.tuning.TuningTableError, match="sort must be bool"):
+    with pytest.raises(clgrid.device.tuning.TuningTableError, match="sort must be bool"):
         clgrid.Degridder(N, CELL, stack, device=queue, tuning={"sort": 1})
     with pytest.raises(ValueError, match="reduction"):
         clgrid.Degridder(N, CELL, stack, device=queue, tuning={"reduction": "tree"})
@@ -281,14 +281,14 @@ def test_degridder_refuses_bad_arguments(queue, rng, stack):
 
 def test_kernels_by_offset_hold_every_tap_of_the_quarters(stack):
     values, starts = stack.by_offset()
-    os, r = stack.oversample, clgrid.kernels.offset_range(stack.oversample)
+    os, r = stack.oversample, clgrid.sources.tables.offset_range(stack.oversample)
     for p, plane in enumerate(stack.planes):
         s = int(stack.supports[p])
         width = 2 * s + 1
         end = starts[p + 1] if p + 1 < stack.num_planes else values.size
         assert end - starts[p] == (r + 1) ** 2 * width ** 2
         for off_v, off_u in [(0, 0), (-r, r), (r, -1), (-2, -3)]:
-            # the index arithmetic of cl_kernels/kernel_taps.cl
+            # the index arithmetic of clgrid/cl_kernels/kernel_taps.cl
             centre = starts[p] + (abs(off_v) * (r + 1) + abs(off_u)) * width ** 2 + s * width + s
             row, col = (-width if off_v < 0 else width), (-1 if off_u < 0 else 1)
             j, k = np.mgrid[-s:s + 1, -s:s + 1]
@@ -305,7 +305,7 @@ def test_gather_reductions_are_exact_on_small_integers(queue, rng, reduction):
         pytest.skip(f"{queue.device.name} ({queue.device.platform.name}) has no sub-groups")
     supports, oversample = [2, 4, 7], 4
     planes = [rng.integers(-3, 4, (q, q)) + 1j * rng.integers(-3, 4, (q, q))
-              for q in (clgrid.kernels.quarter_size(s, oversample) for s in supports)]
+              for q in (clgrid.sources.tables.quarter_size(s, oversample) for s in supports)]
     stack = clgrid.KernelStack.from_arrays(planes, supports, oversample, w_scale=4 / W_MAX)
     grid = rng.integers(-8, 9, (2, N, N)) + 1j * rng.integers(-8, 9, (2, N, N))
     uvw = tracks(rng, 20, 20).reshape(-1, 3)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.baseline_order import baseline_length
-from clgrid.plan import flatten_positions, plan_visibilities
+from clgrid.planning.baseline_order import baseline_length
+from clgrid.planning.host import flatten_positions, plan_visibilities
 
 N, CELL = 64, 4e-3
 
@@ -20,7 +20,7 @@ def planned(rng, stack, shape, nchan=None, npol=1):
     uvw = np.concatenate([rng.uniform(-4, 4, shape + (2,)), rng.uniform(-80, 80, shape + (1,))], axis=-1)
     freqs = None if nchan is None else np.linspace(1e8, 1.2e8, nchan)
     if freqs is not None:
-        uvw *= clgrid.plan.SPEED_OF_LIGHT / 1.2e8
+        uvw *= clgrid.planning.host.SPEED_OF_LIGHT / 1.2e8
     samples = flatten_positions(uvw, npol, freqs=freqs)
     return samples, plan_visibilities(samples, N, CELL, stack)
 
@@ -35,10 +35,10 @@ def test_a_baseline_is_its_time_steps_times_channels(rng, stack):
 def test_one_track_definition_for_gridding_and_degridding(rng, stack):
     """(2, 3, 7) uvw: six baselines of seven time steps for both directions."""
     samples, plan = planned(rng, stack, (2, 3, 7), nchan=2)
-    baseline = clgrid.baseline_order.baseline_of(samples, plan.sample)
+    baseline = clgrid.planning.baseline_order.baseline_of(samples, plan.sample)
     np.testing.assert_array_equal(baseline, plan.sample // (7 * 2))
     assert baseline_length(samples) == 7 * 2
-    assert clgrid.baseline_order.track_shape(samples) == (6, 7, 2)
+    assert clgrid.planning.baseline_order.track_shape(samples) == (6, 7, 2)
 
 
 def test_positions_and_unflatten_give_the_callers_shape(rng, stack):

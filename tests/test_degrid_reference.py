@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.plan import SPEED_OF_LIGHT, round_half_away
+from clgrid.planning.host import SPEED_OF_LIGHT, round_half_away
 
 from conftest import random_visibilities, relative_error
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import clgrid
-import clgrid.bench
-from clgrid.deterministic import scale_exponent
+import clgrid.tools.bench
+from clgrid.operators.deterministic import scale_exponent
 from clgrid.strategies import DEGRIDDING_METHODS, spelling
 
 from conftest import poison, relative_error
@@ -97,7 +97,7 @@ def test_degridders_are_deterministic(queue, rng, stack, method):
 def test_tiled_deterministic_where_the_device_sort_reorders_tiles(queue, mapping):
     """Enough visibilities per tile that the device bucket sort's order changes between runs
     (float tile sums then differ in the last bits: 100k tracks did on PoCL)."""
-    work = clgrid.bench.make_workload("tracks", 100_000, 1024, 7, npol=1)
+    work = clgrid.tools.bench.make_workload("tracks", 100_000, 1024, 7, npol=1)
     gridder = clgrid.Gridder(work.grid_size, work.cell_size, work.kernels, method="tiled", device=queue,
                              on_dropped="ignore", deterministic=True, tuning={"mapping": mapping})
     first = gridder.grid(work.uvw, work.vis)

@@ -10,10 +10,10 @@ import pytest
 
 import clgrid
 from clgrid import reference
-from clgrid.datasets import hour_angle_range, load_layout, simulate_uvw
-from clgrid.plan import flatten_positions, plan_visibilities
+from clgrid.tools.datasets import hour_angle_range, load_layout, simulate_uvw
+from clgrid.planning.host import flatten_positions, plan_visibilities
 from clgrid.strategies import spelling
-from clgrid.transfer import Staging
+from clgrid.device.transfer import Staging
 
 from conftest import random_visibilities, relative_error
 
@@ -76,7 +76,7 @@ def test_device_planning_is_bit_identical_to_the_host(rng, stack, queue):
         assert_same_positions(plan, host_positions(case, stack, flags=flags[:, None]))
     # metres and channels
     freqs = np.array([1.0e9, 1.3e9, 1.7e9])
-    metres = tracks * (clgrid.plan.SPEED_OF_LIGHT / 1.7e9)
+    metres = tracks * (clgrid.planning.host.SPEED_OF_LIGHT / 1.7e9)
     assert_same_positions(gridder.plan(metres, freqs=freqs), host_positions(metres, stack, freqs=freqs))
 
 
@@ -254,7 +254,7 @@ def test_data_larger_than_the_device_stream_through_it_in_chunks(rng, stack, que
     GPU (the values of each chunk uploaded in the background while it is planned)."""
     uvw = meerkat_uvw(rng, nbaseline=30, ntime=20)
     freqs = np.array([1.0e9, 1.1e9])
-    metres = uvw * (clgrid.plan.SPEED_OF_LIGHT / 1.1e9)
+    metres = uvw * (clgrid.planning.host.SPEED_OF_LIGHT / 1.1e9)
     vis = rng.normal(size=(30, 20, 2, 2)) + 1j * rng.normal(size=(30, 20, 2, 2))
     weights = rng.uniform(0.5, 2.0, (30, 20, 2))
     flags = rng.random((30, 20, 2, 2)) < 0.1
@@ -305,7 +305,7 @@ def test_methods_are_distributions_and_interpolation_a_parameter(stack, queue):
         clgrid.Gridder(N, CELL, stack, method="tiled", interpolation="linear", device=queue)
     with pytest.raises(ValueError, match="interpolation must be one of"):
         clgrid.Gridder(N, CELL, stack, interpolation="cubic", device=queue)
-    table = clgrid.tuning.resolve_tuning("auto", None, clgrid.runtime.device_facts(queue.device))
+    table = clgrid.device.tuning.resolve_tuning("auto", None, clgrid.device.runtime.device_facts(queue.device))
     assert clgrid.Gridder(N, CELL, stack, device=queue).method == table["grid"]
     assert clgrid.Degridder(N, CELL, stack, device=queue).method == table["degrid"]
     linear = clgrid.Gridder(N, CELL, stack, interpolation="linear", device=queue)

@@ -3,8 +3,8 @@
 import pytest
 
 import clgrid
-from clgrid.binaries import emit_program
-from clgrid.runtime import device_facts
+from clgrid.device.binaries import emit_program
+from clgrid.device.runtime import device_facts
 from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
 
 N, CELL = 64, 4e-3
@@ -36,7 +36,7 @@ def test_emitted_source_is_what_the_strategy_builds(queue, tmp_path, kind, metho
 
 
 def test_emit_command_for_an_analytic_kernel(tmp_path, device_name):
-    from clgrid.cli import main
+    from clgrid.tools.cli import main
 
     out = tmp_path / "tiled.cl"
     assert main(["emit", "--method", "tiled", "--grid-size", "64", "--epsilon", "1e-4", "--device", device_name,

@@ -10,9 +10,10 @@ import pyopencl as cl
 import pytest
 
 import clgrid
-from clgrid import binaries, cli
+from clgrid.device import binaries
+from clgrid.tools import cli
 from clgrid.errors import BinaryMismatchError, DeviceCapabilityError
-from clgrid.oclgrind import run_under_oclgrind
+from clgrid.tools.oclgrind import run_under_oclgrind
 
 from conftest import relative_error
 from fpga_case import CELL, DEGRID_TUNING, GRID_TUNING, N, direct_degrid, random_inputs, small_stack
@@ -170,7 +171,7 @@ def test_mismatched_binaries_are_refused_with_the_difference(queue, rng, stack, 
 
 
 def test_fpga_double_precision_needs_fp64_but_no_atomics(queue, stack):
-    facts = clgrid.runtime.device_facts(queue.device)
+    facts = clgrid.device.runtime.device_facts(queue.device)
     no_atomics = type(facts)(**{**facts.__dict__, "int64_atomics": False})
     clgrid.strategies.base.check_precision("double", no_atomics, atomics=False)
     with pytest.raises(DeviceCapabilityError, match="cl_khr_int64_base_atomics"):

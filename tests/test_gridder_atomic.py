@@ -79,7 +79,7 @@ def test_constructor_refuses_bad_arguments(queue, stack):
         clgrid.Gridder(N, CELL, np.zeros((3, 3)), device=queue)
     with pytest.raises(ValueError, match="unknown tuning parameter 'wg_w'"):
         clgrid.Gridder(N, CELL, stack, method="atomic", device=queue, tuning={"wg_w": 3})
-    with pytest.raises(clgrid.tuning.TuningTableError, match="wg_u must be int"):
+    with pytest.raises(clgrid.device.tuning.TuningTableError, match="wg_u must be int"):
         clgrid.Gridder(N, CELL, stack, method="atomic", device=queue, tuning={"wg_u": 3.5})
     with pytest.raises(clgrid.DeviceCapabilityError, match="GiB"):
         clgrid.Gridder(1 << 20, CELL, stack, device=queue)

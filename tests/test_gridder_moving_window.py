@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid import datasets
-from clgrid.baseline_order import baseline_of, hold_w, to_baseline_order
-from clgrid.benchsets import fixed_support_stack
-from clgrid.plan import SPEED_OF_LIGHT, flatten_samples, plan_visibilities
+from clgrid.tools import datasets
+from clgrid.planning.baseline_order import baseline_of, hold_w, to_baseline_order
+from clgrid.tools.benchsets import fixed_support_stack
+from clgrid.planning.host import SPEED_OF_LIGHT, flatten_samples, plan_visibilities
 
 from conftest import poison, relative_error
 

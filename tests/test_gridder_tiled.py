@@ -8,9 +8,9 @@ import pyopencl as cl
 import pytest
 
 import clgrid
-from clgrid.oclgrind import run_under_oclgrind
+from clgrid.tools.oclgrind import run_under_oclgrind
 from clgrid.strategies.tiled import TiledGridding
-from clgrid.tuning import TuningTableError
+from clgrid.device.tuning import TuningTableError
 
 from conftest import poison, random_visibilities, relative_error
 from fpga_case import CELL as CASE_CELL, N as CASE_N, small_stack
@@ -31,7 +31,7 @@ def stack(request):
 def random_stack(rng, supports, oversample):
     """Random complex quarters: any layout or index slip changes the grid."""
     planes = [rng.normal(size=(q, q)) + 1j * rng.normal(size=(q, q))
-              for q in (clgrid.kernels.quarter_size(s, oversample) for s in supports)]
+              for q in (clgrid.sources.tables.quarter_size(s, oversample) for s in supports)]
     return clgrid.KernelStack.from_arrays(planes, supports, oversample, w_scale=(len(supports) - 1) ** 2 / 300)
 
 
@@ -421,7 +421,8 @@ def test_bad_parameters_are_refused_by_name(queue, stack, tuning, words):
 
 
 def test_tuner_prunes_tiled_candidates_by_their_work_group(queue):
-    from clgrid import runtime, tuner
+    from clgrid.device import runtime
+    from clgrid.tools import tuner
 
     facts = runtime.device_facts(queue.device)
     h100 = type(facts)(**{**facts.__dict__, "platform": "NVIDIA CUDA", "name": "NVIDIA H100 80GB HBM3",
@@ -434,19 +435,21 @@ def test_tuner_prunes_tiled_candidates_by_their_work_group(queue):
 
 
 def test_tuner_runs_the_tiled_strategy(queue, tmp_path, monkeypatch):
-    from clgrid import bench, tuner
+    from clgrid.tools import bench
+    from clgrid.tools import tuner
 
     monkeypatch.setenv("CLGRID_TUNING", str(tmp_path / "tuning.toml"))
     work = bench.make_workload("tracks", 3000, 128, 3, oversample=4, num_planes=4)
     space = {"tile_u": [16, 32], "tile_factor": [0.5, 1.0]}   # work-groups of 32+ on any device
     result = tuner.tune(work, device=queue, strategy="tiled", repeats=1, progress=False, space=space)
-    facts = clgrid.runtime.device_facts(queue.device)
+    facts = clgrid.device.runtime.device_facts(queue.device)
     assert len(result.timings) == len(tuner.candidates("tiled", facts, space)) >= 2 and not result.skipped
     assert result.error <= 1e-5 and result.best["tile_u"] in (16, 32)
 
 
 def test_table_defaults_grid_correctly_and_nvidia_flushes_with_ptx(queue, rng, stack):
-    from clgrid import runtime, tuning
+    from clgrid.device import runtime
+    from clgrid.device import tuning
 
     uvw, vis = random_visibilities(rng, 1000, N, CELL, 300, npol=2)
     gridder = grid_and_compare(queue, stack, uvw, vis)

@@ -57,9 +57,9 @@ def test_read_orders_by_baseline_and_grids(uvfits, queue):
     assert m.flags.any() and not m.flags.all()
 
     n = 256
-    uv_max = np.abs(m.uvw[..., :2]).max() * m.freqs.max() / clgrid.plan.SPEED_OF_LIGHT
+    uv_max = np.abs(m.uvw[..., :2]).max() * m.freqs.max() / clgrid.planning.host.SPEED_OF_LIGHT
     cell = 0.8 * (n // 2 - 10) / uv_max / n
-    w_max = np.abs(m.uvw[..., 2]).max() * m.freqs.max() / clgrid.plan.SPEED_OF_LIGHT + 1
+    w_max = np.abs(m.uvw[..., 2]).max() * m.freqs.max() / clgrid.planning.host.SPEED_OF_LIGHT + 1
     stack = clgrid.KernelStack.w_projection(grid_size=n, cell_size=cell, w_max=w_max, num_planes=4,
                                             oversample=8, max_support=8)
     args = dict(weights=m.weights, flags=m.flags, freqs=m.freqs)

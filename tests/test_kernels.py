@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.kernels import offset_range, quarter_size
+from clgrid.sources.tables import offset_range, quarter_size
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_kernel_is_transform_of_taper_times_w_term(taper):
     n, cell, os, size = 64, 4e-3, 4, 2 * (10 + 2)
     k = clgrid.KernelStack.w_projection(grid_size=n, cell_size=cell, w_max=150, num_planes=3,
                                         oversample=os, taper=taper, max_support=10)
-    from clgrid.kernels import _taper_function
+    from clgrid.sources.tables import _taper_function
     a = _taper_function(taper, 3)
     x = (np.arange(size) - size // 2) / (size / 2)
     t = a(x)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.plan import flatten_samples, plan_visibilities
+from clgrid.planning.host import flatten_samples, plan_visibilities
 
 from conftest import random_visibilities
 
@@ -68,7 +68,7 @@ def test_packed_plan_round_trips(rng, stack):
     uvw, vis = random_visibilities(rng, 500, N, CELL, 80)
     plan = plan_visibilities(flatten_samples(uvw, vis), N, CELL, stack, on_dropped="ignore")
     packed = plan.packed().reshape(-1, 4)
-    # the decoding of cl_kernels/plan.cl, in numpy
+    # the decoding of clgrid/cl_kernels/plan.cl, in numpy
     z, w = packed[:, 2], packed[:, 3]
     off_u = (z.astype(np.uint32) << 16).view(np.int32) >> 16
     off_v = z >> 16

@@ -5,7 +5,7 @@ import pytest
 
 import clgrid
 from clgrid.imaging import dirty_image
-from clgrid.plan import SPEED_OF_LIGHT, round_half_away
+from clgrid.planning.host import SPEED_OF_LIGHT, round_half_away
 
 from conftest import random_visibilities, relative_error
 

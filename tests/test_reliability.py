@@ -106,7 +106,7 @@ def test_degridding_overflow_named(queue, rng, stack):
 
 def test_count_nonfinite_counts_exactly(queue, rng):
     import pyopencl as cl
-    from clgrid.checks import count_nonfinite
+    from clgrid.operators.checks import count_nonfinite
     values = rng.normal(size=100_003).astype(np.float32)
     bad = rng.choice(values.size, 37, replace=False)
     values[bad[:20]] = np.inf
@@ -164,7 +164,7 @@ def test_ordinary_gridding_does_not_warn_empty(queue, rng, stack):
 
 def test_import_clgrid_exposes_documented_submodules():
     code = ("import clgrid; mods = [clgrid.imaging.dirty_image, clgrid.io.read_measurement, clgrid.reference.grid,"
-            " clgrid.interpolation, clgrid.baseline_order.to_baseline_order]; import sys;"
+            " clgrid.sources.interpolation, clgrid.planning.baseline_order.to_baseline_order]; import sys;"
             " print('pyuvdata' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", "clgrid.io must load pyuvdata only when reading"

@@ -10,7 +10,8 @@ import pyopencl as cl
 import pytest
 
 import clgrid
-from clgrid import codegen, runtime
+from clgrid.device import codegen
+from clgrid.device import runtime
 from clgrid.strategies.base import check_precision
 
 from conftest import relative_error
@@ -137,7 +138,7 @@ def test_build_error_names_template_line_and_saves_source(queue):
 
 def test_tracks_from_a_real_layout_match_the_reference(queue, rng):
     """MeerKAT Earth-rotation tracks at 1.4 GHz, 4 channels, 2 polarisations, both precisions."""
-    from clgrid import datasets
+    from clgrid.tools import datasets
 
     layout = datasets.load_layout("meerkat")
     sub = rng.choice(layout.num_baselines, 120, replace=False)
@@ -197,7 +198,7 @@ def test_kernel_objects_are_kept_per_thread(queue):
     a different one in another thread (kernel objects hold their arguments)."""
     import threading
 
-    from clgrid.codegen import build_program, kernel, render
+    from clgrid.device.codegen import build_program, kernel, render
 
     program = build_program(queue.context, render("scan.cl", wg=64, items=4))
     mine = kernel(program, "scan_blocks")

@@ -4,7 +4,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from clgrid.scan import ExclusiveScan
+from clgrid.device.scan import ExclusiveScan
 
 
 @pytest.mark.parametrize("n", [1, 7, 32, 33, 1000, 40_000])

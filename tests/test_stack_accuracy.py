@@ -1,11 +1,11 @@
-"""clgrid.stack_accuracy: a W-projection stack's measured image error tells a good stack
+"""clgrid.tools.stack_accuracy: a W-projection stack's measured image error tells a good stack
 from a bad one."""
 
 import numpy as np
 import pytest
 
 import clgrid
-from clgrid.stack_accuracy import stack_image_error
+from clgrid.tools.stack_accuracy import stack_image_error
 
 GRID, CELL, W_MAX = 64, 4e-3, 120.0
 

@@ -9,9 +9,9 @@ import pytest
 
 import clgrid
 from clgrid import reference
-from clgrid.plan import flatten_samples, plan_visibilities
+from clgrid.planning.host import flatten_samples, plan_visibilities
 from clgrid.strategies import base
-from clgrid.texture_precision import interpolation_precision
+from clgrid.tools.texture_precision import interpolation_precision
 
 from conftest import poison, random_visibilities, relative_error
 
@@ -104,7 +104,7 @@ def test_reference_norm_is_the_sum_of_interpolated_weights(rng, stack):
 
 def test_interpolated_weight_sums_are_made_once_per_stack(rng, stack, monkeypatch):
     """Plans of later calls read the tables kept for the stack: no new cube, same arrays."""
-    from clgrid import interpolation
+    from clgrid.sources import interpolation
 
     uvw, vis = random_visibilities(rng, 300, N, CELL, W_MAX)
     first = plan_visibilities(flatten_samples(uvw, vis), N, CELL, stack, interpolation="linear")

@@ -6,10 +6,10 @@ import pyopencl as cl
 import pytest
 
 import clgrid
-from clgrid.baseline_order import baseline_length
-from clgrid.datasets import hour_angle_range, load_layout, simulate_uvw
-from clgrid.device_plan import make_plan
-from clgrid.plan import SPEED_OF_LIGHT
+from clgrid.planning.baseline_order import baseline_length
+from clgrid.tools.datasets import hour_angle_range, load_layout, simulate_uvw
+from clgrid.planning.plan import make_plan
+from clgrid.planning.host import SPEED_OF_LIGHT
 from clgrid.strategies.moving_window import window_units
 from clgrid.strategies.track_chunks import (Channel, LongestFirst, SupportAndSign, TrackChunker, WidestFirst,
                                             length_class)

@@ -8,7 +8,7 @@ import pytest
 
 import clgrid
 from clgrid import reference
-from clgrid.transfer import Staging, host_empty
+from clgrid.device.transfer import Staging, host_empty
 
 from conftest import random_visibilities, relative_error
 

@@ -6,8 +6,12 @@ import warnings
 import pytest
 
 import clgrid
-from clgrid import atomics, bench, runtime, tuner, tuning
-from clgrid.tuning import TuningTableError
+from clgrid.device import atomics
+from clgrid.tools import bench
+from clgrid.device import runtime
+from clgrid.tools import tuner
+from clgrid.device import tuning
+from clgrid.device.tuning import TuningTableError
 
 from conftest import random_visibilities, relative_error
 
@@ -152,7 +156,7 @@ def test_tuner_end_to_end_on_a_tiny_space(queue, tmp_path, monkeypatch):
 
 
 def test_cli_devices_and_tune_run(queue, device_name, tmp_path, capsys):
-    from clgrid import cli
+    from clgrid.tools import cli
 
     assert cli.main(["devices"]) == 0
     entries = tuning.matching_entries(runtime.device_facts(queue.device))
@@ -251,7 +255,7 @@ def test_gridder_takes_the_npol_and_precision_values_of_its_call(table, queue, r
 @pytest.mark.parametrize("method", bench.benchmark_methods())
 def test_cli_tune_runs_for_every_method(queue, device_name, method, capsys):
     """Two values of the method's first tuning parameter, the table default beside them."""
-    from clgrid import cli
+    from clgrid.tools import cli
 
     section = tuner.method_of(method)[1]
     key, values = next(iter(tuning.tune_space(section).items()))

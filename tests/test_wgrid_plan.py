@@ -1,4 +1,4 @@
-"""The w-gridding operator's planning (clgrid.wgrid_plan): on the device, bit-identical to
+"""The w-gridding operator's planning (clgrid.planning.stacking): on the device, bit-identical to
 the float64 host planning; the host path of devices without fp64 gives the same images."""
 
 import dataclasses
@@ -9,8 +9,9 @@ import pyopencl as cl
 import pytest
 
 import clgrid
-from clgrid import wgrid_plan, wgridding
-from clgrid.runtime import get_queue
+from clgrid.planning import stacking as wgrid_plan
+from clgrid.imaging import wgridding
+from clgrid.device.runtime import get_queue
 from conftest import relative_error
 from test_vis2dirty import IMAGE, wide_field
 

@@ -19,7 +19,7 @@ ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the orac
 
 def _have_vkfft():
     try:
-        from clgrid.fft import import_vkfft
+        from clgrid.imaging.fft import import_vkfft
 
         import_vkfft()
         return True
@@ -150,7 +150,7 @@ def test_host_fft_libraries_agree(rng, fft):
 def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, npix_y, parts):
     """Threads clearing a poisoned grid in shares of image rows zero exactly the cells an
     embedded image leaves zero, and leave the image's own cells alone."""
-    from clgrid.fft import clear_outside, embed
+    from clgrid.imaging.fft import clear_outside, embed
 
     grid = rng.normal(size=(nu, nv)) + 7.0
     before = grid.copy()
@@ -165,7 +165,7 @@ def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, np
 def test_stepping_runs_are_slices_of_the_same_entries():
     """An index stepping by +1 or -1 becomes the slice that reads the same entries (the
     host path's phases as views of the small grid); anything else is gathered."""
-    from clgrid.wgridding import _stepping
+    from clgrid.imaging.wgridding import _stepping
 
     small = np.arange(10)
     for index in ([3, 4, 5], [5, 4, 3, 2, 1, 0], [0], [9, 8], [2, 1]):

@@ -11,15 +11,15 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from ..analytic_kernel import AnalyticKernel
-from ..atomics import ATOMIC_PATHS, atomic_unavailable, build_options_for
-from ..binaries import load_binary, program_description, save_binary
-from ..codegen import build_program, render
+from ..sources.analytic import AnalyticKernel
+from ..device.atomics import ATOMIC_PATHS, atomic_unavailable, build_options_for
+from ..device.binaries import load_binary, program_description, save_binary
+from ..device.codegen import build_program, render
 from ..errors import DeviceCapabilityError, KernelBuildError
-from ..runtime import device_facts
-from ..kernels import KernelStack
-from ..plan import Positions
-from ..tuning import TuningTableError, resolve_tuning
+from ..device.runtime import device_facts
+from ..sources.tables import KernelStack
+from ..planning.host import Positions
+from ..device.tuning import TuningTableError, resolve_tuning
 
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
 # Tuning values for the host, not the device compiler: they never reach a template.
@@ -97,7 +97,7 @@ class Strategy:
     """Base of all strategies: resolves tuning and renders/builds the template once.
 
     ``binary`` (or the tuning table's ``binary``, where the strategy has one) is a
-    precompiled program to load instead of building the source (`clgrid.binaries`).
+    precompiled program to load instead of building the source (`clgrid.device.binaries`).
     """
 
     name = ""
@@ -106,9 +106,9 @@ class Strategy:
     kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack)
     counts: tuple = ()         # tuning parameters that count things, so must be >= 1
     work_group_parameters = ("wg_u", "wg_v")  # the tuning parameters that set `local_size`
-    interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.interpolation)
+    interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.sources.interpolation)
     hold_positions = None      # a Samples -> Samples transform before host planning (moving window)
-    deterministic = False      # grid into 64-bit fixed point (clgrid.deterministic sets it)
+    deterministic = False      # grid into 64-bit fixed point (clgrid.operators.deterministic sets it)
     analytic_source = False    # whether its kernels evaluate an AnalyticKernel instead of reading tables
 
     def __init__(self, queue, grid_size: int, kernels: KernelStack, precision: str, tuning=None,
@@ -169,7 +169,7 @@ class Strategy:
     @property
     def host_planning(self) -> bool:
         """Whether plans for this strategy are made on the host: interpolated weights need
-        float64 continuous positions there (`clgrid.interpolation`)."""
+        float64 continuous positions there (`clgrid.sources.interpolation`)."""
         return self.interpolation == "linear" or self.hold_positions is not None
 
     def arrangement_key(self) -> tuple:

@@ -8,7 +8,7 @@ from functools import cached_property
 import numpy as np
 import pyopencl as cl
 
-from ..runtime import fill_zeros
+from ..device.runtime import fill_zeros
 from .base import Strategy
 from .track_chunks import Channel, ChunkedPlan, TrackChunker, WidestFirst
 

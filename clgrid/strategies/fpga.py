@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..plan import Positions
+from ..planning.host import Positions
 from .base import DevicePlan, Strategy, extended
 
 

@@ -7,9 +7,9 @@ from functools import cached_property
 
 import numpy as np
 
-from ..counting_sort import CountingSort
+from ..device.counting_sort import CountingSort
 from ..errors import DeviceCapabilityError
-from ..runtime import is_intel_cpu_runtime
+from ..device.runtime import is_intel_cpu_runtime
 from .base import DevicePlan, Strategy
 
 REDUCTIONS = ("local", "subgroup")

@@ -7,7 +7,7 @@ varies along a baseline (seed 000 §8.1): a baseline's samples are cut into *chu
 of one support and one sign of w, each gridded with its own window, so no sample is
 gridded with a window of the wrong size (`clgrid.strategies.track_chunks`, on the
 device for plans made there).  Samples must arrive ordered by baseline, then time
-(`clgrid.baseline_order`).
+(`clgrid.planning.baseline_order`).
 
 `time_block` (tuning, 0 = off) offers seed 000's approximation as an explicit option:
 w, hence the w-plane and support, held over blocks of that many time steps
@@ -29,8 +29,8 @@ from functools import cached_property
 import numpy as np
 import pyopencl as cl
 
-from ..baseline_order import hold_w, track_shape
-from ..kernels import offset_range
+from ..planning.baseline_order import hold_w, track_shape
+from ..sources.tables import offset_range
 from .base import Strategy, extended, read_only_buffer
 from .track_chunks import ChunkedPlan, LongestFirst, SupportAndSign, TrackChunker
 

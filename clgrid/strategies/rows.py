@@ -4,7 +4,7 @@ On a CPU OpenCL device float atomics are compare-and-swap loops and a work-group
 loop on one core, so the GPU strategies pay for atomics they do not need: two cores
 rarely touch the same cell.  Here the grid is cut into bands of ``band`` rows; one
 work-item owns a band and alone writes it, adding every footprint row that falls in
-it with plain loads and stores (the wgridding "rows" spread, `cl_kernels/wgrid_analytic.cl`,
+it with plain loads and stores (the wgridding "rows" spread, `clgrid/cl_kernels/wgrid_analytic.cl`,
 on the W-projection tables).  Visibilities are sorted by grid row, then column, on the
 host, so a band reads one contiguous run of them (those within the widest support of
 it) and walks its rows left to right; each visibility is read by the
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from ..plan import Positions
+from ..planning.host import Positions
 from .base import DevicePlan, Strategy, extended, read_only_buffer
 
 VECTOR_ACCESS = ("vload", "cast")

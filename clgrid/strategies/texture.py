@@ -1,7 +1,7 @@
 """Texture-interpolated gridding and degridding (seed 004 §4.1, §6.4): the kernels of all
 w-planes as one 3D image, sampled with linear filtering at the continuous (u, v, w)
 position of every footprint cell, instead of the nearest oversampled sample of the
-nearest w-plane (semantics: `clgrid.interpolation`).
+nearest w-plane (semantics: `clgrid.sources.interpolation`).
 
 The work distributions are atomic gridding and gather degridding, unchanged; only
 the weight of a tap differs (``texture`` in their templates).  The tuning's
@@ -22,7 +22,7 @@ from functools import cached_property
 import numpy as np
 import pyopencl as cl
 
-from ..plan import Positions
+from ..planning.host import Positions
 from .atomic import AtomicGridding
 from .base import DevicePlan, Strategy, extended, read_only_buffer
 from .gather import GatherDegridding

@@ -17,7 +17,7 @@ from functools import cached_property
 
 import pyopencl as cl
 
-from ..baseline_order import track_shape
+from ..planning.baseline_order import track_shape
 from .base import extended, read_only_buffer
 from .moving_window import MovingWindowGridding, MovingWindowPlan
 from .texture import TextureSampling, device_positions

@@ -30,12 +30,12 @@ from itertools import chain
 
 import numpy as np
 import pyopencl as cl
-from ..analytic_kernel import AnalyticKernel
-from ..counting_sort import CountingSort
-from ..device_sum import DeviceSum
-from ..runtime import fill_zeros
-from ..scan import ExclusiveScan
-from ..tuning import TuningTableError
+from ..sources.analytic import AnalyticKernel
+from ..device.counting_sort import CountingSort
+from ..device.reduction import DeviceSum
+from ..device.runtime import fill_zeros
+from ..device.scan import ExclusiveScan
+from ..device.tuning import TuningTableError
 from .atomic import AtomicGridding
 from .base import DevicePlan, Strategy
 

@@ -25,7 +25,7 @@ The chunk table's order is the consumer's (the strategy passes it):
 - `WidestFirst`, the degridder's: it launches one window width at a time, so chunks of
   one support must be consecutive (``supports``, ``per_support``).
 
-A plan made on the device is cut there (``cl_kernels/track_chunks.cl``: counts, scans
+A plan made on the device is cut there (``clgrid/cl_kernels/track_chunks.cl``: counts, scans
 and stable placements; two small counts come back to size the tables); a plan made on
 the host (no fp64, w held over time blocks, interpolated kernels) holds its positions
 there already and is cut with numpy (`TrackChunker.on_host`), into the same order to
@@ -44,11 +44,11 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from ..baseline_order import baseline_length
-from ..codegen import build_program, kernel, render
-from ..kernels import KernelStack
-from ..plan import Positions
-from ..scan import ExclusiveScan
+from ..planning.baseline_order import baseline_length
+from ..device.codegen import build_program, kernel, render
+from ..sources.tables import KernelStack
+from ..planning.host import Positions
+from ..device.scan import ExclusiveScan
 from .base import DevicePlan, read_only_buffer
 
 __all__ = ["ChunkedPlan", "SupportAndSign", "Channel", "LongestFirst", "WidestFirst", "TrackChunker",

@@ -1,0 +1,302 @@
+"""The w-plane split of `clgrid.dask.vis2dirty` / `dirty2vis` with w-gridding: one
+geometry for every chunk of the data, the stack of w-planes cut into slabs of about equal
+work, and which samples of each chunk each slab takes (and, for `dirty2vis`, how their
+predictions go back into the chunk).  Plain numpy on the workers; the tasks and the graph
+are `clgrid.dask.wgridding`'s.
+
+Why slabs of planes, not chunks of rows.  Imaging with w is spreading (each sample's
+W x W x W taps, on the W planes from its first one) plus, per w-plane, an FFT of the
+padded grid and per-pixel work (crop, w phase, sum).  Rows span every w, so an operator
+per chunk of rows repeats every plane: n chunks did n times the FFTs and pixel work
+(BENCHMARKS.md: 8 workers on 16 cores were 3.5 times slower than 1).  Here every operator
+shares one `Geometry` (`clgrid.imaging.wgridding.choose_geometry` on the |w| range and number of
+samples reduced over all chunks first: `extent`), and the operator of slab s owns planes
+``lo_s .. hi_s - 1`` (`WGridder(planes=...)`).  A sample with first plane g has taps on
+planes g .. g + W - 1, so it can straddle slabs.  Two ways to split:
+
+- each sample to the slab of its first plane, that slab's operator transforming planes
+  lo .. hi + W - 2: the W - 1 planes past every slab's end are transformed twice, (S - 1)
+  (W - 1) extra FFTs (W = 7, 32 planes, 8 slabs: 42, more than the planes themselves);
+- each sample to every slab its taps touch, each operator spreading only the taps on its
+  own planes: the FFTs and pixel work are the planes' exactly, the spreading too (each tap
+  once); what repeats is per-sample work (selecting, moving, planning, the tap tables) for
+  the samples near a slab's edges, about 1 + (W - 1) / (planes per slab) times.
+
+The second is what `select` does: on CPUs the planes are the cost, and per-sample work is
+the cheap part.  Measured on 16 cores (BENCHMARKS.md): 8 workers 4.5 s where chunks of
+rows took 17.9 s; each plane is now done once, and what is left is that a plane's FFT and
+pixel passes are memory-bound, so processes sharing one machine's memory do not make
+them faster.  Taking the samples from each chunk (one pass of comparisons, in place)
+rather than re-chunking the data by w (a sort of all samples) moves the same data.
+
+Exactness.  A sample's first plane comes from the planning's own arithmetic
+(`Geometry.first_planes`) on the same float64 u, v, w the slab's operator plans: uvw times
+freq / c, formed the same way on both sides and handed to the operator with freq = c (a
+scale of exactly 1), so `select` and the operators' plans agree to the bit; the slabs'
+planes partition the stack, so every tap is spread once (tested: points on slab edges,
+slabs without points).
+
+Balance.  Planes differ in work (samples crowd at small |w|): a plane costs its FFT and
+pixel work where any tap falls on it, plus its taps' W x W cells
+(`clgrid.imaging.wgridding.imaging_work`, from a histogram of first planes reduced over the
+chunks: `plane_counts`); `slab_bounds` cuts the planes into contiguous slabs with the
+smallest largest cost.
+
+Memory.  Samples crowd at small |w|, so the low slabs take most of the data (3.3-3.9 M
+of 4 M samples in the benchmark): one task per slab would hold them all.  So no
+imaging task takes more than a cap (``slab_samples``: by default the largest chunk's
+samples): `slab_sizes` counts, from each chunk's histogram of first planes and by
+`select`'s own rule (`_touching`), exactly how many samples the chunk gives each slab,
+and `chunk_groups` cuts each slab's chunks into contiguous groups within the cap
+(greedy, in chunk order), one task each over the slab's planes.  A chunk's selection is
+never cut (it is at most a chunk), so a task holds at most the larger of the cap and
+one chunk's share.  The price: each group of a slab transforms the slab's planes again.
+
+What moves (`Part`): the rows of the selected samples (uvw, float64), each sample's row
+and channel, and its weighted visibility (the weight applied in `select`, as the operator
+would): about 16 bytes a sample in single precision (32 as u, v, w and value), times the
+overlap above; the slab's task forms u, v, w (the same products as the planning) only to
+build its operator, and a kept operator is found by the parts' token.  For `dirty2vis`
+each slab predicts its samples' share (its planes' taps, unweighted); each chunk adds its
+slabs' shares in slab order and weights them (`assemble`), on the chunk's worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..imaging.wgridding import SPEED_OF_LIGHT, _abs_w_range, choose_geometry, imaging_work
+from ..planning.stacking import Geometry
+
+__all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "slab_sizes", "chunk_groups",
+           "select", "points_of", "split", "assemble"]
+
+
+@dataclass(frozen=True)
+class Slab:
+    """One imaging task of a slab: the slab's number, its w-planes ``lo:hi`` (empty where
+    lo == hi: more slabs than planes with work) and the chunks ``a:b`` whose samples the
+    task takes (`chunk_groups`)."""
+
+    index: int
+    planes: tuple
+    chunks: tuple
+
+    def describe(self) -> str:
+        """The note a failing slab task's error carries to the caller."""
+        return (f"clgrid.dask: w-plane slab {self.index}, planes {self.planes[0]}:{self.planes[1]}, "
+                f"chunks {self.chunks[0]}:{self.chunks[1]}")
+
+
+def _scale(freq) -> np.ndarray:
+    return np.asarray(freq, np.float64).reshape(-1) / SPEED_OF_LIGHT
+
+
+def _kept(mask) -> np.ndarray | None:
+    """Flat indices (row * nchan + channel) of the samples that count; None: all."""
+    return None if mask is None else np.flatnonzero(np.asarray(mask).reshape(-1))
+
+
+def _at(a, flat) -> np.ndarray:
+    """The flat entries ``flat`` (None: all) of the (nrow, nchan) array ``a``."""
+    a = np.asarray(a).reshape(-1)
+    return a if flat is None else a[flat]
+
+
+def _finite(name: str, values: np.ndarray) -> np.ndarray:
+    bad = np.count_nonzero(~np.isfinite(values))
+    if bad:
+        raise ValueError(f"{name} has NaN or infinite entries where not masked ({bad})")
+    return values
+
+
+def extent(uvw, freq, mask) -> tuple:
+    """(smallest |w|, largest |w|, number of samples) over one chunk's kept samples,
+    wavelengths; (inf, -inf, 0) without any.  Combined over chunks by `geometry_of` to
+    what the operator of all the samples would find (a min and max of the same products)."""
+    uvw = np.asarray(uvw, np.float64)
+    scale = _scale(freq)
+    keep = None if mask is None else np.asarray(mask) != 0
+    count = uvw.shape[0] * scale.size if keep is None else int(np.count_nonzero(keep))
+    if count == 0:
+        return np.inf, -np.inf, 0
+    lo, hi = _abs_w_range(uvw, scale, keep)
+    return lo, hi, count
+
+
+def geometry_of(extents: list, options: dict) -> Geometry:
+    """The geometry of all the chunks, from their `extent`: `choose_geometry` with the
+    call's keywords (``options``, `clgrid.dask.wgridding`'s)."""
+    count = sum(e[2] for e in extents)
+    w_range = (min(e[0] for e in extents), max(e[1] for e in extents)) if count else None
+    o = options
+    return choose_geometry(o["npix_x"], o["npix_y"], o["pixsize_x"], o["pixsize_y"], o["epsilon"],
+                           o["do_wgridding"], w_range, count, o["flip_u"], o["flip_v"], o["center_x"],
+                           o["center_y"], o["sigma_min"], o["sigma_max"], o["precision"])
+
+
+def _abs_w(uvw: np.ndarray, scale: np.ndarray, flat) -> np.ndarray:
+    """|w| in wavelengths of the samples ``flat`` (None: all): |uvw's w| times freq / c,
+    the product the operator's planning forms and folds (flips are signs, exact either
+    side of it).  Refuses rows with NaN or infinite uvw where a sample is kept."""
+    bad_rows = ~np.all(np.isfinite(uvw), axis=1)
+    if flat is None:
+        bad = np.count_nonzero(bad_rows) * scale.size
+        aw = (np.abs(uvw[:, 2])[:, None] * scale[None, :]).reshape(-1)
+    else:
+        rows, chans = np.divmod(flat, scale.size)
+        bad = np.count_nonzero(bad_rows[rows])
+        aw = np.abs(uvw[rows, 2]) * scale[chans]
+    if bad:
+        raise ValueError(f"uvw has NaN or infinite entries where not masked ({bad} samples)")
+    return aw
+
+
+def plane_counts(uvw, freq, mask, geometry: Geometry) -> np.ndarray:
+    """How many of one chunk's kept samples have each first plane (num_planes,)."""
+    first = geometry.first_planes(_abs_w(np.asarray(uvw, np.float64), _scale(freq), _kept(mask)))
+    return np.bincount(first.astype(np.int64), minlength=geometry.num_planes)
+
+
+def slab_bounds(counts: list, geometry: Geometry, slabs: int) -> list:
+    """``slabs`` contiguous ranges (lo, hi) of the planes, in order, that cover them all
+    with the smallest largest work (`imaging_work` per plane: its FFT where any tap falls
+    on it, its taps' cells); trailing ranges are empty (lo == hi) where fewer suffice."""
+    g, support = geometry, geometry.kernel.support
+    first = np.sum(counts, axis=0) if len(counts) else np.zeros(g.num_planes, np.int64)
+    taps = np.convolve(first, np.ones(support, np.int64))[:g.num_planes]     # samples with a tap on each plane
+    work = imaging_work(taps * float(support) ** 2, taps > 0, g.nu, g.nv)
+    if not np.any(work):
+        return [(0, 0)] * slabs
+    # the smallest largest sum that `slabs` ranges reach, by bisection; ``high`` always
+    # reaches it (the total, raised past the rounding of `_fill`'s running sums)
+    low, high = float(work.max()), float(work.sum()) * (1.0 + 1e-9)
+    for _ in range(64):
+        middle = 0.5 * (low + high)
+        low, high = (low, middle) if len(_fill(work, middle)) <= slabs else (middle, high)
+    starts = _fill(work, high)
+    edges = starts + [g.num_planes] * (slabs - len(starts) + 1)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _fill(work, limit: float) -> list:
+    """Where each range starts when items (planes, chunks) are taken in order while the
+    sum of ``work`` stays within ``limit``; an item over it alone is a range of its own."""
+    starts, total = [0], 0.0
+    for item, cost in enumerate(work):
+        if total + cost > limit and total > 0:
+            starts.append(item)
+            total = 0.0
+        total += cost
+    return starts
+
+
+def _touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
+    """Which samples, by first plane, have a tap on planes ``lo .. hi - 1``: first < hi
+    and first + W - 1 >= lo; none for an empty slab (lo == hi)."""
+    return (first < hi) & (first + (support - 1) >= lo) & (lo < hi)
+
+
+def slab_sizes(counts: np.ndarray, geometry: Geometry, bounds: list) -> list:
+    """How many samples `select` takes from one chunk for each slab of ``bounds``, from
+    the chunk's `plane_counts` by `select`'s own rule (`_touching`): exactly its parts'
+    lengths."""
+    planes = np.arange(geometry.num_planes)
+    return [int(counts[_touching(planes, lo, hi, geometry.kernel.support)].sum()) for lo, hi in bounds]
+
+
+def chunk_groups(counts: list, geometry: Geometry, bounds: list, cap: int) -> list:
+    """For each slab of ``bounds``, its chunks cut into groups, one imaging task each:
+    (start, end) ranges of chunk numbers, contiguous and in order, taken while the
+    group's samples for the slab (`slab_sizes` of each chunk's ``counts``) stay within
+    ``cap``.  A chunk is never cut, so a group over ``cap`` is one chunk (with
+    neighbours that give the slab nothing)."""
+    sizes = [slab_sizes(c, geometry, bounds) for c in counts]         # by chunk, then slab
+    groups = []
+    for s in range(len(bounds)):
+        starts = _fill([chunk[s] for chunk in sizes], cap)
+        groups.append(list(zip(starts, starts[1:] + [len(counts)])))
+    return groups
+
+
+@dataclass
+class Part:
+    """One chunk's samples for one slab, as they travel to it: the rows they are in
+    (``uvw``, metres), each sample's row among them and channel, the chunk's freq / c,
+    and the samples' weighted visibilities (None for `dirty2vis`).  Rows rather than
+    u, v, w per sample: a row's channels mostly go to the same slabs, and 14 bytes per
+    sample move instead of 32 (single precision)."""
+
+    uvw: np.ndarray
+    row: np.ndarray
+    chan: np.ndarray
+    scale: np.ndarray
+    values: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def points(self) -> np.ndarray:
+        """u, v, w in wavelengths (k, 3): the products the chunk's operator would form."""
+        return self.uvw[self.row] * self.scale[self.chan, None]
+
+
+def _part(uvw, scale, flat, values) -> Part:
+    """The samples ``flat`` (ascending) of a chunk as a `Part`."""
+    rows, chans = np.divmod(flat, scale.size)
+    new = np.ones(rows.size, bool)
+    np.not_equal(rows[1:], rows[:-1], out=new[1:])
+    return Part(uvw[rows[new]], (np.cumsum(new) - 1).astype(np.int32),
+                chans.astype(np.min_scalar_type(scale.size - 1)), scale, values)
+
+
+def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices: bool = False) -> tuple:
+    """One chunk's samples for each slab of ``bounds``: those with a tap on its planes
+    (`_touching`), as a `Part` (values: vis times wgt; None without vis).  With
+    ``indices``, the flat indices of each slab's samples in the chunk follow, one array
+    per slab (for `assemble`).  Non-finite vis, wgt or uvw where
+    not masked are refused here, where the chunk is known."""
+    uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
+    first = geometry.first_planes(_abs_w(uvw, scale, flat))
+    values = None
+    if vis is not None:
+        values = _finite("vis", _at(vis, flat))
+        if wgt is not None:
+            values = values * _finite("wgt", _at(wgt, flat).astype(values.real.dtype))
+    parts, taken = [], []
+    for lo, hi in bounds:
+        take = np.flatnonzero(_touching(first, lo, hi, geometry.kernel.support))
+        samples = take if flat is None else flat[take]
+        parts.append(_part(uvw, scale, samples, None if values is None else values[take]))
+        taken.append(samples)
+    return tuple(parts + taken) if indices else tuple(parts)
+
+
+def points_of(parts: list) -> np.ndarray:
+    """A slab task's samples (its parts from its chunks, in order) as u, v, w in
+    wavelengths (k, 3)."""
+    return np.concatenate([p.points() for p in parts]) if parts else np.zeros((0, 3))
+
+
+def split(predicted: np.ndarray, parts: list) -> tuple:
+    """A slab task's predicted values cut back into its parts, one array per chunk."""
+    edges = np.cumsum([len(p) for p in parts])[:-1]
+    return tuple(np.split(predicted, edges))
+
+
+def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype) -> np.ndarray:
+    """One chunk's visibilities (shape): each slab's share added at its samples, in slab
+    order, then weighted; zero where masked."""
+    out = np.zeros(shape[0] * shape[1], dtype)
+    for flat, share in zip(taken, shares):
+        out[flat] += share                    # a slab takes a sample at most once
+    if wgt is not None:
+        kept = _kept(mask)
+        weights = _finite("wgt", _at(wgt, kept).astype(out.real.dtype))
+        if kept is None:
+            out *= weights
+        else:
+            out[kept] *= weights
+    return out.reshape(shape)

@@ -1,0 +1,134 @@
+"""An analytic kernel source for the seeds' work distributions: the exponential-of-semicircle
+kernel of `clgrid.sources.accuracy`, evaluated on the device by Horner's rule at each visibility's
+exact offset, beside the W-projection tables of `clgrid.sources.tables`.
+
+Why not a finer table: the plan stores oversample offsets in 16 bits, and the nearest
+offset of even the finest table that fits (``oversample = 32768``) moves each visibility by
+up to 1/65536 of a cell, which costs about ``0.75 / (oversample * sigma)`` of the image
+(`benchmarks/analytic_offsets.py`, 2-D, random points: 9e-6 to 1.3e-5 at 32768, 2e-2 at
+16), the whole error budget of single precision and far above double's.  So a plan for an analytic kernel also carries each
+sample's exact offset from its nearest cell, ``fraction = nearest - position`` in cells
+(`clgrid.planning.plan.Plan.fraction`, planned in float64), and a tap ``k`` cells from the
+nearest cell weighs ``psi(k + fraction)``: the kernel at that tap's true distance.
+
+The kernel is ``psi(x) = exp(beta (sqrt(1 - x^2) - 1)) / c(0)`` on ``|x| = 2 d / W <= 1``
+for a cell ``d`` cells from the point, one polynomial per tap (`horner_coefficients`,
+the very code of the w-gridding operator: ``clgrid/cl_kernels/es_horner.cl``).  It is divided by
+``c(0)``, its integral, so that a visibility's weights sum to 1 as a W-projection plane's
+do: norms and `clgrid.imaging.dirty_image` mean the same for both sources.  Width,
+``beta`` and the grid padding ``sigma`` come from a requested ``epsilon``
+(`clgrid.sources.accuracy.choose_kernel`, 2-D); the image is then accurate to ``accuracy`` over
+its central ``grid_size / sigma`` pixels once divided by the kernel's exact Fourier
+transform (`transform`; `clgrid.imaging` does it for this source).
+
+The stack has one plane (no W-projection: w is not corrected) whose table, sampled at
+``TABLE_OVERSAMPLE``, serves what reads tables only to sum weights (the norm); the
+work distributions that evaluate the kernel are those with ``analytic_source`` set
+(`clgrid.strategies`), and the others refuse it by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .accuracy import choose_kernel, expected_error, horner_coefficients, kernel_transform
+from .tables import KernelStack, quarter_size
+
+__all__ = ["AnalyticKernel", "TABLE_OVERSAMPLE"]
+
+# Oversampling of the stored table and of the plan's integer offsets: they serve the norm's
+# weight sums only, which hardly vary with the offset (by the kernel's aliasing, ~epsilon).
+TABLE_OVERSAMPLE = 16
+
+
+@dataclass(frozen=True, eq=False)
+class AnalyticKernel(KernelStack):
+    """The exponential-of-semicircle kernel as a kernel source (`KernelStack.analytic`).
+
+    Attributes beyond `KernelStack`'s: ``width`` (W, cells the kernel spans; the footprint
+    is ``2 * (W // 2) + 1`` cells a side), ``beta`` (its shape), ``sigma`` (the grid padding
+    its accuracy assumes: grid ``sigma`` times the image), ``accuracy`` (the relative L2
+    error expected of the image's central ``grid_size / sigma`` pixels in ``precision``).
+    """
+
+    width: int = 0
+    beta: float = 0.0
+    sigma: float = 1.0
+    precision: str = "single"
+    accuracy: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_planes != 1:
+            raise ValueError(f"an analytic kernel source has one w-plane (2-D gridding, w not corrected); "
+                             f"got {self.num_planes}: for w use clgrid.vis2dirty's w-gridding, or a "
+                             f"W-projection KernelStack")
+        if self.w_scale != 0:
+            raise ValueError(f"an analytic kernel source has no w-planes, so w_scale must be 0, got {self.w_scale}")
+        if int(self.supports[0]) != self.width // 2 or self.width < 2:
+            raise ValueError(f"support {int(self.supports[0])} does not match kernel width {self.width} "
+                             f"(support = width // 2)")
+
+    @classmethod
+    def for_epsilon(cls, epsilon: float, precision: str = "single", sigma_min: float = 1.1,
+                    sigma_max: float = 2.6) -> "AnalyticKernel":
+        """The cheapest kernel (fewest footprint cells, then least padding) whose 2-D image
+        error is at most ``epsilon`` in ``precision`` with ``sigma`` in the given range."""
+        choice = choose_kernel(epsilon, precision, 2, cost=lambda r: (2 * (r.support // 2) + 1, r.sigma),
+                               sigma_min=sigma_min, sigma_max=sigma_max)
+        support = choice.support // 2
+        plain = cls._scaled_coefficients(choice.support, choice.beta)
+        table = _evaluate(plain, choice.support, np.arange(quarter_size(support, TABLE_OVERSAMPLE))
+                          / TABLE_OVERSAMPLE)
+        return cls((np.outer(table, table),), np.array([support], np.int32), TABLE_OVERSAMPLE, 0.0, "es",
+                   width=choice.support, beta=choice.beta, sigma=choice.sigma, precision=precision,
+                   accuracy=expected_error(choice, precision, 2))
+
+    @staticmethod
+    def _scaled_coefficients(width: int, beta: float) -> np.ndarray:
+        return horner_coefficients(width, beta) / kernel_transform(0.0, width, beta)
+
+    @cached_property
+    def coefficients(self) -> np.ndarray:
+        """``(degree + 1, width)`` per-tap polynomials, highest power first, scaled to sum 1
+        (`clgrid.sources.accuracy.horner_coefficients` divided by the kernel's integral)."""
+        coef = self._scaled_coefficients(self.width, self.beta)
+        coef.flags.writeable = False
+        return coef
+
+    def weights(self, distance) -> np.ndarray:
+        """The kernel in float64 at cells ``distance`` cells from a point (0 beyond its
+        width): the polynomials the device evaluates, for references and tests."""
+        return _evaluate(self.coefficients, self.width, distance)
+
+    def transform(self, s) -> np.ndarray:
+        """The kernel's exact Fourier transform at ``s`` cycles per cell (1 at s = 0): what
+        an image of its grid is divided by, per axis."""
+        return kernel_transform(s, self.width, self.beta) / kernel_transform(0.0, self.width, self.beta)
+
+    def padded_size(self, image_size: int) -> int:
+        """The smallest even grid size at least ``sigma`` times ``image_size`` pixels."""
+        return 2 * int(np.ceil(self.sigma * image_size / 2))
+
+    def template_parameters(self) -> dict:
+        """``clgrid/cl_kernels/es_horner.cl``'s template variables for this kernel, and ``es_taps``, the
+        taps of a footprint's side (2 support + 1) the work distributions evaluate it at."""
+        return {"es_width": self.width, "es_degree": self.coefficients.shape[0] - 1,
+                "es_coef": self.coefficients.tolist(), "es_taps": 2 * int(self.supports[0]) + 1}
+
+
+def _evaluate(coef: np.ndarray, width: int, distance) -> np.ndarray:
+    """es_horner.cl's ``es_weight`` in float64: tap ``floor(d + W/2)``'s polynomial at
+    ``z = 2 (d + W/2 - tap) - 1``, 0 outside the taps."""
+    t = np.asarray(distance, np.float64) + width / 2.0
+    tap = np.floor(t).astype(np.int64)
+    inside = (tap >= 0) & (tap < width)
+    tap = np.clip(tap, 0, width - 1)
+    z = 2.0 * (t - tap) - 1.0
+    out = np.zeros(t.shape)
+    for row in coef:
+        out = out * z + row[tap]
+    return np.where(inside, out, 0.0)
