@@ -172,7 +172,7 @@ def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng
 
 def test_check_output_is_the_one_check(queue):
     """The function each operator calls: its errors name the argument and the expectation."""
-    from clgrid.checks import check_output
+    from clgrid.operators.checks import check_output
     check_output(np.zeros((2, 3), ">f4"), "x", (2, 3), np.float32)
     assert check_output(np.zeros((2, 3), np.complex128), "x", (2, 3), (np.complex64, np.complex128)) \
         == np.complex128
