@@ -49,6 +49,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
 from .chunks import Chunk, Layout, check_device, chunk_sizes, forget_shared, naming, prefer_worker, shared, \
     tree_sum, workers_to_prefer
 from .wgridding import cached_wgridders, clear_wgridders, dirty2vis, vis2dirty
+from ..operators.checks import check_finite_result
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.gridder import Gridder
@@ -357,6 +358,8 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
     if not compute:
         return total
     result, report = dask.compute(total)[0]
+    check_finite_result(np.count_nonzero(~np.isfinite(result)), f"the {precision}-precision grid (the sum of "
+                        f"the chunks' grids)", precision, quantity="cell sums")     # each chunk's was finite
     _warn_left_out(report, on_dropped, "gridded")
     return (result, report) if return_report else result
 

@@ -74,7 +74,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..operators.checks import check_output
+from ..operators.checks import check_finite_result, check_output, precision_of
 from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
     workers_to_prefer
 from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, plane_counts, points_of, select, \
@@ -315,13 +315,6 @@ def _options(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u
                 deterministic=bool(deterministic))
 
 
-def _precision(dtype, name: str, kinds: dict) -> str:
-    for precision, allowed in kinds.items():
-        if np.dtype(dtype) == np.dtype(allowed):
-            return precision
-    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {np.dtype(dtype)}")
-
-
 def _check_wgt(wgt) -> None:
     dtype = None if wgt is None else getattr(wgt, "dtype", None) or np.asarray(wgt).dtype
     if dtype is not None and not np.issubdtype(dtype, np.floating):
@@ -476,7 +469,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     channels 2:4``) or slab.  ``dirty``, if given, receives the image.
     """
     _refuse_unknown(ignored)
-    precision = _precision(vis.dtype if hasattr(vis, "dtype") else np.asarray(vis).dtype, "vis",
+    precision = precision_of(vis.dtype if hasattr(vis, "dtype") else np.asarray(vis).dtype, "vis",
                            {"single": np.complex64, "double": np.complex128})
     _check_wgt(wgt)
     freq, freq_chunks = _frequencies(freq)
@@ -496,6 +489,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     else:
         parts = _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers)
     image, said = dask.compute(tree_sum(parts, _task(_add_images)))[0]
+    check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
+                        precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
         warnings.warn(message, stacklevel=2)
     if not np.any(image):
@@ -532,7 +527,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     """
     _refuse_unknown(ignored)
     dirty = _local(dirty)
-    precision = _precision(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
+    precision = precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
     if dirty.ndim != 2:
         raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")
     for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):

@@ -31,7 +31,7 @@ import pyopencl.array as cla
 
 from .host_threads import in_slices
 
-__all__ = ["Staging", "shared_staging", "to_device_array", "upload", "download", "host_empty"]
+__all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "host_empty"]
 
 # Freed pinned blocks a context's pool keeps for reuse; beyond this they are unpinned.
 POOL_BYTES = 2 ** 30
@@ -196,10 +196,17 @@ def shared_staging(queue: cl.CommandQueue) -> Staging | None:
         return _shared[key]
 
 
+def device_layout(host: np.ndarray) -> np.ndarray:
+    """``host`` as the device reads it: C-contiguous, in the machine's byte order (a
+    big-endian array, as FITS files give, is converted; the values are unchanged)."""
+    host = np.asarray(host)
+    return np.ascontiguousarray(host, host.dtype.newbyteorder("="))
+
+
 def upload(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None, wait_for=None) -> cl.Event:
     """Copy ``host`` into the start of ``buffer`` after ``wait_for``: through ``staging`` when
     there is one (done on return; the event is a marker), else a plain enqueued copy."""
-    host = np.ascontiguousarray(host)
+    host = device_layout(host)
     if staging is None:
         return cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait_for)
     if wait_for:
@@ -219,7 +226,7 @@ def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None
 
 def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:
     """``host`` as a new device array, through ``staging`` when there is one."""
-    host = np.ascontiguousarray(host)
+    host = device_layout(host)
     if staging is None:
         return cla.to_device(queue, host)
     out = cla.empty(queue, host.shape, host.dtype)

@@ -54,7 +54,7 @@ import pyopencl as cl
 from ..sources.accuracy import choose_kernel, horner_coefficients, kernel_transform
 from ..device.atomics import atomic_unavailable, build_options_for
 from ..device.codegen import build_program, render
-from ..operators.checks import check_finite_result, check_output, count_nonfinite
+from ..operators.checks import check_finite_result, check_output, count_nonfinite, precision_of
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
@@ -619,7 +619,13 @@ class WGridder:
                 np.int32(plane), np.int32(start), np.int32(count), self.real(g.kernel.beta))
         return kernel(self.queue, (size,), (self._wg,), *args, wait_for=wait_for)
 
-    def _check_values(self, name, a, shape):
+    def _check_values(self, name, a, shape, complex_ok: bool = False):
+        """Refuse ``a`` unless it has ``shape`` and numbers the operator can take: integers
+        or floats, or complex where ``complex_ok`` (vis); an image and weights are real."""
+        kinds = "iufc" if complex_ok else "iuf"
+        if a.dtype.kind not in kinds:
+            wanted = "a numeric (complex, float or integer)" if complex_ok else "a real (float or integer)"
+            raise TypeError(f"{name} must be {wanted} array, got dtype {a.dtype}")
         if a.shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
 
@@ -633,7 +639,7 @@ class WGridder:
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
         ``update``); there are ``len(planes)`` of them."""
         vis = np.asarray(vis)
-        self._check_values("vis", vis, self.shape)
+        self._check_values("vis", vis, self.shape, complex_ok=True)
         with self._lock:
             return self._vis2dirty(vis, wgt, progress)
 
@@ -901,14 +907,6 @@ class WGridder:
         return out
 
 
-def _precision_of(dtype, name, kinds):
-    dtype = np.dtype(dtype)
-    for precision, allowed in kinds.items():
-        if dtype == allowed:
-            return precision
-    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {dtype}")
-
-
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
@@ -923,7 +921,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     """
     _refuse_unknown(ignored)
     vis = np.asarray(vis)
-    precision = _precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
+    precision = precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
     op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
                   flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
                   device, nthreads, verbosity, tuning)
@@ -944,7 +942,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
     _refuse_unknown(ignored)
     dirty = np.asarray(dirty)
-    precision = _precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
+    precision = precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
     if dirty.ndim != 2:
         raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")
     for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):

@@ -1,9 +1,8 @@
 """Checks every operator shares, so that nothing comes back silently wrong: of the
 caller's arrays on the way in and out, and of the results.
 
-- `check_precision_name`: "single" or "double", else a ValueError naming ``precision``.
-- `native`: an input array in the machine's byte order (a big-endian array, as FITS
-  files give, is converted; the device reads raw bytes).
+- `precision_of`: the precision ("single" or "double") an argument's dtype sets (either
+  byte order: uploads put it in the machine's), else a TypeError naming the argument.
 - `check_output`: an ``out`` (``dirty``, ``vis``) array the caller gives for a result,
   checked before any device work: its type, dtype, shape, writability and, for a device
   array, context and contiguity, with an error naming it.  Nothing is cast: a result is
@@ -29,27 +28,20 @@ import pyopencl.array as cla
 from ..device.codegen import build_program, render, kernel as codegen_kernel
 from ..errors import EmptyInputWarning, NonFiniteResultError
 
-__all__ = ["PRECISION_NAMES", "check_precision_name", "native", "check_output", "writes_directly",
+__all__ = ["precision_of",  "check_output", "writes_directly",
            "count_nonfinite", "check_finite_result", "check_gridded", "check_degridded"]
-
-PRECISION_NAMES = ("single", "double")
 
 GROUPS, GROUP_SIZE = 256, 64   # enough to keep any device busy; each group reads one contiguous block
 
 
-def check_precision_name(precision) -> str:
-    """``precision`` if it is "single" or "double", else a ValueError naming it."""
-    if not isinstance(precision, str) or precision not in PRECISION_NAMES:
-        raise ValueError(f"precision must be 'single' or 'double', got {precision!r}")
-    return precision
-
-
-def native(a: np.ndarray) -> np.ndarray:
-    """``a`` in the machine's byte order: itself, or a converted copy where it is stored the
-    other way round (big-endian data from FITS files); the values are unchanged."""
-    if a.dtype.isnative or a.dtype.byteorder == "|":
-        return a
-    return a.astype(a.dtype.newbyteorder("="))
+def precision_of(dtype, name: str, kinds: dict) -> str:
+    """The key of ``kinds`` ({precision: dtype}) whose dtype ``dtype`` is, in either byte
+    order (``vis`` complex64 -> "single"), else a TypeError naming ``name``."""
+    dtype = np.dtype(dtype)
+    for precision, allowed in kinds.items():
+        if dtype.newbyteorder("=") == np.dtype(allowed):
+            return precision
+    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {dtype}")
 
 
 def check_output(out, name: str, shape: tuple, dtype, context=None) -> np.dtype:

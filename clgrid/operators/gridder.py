@@ -17,14 +17,14 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .checks import check_gridded, check_output, native, writes_directly
+from .checks import check_gridded, check_output, writes_directly
 from .deterministic import FixedPointGrid
 from ..planning.plan import Plan
 from ..device.host_threads import in_background
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from ..device.runtime import fill_zeros
 from ..strategies import GRIDDING_METHODS, SPELLINGS
-from ..device.transfer import download, host_empty, to_device_array
+from ..device.transfer import device_layout, download, host_empty, to_device_array
 from ..planning.values import ValueKernels, check_vis, check_weights, to_device
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
@@ -223,7 +223,7 @@ class Gridder(GridOperation):
         if isinstance(positions, Plan) or isinstance(vis, cla.Array):
             return positions, vis, weights, flags
         vis = np.asarray(vis)
-        if vis.dtype not in (np.complex64, np.complex128):
+        if vis.dtype.newbyteorder("=") not in (np.complex64, np.complex128):
             return positions, vis, weights, flags            # refused by name when prepared
         queue = self.transfer_queue
         uvw = to_device_array(queue, np.asarray(positions, np.float64), self.staging)
@@ -240,7 +240,7 @@ class Gridder(GridOperation):
             return out.data
         grid_buffer = self.grid_buffer(npol)
         if accumulate and out is not None:
-            cl.enqueue_copy(self.queue, grid_buffer, np.ascontiguousarray(native(out)))
+            cl.enqueue_copy(self.queue, grid_buffer, device_layout(out))
         return grid_buffer
 
     def _deliver(self, out, grid_buffer, npol: int, events):

@@ -448,6 +448,18 @@ def cmd_image(args) -> int:
     return 0
 
 
+def positive_number(text: str) -> float:
+    """An argument that must be a finite number > 0 (``--pixsize nan`` is refused by name
+    on the command line, not deep inside the imaging)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (np.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clgrid", description=__doc__)
     parser.add_argument("--version", action="version", version=f"clgrid {__version__}")
@@ -530,11 +542,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "--epsilon (UVFITS, UVH5, MIRIAD, MS: the io extra)")
     i.add_argument("input", help="measurement file pyuvdata reads")
     i.add_argument("-o", "--output", required=True, help="FITS image to write")
-    i.add_argument("--epsilon", type=float, default=1e-4, help="accuracy of the image (default 1e-4)")
+    i.add_argument("--epsilon", type=positive_number, default=1e-4, help="accuracy of the image (default 1e-4)")
     i.add_argument("--single", action="store_true", help="single precision (epsilon >= 1e-5)")
-    i.add_argument("--pixsize", type=float, help="pixel size in arcsec (default: 1/3 of the finest fringe)")
+    i.add_argument("--pixsize", type=positive_number, help="pixel size in arcsec (default: 1/3 of the finest fringe)")
     i.add_argument("--npix", type=int, help="image side in pixels, even (default: from --fov)")
-    i.add_argument("--fov", type=float, help="field of view in degrees (default: twice the primary "
+    i.add_argument("--fov", type=positive_number, help="field of view in degrees (default: twice the primary "
                                             "beam's FWHM when the file has the dish size, else 10)")
     i.add_argument("--no-w", action="store_true", help="no w-correction (2-D gridding)")
     i.add_argument("--device", help="OpenCL device name to match (default: the default device)")
