@@ -365,14 +365,16 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     same bits from run to run.  Dask's synchronous scheduler in this process, so that
     each task's samples can be counted."""
     from clgrid.dask import wgridding as dask_wgridding
+    from clgrid.dask.slabs import Slab
 
     monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: None)
     cap = 1200                # a chunk gives a slab up to 800 samples (90% kept; fewer at the edges)
     seen = []                                 # (slab, chunks, samples per part) of each task
 
     def counted(function):
-        def task(*args):
-            slab, parts = args[-3], args[-5]
+        def task(*args):                      # (..., slab, options, keep, *parts)
+            at = next(i for i, a in enumerate(args) if isinstance(a, Slab))
+            slab, parts = args[at], args[at + 3:]
             seen.append((slab.index, slab.chunks, [len(p) for p in parts]))
             return function(*args)
         return task

@@ -37,7 +37,11 @@ few large chunks (not measured: several-GPU machines are not lent).  With either
 is accurate to ``epsilon`` (relative L2) and agrees with a single-process call to about
 ``epsilon`` (tested; with ``"planes"`` the geometry is that call's, so they agree to
 rounding).  ``deterministic=True`` gives the same bits from run to run
-(`WGridder`'s ``deterministic``: points planned on the host, spread by rows).
+(`WGridder`'s ``deterministic``: points planned on the host, spread by rows), and
+whatever the cluster: the partition of the sum is fixed by the data alone.  The slabs
+are where the sum is cut, so without ``slabs`` they are not one per worker but
+`_data_slabs`: one per chunk of the data, none thinner than the kernel's W planes; and
+``"auto"`` chooses the split from the chunks alone.
 
 Operators: building a `WGridder` plans its points on the host, which costs more than a
 call; a worker keeps the ``keep_operators`` it used last (default 4), keyed by the
@@ -77,6 +81,7 @@ import numpy as np
 from ..operators.checks import check_finite_result, check_output, precision_of
 from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
     workers_to_prefer
+from .watch import compute, stall_seconds
 from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, plane_counts, points_of, select, \
     slab_bounds, split
 from ..imaging.wgridding import SPEED_OF_LIGHT, WGridder
@@ -228,7 +233,7 @@ def _slab_operator(parts, geometry, slab: Slab, options, keep):
     return _operator(content, lambda: (points_of(parts), UNIT_FREQ, None), options, keep, geometry, slab.planes)
 
 
-def _image_slab(parts, geometry, slab: Slab, options, keep):
+def _image_slab(geometry, slab: Slab, options, keep, *parts):
     """One task of the planes split: the image of the taps on one slab's planes, from its
     samples of its group of chunks, and its warnings."""
     with naming(slab):
@@ -239,7 +244,7 @@ def _image_slab(parts, geometry, slab: Slab, options, keep):
         return _imaged(*found, values[:, None], None)
 
 
-def _vis_slab(dirty, parts, geometry, slab: Slab, options, keep):
+def _vis_slab(dirty, geometry, slab: Slab, options, keep, *parts):
     """One task of the planes split: its samples' shares of the visibilities (the taps on
     its planes, unweighted), one array per chunk of its group."""
     with naming(slab):
@@ -338,8 +343,10 @@ def _slab_samples(slab_samples, layout: Layout) -> int:
     return int(slab_samples)
 
 
-def _split(split, slabs, do_wgridding, layout: Layout, keep: int) -> tuple:
-    """(the split, the number of slabs, the workers tasks prefer or None): module docstring."""
+def _split(split, slabs, do_wgridding, layout: Layout, keep: int, deterministic: bool = False) -> tuple:
+    """(the split, the number of slabs, the workers tasks prefer or None): module docstring.
+    The number of slabs is None where it is to come from the data (`_data_slabs`): with
+    ``deterministic`` and no ``slabs``, nothing here may depend on the cluster."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
     if slabs is not None and (isinstance(slabs, bool) or int(slabs) != slabs or slabs < 1):
@@ -347,10 +354,13 @@ def _split(split, slabs, do_wgridding, layout: Layout, keep: int) -> tuple:
     if split == "planes" and not do_wgridding:
         raise ValueError("split='planes' needs do_wgridding=True: without w there is one plane to share")
     workers = workers_to_prefer(True)
-    count = int(slabs) if slabs is not None else len(workers or [None])
+    if slabs is not None:
+        count = int(slabs)
+    else:
+        count = None if deterministic else len(workers or [None])
     if split == "auto":
         tasks = layout.shape[0] * layout.shape[1]
-        split = "planes" if do_wgridding and (count > 1 or tasks > 1) else "rows"
+        split = "planes" if do_wgridding and ((count or 1) > 1 or tasks > 1) else "rows"
     return split, count, workers if split == "planes" or keep > 0 else None
 
 
@@ -358,17 +368,27 @@ def _task(function):
     return dask.delayed(function, pure=False)
 
 
-def _slab_plan(layout: Layout, uvw, freq, mask, options: dict, count: int, cap: int) -> tuple:
+def _data_slabs(geometry, chunks: int) -> int:
+    """The number of slabs ``deterministic=True`` takes without ``slabs``: one per chunk of
+    the data (which the caller sizes for the cluster), but none thinner than the kernel's
+    W planes (each sample is taken by every slab its W planes touch).  From the data alone:
+    the slabs are where the sum is cut, so they fix its bits."""
+    return max(1, min(chunks, geometry.num_planes // geometry.kernel.support))
+
+
+def _slab_plan(layout: Layout, uvw, freq, mask, options: dict, count, cap: int, stall_timeout=None) -> tuple:
     """The planes split's first pass, computed now (the imaging tasks depend on it): each
-    chunk's pieces (chunk, uvw, freq, mask), the geometry of them all, the slabs' planes,
-    and the imaging tasks: a `Slab` per group of chunks of each slab, in slab then group
-    order, none taking more than ``cap`` samples unless one chunk gives it more."""
+    chunk's pieces (chunk, uvw, freq, mask), the geometry of them all, the slabs' planes
+    (``count`` of them; None: `_data_slabs`), and the imaging tasks: a `Slab` per group of
+    chunks of each slab, in slab then group order, none taking more than ``cap`` samples
+    unless one chunk gives it more."""
     chunks, points, masks = layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(mask)
     freqs = [freq[slice(*chunk.channels)] for chunk in chunks]
     pieces = list(zip(chunks, points, freqs, masks))
     reduced = _task(geometry_of)([_task(_chunk_extent)(*piece) for piece in pieces], options)
-    geometry, counts = dask.compute(reduced, [_task(_chunk_counts)(*piece, reduced) for piece in pieces])
-    bounds = slab_bounds(counts, geometry, count)
+    geometry, *counts = compute(reduced, *[_task(_chunk_counts)(*piece, reduced) for piece in pieces],
+                                stall_timeout=stall_timeout)
+    bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count)
     tasks = [Slab(s, planes, group)
              for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap)))
              for group in groups]
@@ -390,15 +410,16 @@ def _slab_inputs(selected: list, slab: Slab) -> list:
     return [taken[slab.index] for taken in selected[slice(*slab.chunks)]]
 
 
-def _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers) -> list:
-    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap)
+def _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers, stall_timeout) -> list:
+    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap, stall_timeout)
+    count = len(bounds)
     selected = [dask.delayed(_chunk_select, pure=False, nout=count)(chunk, u, f, v, w, m, geometry, bounds, False)
                 for (chunk, u, f, m), v, w in zip(pieces, layout.pieces(vis), layout.pieces(wgt))]
     parts = []
     for t, slab in enumerate(tasks):
         inputs = _slab_inputs(selected, slab)
         with prefer_worker(t, workers):
-            parts.append(_task(_image_slab)(inputs, geometry, slab, options, keep))
+            parts.append(_task(_image_slab)(geometry, slab, options, keep, *inputs))
     return parts
 
 
@@ -418,8 +439,9 @@ def _rows_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype
     return pieces
 
 
-def _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype) -> list:
-    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap)
+def _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype, stall_timeout) -> list:
+    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap, stall_timeout)
+    count = len(bounds)
     image = _sent(dirty)
     selected = [dask.delayed(_chunk_select, pure=False, nout=2 * count)(chunk, u, f, None, None, m, geometry, bounds,
                                                                         True) for chunk, u, f, m in pieces]
@@ -428,7 +450,7 @@ def _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, wo
         a, b = slab.chunks
         inputs = _slab_inputs(selected, slab)
         with prefer_worker(t, workers):
-            out = dask.delayed(_vis_slab, pure=False, nout=b - a)(image, inputs, geometry, slab, options, keep)
+            out = dask.delayed(_vis_slab, pure=False, nout=b - a)(image, geometry, slab, options, keep, *inputs)
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w) in enumerate(zip(pieces, layout.pieces(wgt))):
@@ -447,7 +469,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               dirty=None, device=None, tuning=None, row_chunks=None, channel_chunks=None,
               keep_operators=KEEP_OPERATORS, split="auto", slabs=None, slab_samples=None, deterministic=False,
-              **ignored):
+              stall_timeout=None, **ignored):
     """`clgrid.vis2dirty` over Dask: the dirty image (npix_x, npix_y) of ``vis``.
 
     Keywords and meaning as `clgrid.vis2dirty` (ducc0.wgridder's).  ``uvw`` (nrow, 3),
@@ -463,10 +485,13 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     name each worker resolves (None: its ``$CLGRID_DEVICE``, else its first GPU, else
     PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how many
     operators each worker keeps for later calls; ``deterministic``: the same bits from
-    run to run (module docstring).  The partial images are summed pairwise by slab or
-    chunk number, whatever order the tasks finish in.  A failing task's exception is
-    raised here with a note naming its chunk (``clgrid.dask: chunk 3, rows 680:1020,
-    channels 2:4``) or slab.  ``dirty``, if given, receives the image.
+    run to run and whatever the cluster (module docstring).  The partial images are summed
+    pairwise by slab or chunk number, whatever order the tasks finish in.  A failing
+    task's exception is raised here with a note naming its chunk (``clgrid.dask: chunk 3,
+    rows 680:1020, channels 2:4``) or slab; a call that can make no progress for
+    ``stall_timeout`` seconds (None: 120; workers paused for memory or gone) raises
+    `clgrid.errors.ClusterStalledError` (`clgrid.dask.watch`).  ``dirty``, if given,
+    receives the image.
     """
     _refuse_unknown(ignored)
     precision = precision_of(vis.dtype if hasattr(vis, "dtype") else np.asarray(vis).dtype, "vis",
@@ -482,13 +507,14 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     if dirty is not None:
         check_output(dirty, "dirty", (options["npix_x"], options["npix_y"]), _real(precision))
     keep = _keep(keep_operators)
-    split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
+    split, count, workers = _split(split, slabs, do_wgridding, layout, keep, deterministic)
+    stall_seconds(stall_timeout)
     cap = _slab_samples(slab_samples, layout)
     if split == "rows":
         parts = _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers)
     else:
-        parts = _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers)
-    image, said = dask.compute(tree_sum(parts, _task(_add_images)))[0]
+        parts = _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers, stall_timeout)
+    image, said = compute(tree_sum(parts, _task(_add_images)), stall_timeout=stall_timeout)[0]
     check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
                         precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
@@ -507,7 +533,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               vis=None, device=None, npix_x=0, npix_y=0, tuning=None, row_chunks=None, channel_chunks=None,
               keep_operators=KEEP_OPERATORS, split="auto", slabs=None, slab_samples=None, deterministic=False,
-              **ignored):
+              stall_timeout=None, **ignored):
     """`clgrid.dirty2vis` over Dask: the visibilities (nrow, nchan) of the image ``dirty``,
     as a lazy dask array chunked along rows and channels as the data are.
 
@@ -515,9 +541,10 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     (float32 or float64, numpy or a dask array) sets the precision.  Chunks as for
     `vis2dirty`: ``row_chunks`` / ``channel_chunks``, else those of the first dask array
     among uvw, wgt, mask along rows, and among wgt, mask (or ``freq``) along channels;
-    ``split``, ``slabs``, ``slab_samples``, ``keep_operators`` and ``deterministic`` as
-    there (with the planes split, uvw and mask are read once when called, for the
-    slabs and groups).  The image is
+    ``split``, ``slabs``, ``slab_samples``, ``keep_operators``, ``deterministic`` and
+    ``stall_timeout`` as there (with the planes split, uvw and mask are read once when
+    called, for the slabs and groups; the result is lazy: compute it with
+    `clgrid.dask.compute` to have it watched too).  The image is
     sent to every worker once (scattered on a distributed cluster, one node of the graph
     otherwise), not once per task.  With the planes split, each slab's task (one per
     group of chunks) predicts its samples' share and each chunk adds its slabs' shares in
@@ -546,14 +573,16 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     if vis is not None:
         check_output(vis, "vis", (layout.nrow, layout.nchan), dtype)
     keep = _keep(keep_operators)
-    split, count, workers = _split(split, slabs, do_wgridding, layout, keep)
+    split, count, workers = _split(split, slabs, do_wgridding, layout, keep, deterministic)
+    stall_seconds(stall_timeout)
     cap = _slab_samples(slab_samples, layout)
     if split == "rows":
         pieces = _rows_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:
-        pieces = _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype)
+        pieces = _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype,
+                           stall_timeout)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
-        vis[...] = result.compute()
+        vis[...] = compute(result, stall_timeout=stall_timeout)[0]
         return vis
     return result
