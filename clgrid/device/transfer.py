@@ -207,6 +207,8 @@ def upload(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None, 
     """Copy ``host`` into the start of ``buffer`` after ``wait_for``: through ``staging`` when
     there is one (done on return; the event is a marker), else a plain enqueued copy."""
     host = device_layout(host)
+    if not host.nbytes:                       # nothing to copy (and no buffer behind an empty array)
+        return cl.enqueue_marker(queue, wait_for=wait_for)
     if staging is None:
         return cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait_for)
     if wait_for:
@@ -218,6 +220,10 @@ def upload(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None, 
 def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None, wait_for=None) -> None:
     """Copy the start of ``buffer`` into the C-contiguous ``host`` after ``wait_for``; returns
     when done."""
+    if not host.nbytes or buffer is None:     # nothing to copy (an empty device array has no buffer)
+        if wait_for:
+            cl.wait_for_events(wait_for)
+        return
     if staging is None:
         cl.enqueue_copy(queue, host, buffer, wait_for=wait_for).wait()
     else:

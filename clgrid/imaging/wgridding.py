@@ -141,11 +141,14 @@ def _stepping(index: np.ndarray):
     return slice(first, stop if stop >= 0 else None, step)
 
 
-def _good_size(n: int) -> int:
-    """The smallest even size >= n with only small prime factors (fast FFTs)."""
+def _good_size(n: float) -> int:
+    """The smallest even size >= n with only small prime factors (fast FFTs); ``n`` (sigma
+    times the image's side) is rounded up, never down: a grid smaller than sigma asks for
+    loses accuracy (measured: 16 pixels at sigma 1.4 became 22 cells, and the image missed
+    epsilon by 1.4 times)."""
     import scipy.fft
 
-    m = scipy.fft.next_fast_len(int(n))
+    m = scipy.fft.next_fast_len(math.ceil(n))
     while m % 2:
         m = scipy.fft.next_fast_len(m + 1)
     return m
@@ -516,12 +519,19 @@ class WGridder:
         cl.enqueue_copy(self.queue, tally, self._tally)
         return tally
 
-    def _upload_wgt(self, wgt):
-        """``wgt`` to the device; False when there is none (every weight 1)."""
+    def _checked_wgt(self, wgt):
+        """``wgt`` as an array of the data's shape, or None: checked when called, also where
+        nothing is kept (its values are checked on the device, among the kept samples)."""
         if wgt is None:
-            return False
+            return None
         wgt = np.asarray(wgt)
         self._check_values("wgt", wgt, self.shape)
+        return wgt
+
+    def _upload_wgt(self, wgt):
+        """``wgt`` (checked) to the device; False when there is none (every weight 1)."""
+        if wgt is None:
+            return False
         upload(self.queue, np.asarray(wgt, self.real), self._wgt_full, self.staging)
         return True
 
@@ -640,6 +650,7 @@ class WGridder:
         ``update``); there are ``len(planes)`` of them."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape, complex_ok=True)
+        wgt = self._checked_wgt(wgt)
         with self._lock:
             return self._vis2dirty(vis, wgt, progress)
 
@@ -880,6 +891,7 @@ class WGridder:
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
         if not np.all(np.isfinite(dirty)):
             raise ValueError("dirty has NaN or infinite entries")
+        wgt = self._checked_wgt(wgt)
         with self._lock:
             return self._dirty2vis(dirty, wgt)
 

@@ -94,10 +94,11 @@ def split_flags(flags, sample_shape: tuple):
         raise ValueError(f"flags of shape {flags.shape} fit neither the samples {sample_shape} nor "
                          f"the visibilities {sample_shape + ('npol',)}")
     try:
-        flags = np.broadcast_to(flags, target).reshape(nsample, -1)
+        flags = np.broadcast_to(flags, target)
     except ValueError:
         raise ValueError(f"flags of shape {flags.shape} do not broadcast to the samples {sample_shape} "
                          f"or the visibilities {sample_shape + ('npol',)}") from None
+    flags = flags.reshape(nsample, target[-1] if len(target) > len(sample_shape) else 1)   # (no -1: 0 samples)
     every = flags.all(axis=1)
     partly = flags.shape[1] > 1 and bool(np.any(flags.any(axis=1) & ~every))
     return (~every if every.any() else None), (np.ascontiguousarray(flags) if partly else None)
