@@ -10,7 +10,7 @@ import clgrid
 from clgrid.imaging.wgridding import choose_geometry
 from clgrid.tools import cli
 
-from conftest import random_visibilities
+from conftest import random_visibilities, relative_error
 
 N, CELL, W_MAX = 64, 4e-3, 100
 IMAGE = dict(npix_x=32, npix_y=32, pixsize_x=2e-3, pixsize_y=2e-3)
@@ -104,3 +104,18 @@ def test_vis2dirty_dirty2vis_and_wgridder_take_big_endian_arrays(rng, queue, sin
     op = clgrid.WGridder(swapped(uvw), swapped(freq), 32, 32, 2e-3, 2e-3, args["epsilon"], True, mask,
                          precision="single" if single else "double", device=queue, tuning={"spread": "rows"})
     np.testing.assert_array_equal(op.dirty2vis(swapped(dirty), swapped(wgt)), expected)
+
+
+@pytest.mark.parametrize("weights_dtype", [np.float32, np.float64, None])
+def test_single_precision_data_gridded_in_double_keep_double_accuracy(rng, stack, queue, weights_dtype):
+    """complex64 visibilities (and float32 weights) in a double-precision Gridder: weighted
+    in double, as the float64 reference does (found by tests/test_properties.py: the product
+    was formed in float32, 1e-8 from the reference instead of 1e-12)."""
+    uvw, vis = random_visibilities(rng, 400, N, CELL, W_MAX, npol=2)
+    vis = vis.astype(np.complex64)
+    weights = None if weights_dtype is None else rng.uniform(0.1, 3.0, (400,)).astype(weights_dtype)
+    gridder = clgrid.Gridder(N, CELL, stack, device=queue, precision="double")
+    got = gridder.grid(uvw, vis, weights)
+    per_vis = None if weights is None else np.repeat(weights[:, None], 2, axis=1)
+    expected = clgrid.reference.grid(uvw, vis, N, CELL, stack, per_vis)
+    assert relative_error(got, expected) <= 1e-12
