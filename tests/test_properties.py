@@ -20,12 +20,13 @@ import pyopencl.array as cla
 import pytest
 
 import clgrid
+from clgrid.errors import NonFiniteResultError
 from conftest import optional, relative_error
 
 hypothesis = optional("hypothesis", "test")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-EXAMPLES = int(os.environ.get("CLGRID_PROPERTY_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("CLGRID_PROPERTY_EXAMPLES", "100"))
 PROPERTIES = settings(max_examples=EXAMPLES, derandomize="CLGRID_PROPERTY_SEED" not in os.environ,
                       database=None, deadline=None, print_blob=True,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -34,6 +35,7 @@ N, CELL, W_MAX = 64, 4e-3, 100.0
 DU = 1.0 / (N * CELL)
 C = 299792458.0
 TOLERANCE = {"single": 1e-5, "double": 1e-12}
+FEW = 16                 # predicted visibilities below which epsilon is not a bound (dirty2vis)
 IMAGE_PIXSIZE = 2e-3
 
 
@@ -215,29 +217,62 @@ def test_gridder_grid_gives_the_reference_or_names_the_argument(operators, queue
         return clgrid.reference.grid(uvw, values, N, CELL, gridder.kernels, per_vis, flags, freqs,
                                      on_dropped="ignore", return_report=True)
 
+    # magnitudes up to the brink of the operator's range: overflow is NonFiniteResultError
+    scale = data.draw(st.sampled_from([1.0, 1.0, 1.0, 1e30, 1e36] if vis.dtype == np.complex64
+                                      else [1.0, 1.0, 1.0, 1e36, 1e300, 1e306]), label="scale")
+    base = vis                               # the values the reference grids, at scale 1
+    if scale != 1.0 and fault not in ("vis dtype", "npol 3", "vis shape"):
+        with np.errstate(invalid="ignore"):
+            args["vis"] = (args["vis"] * scale).astype(vis.dtype)
+        base = (vis * scale).astype(vis.dtype).astype(np.complex128) / scale     # as rounded to vis's dtype
+    else:
+        scale = 1.0
+    accumulate = out is not None and not errors and scale == 1.0 and data.draw(st.booleans(), label="accumulate")
+    start = rng.normal(size=grid_shape) + 1j * rng.normal(size=grid_shape) if accumulate else 0
+    if accumulate:
+        if isinstance(out, cla.Array):
+            out.set(start.astype(dtype))
+        else:
+            out[...] = start
+
     allowed = []                 # errors the call may raise where the result would not change
     with quiet():
-        expected, report = reference(vis)
+        expected, report = reference(base)      # at scale 1: the float64 reference has its own range
         if at is not None and fault not in ("vis dtype", "npol 3"):
             probe = np.zeros_like(vis)
             probe[at] = 1                       # nonzero wherever that visibility is gridded
             (errors if np.any(reference(probe)[0]) else allowed).append((ValueError, "vis"))
         if fault == "weights negative" and weights is not None:
             (errors if report["gridded"] else allowed).append((ValueError, "weights"))
+        limit = float(np.finfo(np.float32 if precision == "single" else np.float64).max)
+        peak = max(np.abs(expected.real).max(initial=0), np.abs(expected.imag).max(initial=0)) * scale
+        bound = (np.abs(vis.real) + np.abs(vis.imag)).sum() * 2.0 * scale       # every value (weights <= 2)
+        if not errors and peak > limit / 2:
+            (errors if peak > limit else allowed).append((NonFiniteResultError, "overflow"))
+        elif bound > limit / 2:
+            allowed.append((NonFiniteResultError, "overflow"))
+        device_vis = not errors and data.draw(st.booleans(), label="vis on the device")
         layouts = {name: data.draw(st.sampled_from(LAYOUTS), label=f"{name} layout") for name in ("uvw", "vis")}
         call = {**args, **{name: laid_out(args[name], layout) for name, layout in layouts.items()}}
-        run = lambda: gridder.grid(call.pop("uvw"), call.pop("vis"), **call, out=out)  # noqa: E731
+        if device_vis:
+            call["vis"] = cla.to_device(queue, np.ascontiguousarray(args["vis"]))
+        run = lambda: gridder.grid(call.pop("uvw"), call.pop("vis"), **call, out=out,  # noqa: E731
+                                   accumulate=accumulate)
         if errors:
             with refused(errors + allowed):
                 run()
             return
         try:
             got = run()
-        except ValueError as error:
-            if not any(name in str(error) for _, name in allowed):
+        except (ValueError, NonFiniteResultError) as error:
+            if not any(isinstance(error, kind) and name in str(error) for kind, name in allowed):
                 raise
             return
-    check_result(got, out, expected, grid_shape, dtype, TOLERANCE[precision])
+    if scale != 1.0:                        # compared at scale 1
+        got = got.get() if isinstance(got, cla.Array) else got
+        assert got.dtype.newbyteorder("=") == dtype
+        got, out, dtype = got.astype(np.complex128) / scale, None, np.complex128
+    check_result(got, out, expected + start, grid_shape, dtype, TOLERANCE[precision])
 
 
 @PROPERTIES
@@ -277,16 +312,41 @@ def test_degridder_degrid_gives_the_reference_or_names_the_argument(operators, q
         errors = errors + [(ValueError, "uvw")]
     elif fault == "uvw shape":
         args["uvw"], errors = uvw[..., :2], errors + [(ValueError, "uvw")]
-    layouts = {name: data.draw(st.sampled_from(LAYOUTS), label=f"{name} layout") for name in ("grid", "uvw")}
-    call = {**args, **{name: laid_out(args[name], layout) for name, layout in layouts.items()}}
+    scale = data.draw(st.sampled_from([1.0, 1.0, 1.0, 1e36, 1e39] + ([1e306] if grid.dtype == np.complex128 else [])),
+                      label="scale")
+    if errors or (scale > 1e38 and grid.dtype == np.complex64):
+        scale = 1.0
+    base = grid.astype(dtype).astype(np.complex128)     # what the operator degrids, at scale 1
+    if scale != 1.0:
+        args["grid"] = (grid * scale).astype(grid.dtype)
+        base = args["grid"].astype(dtype).astype(np.complex128) / scale
+    limit = float(np.finfo(np.float32 if precision == "single" else np.float64).max)
+    allowed = []
     with quiet():
+        largest = max(np.abs(grid.real).max(), np.abs(grid.imag).max()) * scale
+        if not errors and largest > limit:                      # the grid itself, in single precision
+            errors = [(NonFiniteResultError, "overflow")]
+        expected = None if errors else clgrid.reference.degrid(base, uvw, N, CELL, degridder.kernels, flags,
+                                                                freqs, on_dropped="ignore")
+        peak = 0 if errors else max(np.abs(expected.real).max(initial=0), np.abs(expected.imag).max(initial=0))
+        if not errors and peak * scale > limit:
+            errors = [(NonFiniteResultError, "overflow")]       # the sums
+        elif not errors and np.abs(grid).max() * scale * 1e3 > limit:
+            allowed = [(NonFiniteResultError, "overflow")]
+        layouts = {name: data.draw(st.sampled_from(LAYOUTS), label=f"{name} layout") for name in ("grid", "uvw")}
+        call = {**args, **{name: laid_out(args[name], layout) for name, layout in layouts.items()}}
         if errors:
             with refused(errors):
                 degridder.degrid(call.pop("grid"), call.pop("uvw"), **call, out=out)
             return
-        got = degridder.degrid(call.pop("grid"), call.pop("uvw"), **call, out=out)
-        expected = clgrid.reference.degrid(grid.astype(dtype), uvw, N, CELL, degridder.kernels, flags, freqs,
-                                           on_dropped="ignore")
+        try:
+            got = degridder.degrid(call.pop("grid"), call.pop("uvw"), **call, out=out)
+        except NonFiniteResultError:
+            assert allowed
+            return
+    if scale != 1.0:                        # compared at scale 1
+        got = got.get() if isinstance(got, cla.Array) else got
+        got, out = got.astype(np.complex128) / scale, None
     check_result(got, out, expected, vis_shape, (dtype, np.complex128), TOLERANCE[precision])
 
 
@@ -359,20 +419,22 @@ def test_vis2dirty_gives_ducc0s_image_or_names_the_argument(device_name, data):
     rng = seeded(data)
     uvw, freq, single, epsilon, wgt, mask, keywords = draw_imaging(data, rng)
     shape, rd = (uvw.shape[0], freq.size), np.float32 if single else np.float64
-    vis = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64 if single else np.complex128)
+    cd = np.complex64 if single else np.complex128
+    vis = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(cd)
     bad = data.draw(st.sampled_from([None, np.nan, np.inf]), label="non-finite vis")
     if bad is not None and vis.size:
         vis[rng.integers(shape[0]), rng.integers(shape[1])] = bad
+    # magnitudes up to the brink of the precision's range: overflow is NonFiniteResultError
+    scale = data.draw(st.sampled_from([1.0, 1.0, 1.0] + ([1e30, 1e36] if single else [1e300, 1e306])), label="scale")
+    with np.errstate(invalid="ignore"):
+        scaled = (vis * scale).astype(cd)
     through = data.draw(st.sampled_from(["vis2dirty", "WGridder"]), label="through")
-    args = dict(uvw=uvw, freq=freq, vis=vis, wgt=wgt, mask=mask, epsilon=epsilon)
-    errors = imaging_fault(data.draw(st.sampled_from(IMAGING_FAULTS + ["vis dtype", "vis shape"]), label="fault"),
-                           args, keywords, shape)
-    if errors == [] and args["vis"] is vis:
-        pass
-    fault_vis = data.draw(st.sampled_from([None, None, None, None, "vis dtype", "vis shape"]), label="vis fault")
-    if fault_vis == "vis dtype":
+    args = dict(uvw=uvw, freq=freq, vis=scaled, wgt=wgt, mask=mask, epsilon=epsilon)
+    errors = imaging_fault(data.draw(st.sampled_from(IMAGING_FAULTS), label="fault"), args, keywords, shape)
+    fault = data.draw(st.sampled_from([None, None, None, None, "vis dtype", "vis shape"]), label="vis fault")
+    if fault == "vis dtype":
         args["vis"], errors = np.abs(vis) > 0, errors + [(TypeError, "vis")]
-    elif fault_vis == "vis shape":
+    elif fault == "vis shape":
         args["vis"], errors = np.concatenate([vis, vis[:1] if len(vis) else np.zeros((1, shape[1]), vis.dtype)]), \
             errors + [(ValueError, "vis")]
     out, out_errors = draw_out(data, None, (keywords["npix_x"], keywords["npix_y"]), rd)
@@ -386,23 +448,35 @@ def test_vis2dirty_gives_ducc0s_image_or_names_the_argument(device_name, data):
             return clgrid.vis2dirty(**call, **keywords, dirty=out, device=device_name)
         return operator_call(keywords, call, single, device_name).vis2dirty(call["vis"], call["wgt"])
 
+    limit = float(np.finfo(rd).max)
+    allowed = []               # where the result would not change, or may just overflow
     with quiet():
         expected = None
-        if not errors:
-            expected = ducc0.vis2dirty(uvw=uvw, freq=freq, vis=vis.astype(np.complex128),
+        if not errors:         # at scale 1: the oracle has its own range
+            expected = ducc0.vis2dirty(uvw=uvw, freq=freq, vis=scaled.astype(np.complex128) / scale,
                                        wgt=None if wgt is None else wgt.astype(np.float64), mask=mask,
                                        epsilon=1e-12, **keywords)
             if not np.all(np.isfinite(expected)):      # the non-finite value was imaged: refused by name
                 errors = [(ValueError, "vis")]
+            elif np.abs(expected).max(initial=0) * scale > limit:
+                errors = [(NonFiniteResultError, "overflow")]
+            elif np.nansum(np.abs(vis)) * scale * 1e3 > limit:
+                allowed = [(NonFiniteResultError, "overflow")]
+        if bad is not None:
+            allowed.append((ValueError, "vis"))       # where ducc0 left it out (zero weight): may be refused
         if errors:
-            with refused(errors):
+            with refused(errors + allowed):
                 run()
             return
         try:
             got = run()
-        except ValueError as error:     # a non-finite value that ducc0 left out (zero weight) may be refused
-            assert bad is not None and "vis" in str(error), error
+        except (ValueError, NonFiniteResultError) as error:
+            if not any(isinstance(error, kind) and name in str(error) for kind, name in allowed):
+                raise
             return
+    if scale != 1.0:                        # compared at scale 1
+        assert got.dtype.newbyteorder("=") == rd
+        got, out, rd = got.astype(np.float64) / scale, None, np.float64
     check_result(got, out if through == "vis2dirty" else None, expected, (keywords["npix_x"], keywords["npix_y"]),
                  rd, epsilon)
 
@@ -457,4 +531,8 @@ def test_dirty2vis_gives_ducc0s_visibilities_or_names_the_argument(device_name, 
         expected = ducc0.dirty2vis(uvw=uvw, freq=freq, dirty=image.astype(np.float64),
                                    wgt=None if wgt is None else wgt.astype(np.float64), mask=mask, epsilon=1e-12,
                                    **ducc0_keywords)
-    check_result(got, out if through == "dirty2vis" else None, expected, shape, cd, epsilon)
+    # epsilon bounds the relative L2 error over all the visibilities: over a handful, one
+    # visibility's own error shows, which no one bounds by epsilon (ducc0 measured 2.7 epsilon
+    # for one visibility; clgrid 7; from 30 on both are within it): docs/reliability.md
+    tolerance = epsilon if np.count_nonzero(expected) >= FEW else 10 * epsilon
+    check_result(got, out if through == "dirty2vis" else None, expected, shape, cd, tolerance)

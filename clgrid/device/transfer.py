@@ -231,10 +231,16 @@ def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None
 
 
 def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:
-    """``host`` as a new device array, through ``staging`` when there is one."""
+    """``host`` as a new device array, through ``staging`` when there is one; the copy is
+    complete on return, so kernels on any queue of the context may read it (a blocking
+    write only promises that ``host`` may be reused: Intel's CPU runtime let a kernel on
+    another queue read the buffer before the data were in it, found by the property tests)."""
     host = device_layout(host)
     if staging is None:
-        return cla.to_device(queue, host)
+        out = cla.empty(queue, host.shape, host.dtype)
+        if host.nbytes:
+            cl.enqueue_copy(queue, out.data, host, is_blocking=True).wait()
+        return out
     out = cla.empty(queue, host.shape, host.dtype)
     if host.nbytes:
         staging.upload(host, out.data)

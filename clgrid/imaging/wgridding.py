@@ -218,7 +218,12 @@ def choose_geometry(npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float
         if not do_wgridding:
             return nu, nv, 1.0, 1
         dw = 1.0 / (2.0 * choice.sigma * t_half)
-        return nu, nv, dw, int(math.ceil((w_max - w_min) / dw)) + choice.support
+        # the first plane of the largest |w| by the planning's own arithmetic
+        # (`Geometry.first_planes`), not (w_max - w_min) / dw: the two round apart, and a
+        # point whose taps reached one plane past the stack was refused as an internal error
+        w_start = w_min - choice.support / 2 * dw
+        top = math.ceil((w_max - w_start) / dw - choice.support / 2.0)
+        return nu, nv, dw, max(top, int(math.ceil((w_max - w_min) / dw)), 0) + choice.support
 
     def cost(choice):
         nu, nv, _, planes = sizes(choice)

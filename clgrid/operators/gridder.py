@@ -11,7 +11,7 @@ is kept in ``last_report``.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 
 import numpy as np
 import pyopencl as cl
@@ -28,6 +28,13 @@ from ..device.transfer import device_layout, download, host_empty, to_device_arr
 from ..planning.values import ValueKernels, check_vis, check_weights, to_device
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
+
+
+def _settle(staged) -> None:
+    """Wait for a staged chunk's upload still running on its thread (its error is the
+    caller's no longer: the call already failed)."""
+    if staged is not None and isinstance(staged[1], Future):
+        wait([staged[1]])
 
 
 class Gridder(GridOperation):
@@ -181,29 +188,34 @@ class Gridder(GridOperation):
             staged = self._stage(next(chunks, None))
             if staged is None:
                 raise ValueError("grid_chunks needs at least one chunk")
-            first, totals, plan_seconds, kernel_events = True, None, 0.0, []
-            while staged is not None:
-                positions, vis, weights, flags = staged
-                plan, seconds = self._plan_for(positions, freqs, flags)
-                plan_seconds += seconds
-                vis = vis.result() if isinstance(vis, Future) else vis
-                prepared = self._prepare_values(plan, vis, weights, wait_for if first else None)
-                if first:
-                    npol, grid_buffer = prepared.npol, self._output_grid(out, prepared.npol, accumulate)
-                elif prepared.npol != npol:
-                    raise ValueError(f"chunks of {npol} and {prepared.npol} polarisations")
-                events = self.execute(prepared, grid_buffer, accumulate=accumulate and out is not None or not first)
-                kernel_events += events[1:]
-                counts = dict(plan.counts_report(self.done), grid_point_additions=prepared.grid_point_additions,
-                              norm=prepared.norm)
-                totals = counts if totals is None else {k: totals[k] + counts[k] for k in totals}
-                first = False
-                staged = self._stage(next(chunks, None))   # uploads while this chunk's kernels run
-            self.last_events = events
-            result = self._deliver(out, grid_buffer, npol, events)
-            report = self._keep_report(totals, started, plan_seconds, kernel_events)
-            check_gridded(self, grid_buffer, npol, report,                      # overflow, empty input
-                          bound=lambda: self.value_bound(prepared))
+            try:
+                first, totals, plan_seconds, kernel_events = True, None, 0.0, []
+                while staged is not None:
+                    positions, vis, weights, flags = staged
+                    plan, seconds = self._plan_for(positions, freqs, flags)
+                    plan_seconds += seconds
+                    vis = vis.result() if isinstance(vis, Future) else vis
+                    prepared = self._prepare_values(plan, vis, weights, wait_for if first else None)
+                    if first:
+                        npol, grid_buffer = prepared.npol, self._output_grid(out, prepared.npol, accumulate)
+                    elif prepared.npol != npol:
+                        raise ValueError(f"chunks of {npol} and {prepared.npol} polarisations")
+                    events = self.execute(prepared, grid_buffer,
+                                          accumulate=accumulate and out is not None or not first)
+                    kernel_events += events[1:]
+                    counts = dict(plan.counts_report(self.done), grid_point_additions=prepared.grid_point_additions,
+                                  norm=prepared.norm)
+                    totals = counts if totals is None else {k: totals[k] + counts[k] for k in totals}
+                    first = False
+                    staged = self._stage(next(chunks, None))   # uploads while this chunk's kernels run
+                self.last_events = events
+                result = self._deliver(out, grid_buffer, npol, events)
+                report = self._keep_report(totals, started, plan_seconds, kernel_events)
+                check_gridded(self, grid_buffer, npol, report,                      # overflow, empty input
+                              bound=lambda: self.value_bound(prepared))
+            except BaseException:
+                _settle(staged)        # no upload of this call outlives it (another thread's queue)
+                raise
         return (result, report) if return_report else result
 
     def value_bound(self, prepared) -> float:

@@ -274,9 +274,9 @@ def make_plan(queue, geometry: Geometry, uvw, freqs=None, flags=None, on_dropped
     """
     host_uvw = None if isinstance(uvw, cla.Array) else uvw
     shape = tuple(uvw.shape) if isinstance(uvw, cla.Array) else np.shape(uvw)
-    check_coordinates(np.empty((0,) + shape[-1:]) if host_uvw is None else host_uvw, freqs)
-    if len(shape) < 2 or shape[-1] != 3:
+    if len(shape) < 2 or shape[-1] != 3:        # named with its own shape (a device array's too)
         raise ValueError(f"uvw must have shape (..., 3), got {shape}")
+    check_coordinates(np.empty((0,) + shape[-1:]) if host_uvw is None else host_uvw, freqs)
     freqs = None if freqs is None else np.asarray(freqs, np.float64)
     leading = shape[:-1]
     nchan = None if freqs is None else freqs.size
