@@ -78,7 +78,8 @@ def observation(rows: int, nchan: int, f_lo: float, f_hi: float):
 
 # task names as dask.utils.key_split gives them (no leading underscore)
 IMAGING = ("image_chunk", "image_slab")
-PREPARING = ("chunk_extent", "geometry_of", "chunk_counts", "chunk_select", "getitem")
+PREPARING = ("chunk_extent", "geometry_of", "chunk_counts", "chunk_selection", "chunk_parts", "slab_points",
+             "chunk_values", "getitem")
 
 
 def breakdown(stream: list, start: float, stop: float) -> dict:

@@ -2,7 +2,7 @@
 # The GPU runs behind BENCHMARKS.md, in order. On the GPU machine, from the checkout root:
 #   bash benchmarks/gpu.sh "$OUT" [part]
 # The whole sequence takes about 25 minutes; `part` (tests, atomics, bench, degrid,
-# moving_window, tiled, texture, plan, wgridding) runs one section, for machines that limit a command's time.
+# moving_window, tiled, texture, plan, wgridding, imager) runs one section, for machines that limit a command's time.
 set -uo pipefail
 out=${1:-.}
 part=${2:-all}
@@ -69,4 +69,13 @@ if run wgridding; then
       --nthreads "$(nproc)" --repeats 5 --oracle $w --json "$out/wgridding_h100${w:+_now}.json" 2>&1 \
       | tee -a "$out/wgridding.txt"
   done
+fi
+if run imager; then
+  # clgrid image (issue 27) on a simulated 64.5 M-visibility MeerKAT MS into 4096^2, beside the
+  # same pipeline with ducc0.wgridder on every core standing in for WSClean (not installed here).
+  # Needs python-casacore and astropy (the ms extra) and ducc0; the MS (2.1 GB) is written to
+  # /tmp once (about a minute), not to $out.
+  python3 benchmarks/imager.py --case gpu "${gpu[@]}" --peers clgrid,ducc0 --repeats 3 \
+    --workdir "${TMPDIR:-/tmp}/clgrid-imager-bench" --json "$out/imager_gpu.json" 2>&1 | tail -40 \
+    | tee "$out/imager.txt"
 fi

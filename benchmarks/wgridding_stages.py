@@ -45,18 +45,18 @@ def event_seconds(events):
 def stage_times(op, repeats):
     """Device seconds of spread / FFT / accumulate summed over the planes (median of repeats)."""
     g, q = op.geometry, op.queue
-    planes = [p for p in range(g.num_planes) if op.plan.active(p, g.kernel.support)[1]]
+    planes = [p for p in range(g.num_planes) if op.engine._active(p)]
     out = {"spread_s": [], "interp_s": [], "fft_s": []}
     for _ in range(repeats):
         spread, interp, fft = [], [], []
         for p in planes:
-            spread.append(op._launch_spread(p))
-            interp.append(op._launch_interp(p))
+            spread.append(op.engine._launch_spread(p))
+            interp.append(op.engine._launch_interp(p))
         q.finish()
-        if op.device_fft is not None:
+        if op.engine.device_fft is not None:
             t = time.perf_counter()
             for p in planes:
-                op.device_fft.backward(op._grid)
+                op.engine.device_fft.backward(op.engine._grid)
             q.finish()
             fft.append(time.perf_counter() - t)
         out["spread_s"].append(event_seconds(spread))
@@ -68,18 +68,25 @@ def stage_times(op, repeats):
 def call_parts(op, vis, dirty, repeats):
     """Wall time of the parts of a reused call: values up and gathered, the planes on the
     device (device FFT only), the image down; the same for dirty2vis."""
-    out = {"values_in_s": median_time(lambda: (upload(op.queue, vis, op._vis_full, op.staging), op._data_launch(op._gather, False)),
+    e = op.engine
+    out = {"values_in_s": median_time(lambda: (e._upload_values(vis, None), e._data_launch(e._gather, False)),
                                       repeats)}
-    if op.device_fft is not None:
-        out["vis2dirty_planes_s"] = median_time(lambda: op._vis2dirty_device(None), repeats)
+    if op.engine.device_fft is not None:
+        out["vis2dirty_planes_s"] = median_time(lambda: e._vis2dirty_device(None), repeats)
 
         def planes():
-            op._dirty2vis_device(dirty)
+            e._dirty2vis_device(dirty)
             op.queue.finish()
 
         out["dirty2vis_planes_s"] = median_time(planes, repeats)
-    out["values_out_s"] = median_time(lambda: (op._data_launch(op._scatter, False),
-                                               download(op.queue, op._vis_full, np.empty(op.shape, op.complex), op.staging)), repeats)
+    out_vis = np.empty(op.shape, e.complex)
+
+    def values_out():
+        e._data_launch(e._scatter, False)
+        for part in e._parts:
+            download(op.queue, part.vis_full, out_vis[part.rows], e.staging)
+
+    out["values_out_s"] = median_time(values_out, repeats)
     return out
 
 
@@ -145,7 +152,7 @@ def main(argv=None):
     p.add_argument("--device", default=None)
     p.add_argument("--nthreads", type=int, default=0)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--spread", default=None, help="tuning [wgridding] spread: atomic, bins or rows")
+    p.add_argument("--spread", default=None, help="tuning [wgridding] spread: points, bins or rows")
     p.add_argument("--tuning", default=None, help="more [wgridding] overrides as JSON, e.g. '{\"bin_u\": 64}'")
     p.add_argument("--sweep", default=None, help="a JSON list of [wgridding] tunings to time the spread of")
     p.add_argument("--cufinufft", action="store_true")
@@ -188,7 +195,7 @@ def main(argv=None):
     res["grid"] = [g.nu, g.nv]
     res["support"] = g.kernel.support
     res["planes"] = g.num_planes
-    res["spread_mode"], res["fft_mode"] = op.spread_mode, op.fft_mode
+    res["spread_mode"], res["fft_mode"] = op.engine.spread_mode, op.engine.fft_mode
     res["vis2dirty_reused_s"] = median_time(lambda: op.vis2dirty(vis), a.repeats)
     res["dirty2vis_reused_s"] = median_time(lambda: op.dirty2vis(dirty), a.repeats)
     res["vis2dirty_call_s"] = median_time(

@@ -49,7 +49,10 @@ class Measurement:
 def read_measurement(path, by_baseline: bool = True, **read_kwargs) -> Measurement:
     """Read a file pyuvdata understands; ``read_kwargs`` go to ``UVData.from_file``.
 
-    Weights are pyuvdata's ``nsample_array``.  ``uvw`` is the file's with u and v
+    Weights are pyuvdata's ``nsample_array``.  ``polarizations`` (AIPS codes) come in
+    pyuvdata's order, which need not be the file's (an MS holding RR RL LR LL came back
+    as RR LL RL LR: issue 27); `clgrid.imager.ms` reads a Measurement Set's correlations
+    in its own order, with their names.  ``uvw`` is the file's with u and v
     reversed into clgrid's sign convention (module docstring); ``vis`` is the file's.  With ``by_baseline`` and a regular
     baseline-time layout, rows are ordered baseline-major as the moving-window
     strategies want; otherwise rows keep the file's order.

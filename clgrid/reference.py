@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sources.analytic import AnalyticKernel
 from .sources.interpolation import trilinear
 from .sources.tables import KernelStack
 from .planning.host import (Positions, check_grid, check_grid_geometry, flatten_positions, flatten_samples,
@@ -26,15 +25,6 @@ __all__ = ["grid", "grid_plan", "degrid", "degrid_plan", "relative_error"]
 _CHUNK_POINTS = 1 << 22  # kernel points per vectorised chunk, bounds the temporaries
 
 
-def _nearest_weights(plan: Positions, kernels: KernelStack, sel: np.ndarray, taps: np.ndarray):
-    """Kernel samples (n, W, W) [j, k] of the visibilities ``sel``, all of one w-plane."""
-    os = kernels.oversample
-    quarter = kernels.planes[int(plan.plane[sel[0]])]
-    iy = np.abs(plan.off_v[sel, None] + taps * os)           # (n, W)
-    ix = np.abs(plan.off_u[sel, None] + taps * os)
-    return quarter[iy[:, :, None], ix[:, None, :]]
-
-
 def _interpolated_weights(plan: Positions, cube: np.ndarray, oversample: int, sel: np.ndarray,
                           taps: np.ndarray):
     """The cube interpolated at the taps (n, W, W) [j, k] of the visibilities ``sel``."""
@@ -42,14 +32,6 @@ def _interpolated_weights(plan: Positions, cube: np.ndarray, oversample: int, se
     x = np.abs(taps - frac_u) * oversample                   # (n, W)
     y = np.abs(taps - frac_v) * oversample
     return trilinear(cube, z[:, :, None], y[:, :, None], x[:, None, :])
-
-
-def _analytic_weights(plan: Positions, kernels: AnalyticKernel, sel: np.ndarray, taps: np.ndarray):
-    """The kernel at the taps (n, W, W) [j, k] of the visibilities ``sel``: tap k lies
-    ``k - frac`` cells from the visibility (``frac`` = position - nearest cell)."""
-    wu = kernels.weights(taps - plan.position[sel, 0, None])   # (n, W)
-    wv = kernels.weights(taps - plan.position[sel, 1, None])
-    return (wv[:, :, None] * wu[:, None, :]).astype(np.complex128)
 
 
 def _footprints(plan: Positions, weights, sel: np.ndarray, support: int):
@@ -68,13 +50,10 @@ def _footprints(plan: Positions, weights, sel: np.ndarray, support: int):
 def _footprint_chunks(plan: Positions, kernels: KernelStack):
     """``(sel, cells, c)`` for every kept visibility, a chunk at a time: a w-plane at a time
     for nearest samples, a footprint support at a time for interpolated weights."""
-    if isinstance(kernels, AnalyticKernel):
+    if kernels.evaluated or plan.position is None:     # the source's own weights
         group = plan.plane
-        weights = lambda sel, taps: _analytic_weights(plan, kernels, sel, taps)  # noqa: E731
-    elif plan.position is None:
-        group = plan.plane
-        weights = lambda sel, taps: _nearest_weights(plan, kernels, sel, taps)  # noqa: E731
-    else:
+        weights = lambda sel, taps: kernels.tap_weights(plan, sel, taps)  # noqa: E731
+    else:                                               # tables interpolated linearly
         group = plan.support
         cube = kernels.cube()
         weights = lambda sel, taps: _interpolated_weights(plan, cube, kernels.oversample, sel, taps)  # noqa: E731

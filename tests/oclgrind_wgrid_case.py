@@ -20,7 +20,7 @@ def tiny_case(seed: int, nrow: int = 24):
     """Points on a 16^2 image's padded grid, with w, and their values."""
     rng = np.random.default_rng(seed)
     uvw = rng.uniform(-1, 1, size=(nrow, 3)) * np.array([0.45 / PIXSIZE, 0.45 / PIXSIZE, 20.0])
-    freq = np.array([clgrid.imaging.wgridding.SPEED_OF_LIGHT])      # metres are wavelengths
+    freq = np.array([clgrid.planning.host.SPEED_OF_LIGHT])      # metres are wavelengths
     vis = (rng.normal(size=(nrow, 1)) + 1j * rng.normal(size=(nrow, 1))).astype(np.complex64)
     return uvw, freq, vis
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import clgrid
+from clgrid.sources.tables import quarter_size
 from clgrid.tools import datasets
 from clgrid.sources.accuracy import es_kernel, kernel_transform
 from clgrid.sources.analytic import AnalyticKernel
@@ -77,7 +78,9 @@ def test_gridding_against_the_float64_kernel(queue, rng, method, tuning, precisi
     assert relative_error(got, ref) < TOLERANCE[precision]
     np.testing.assert_allclose(gridder.last_report["norm"], report["norm"], rtol=1e-6)
     # the exact offsets matter: the same kernel read at its table's nearest samples is far off
-    table = clgrid.KernelStack.from_arrays(kernels.planes, kernels.supports, kernels.oversample, 0.0)
+    samples = kernels.weights(np.arange(quarter_size(int(kernels.supports[0]), kernels.oversample))
+                              / kernels.oversample)
+    table = clgrid.KernelStack.from_arrays([np.outer(samples, samples)], kernels.supports, kernels.oversample, 0.0)
     nearest = clgrid.reference.grid(uvw, vis, N, cell, table, weights, freqs=freqs)
     assert relative_error(got, nearest) > 1e3 * TOLERANCE[precision]
 
@@ -152,11 +155,11 @@ def test_image_and_visibilities_agree_with_ducc0(queue, rng, epsilon, precision)
 
 def test_offsets_planned_on_the_host_are_the_devices(queue, rng):
     """Devices without fp64 plan on the host: the same offsets, bit for bit, where kept."""
-    from clgrid.planning.plan import Geometry, make_plan
+    from clgrid.planning.plan import GridGeometry, make_plan
 
     kernels = clgrid.KernelStack.analytic(1e-5)
     uvw, freqs, cell = meerkat_tracks(rng, kernels)
-    geometry = Geometry(N, cell, kernels)
+    geometry = GridGeometry(N, cell, kernels)
     on_device = make_plan(queue, geometry, uvw, freqs, where="device")
     on_host = make_plan(queue, geometry, uvw, freqs, where="host")
     kept = on_host.host().sample
@@ -165,12 +168,13 @@ def test_offsets_planned_on_the_host_are_the_devices(queue, rng):
     assert np.abs(on_host.fraction.get()[kept].view(np.float64)).max() <= 0.5
 
 
-def test_one_w_plane_only_and_table_readers_refuse_it(queue):
+def test_a_bad_kernel_and_table_readers_are_refused(queue):
     kernels = clgrid.KernelStack.analytic(1e-4)
-    plane = kernels.planes[0]
-    with pytest.raises(ValueError, match="an analytic kernel source has one w-plane"):
-        AnalyticKernel((plane, plane), np.array([kernels.supports[0]] * 2), kernels.oversample, 0.0, "es",
-                       width=kernels.width, beta=kernels.beta, sigma=kernels.sigma)
+    assert kernels.num_planes == 1 and kernels.w_scale == 0 and kernels.evaluated
+    with pytest.raises(ValueError, match="width must be an integer >= 2"):
+        AnalyticKernel(1, kernels.beta)
+    with pytest.raises(ValueError, match="beta must be positive"):
+        AnalyticKernel(kernels.width, float("nan"))
     with pytest.raises(ValueError, match="cannot evaluate an analytic kernel source.*'tiled'"):
         clgrid.Gridder(N, 1e-3, kernels, method="moving_window", device=queue)
     with pytest.raises(ValueError, match="cannot evaluate an analytic kernel source.*'gather'"):

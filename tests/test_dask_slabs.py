@@ -11,8 +11,10 @@ pytest.importorskip("dask", reason="clgrid.dask needs dask (pip install 'clgrid[
 
 from clgrid.dask import slabs as dask_slabs  # noqa: E402
 
-from clgrid.planning import stacking as wgrid_plan  # noqa: E402
-from clgrid.imaging.wgridding import SPEED_OF_LIGHT, WGridder, _abs_w_range, choose_geometry, imaging_work  # noqa: E402
+from clgrid.planning.host import stacked_positions  # noqa: E402
+from clgrid.imaging.geometry import abs_w_range as _abs_w_range, choose_geometry, imaging_work  # noqa: E402
+from clgrid.imaging.wgridding import WGridder  # noqa: E402
+from clgrid.planning.host import SPEED_OF_LIGHT  # noqa: E402
 
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
 FREQS = np.array([1.0, 1.1, 1.3]) * SPEED_OF_LIGHT        # channel 0 at c: metres are wavelengths there
@@ -50,12 +52,10 @@ def geometry_for(uvw, mask, **kw):
 
 def plan_first_planes(uvw, freq, mask, geometry, signs=(1.0, 1.0, 1.0)):
     """Each kept sample's first plane as the operator's planning finds it, by flat index."""
-    host = wgrid_plan.plan_on_host(uvw, np.asarray(freq) / SPEED_OF_LIGHT, None if mask is None else mask != 0,
-                                   signs, geometry, wgrid_plan.Layout("rows", geometry.nu, geometry.nv), True)
-    src = host["src"]
-    flat = np.where(src < 0, -src - 1, src)
+    host = stacked_positions(uvw, np.asarray(freq) / SPEED_OF_LIGHT, None if mask is None else mask != 0,
+                             signs, geometry, True)
     out = np.full(len(uvw) * np.size(freq), -10**6)
-    out[flat] = host["first"][:, 2]
+    out[host["sample"]] = host["packed"][:, 3] & 0x7FFFFFFF
     return out
 
 

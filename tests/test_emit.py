@@ -1,11 +1,13 @@
 """`clgrid emit` writes, for every method and direction, the very source the strategy builds."""
 
+import numpy as np
+import pyopencl as cl
 import pytest
 
 import clgrid
 from clgrid.device.binaries import emit_program
 from clgrid.device.runtime import device_facts
-from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
+from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING, spelling
 
 N, CELL = 64, 4e-3
 
@@ -44,3 +46,26 @@ def test_emit_command_for_an_analytic_kernel(tmp_path, device_name):
     assert "ES_COEF" in out.read_text()
     assert main(["emit", "--method", "moving_window", "--grid-size", "64", "--epsilon", "1e-4",
                  "--device", device_name, "-o", str(out)]) == 2     # reads tables: refused by name
+
+
+@pytest.mark.parametrize("spread", sorted(IMAGING))
+@pytest.mark.parametrize("degrid", [False, True])
+def test_emitted_imaging_source_is_what_the_operator_builds(queue, tmp_path, rng, spread, degrid):
+    """The imaging operator's spread and interpolation are strategies like the others:
+    `clgrid emit --imaging` writes the very source `vis2dirty` builds, and it builds."""
+    from clgrid.tools.cli import main
+
+    nrow, freq = 300, np.array([1.4e9])
+    uvw = rng.normal(scale=200.0, size=(nrow, 3))
+    op = clgrid.WGridder(uvw, freq, 64, 64, 2e-4, 2e-4, 1e-4, do_wgridding=True, device=queue,
+                         precision="single", tuning={"spread": spread})
+    strategy = op.engine.interpolator if degrid else op.engine.spreader
+    source, _ = emit_program(type(strategy), device_facts(queue.device), "single", 1, strategy.grid_size,
+                             strategy.kernels, tmp_path / "p.cl", strategy.tuning)
+    assert source.read_text() == strategy._source(1)[0]
+    out = tmp_path / "cmd.cl"
+    args = ["emit", "--imaging", "--method", spread, "--grid-size", "64", "--epsilon", "1e-4", "--w-planes", "9",
+            "--device", f"{queue.device.platform.name} {queue.device.name}", "-o", str(out)]
+    assert main(args + (["--degrid"] if degrid else [])) == 0
+    assert "ES_COEF" in out.read_text()
+    cl.Program(queue.context, out.read_text()).build()

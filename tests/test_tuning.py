@@ -284,3 +284,18 @@ def test_single_work_item_strategies_are_not_pruned_by_simd_width(queue):
     assert len(tuner.candidates("degrid-fpga", h100, {"tile": [16, 32]})) == 2
     assert tuner.candidates("atomic", h100, {"wg_u": [8, 16], "wg_v": [1]}) == []   # 8 and 16: not warps
 
+
+
+@pytest.mark.parametrize("section", ["bins", "points", "degrid_points", "rows_stacked"])
+def test_cli_tune_runs_for_the_imaging_strategies(queue, device_name, section, capsys):
+    """`clgrid tune --imaging`: two values of the section's first parameter beside the table
+    default, each image checked against the default's."""
+    from clgrid.tools import cli
+
+    key, values = next(iter(tuning.tune_space(section).items()))
+    sweep = f"{key}=[{', '.join(tuning._toml_value(v) for v in values[:2])}]"
+    assert cli.main(["tune", "--imaging", "--method", section, "--device", device_name, "--num-vis", "3000",
+                     "--grid-size", "128", "--repeats", "2", "--no-save", "--write-table", "--space", sweep]) == 0
+    out = capsys.readouterr().out
+    assert "table default: " in out and f"[devices.{section}]" in out
+    assert cli.main(["tune", "--imaging", "--method", "tiled", "--device", device_name]) == 2

@@ -144,8 +144,8 @@ def test_shared_geometry_and_plane_ranges_add_up_to_the_whole(rng, spread, fft, 
               precision="single" if single else "double", tuning={"spread": spread, "fft": fft}, **IMAGE)
     whole = clgrid.WGridder(uvw, freq, mask=mask, **kw)
     g = whole.geometry
-    assert g == clgrid.imaging.wgridding.choose_geometry(
-        w_range=clgrid.imaging.wgridding._abs_w_range(uvw, freq / C, mask != 0), num_kept=np.count_nonzero(mask),
+    assert g == clgrid.imaging.geometry.choose_geometry(
+        w_range=clgrid.imaging.geometry.abs_w_range(uvw, freq / C, mask != 0), num_kept=np.count_nonzero(mask),
         **{k: v for k, v in kw.items() if k not in ("device", "tuning")})
     cuts = sorted(rng.choice(np.arange(1, g.num_planes), 2, replace=False))
     ranges = list(zip([0] + cuts, cuts + [g.num_planes]))

@@ -1,13 +1,16 @@
 """The w-gridding operator's other paths against ducc0: the spread variant the table does
-not pick on PoCL ("atomic"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
+not pick on PoCL ("points", "bins"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
 crop, w phase and grid correction on the device, which the table picks on GPUs."""
 
+import dataclasses
 import os
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import clgrid
+from clgrid.imaging import engine as wgridding
 
 # PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
@@ -47,7 +50,7 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
-@pytest.mark.parametrize("tuning", [{"spread": "atomic"}, {"spread": "bins", "bins_work_group": 32}])
+@pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "bins", "bins_work_group": 32}])
 def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
     img, vis = against_ducc0(rng, tuning, epsilon, single, wgrid)
     assert img <= epsilon and vis <= epsilon, (img, vis)
@@ -75,10 +78,10 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
     op = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning={"fft": "host"})
     w = op.geometry.kernel.support
     per_point = 16 + 2 * (w | 1) * 8 + 8
-    side = int(np.sqrt((op.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
+    side = int(np.sqrt((op.engine.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
     bins = {"spread": "bins", "bin_u": side, "bin_v": side, "bins_work_group": 256, "fft": "host"}
     big = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning=bins)
-    assert 1 <= big._bins_batch(big.facts) < 256
+    assert 1 <= big.engine.spreader.tuning["bins_batch"] < 256
     rows = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                            tuning={"spread": "rows", "fft": "host"})
     assert relative_error(big.vis2dirty(vis, wgt), rows.vis2dirty(vis, wgt)) < 1e-12
@@ -117,7 +120,7 @@ def _device_side_matches_host(rng, fft):
     uvw, freq, vis, wgt = wide_field(rng, nrow=600)
     ops = {mode: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, tuning={"fft": mode},
                                  **IMAGE) for mode in ("host", fft)}
-    assert ops[fft].fft_mode == fft and ops["host"].fft_mode == "host"
+    assert ops[fft].engine.fft_mode == fft and ops["host"].engine.fft_mode == "host"
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     images = {k: op.vis2dirty(vis, wgt) for k, op in ops.items()}
     models = {k: op.dirty2vis(dirty, wgt) for k, op in ops.items()}
@@ -140,7 +143,7 @@ def test_host_fft_libraries_agree(rng, fft):
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     ops = {lib: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                                 tuning={"fft": fft, "host_fft": lib}) for lib in ("scipy", "ducc0")}
-    assert {lib: op.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
+    assert {lib: op.engine.fft.library for lib, op in ops.items()} == {"scipy": "scipy", "ducc0": "ducc0"}
     assert relative_error(ops["ducc0"].vis2dirty(vis, wgt), ops["scipy"].vis2dirty(vis, wgt)) < 1e-12
     assert relative_error(ops["ducc0"].dirty2vis(dirty, wgt), ops["scipy"].dirty2vis(dirty, wgt)) < 1e-12
 
@@ -165,7 +168,7 @@ def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, np
 def test_stepping_runs_are_slices_of_the_same_entries():
     """An index stepping by +1 or -1 becomes the slice that reads the same entries (the
     host path's phases as views of the small grid); anything else is gathered."""
-    from clgrid.imaging.wgridding import _stepping
+    from clgrid.imaging.engine import _stepping
 
     small = np.arange(10)
     for index in ([3, 4, 5], [5, 4, 3, 2, 1, 0], [0], [9, 8], [2, 1]):
@@ -180,7 +183,7 @@ def test_host_fft_choice_is_checked(rng, monkeypatch):
     with pytest.raises(ValueError, match="host_fft must be one of"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "numpy"})
     monkeypatch.setitem(__import__("sys").modules, "ducc0.fft", None)     # as if ducc0 were not installed
-    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).fft.library == "scipy"
+    assert clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE).engine.fft.library == "scipy"
     with pytest.raises(ImportError, match="needs ducc0"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "ducc0"})
 
@@ -223,3 +226,58 @@ def test_device_path_refuses_non_finite_values(rng):
     dirty[4, 7] = np.nan
     with pytest.raises(ValueError, match="dirty has NaN"):
         op.dirty2vis(dirty)
+
+
+@pytest.mark.parametrize("spread", ["rows", "bins"])
+def test_points_in_parts_give_the_image_of_one_part(rng, spread):
+    """Points beyond one device buffer are held in parts of whole rows, each spread and
+    interpolated in turn (forced here with a small part_samples): the same image and
+    visibilities as one part, and as ducc0 to epsilon."""
+    ducc0 = pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'clgrid[test]')")
+    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    kw = dict(epsilon=1e-9, do_wgridding=True, device=DEVICE, center_x=0.01, **IMAGE)
+    whole = clgrid.WGridder(uvw, freq, tuning={"spread": spread}, **kw)
+    parts = clgrid.WGridder(uvw, freq, tuning={"spread": spread, "part_samples": 777}, **kw)
+    assert len(whole.plans) == 1 and len(parts.plans) == -(-900 // (777 // freq.size))
+    assert sum(p.num_kept for p in parts.plans) == whole.plans[0].num_kept
+    assert relative_error(parts.vis2dirty(vis, wgt), whole.vis2dirty(vis, wgt)) < 1e-12
+    assert relative_error(parts.dirty2vis(dirty, wgt), whole.dirty2vis(dirty, wgt)) < 1e-12
+    oracle = ducc0.wgridder.vis2dirty(uvw=uvw, freq=freq, vis=vis, wgt=wgt, epsilon=1e-12, do_wgridding=True,
+                                      center_x=0.01, nthreads=2, **IMAGE)
+    assert relative_error(parts.vis2dirty(vis, wgt), oracle) < 1e-8
+
+
+def test_a_grid_beyond_the_largest_buffer_is_refused_by_name(rng, monkeypatch):
+    uvw, freq, _, _ = wide_field(rng, nrow=50)
+    real_facts = wgridding.device_facts
+
+    def small(device):
+        return dataclasses.replace(real_facts(device), max_allocation=1 << 16)
+
+    monkeypatch.setattr(wgridding, "device_facts", small)
+    with pytest.raises(clgrid.DeviceCapabilityError, match="padded grid of .* needs .* in one buffer"):
+        clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
+
+
+def test_bins_work_groups_listed_on_the_device_are_the_pieces_of_each_plane(rng):
+    """BinsGridding lists each plane's work-groups on the device: (bin, piece) for every piece
+    of at most bins_subproblem of the points with a tap on the plane, counted here in numpy
+    from the points' first planes and bins."""
+    uvw, freq, _, _ = wide_field(rng, nrow=3000)
+    op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE,
+                         tuning={"spread": "bins", "bins_subproblem": 16, "bin_u": 16, "bin_v": 16}, **IMAGE)
+    e = op.engine
+    points, k, layout = e._parts[0].points, e.spreader.kernels, e.layout
+    n = points.num_vis
+    first = np.empty((n, 4), np.int32)
+    cl.enqueue_copy(op.queue, first, points.first)
+    jobs = points.extra["jobs"]
+    table = np.empty((jobs[-1], 2), np.int32)
+    cl.enqueue_copy(op.queue, table, points.extra["subproblems"])
+    bins = (first[:, 0] // 16) * layout.bins[1] + first[:, 1] // 16
+    for plane in range(k.num_planes):
+        on = (first[:, 2] <= plane) & (first[:, 2] > plane - k.width)
+        counts = np.bincount(bins[on], minlength=layout.keys_per_plane)
+        want = [(b, piece) for b in np.flatnonzero(counts) for piece in range(-(-counts[b] // 16))]
+        assert [tuple(t) for t in table[jobs[plane]:jobs[plane + 1]]] == want

@@ -11,7 +11,7 @@
    2. the caller scans the kept flags (clgrid/scan.py);
    3. compact: kept samples, in the caller's order, to dense arrays.
 
-   Template variables: none. #}
+   Template variables: stacked (and, with it, those of the w-stacking section below). #}
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -20,7 +20,8 @@
 #define OFF_GRID 2
 #define BEYOND_STACK 3
 #define NOT_FINITE 4
-#define NUM_STATUSES 5
+#define ELSEWHERE 5     /* w-stacking: no tap on the planes planned for (another operator's) */
+#define NUM_STATUSES 6
 
 /* Status and packed plan (Plan encoding, plan.cl) of sample i = row * nchan + chan.
    uvw: (nrow, 3) in metres when scale is not null (scale[chan] = freq / c), in
@@ -106,3 +107,192 @@ __kernel void compact(__global const int *restrict status, __global const int4 *
     kept_support[j] = supports[plane];
     kept_weight_sum[j] = weight_sums[(plane * side + off_v + offset_range) * side + off_u + offset_range];
 }
+{% if stacked %}
+
+
+/* -- Points for w-stacking (clgrid/imaging: the exponential-of-semicircle kernel evaluated
+   at its exact distance, the padded grid periodic, w-planes spaced evenly), with the very
+   operations of clgrid.planning.host.stacked_positions.  A point's first taps: the cells
+   ceil(pos - W/2) of each axis (mod the grid) and the first plane ceil(pos_w - W/2), the
+   first tap's offset from the point in each (fraction, in [-W/2, -W/2 + 1)), and where
+   fold is set a point with w < 0 moved to -uvw and conjugated (the image is real).
+   packed: x = first u cell, y = first v cell (the grid's first and second axes), z = 0,
+   w = first plane, bit 31 set where the point moved.
+   Template variables: stacked, double (fraction and phase in double), use_w, fold, support,
+   num_planes. */
+#define SUPPORT {{ support }}
+#define NUM_PLANES {{ num_planes }}
+{% if double %}
+typedef double4 real4_t;
+typedef double2 cplx_t;
+{% else %}
+typedef float4 real4_t;
+typedef float2 cplx_t;
+{% endif %}
+
+/* The geometry (clgrid.imaging.geometry.ImageGeometry): scale factors from wavelengths to
+   cells and planes, and the phase's centre and nshift. */
+typedef struct {
+    double sign_u, sign_v, sign_w;  /* the flips */
+    double cells_u, cells_v;        /* nu * pixsize_x, nv * pixsize_y */
+    double w_start, dw;
+    double center_x, center_y, nshift;
+    int nu, nv, nchan, nsample;
+} stacking_t;
+
+/* u, v, w in wavelengths of sample i (row i / nchan), flipped and folded; returns
+   whether the point moved to -uvw. */
+inline int stacked_point(__global const double *restrict uvw, __global const double *restrict scale,
+                         const stacking_t g, const int i, double *u, double *v, double *w)
+{
+    const int row = i / g.nchan;
+    const double f = scale[i - row * g.nchan];
+    *u = uvw[3 * row] * g.sign_u * f;
+    *v = uvw[3 * row + 1] * g.sign_v * f;
+    *w = uvw[3 * row + 2] * g.sign_w * f;
+{% if fold %}
+    if (*w < 0) {
+        *u = -*u;
+        *v = -*v;
+        *w = -*w;
+        return 1;
+    }
+{% endif %}
+    return 0;
+}
+
+inline int wrap(const double first, const int n)
+{
+    const long c = (long)first % n;
+    return (int)(c < 0 ? c + n : c);
+}
+
+/* First cells (u, v mod the grid; first plane, as a double) and the first taps' offsets. */
+inline int2 first_taps(const stacking_t g, const double u, const double v, const double w, double4 *frac,
+                       double *first_w)
+{
+    const double radius = SUPPORT / 2.0;
+    const double pos_u = u * g.cells_u, pos_v = v * g.cells_v;
+    const double first_u = ceil(pos_u - radius), first_v = ceil(pos_v - radius);
+{% if use_w %}
+    const double pos_w = (w - g.w_start) / g.dw;
+    *first_w = ceil(pos_w - radius);
+    *frac = (double4)(first_u - pos_u, first_v - pos_v, *first_w - pos_w, 0.0);
+{% else %}
+    *first_w = 0.0;
+    *frac = (double4)(first_u - pos_u, first_v - pos_v, 0.0, 0.0);
+{% endif %}
+    return (int2)(wrap(first_u, g.nu), wrap(first_v, g.nv));
+}
+
+/* Status and packed plan of sample i; keep: 0 where masked (null: all kept); a point with
+   no tap on planes [plane_lo, plane_hi) is left to the operators of the other planes. */
+__kernel void classify_stacked(__global const double *restrict uvw, __global const double *restrict scale,
+                               __global const uchar *restrict keep, const stacking_t g,
+                               const int plane_lo, const int plane_hi,
+                               __global int *restrict status, __global int4 *restrict packed,
+                               __global int *restrict kept, __global int *restrict counts)
+{
+    __local int tally[NUM_STATUSES];
+    const int lid = get_local_id(0);
+    if (lid < NUM_STATUSES)
+        tally[lid] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int i = get_global_id(0);
+    if (i < g.nsample) {
+        int s = KEPT;
+        int4 p = (int4)(0, 0, 0, 0);
+        if (keep && !keep[i]) {
+            s = FLAGGED;
+        } else {
+            double u, v, w;
+            const int moved = stacked_point(uvw, scale, g, i, &u, &v, &w);
+            if (!(isfinite(u) && isfinite(v) && isfinite(w))) {
+                s = NOT_FINITE;
+            } else {
+                double4 frac;
+                double first_w;
+                const int2 c = first_taps(g, u, v, w, &frac, &first_w);
+{% if use_w %}
+                if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
+                    s = BEYOND_STACK;
+                else if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
+                    s = ELSEWHERE;
+{% endif %}
+                p = (int4)(c.x, c.y, 0, (int)((uint)(int)first_w | (moved ? 0x80000000u : 0u)));
+            }
+        }
+        status[i] = s;
+        packed[i] = p;
+        kept[i] = s == KEPT;
+        atomic_inc(&tally[s]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < NUM_STATUSES && tally[lid])
+        atomic_add(&counts[lid], tally[lid]);
+}
+
+/* Kept samples to dense arrays in the caller's order: sample index, packed plan, the first
+   taps' offsets and the phase gridding applies (centre shift and nshift; null: none). */
+__kernel void compact_stacked(__global const int *restrict status, __global const int4 *restrict packed,
+                              __global const int *restrict position, __global const double *restrict uvw,
+                              __global const double *restrict scale, const stacking_t g,
+                              __global int *restrict sample, __global int4 *restrict kept_packed,
+                              __global real4_t *restrict fraction, __global cplx_t *restrict phase)
+{
+    const int i = get_global_id(0);
+    if (i >= g.nsample || status[i] != KEPT)
+        return;
+    const int j = position[i];
+    double u, v, w;
+    stacked_point(uvw, scale, g, i, &u, &v, &w);
+    double4 frac;
+    double first_w;
+    first_taps(g, u, v, w, &frac, &first_w);
+    sample[j] = i;
+    kept_packed[j] = packed[i];
+{% if double %}
+    fraction[j] = frac;
+{% else %}
+    fraction[j] = convert_float4(frac);
+{% endif %}
+    if (phase) {
+        const double cycles = u * g.center_x + v * g.center_y - w * g.nshift;
+        double c;
+        const double s = sincos(2 * M_PI * cycles, &c);
+        phase[j] = (cplx_t)(c, s);
+    }
+}
+{% endif %}
+{% if stacked %}
+
+/* The plan in a key order (clgrid/planning/stacking.py): order[k] is the plan index of the
+   k-th point in that order; first: its first cells and first plane (no flag), src: its
+   sample, as -sample - 1 where it moved (conjugated), fraction and phase with it. */
+__kernel void take_stacked(__global const int *restrict order, __global const int *restrict sample,
+                           __global const int4 *restrict packed, __global const real4_t *restrict fraction,
+                           __global const cplx_t *restrict phase, const int n,
+                           __global int4 *restrict first, __global real4_t *restrict frac,
+                           __global int *restrict src, __global cplx_t *restrict sorted_phase)
+{
+    const int k = get_global_id(0);
+    if (k >= n)
+        return;
+    const int i = order[k];
+    const int4 p = packed[i];
+    first[k] = (int4)(p.x, p.y, p.w & 0x7fffffff, 0);
+    frac[k] = fraction[i];
+    src[k] = p.w < 0 ? -sample[i] - 1 : sample[i];
+    if (phase)
+        sorted_phase[k] = phase[i];
+}
+
+/* out[k] = values[k * step] for k in [0, count): where each plane's run of keys begins. */
+__kernel void every_nth(__global const int *restrict values, const int step, const int count,
+                        __global int *restrict out)
+{
+    const int k = get_global_id(0);
+    if (k < count)
+        out[k] = values[(size_t)k * step];
+}
+{% endif %}

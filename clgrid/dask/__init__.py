@@ -18,7 +18,10 @@ same operator and programs, whichever copy of the stack it was sent.
 Devices: each worker resolves ``device`` itself (a name such as "pocl" or "gpu"); with
 ``device=None`` that is the worker's ``$CLGRID_DEVICE``, else its first GPU, else PoCL.
 Setting ``CLGRID_DEVICE`` in each worker's environment therefore assigns the devices
-(README, "Beyond one machine: Dask").
+(README, "Beyond one machine: Dask"); where it names several (comma-separated, as
+`assign_devices` does on a host with more devices than workers), `vis2dirty` /
+`dirty2vis` drive them all (`clgrid.WGridder` with a device list) and `grid` / `degrid`
+the first.
 
 Determinism: with ``deterministic=True`` each chunk's grid is bit-identical from run to
 run (fixed-point accumulation on the device, `clgrid.operators.deterministic`) and so is the
@@ -31,7 +34,9 @@ to the rounding of the grid's precision (tested to 1e-5 relative in single).  Wi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import pickle
 import os
 import threading
 import warnings
@@ -55,6 +60,7 @@ from ..operators.checks import check_finite_result
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.gridder import Gridder
+from ..sources.base import KernelSource
 from ..sources.tables import KernelStack
 from ..operators.operation import BYTES_PER_SAMPLE
 from ..device.runtime import devices, matching_devices
@@ -76,30 +82,21 @@ SUMMED = ("samples", "gridded", "degridded", "flagged", "off_grid", "beyond_kern
 
 # -- on the workers -------------------------------------------------------------------
 
-def kernel_token(kernels: KernelStack) -> str:
-    """A key of the stack's content (planes, supports, oversample, w_scale): equal stacks
-    share one rebuilt copy and one operator per worker."""
-    digest = hashlib.sha256()
-    digest.update(np.asarray(kernels.supports, np.int32).tobytes())
-    digest.update(repr((kernels.oversample, kernels.w_scale, kernels.taper)).encode())
-    for plane in kernels.planes:
-        digest.update(np.ascontiguousarray(plane).tobytes())
-    return digest.hexdigest()[:32]
+def kernel_token(kernels: KernelSource) -> str:
+    """A key of the kernel source's content (its dataclass fields: a table stack's planes,
+    supports, oversample, w_scale; an analytic kernel's width, shape and accuracy): equal
+    sources share one copy and one operator per worker."""
+    fields = [(f.name, getattr(kernels, f.name)) for f in dataclasses.fields(kernels)]
+    return hashlib.sha256(pickle.dumps((type(kernels).__name__, fields), protocol=5)).hexdigest()[:32]
 
 
-def _kernel_fields(kernels: KernelStack) -> tuple:
-    return (kernels.planes, kernels.supports, kernels.oversample, kernels.w_scale, kernels.taper)
-
-
-def _stack(token: str, fields: tuple) -> KernelStack:
-    """The worker's one `KernelStack` for ``token`` (built from its arrays the first time)."""
+def _stack(token: str, kernels: KernelSource) -> KernelSource:
+    """The worker's one copy of the kernel source of ``token``."""
     with _lock:
-        if token not in _kernel_stacks:
-            _kernel_stacks[token] = KernelStack(*fields)
-        return _kernel_stacks[token]
+        return _kernel_stacks.setdefault(token, kernels)
 
 
-def _operator(cls, token: str, fields: tuple, options: dict):
+def _operator(cls, token: str, fields, options: dict):
     """The worker's operator for this geometry, method, precision and device: built on first
     use, then kept (at most CACHED_OPERATORS, least recently used dropped)."""
     key = (cls.__name__, token, repr(sorted(options.items())), os.environ.get("CLGRID_DEVICE"))
@@ -147,26 +144,33 @@ def cached_plans() -> dict:
         return dict(_plan_counts, kept=len(_plans))
 
 
-def _take_device(device: str, rank: int) -> tuple:
-    """On a worker: make the ``rank % count``-th device matching ``device`` on this host the
-    worker's ``$CLGRID_DEVICE`` (dropping operators on another); ``(spec, device name, count)``."""
+def _take_device(device: str, rank: int, share: int) -> tuple:
+    """On a worker: make its devices among those matching ``device`` on this host its
+    ``$CLGRID_DEVICE`` (dropping operators on others): the ``rank % count``-th where its
+    host's ``share`` workers are at least as many as the ``count`` devices, else every
+    ``share``-th from the ``rank``-th (comma-separated: the imaging operators take them
+    all); ``(spec, device names, count)``."""
     matches = matching_devices(device)
     if not matches:
         raise DeviceCapabilityError(f"no OpenCL device matches {device!r} on this worker; devices here: "
                                     + "; ".join(f"{d.platform.name}: {d.name}" for d in devices()))
-    spec = f"{device} #{rank % len(matches)}"
+    mine = [rank % len(matches)] if share >= len(matches) else list(range(rank, len(matches), share))
+    spec = ", ".join(f"{device} #{k}" for k in mine)
     os.environ["CLGRID_DEVICE"] = spec
     clear_cache()
-    return spec, matches[rank % len(matches)].name.strip(), len(matches)
+    return spec, ", ".join(matches[k].name.strip() for k in mine), len(matches)
 
 
 def assign_devices(client, device: str = "gpu") -> dict:
-    """Give each worker of ``client`` a device of its own among those matching ``device`` on
-    its host ("gpu": one GPU per worker), by setting its ``$CLGRID_DEVICE`` to
-    ``"<device> #k"``, k its rank among the workers of that host; returns ``{worker address:
-    (spec, device name)}``.  Warns where a host has more workers than devices (they share).
-    A restarted worker starts from its environment again: call it again after restarts, or
-    set ``CLGRID_DEVICE`` in each worker's environment instead (README)."""
+    """Give each worker of ``client`` devices of its own among those matching ``device`` on
+    its host ("gpu": one GPU per worker where a host has as many workers as GPUs), by
+    setting its ``$CLGRID_DEVICE`` to ``"<device> #k"``, k its rank among the workers of
+    that host; where a host has more devices than workers, each worker gets several
+    (``"gpu #0, gpu #2"``: `clgrid.dask.vis2dirty` / `dirty2vis` drive them all, the
+    gridding calls the first).  Returns ``{worker address: (spec, device names)}``.  Warns
+    where a host has more workers than devices (they share).  A restarted worker starts
+    from its environment again: call it again after restarts, or set ``CLGRID_DEVICE`` in
+    each worker's environment instead (README)."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     hosts: dict = {}
     for address in sorted(workers):
@@ -174,7 +178,7 @@ def assign_devices(client, device: str = "gpu") -> dict:
     assigned = {}
     for host, addresses in hosts.items():
         for rank, address in enumerate(addresses):
-            spec, name, count = client.run(_take_device, device, rank, workers=[address])[address]
+            spec, name, count = client.run(_take_device, device, rank, len(addresses), workers=[address])[address]
             assigned[address] = (spec, name)
         if len(addresses) > count:
             warnings.warn(f"{host}: {len(addresses)} workers share {count} device(s) matching {device!r}",
@@ -254,8 +258,12 @@ def _merge(a: dict, b: dict) -> dict:
 def _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation, **more) -> dict:
     if on_dropped not in ("warn", "raise", "ignore"):
         raise ValueError(f"on_dropped must be 'warn', 'raise' or 'ignore', got {on_dropped!r}")
+    device = check_device(device)
+    if isinstance(device, tuple):
+        raise TypeError("device: clgrid.dask.grid and degrid drive one device per worker (a name, or None); "
+                        "several devices per worker are for clgrid.dask.vis2dirty / dirty2vis")
     return dict(grid_size=int(grid_size), cell_size=float(cell_size), method=method, precision=precision,
-                device=check_device(device), interpolation=interpolation,
+                device=device, interpolation=interpolation,
                 tuning=None if tuning is None else tuple(sorted(tuning.items())),
                 on_dropped="raise" if on_dropped == "raise" else "ignore", **more)   # the caller warns
 
@@ -349,7 +357,7 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
         raise ValueError(f"vis of shape {vis_shape} does not match uvw of shape {uvw.shape}: its leading "
                          f"axes must be uvw's {uvw.shape[:-1]}")
     token = kernel_token(kernels)
-    stack = shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
+    stack = shared(f"clgrid-kernels-{token}", kernels, keep=True)
     options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation,
                        deterministic=bool(deterministic))
     uvw_pieces, flag_pieces = layout.pieces(uvw, channels=False), _pieces(layout, flags)
@@ -409,7 +417,7 @@ def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: floa
         raise ValueError(f"grid must be a complex array of shape (npol, {grid_size}, {grid_size}), got "
                          f"{grid.dtype} {grid.shape}")
     token = kernel_token(kernels)
-    stack = shared(f"clgrid-kernels-{token}", _kernel_fields(kernels), keep=True)
+    stack = shared(f"clgrid-kernels-{token}", kernels, keep=True)
     model = shared(f"clgrid-model-{dask.base.tokenize(grid)}", grid)
     options = _options(grid_size, cell_size, method, precision, device, tuning, on_dropped, interpolation)
     dtype = np.complex128 if precision == "double" else np.complex64

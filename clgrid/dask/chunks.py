@@ -252,8 +252,12 @@ def prefer_worker(index: int, workers: list | None):
 
 
 def check_device(device):
-    """``device`` as each worker receives it: None or a name it resolves itself."""
+    """``device`` as each worker receives it: None, a name it resolves itself, or a tuple
+    of names (a list: the imaging operators' several devices on each worker)."""
+    if isinstance(device, (list, tuple)) and device and all(isinstance(d, str) for d in device):
+        return tuple(device)
     if device is not None and not isinstance(device, str):
-        raise TypeError(f"device must be None or a device name (str) that each worker resolves, got "
-                        f"{type(device).__name__}: pyopencl objects belong to one process")
+        raise TypeError(f"device must be None, a device name (str) that each worker resolves or a list of "
+                        f"them, got {type(device).__name__}{' (empty)' if device == [] else ''}: pyopencl "
+                        f"objects belong to one process")
     return device

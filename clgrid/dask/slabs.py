@@ -9,7 +9,7 @@ W x W x W taps, on the W planes from its first one) plus, per w-plane, an FFT of
 padded grid and per-pixel work (crop, w phase, sum).  Rows span every w, so an operator
 per chunk of rows repeats every plane: n chunks did n times the FFTs and pixel work
 (BENCHMARKS.md: 8 workers on 16 cores were 3.5 times slower than 1).  Here every operator
-shares one `Geometry` (`clgrid.imaging.wgridding.choose_geometry` on the |w| range and number of
+shares one `ImageGeometry` (`clgrid.imaging.geometry.choose_geometry` on the |w| range and number of
 samples reduced over all chunks first: `extent`), and the operator of slab s owns planes
 ``lo_s .. hi_s - 1`` (`WGridder(planes=...)`).  A sample with first plane g has taps on
 planes g .. g + W - 1, so it can straddle slabs.  Two ways to split:
@@ -30,7 +30,7 @@ them faster.  Taking the samples from each chunk (one pass of comparisons, in pl
 rather than re-chunking the data by w (a sort of all samples) moves the same data.
 
 Exactness.  A sample's first plane comes from the planning's own arithmetic
-(`Geometry.first_planes`) on the same float64 u, v, w the slab's operator plans: uvw times
+(`ImageGeometry.first_planes`) on the same float64 u, v, w the slab's operator plans: uvw times
 freq / c, formed the same way on both sides and handed to the operator with freq = c (a
 scale of exactly 1), so `select` and the operators' plans agree to the bit; the slabs'
 planes partition the stack, so every tap is spread once (tested: points on slab edges,
@@ -38,7 +38,7 @@ slabs without points).
 
 Balance.  Planes differ in work (samples crowd at small |w|): a plane costs its FFT and
 pixel work where any tap falls on it, plus its taps' W x W cells
-(`clgrid.imaging.wgridding.imaging_work`, from a histogram of first planes reduced over the
+(`clgrid.imaging.geometry.imaging_work`, from a histogram of first planes reduced over the
 chunks: `plane_counts`); `slab_bounds` cuts the planes into contiguous slabs with the
 smallest largest cost.
 
@@ -63,16 +63,19 @@ slabs' shares in slab order and weights them (`assemble`), on the chunk's worker
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..device.host_threads import in_slices
 from ..operators.checks import check_finite_result
-from ..imaging.wgridding import SPEED_OF_LIGHT, _abs_w_range, choose_geometry, imaging_work
-from ..planning.stacking import Geometry
+from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
+from ..imaging.split import fill, slab_bounds, touching  # noqa: F401  (slab_bounds: part of this module's API)
+from ..planning.host import SPEED_OF_LIGHT
 
 __all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "slab_sizes", "chunk_groups",
-           "select", "points_of", "split", "assemble"]
+           "selection", "values_at", "parts_at", "select", "points_of", "split", "assemble"]
 
 
 @dataclass(frozen=True)
@@ -123,11 +126,11 @@ def extent(uvw, freq, mask) -> tuple:
     count = uvw.shape[0] * scale.size if keep is None else int(np.count_nonzero(keep))
     if count == 0:
         return np.inf, -np.inf, 0
-    lo, hi = _abs_w_range(uvw, scale, keep)
+    lo, hi = abs_w_range(uvw, scale, keep)
     return lo, hi, count
 
 
-def geometry_of(extents: list, options: dict) -> Geometry:
+def geometry_of(extents: list, options: dict) -> ImageGeometry:
     """The geometry of all the chunks, from their `extent`: `choose_geometry` with the
     call's keywords (``options``, `clgrid.dask.wgridding`'s)."""
     count = sum(e[2] for e in extents)
@@ -155,52 +158,17 @@ def _abs_w(uvw: np.ndarray, scale: np.ndarray, flat) -> np.ndarray:
     return aw
 
 
-def plane_counts(uvw, freq, mask, geometry: Geometry) -> np.ndarray:
+def plane_counts(uvw, freq, mask, geometry: ImageGeometry) -> np.ndarray:
     """How many of one chunk's kept samples have each first plane (num_planes,)."""
     first = geometry.first_planes(_abs_w(np.asarray(uvw, np.float64), _scale(freq), _kept(mask)))
     return np.bincount(first.astype(np.int64), minlength=geometry.num_planes)
 
 
-def slab_bounds(counts: list, geometry: Geometry, slabs: int) -> list:
-    """``slabs`` contiguous ranges (lo, hi) of the planes, in order, that cover them all
-    with the smallest largest work (`imaging_work` per plane: its FFT where any tap falls
-    on it, its taps' cells); trailing ranges are empty (lo == hi) where fewer suffice."""
-    g, support = geometry, geometry.kernel.support
-    first = np.sum(counts, axis=0) if len(counts) else np.zeros(g.num_planes, np.int64)
-    taps = np.convolve(first, np.ones(support, np.int64))[:g.num_planes]     # samples with a tap on each plane
-    work = imaging_work(taps * float(support) ** 2, taps > 0, g.nu, g.nv)
-    if not np.any(work):
-        return [(0, 0)] * slabs
-    # the smallest largest sum that `slabs` ranges reach, by bisection; ``high`` always
-    # reaches it (the total, raised past the rounding of `_fill`'s running sums)
-    low, high = float(work.max()), float(work.sum()) * (1.0 + 1e-9)
-    for _ in range(64):
-        middle = 0.5 * (low + high)
-        low, high = (low, middle) if len(_fill(work, middle)) <= slabs else (middle, high)
-    starts = _fill(work, high)
-    edges = starts + [g.num_planes] * (slabs - len(starts) + 1)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
-
-
-def _fill(work, limit: float) -> list:
-    """Where each range starts when items (planes, chunks) are taken in order while the
-    sum of ``work`` stays within ``limit``; an item over it alone is a range of its own."""
-    starts, total = [0], 0.0
-    for item, cost in enumerate(work):
-        if total + cost > limit and total > 0:
-            starts.append(item)
-            total = 0.0
-        total += cost
-    return starts
-
-
 def _touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
-    """Which samples, by first plane, have a tap on planes ``lo .. hi - 1``: first < hi
-    and first + W - 1 >= lo; none for an empty slab (lo == hi)."""
-    return (first < hi) & (first + (support - 1) >= lo) & (lo < hi)
+    return touching(first, lo, hi, support)
 
 
-def slab_sizes(counts: np.ndarray, geometry: Geometry, bounds: list) -> list:
+def slab_sizes(counts: np.ndarray, geometry: ImageGeometry, bounds: list) -> list:
     """How many samples `select` takes from one chunk for each slab of ``bounds``, from
     the chunk's `plane_counts` by `select`'s own rule (`_touching`): exactly its parts'
     lengths."""
@@ -208,7 +176,7 @@ def slab_sizes(counts: np.ndarray, geometry: Geometry, bounds: list) -> list:
     return [int(counts[_touching(planes, lo, hi, geometry.kernel.support)].sum()) for lo, hi in bounds]
 
 
-def chunk_groups(counts: list, geometry: Geometry, bounds: list, cap: int) -> list:
+def chunk_groups(counts: list, geometry: ImageGeometry, bounds: list, cap: int) -> list:
     """For each slab of ``bounds``, its chunks cut into groups, one imaging task each:
     (start, end) ranges of chunk numbers, contiguous and in order, taken while the
     group's samples for the slab (`slab_sizes` of each chunk's ``counts``) stay within
@@ -217,7 +185,7 @@ def chunk_groups(counts: list, geometry: Geometry, bounds: list, cap: int) -> li
     sizes = [slab_sizes(c, geometry, bounds) for c in counts]         # by chunk, then slab
     groups = []
     for s in range(len(bounds)):
-        starts = _fill([chunk[s] for chunk in sizes], cap)
+        starts = fill([chunk[s] for chunk in sizes], cap)
         groups.append(list(zip(starts, starts[1:] + [len(counts)])))
     return groups
 
@@ -253,25 +221,69 @@ def _part(uvw, scale, flat, values) -> Part:
                 chans.astype(np.min_scalar_type(scale.size - 1)), scale, values)
 
 
-def select(uvw, freq, vis, wgt, mask, geometry: Geometry, bounds: list, indices: bool = False) -> tuple:
+def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list) -> list:
+    """One chunk's samples for each slab of ``bounds``: the flat indices (row * nchan +
+    channel, ascending; int32 where they fit) of those kept with a tap on its planes
+    (`_touching`).  Refuses rows with NaN or infinite uvw where a sample is kept."""
+    uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
+    first = geometry.first_planes(_abs_w(uvw, scale, flat))
+    index = np.int32 if uvw.shape[0] * scale.size < 2 ** 31 else np.int64
+    taken = []
+    for lo, hi in bounds:
+        take = np.flatnonzero(_touching(first, lo, hi, geometry.kernel.support))
+        taken.append((take if flat is None else flat[take]).astype(index))
+    return taken
+
+
+def values_at(vis, wgt, flat, threads: int = 1) -> np.ndarray:
+    """vis times wgt (None: 1) at the flat indices ``flat`` (None: all), refusing NaN or
+    infinite ones; a share of them on each of ``threads`` host threads."""
+    vis = np.asarray(vis).reshape(-1)
+    weights = None if wgt is None else np.asarray(wgt).reshape(-1)
+    n = vis.size if flat is None else len(flat)
+    values = np.empty(n, vis.dtype)
+    bad, lock = [0, 0], threading.Lock()
+
+    def share(r):
+        index = np.arange(r.start, r.stop) if flat is None else flat[r]
+        part = values[r]
+        np.take(vis, index, out=part)
+        found = [np.count_nonzero(~np.isfinite(part)), 0]
+        if weights is not None:
+            w = np.take(weights, index).astype(vis.real.dtype)
+            found[1] = np.count_nonzero(~np.isfinite(w))
+            if not any(found):                # (refused below otherwise)
+                np.multiply(part, w, out=part)
+        with lock:
+            bad[0] += found[0]
+            bad[1] += found[1]
+
+    in_slices(threads, n, share)
+    for name, count in zip(("vis", "wgt"), bad):
+        if count:
+            raise ValueError(f"{name} has NaN or infinite entries where not masked ({count})")
+    return values
+
+
+def parts_at(uvw, freq, taken: list, values: list | None = None) -> list:
+    """The `Part` of each slab's samples ``taken`` (from `selection`), with their values."""
+    uvw, scale = np.asarray(uvw, np.float64), _scale(freq)
+    return [_part(uvw, scale, flat, None if values is None else v)
+            for flat, v in zip(taken, values if values is not None else [None] * len(taken))]
+
+
+def select(uvw, freq, vis, wgt, mask, geometry: ImageGeometry, bounds: list, indices: bool = False) -> tuple:
     """One chunk's samples for each slab of ``bounds``: those with a tap on its planes
     (`_touching`), as a `Part` (values: vis times wgt; None without vis).  With
     ``indices``, the flat indices of each slab's samples in the chunk follow, one array
     per slab (for `assemble`).  Non-finite vis, wgt or uvw where
     not masked are refused here, where the chunk is known."""
-    uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
-    first = geometry.first_planes(_abs_w(uvw, scale, flat))
-    values = None
+    flat = _kept(mask)
     if vis is not None:
-        values = _finite("vis", _at(vis, flat))
-        if wgt is not None:
-            values = values * _finite("wgt", _at(wgt, flat).astype(values.real.dtype))
-    parts, taken = [], []
-    for lo, hi in bounds:
-        take = np.flatnonzero(_touching(first, lo, hi, geometry.kernel.support))
-        samples = take if flat is None else flat[take]
-        parts.append(_part(uvw, scale, samples, None if values is None else values[take]))
-        taken.append(samples)
+        values_at(vis, wgt, flat)                 # every kept value checked, whichever slab takes it
+    taken = selection(uvw, freq, mask, geometry, bounds)
+    values = None if vis is None else [values_at(vis, wgt, t) for t in taken]
+    parts = parts_at(uvw, freq, taken, values)
     return tuple(parts + taken) if indices else tuple(parts)
 
 

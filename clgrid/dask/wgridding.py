@@ -1,90 +1,99 @@
 """`vis2dirty` / `dirty2vis` over Dask: ducc0.wgridder's keywords (those of
 `clgrid.vis2dirty` / `clgrid.dirty2vis`) with ``uvw``, ``vis``, ``wgt`` and ``mask`` as
-Dask arrays chunked along rows and channels, one OpenCL device per worker.
+Dask arrays chunked along rows and channels, one OpenCL device per worker (or several:
+``device`` a list, or a worker's ``$CLGRID_DEVICE`` naming several, comma-separated).
 Reached as `clgrid.dask.vis2dirty` and `clgrid.dask.dirty2vis`.
 
 Imaging is linear in the visibilities, and over the w-planes: the dirty image of all of
-them is a sum of partial images, added pairwise in a tree fixed by their number
-(`clgrid.dask.chunks.tree_sum`), so the result does not depend on which task finished
-first.  ``dirty2vis`` is the adjoint: the image goes to every worker once.  Two ways to
-cut the work (``split``):
+them is a sum of partial images.  ``dirty2vis`` is the adjoint: the image goes to every
+worker once.  Two ways to cut the work (``split``):
 
-- ``"planes"`` (with w-gridding; `clgrid.dask.slabs` says why and how): one geometry for
-  all the data (the |w| range and number of samples reduced over the chunks first), the
-  w-planes cut into ``slabs`` slabs of about equal work (default: one per worker), and
-  each slab's task images the samples with a tap on its planes, taken from every chunk,
-  with a `WGridder` over those planes only.  The FFTs and per-pixel work are the
-  planes', once per slab (or group, below): n workers share them.  Samples crowd at
-  small |w|, so a low slab may take most of the data: an imaging task takes at most
-  ``slab_samples`` (default: as many as the largest chunk holds).  Where a slab's
-  samples from all chunks are more, its chunks are cut into contiguous groups within
-  that (`clgrid.dask.slabs.chunk_groups`, counted exactly from each chunk's histogram
-  of first planes), one task per slab and group, summed in slab then group order; a
-  chunk's samples are never cut, so a task takes at most the larger of
-  ``slab_samples`` and what one chunk gives its slab (never more than a chunk).  Each
-  group repeats its slab's FFTs and per-pixel work: raise ``slab_samples`` where the
-  workers' memory allows.  The geometry, the slabs and the groups are computed when
-  called, a first pass over uvw and mask (read again by the imaging).
+- ``"planes"`` (with w-gridding; `clgrid.imaging.split` and `clgrid.dask.slabs` say why
+  and how): one geometry for all the data (the |w| range and number of samples reduced
+  over the chunks first), the w-planes cut into ``slabs`` slabs of about equal work
+  (default: one per worker), and each slab's task images the samples with a tap on its
+  planes, taken from every chunk, with a `WGridder` over those planes only.  The FFTs
+  and per-pixel work are the planes', once per slab (or group, below): n workers share
+  them.  Samples crowd at small |w|, so a low slab may take most of the data: an
+  imaging task takes at most ``slab_samples`` (default: as many as the largest chunk
+  holds).  Where a slab's samples from all chunks are more, its chunks are cut into
+  contiguous groups within that (`clgrid.dask.slabs.chunk_groups`, counted exactly from
+  each chunk's histogram of first planes), one task per slab and group; a chunk's
+  samples are never cut.  Each group repeats its slab's FFTs and per-pixel work: raise
+  ``slab_samples`` where the workers' memory allows (GPU workers: above the data's size).
 - ``"rows"``: each task images one chunk (rows ``a:b``, channels ``c:d``) with an operator
-  of its own, on a grid and w-planes of its own; with w, each chunk pays every plane's FFT
-  (BENCHMARKS.md: it does not scale on CPUs), so this is for 2-D imaging (one plane: the
-  only cost it repeats is that plane's FFT), and for data one task holds whole.
+  of its own, on a grid and w-planes of its own; with w, each chunk pays every plane's FFT,
+  so this is for 2-D imaging (one plane), and for data one task holds whole.
 
 ``"auto"`` takes ``"planes"`` with ``do_wgridding`` unless there is one chunk and one
-slab (the same single operator either way), ``"rows"`` otherwise.  GPU workers, whose
-FFTs are cheap next to moving samples between workers, may do better with ``"rows"`` and
-few large chunks (not measured: several-GPU machines are not lent).  With either, the sum
+slab (the same single operator either way), ``"rows"`` otherwise.  With either, the sum
 is accurate to ``epsilon`` (relative L2) and agrees with a single-process call to about
-``epsilon`` (tested; with ``"planes"`` the geometry is that call's, so they agree to
-rounding).  ``deterministic=True`` gives the same bits from run to run
-(`WGridder`'s ``deterministic``: points planned on the host, spread by rows), and
-whatever the cluster: the partition of the sum is fixed by the data alone.  The slabs
-are where the sum is cut, so without ``slabs`` they are not one per worker but
-`_data_slabs`: one per chunk of the data, none thinner than the kernel's W planes; and
-``"auto"`` chooses the split from the chunks alone.
+``epsilon`` (with ``"planes"`` the geometry is that call's, so they agree to rounding).
+``deterministic=True`` gives the same bits from run to run (`WGridder`'s
+``deterministic``), and whatever the cluster: what each slab task images and the order
+of every sum are fixed by the chunks, the slabs and ``slab_samples`` alone, and without
+``slabs`` the slabs (where the sum is cut) are not one per worker but `_data_slabs`: one
+per chunk of the data, none thinner than the kernel's W planes; ``"auto"`` then chooses
+the split from the chunks alone.
 
-Operators: building a `WGridder` plans its points on the host, which costs more than a
-call; a worker keeps the ``keep_operators`` it used last (default 4), keyed by the
-content of its points (a chunk's uvw, frequencies and mask; a slab task's u, v, w) with its
-geometry, planes, every keyword, the device and the worker's ``$CLGRID_DEVICE``
-(a token of the arrays, not Dask keys, so a recomputed but equal chunk finds its
-operator); `vis2dirty` and `dirty2vis` on the same data share them.  Each kept operator
-holds its plan, padded grid and per-pixel tables: ``keep_operators=0`` keeps none.  So
-that a later call finds them, chunk (or slab task, numbered by slab then group) i
-prefers worker i mod n (`clgrid.dask.chunks.prefer_worker`: a preference, Dask may still
-move it); slab tasks always do, which also spreads them over the workers.  With more tasks per worker than
-``keep_operators``, every call rebuilds them all (the least recently used goes first):
-raise it for major cycles, memory allowing.
+A call that can make no progress (workers paused for memory, restarted or gone) ends
+with `clgrid.errors.ClusterStalledError` after ``stall_timeout`` seconds
+(`clgrid.dask.watch`).
 
-Memory, with one thread per worker: a task holds one chunk (the rows split's imaging; the
-planes split's first pass and selection, with the chunk's samples for every slab,
-about 1 + (W - 1) / (planes per slab) times it), or at most ``slab_samples`` samples
-(the planes split's imaging; more only where one chunk gives its slab more, never more
-than a chunk), and one operator's grid and the image it returns; an addition holds two
-images and their sum.  A finished image waits on
-its worker until its pair in the tree is done too, so a worker holds at most a few images
-besides its kept operators.  Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which
-makes each large temporary fresh pages: the host FFT's temporaries then cost page faults
-every call (scipy's FFT took 2.2 times as long, ducc0's 1.2); README says how to start
-CPU workers without it.
+What is kept, and where (issue 28: a call that moved the points and tokenised them
+every time was 9 times slower on two GPU workers than one process on one GPU):
+
+- On the client, per set of points (a token of the uvw and mask blocks' Dask keys,
+  ``freq``, the keywords and the chunks): the first pass of the planes split (geometry,
+  slabs, groups), and, unless ``keep_operators=0``, two sets of results persisted on the
+  workers: each chunk's selection for the slabs (the flat indices of its samples with a
+  tap on each slab, about 4 bytes a sample, on the chunk's worker) and each slab task's
+  points (its samples' rows, row and channel numbers, about 5 bytes a sample, on the
+  worker that images the slab: task t prefers worker t mod n).  A later call with the
+  same points moves only values: each chunk's task picks its samples' weighted values
+  for each slab with its kept selection (where its vis block is), and each slab's task
+  finds its `WGridder` kept on its worker (or builds it again there from its kept
+  points), so nothing is planned, selected or tokenised again.  `clear_cache` drops them.
+- On the workers: the ``keep_operators`` `WGridder` s used last, keyed by their points
+  (the slab's kept points, or a chunk's blocks with the call's token); `vis2dirty` and
+  `dirty2vis` on the same data share them.
+
+The sum.  Each imaging task cuts its image into n facets (row blocks; n the workers),
+and facet f of all tasks is summed on worker f, pairwise in a tree fixed by the tasks'
+numbers (`clgrid.dask.chunks.tree_sum`), so the result does not depend on which task
+finished first; the client gathers the n summed facets from the n workers at once.
+Each worker so sends and receives about one image per call, not log2(n) of them, and
+the client receives its image in n pieces.
+
+Memory, with one thread per worker: a task holds one chunk (the rows split's imaging;
+the planes split's selection), or at most ``slab_samples`` samples (the planes split's
+imaging), and one operator's grid and the image it returns.  Dask starts workers with
+MALLOC_TRIM_THRESHOLD_=65536, which makes each large temporary fresh pages: the host
+FFT's temporaries then cost page faults every call (scipy's FFT took 2.2 times as long,
+ducc0's 1.2); README says how to start CPU workers without it.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import uuid
 import warnings
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..operators.checks import check_finite_result, check_output, precision_of
-from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, \
-    workers_to_prefer
+from . import chunks as chunking
 from .watch import compute, stall_seconds
-from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, plane_counts, points_of, select, \
-    slab_bounds, split
-from ..imaging.wgridding import SPEED_OF_LIGHT, WGridder
+from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, workers_to_prefer
+from .delivery import collect, deliver, discard, open_box
+from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, parts_at, plane_counts, points_of, \
+    selection, slab_bounds, slab_sizes, split, values_at
+from ..device.host_threads import in_slices
+from ..operators.checks import check_finite_result, check_output, precision_of
+from ..imaging.wgridding import WGridder
+from ..planning.host import SPEED_OF_LIGHT
 
 try:
     import dask
@@ -95,8 +104,10 @@ except ImportError as error:     # pragma: no cover - exercised only without the
 __all__ = ["vis2dirty", "dirty2vis", "cached_wgridders", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
 
 KEEP_OPERATORS = 4
+KEPT_LAYOUTS = 8             # sets of points whose first pass and persisted selections the client keeps
 SPLITS = ("auto", "planes", "rows")
 _operators: OrderedDict = OrderedDict()     # key -> (WGridder, its lock)
+_layouts: OrderedDict = OrderedDict()       # on the client: (client id, token) -> SlabLayout
 _counts = {"made": 0, "reused": 0}
 _lock = threading.Lock()
 
@@ -106,16 +117,44 @@ ACCEPTED_WITHOUT_EFFECT = ("allow_nshift", "double_precision_accumulation")
 UNIT_FREQ = np.array([SPEED_OF_LIGHT])
 
 
+@dataclass
+class SlabPoints:
+    """One slab task's points as its worker keeps them: its parts from its chunks, in
+    order, without values (`Part`), and a key of its own (the worker's operator for them
+    is kept under it; made afresh whenever the points are, so a recomputed copy never
+    finds a stale operator)."""
+
+    parts: list
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def lengths(self) -> list:
+        return [len(p) for p in self.parts]
+
+
+@dataclass
+class SlabLayout:
+    """The client's record of one set of points under the planes split: the geometry,
+    the slabs' planes, the imaging tasks (`Slab`, in slab then group order), the samples
+    each chunk gives each slab, and the selections and slab points persisted on the
+    workers (None until made; never with ``keep_operators=0``)."""
+
+    geometry: object
+    bounds: list
+    tasks: list
+    sizes: list                  # by chunk, then slab
+    selections: list | None = None
+    points: list | None = None
+
+
 # -- on the workers -------------------------------------------------------------------
 
-def _operator(content, points, options: dict, keep: int, geometry=None, planes=None) -> tuple:
-    """The worker's `WGridder` for these points and this geometry (given, with its planes,
-    for a slab; else its own), with the lock that serialises its calls: built on first
-    use and kept (the ``keep`` used last), else made for this call only.  ``content``:
-    the arrays that fix the points (their token keys the operator); ``points()``: (uvw,
-    freq, mask) to build it from, asked for only when it is built."""
-    key = (dask.base.tokenize(content), tuple(sorted(options.items())), geometry, planes,
-           os.environ.get("CLGRID_DEVICE"))
+def _operator(key, points, options: dict, keep: int, geometry=None, planes=None) -> tuple:
+    """The worker's `WGridder` kept under ``key`` (with the lock that serialises its
+    calls), else built from ``points()`` = (uvw, freq, mask) with the call's keywords,
+    ``geometry`` and ``planes``, and kept (the ``keep`` used last), or made for this
+    call only where ``keep`` is 0."""
+    key = key + (os.environ.get("CLGRID_DEVICE"),)
     with _lock:
         found = _operators.get(key)
         if found is not None:
@@ -123,9 +162,10 @@ def _operator(content, points, options: dict, keep: int, geometry=None, planes=N
             _counts["reused"] += 1
             return found
     uvw, freq, mask = points()
-    made = (WGridder(uvw, freq, mask=mask, geometry=geometry, planes=planes,
-                     **dict(options, tuning=None if options["tuning"] is None else dict(options["tuning"]))),
-            threading.Lock())
+    kwargs = dict(options, tuning=None if options["tuning"] is None else dict(options["tuning"]))
+    if isinstance(kwargs["device"], tuple):
+        kwargs["device"] = list(kwargs["device"])
+    made = (WGridder(uvw, freq, mask=mask, geometry=geometry, planes=planes, **kwargs), threading.Lock())
     with _lock:
         _counts["made"] += 1
         if keep > 0:
@@ -136,10 +176,10 @@ def _operator(content, points, options: dict, keep: int, geometry=None, planes=N
     return made
 
 
-def _chunk_operator(uvw, freq, mask, options: dict, keep: int) -> tuple:
-    """A chunk's own operator (the rows split)."""
-    uvw, freq, mask = np.asarray(uvw), np.asarray(freq), None if mask is None else np.asarray(mask)
-    return _operator((uvw, freq, mask), lambda: (uvw, freq, mask), options, keep)
+def _chunk_operator(token, chunk, uvw, freq, mask, options: dict, keep: int) -> tuple:
+    """A chunk's own operator (the rows split), kept under the call's token and the chunk."""
+    return _operator((token, chunk.index), lambda: (np.asarray(uvw), np.asarray(freq),
+                                                    None if mask is None else np.asarray(mask)), options, keep)
 
 
 def cached_wgridders() -> dict:
@@ -150,11 +190,13 @@ def cached_wgridders() -> dict:
 
 
 def clear_wgridders() -> int:
-    """Drop this process's kept operators (`clgrid.dask.clear_cache` does too); returns
-    how many were dropped."""
+    """Drop this process's kept operators, and on the client the records (and so the
+    persisted selections and points) of earlier calls' data (`clgrid.dask.clear_cache`
+    does too); returns how many operators were dropped."""
     with _lock:
         count = len(_operators)
         _operators.clear()
+        _layouts.clear()
         _counts.update(made=0, reused=0)
     return count
 
@@ -163,16 +205,18 @@ def _all_masked(mask) -> bool:
     return mask is not None and not np.any(mask)
 
 
-def _real(precision: str):
-    return np.float64 if precision == "double" else np.float32
-
-
 def _zeros(options: dict) -> np.ndarray:
-    return np.zeros((options["npix_x"], options["npix_y"]), _real(options["precision"]))
+    real = np.float64 if options["precision"] == "double" else np.float32
+    return np.zeros((options["npix_x"], options["npix_y"]), real)
 
 
 def _complex(precision: str):
     return np.complex128 if precision == "double" else np.complex64
+
+
+def _facets(image: np.ndarray, count: int) -> tuple:
+    """``image`` cut into ``count`` blocks of rows (views), for the facet sums."""
+    return tuple(np.array_split(image, count, axis=0))
 
 
 def _imaged(operator, lock, vis, wgt) -> tuple:
@@ -184,21 +228,22 @@ def _imaged(operator, lock, vis, wgt) -> tuple:
     return image, frozenset(str(w.message) for w in caught) if np.any(image) else frozenset()
 
 
-def _image_chunk(uvw, freq, vis, wgt, mask, chunk, options, keep):
-    """One task of the rows split: the dirty image of one chunk, and its warnings."""
+def _image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets):
+    """One task of the rows split: the dirty image of one chunk, in facets, and its warnings."""
     with naming(chunk):
         if _all_masked(mask):                # nothing to image: no operator, no warning
-            return _zeros(options), frozenset()
-        operator, lock = _chunk_operator(uvw, freq, mask, options, keep)
-        return _imaged(operator, lock, vis, wgt)
+            return _facets(_zeros(options), facets) + (frozenset(),)
+        operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
+        image, said = _imaged(operator, lock, vis, wgt)
+        return _facets(image, facets) + (said,)
 
 
-def _vis_chunk(dirty, uvw, freq, wgt, mask, chunk, options, keep):
+def _vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
     """One task of the rows split: the visibilities of one chunk predicted from the image."""
     with naming(chunk):
         if _all_masked(mask):
             return np.zeros((len(uvw), len(freq)), _complex(options["precision"]))
-        operator, lock = _chunk_operator(uvw, freq, mask, options, keep)
+        operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
         with lock:
             return operator.dirty2vis(dirty, wgt)
 
@@ -213,51 +258,86 @@ def _chunk_counts(chunk, uvw, freq, mask, geometry):
         return plane_counts(uvw, freq, mask, geometry)
 
 
-def _chunk_select(chunk, uvw, freq, vis, wgt, mask, geometry, bounds, indices):
+def _chunk_selection(chunk, uvw, freq, mask, geometry, bounds) -> list:
+    """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`)."""
     with naming(chunk):
-        return select(uvw, freq, vis, wgt, mask, geometry, bounds, indices)
+        return selection(uvw, freq, mask, geometry, bounds)
 
 
-def _chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
+def _chunk_values(chunk, vis, wgt, taken, threads: int) -> tuple:
+    """A chunk's weighted values for each slab, at its kept selection (on ``threads``
+    host threads); non-finite ones refused here, where the chunk is known."""
     with naming(chunk):
-        return assemble(_chunk_shape(chunk), taken, shares, wgt, mask, dtype)
+        return tuple(values_at(vis, wgt, flat, threads) for flat in taken)
 
 
-def _slab_operator(parts, geometry, slab: Slab, options, keep):
-    """The operator of a slab task's samples (its parts from its chunks, in order) over
-    its planes, keyed by the parts as they came (their u, v, w are formed only to build
-    it); None where it has none."""
-    if slab.planes[0] == slab.planes[1] or not sum(len(p) for p in parts):
-        return None
-    content = [(p.uvw, p.row, p.chan, p.scale) for p in parts]
-    return _operator(content, lambda: (points_of(parts), UNIT_FREQ, None), options, keep, geometry, slab.planes)
+def _chunk_parts(chunk, uvw, freq, taken) -> tuple:
+    """A chunk's samples for each slab as `Part` s (rows, row and channel numbers)."""
+    with naming(chunk):
+        return tuple(parts_at(uvw, freq, taken))
 
 
-def _image_slab(geometry, slab: Slab, options, keep, *parts):
+def _slab_points(*parts) -> SlabPoints:
+    """A slab task's points, kept on its worker (persisted) where operators are kept.  The
+    parts come as arguments, not in a list: Dask puts a task's worker annotation on every
+    task upstream of a list argument (the data's own), and a task tied so to a worker that
+    left waits for ever (`_prefer`)."""
+    return SlabPoints(list(parts))
+
+
+def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
+    """The slab task's operator over its planes: kept under its points' key, else built
+    from them (u, v, w in wavelengths: freq = c)."""
+    return _operator((points.key,), lambda: (points_of(points.parts), UNIT_FREQ, None), options, keep, geometry,
+                     slab.planes)
+
+
+def _image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, *values):
     """One task of the planes split: the image of the taps on one slab's planes, from its
-    samples of its group of chunks, and its warnings."""
+    samples of its group of chunks (values: one array per chunk, as arguments: `_slab_points`
+    says why), in facets, and its warnings."""
     with naming(slab):
-        found = _slab_operator(parts, geometry, slab, options, keep)
-        if found is None:
-            return _zeros(options), frozenset()
-        values = np.concatenate([p.values for p in parts])
-        return _imaged(*found, values[:, None], None)
+        operator, lock = _slab_operator(points, geometry, slab, options, keep)
+        image, said = _imaged(operator, lock, _joined(values, options["nthreads"])[:, None], None)
+        return _facets(image, facets) + (said,)
 
 
-def _vis_slab(dirty, geometry, slab: Slab, options, keep, *parts):
+def _joined(values: list, threads: int) -> np.ndarray:
+    """The values from a slab task's chunks as one array (copied on ``threads`` host threads)."""
+    if len(values) == 1:
+        return values[0]
+    out = np.empty(sum(len(v) for v in values), values[0].dtype)
+    start = 0
+    for v in values:
+        part = out[start:start + len(v)]
+        in_slices(max(1, threads), len(v), lambda r, part=part, v=v: np.copyto(part[r], v[r]))
+        start += len(v)
+    return out
+
+
+def _vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep):
     """One task of the planes split: its samples' shares of the visibilities (the taps on
     its planes, unweighted), one array per chunk of its group."""
     with naming(slab):
-        found = _slab_operator(parts, geometry, slab, options, keep)
-        if found is None:
-            return split(np.zeros(sum(len(p) for p in parts), _complex(options["precision"])), parts)
-        operator, lock = found
+        operator, lock = _slab_operator(points, geometry, slab, options, keep)
         with lock:
-            return split(operator.dirty2vis(dirty)[:, 0], parts)
+            return split(operator.dirty2vis(dirty)[:, 0], points.parts)
 
 
-def _add_images(a: tuple, b: tuple) -> tuple:
-    return a[0] + b[0], a[1] | b[1]
+def _chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
+    """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
+    added at its samples in slab order, then weighted."""
+    with naming(chunk):
+        shares = [np.zeros(0, dtype) if share is None else share for share in shares]
+        return assemble(_chunk_shape(chunk), taken, shares, wgt, mask, dtype)
+
+
+def _add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+def _said(*sets) -> frozenset:
+    return frozenset().union(*sets)
 
 
 # -- on the client ---------------------------------------------------------------------
@@ -343,17 +423,16 @@ def _slab_samples(slab_samples, layout: Layout) -> int:
     return int(slab_samples)
 
 
-def _split(split, slabs, do_wgridding, layout: Layout, keep: int, deterministic: bool = False) -> tuple:
-    """(the split, the number of slabs, the workers tasks prefer or None): module docstring.
-    The number of slabs is None where it is to come from the data (`_data_slabs`): with
-    ``deterministic`` and no ``slabs``, nothing here may depend on the cluster."""
+def _split(split, slabs, do_wgridding, layout: Layout, workers, deterministic: bool = False) -> tuple:
+    """(the split, the number of slabs): module docstring.  The number of slabs is None
+    where it is to come from the data (`_data_slabs`): with ``deterministic`` and no
+    ``slabs``, nothing that fixes the bits may depend on the cluster."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
     if slabs is not None and (isinstance(slabs, bool) or int(slabs) != slabs or slabs < 1):
         raise ValueError(f"slabs must be a positive integer or None (one per worker), got {slabs!r}")
     if split == "planes" and not do_wgridding:
         raise ValueError("split='planes' needs do_wgridding=True: without w there is one plane to share")
-    workers = workers_to_prefer(True)
     if slabs is not None:
         count = int(slabs)
     else:
@@ -361,11 +440,7 @@ def _split(split, slabs, do_wgridding, layout: Layout, keep: int, deterministic:
     if split == "auto":
         tasks = layout.shape[0] * layout.shape[1]
         split = "planes" if do_wgridding and ((count or 1) > 1 or tasks > 1) else "rows"
-    return split, count, workers if split == "planes" or keep > 0 else None
-
-
-def _task(function):
-    return dask.delayed(function, pure=False)
+    return split, count
 
 
 def _data_slabs(geometry, chunks: int) -> int:
@@ -376,15 +451,40 @@ def _data_slabs(geometry, chunks: int) -> int:
     return max(1, min(chunks, geometry.num_planes // geometry.kernel.support))
 
 
-def _slab_plan(layout: Layout, uvw, freq, mask, options: dict, count, cap: int, stall_timeout=None) -> tuple:
-    """The planes split's first pass, computed now (the imaging tasks depend on it): each
-    chunk's pieces (chunk, uvw, freq, mask), the geometry of them all, the slabs' planes
-    (``count`` of them; None: `_data_slabs`), and the imaging tasks: a `Slab` per group of
-    chunks of each slab, in slab then group order, none taking more than ``cap`` samples
-    unless one chunk gives it more."""
-    chunks, points, masks = layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(mask)
-    freqs = [freq[slice(*chunk.channels)] for chunk in chunks]
-    pieces = list(zip(chunks, points, freqs, masks))
+def _task(function):
+    return dask.delayed(function, pure=False)
+
+
+def _key_of(piece):
+    """A piece's name in the token of the points: its Dask key (content-derived for
+    `dask.array.from_array`, stable for a persisted array), or a token of its value."""
+    return getattr(piece, "key", None) or dask.base.tokenize(piece)
+
+
+def _points_token(layout: Layout, uvw_pieces, mask_pieces, freq, options: dict, *more) -> str:
+    """What fixes an operator's points: the uvw and mask blocks, the frequencies, every
+    keyword and the chunks (the keys of the blocks, not their content: nothing large is
+    hashed per call)."""
+    return dask.base.tokenize("clgrid.dask.wgridding", [_key_of(p) for p in uvw_pieces],
+                              [None if m is None else _key_of(m) for m in mask_pieces], freq,
+                              sorted(options.items()), layout.rows, layout.channels, *more)
+
+
+def _facet_count(workers, options: dict) -> int:
+    return max(1, min(len(workers or [None]), options["npix_x"]))
+
+
+def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall_timeout=None) -> SlabLayout:
+    """The planes split's first pass for these points (kept on the client per token):
+    the geometry of them all, the slabs' planes (``count`` of them; None: `_data_slabs`),
+    the imaging tasks and each chunk's samples per slab; computed now (the imaging tasks
+    depend on it), watched (`clgrid.dask.watch`)."""
+    key = (id(chunking.client()), token)
+    with _lock:
+        found = _layouts.get(key)
+        if found is not None:
+            _layouts.move_to_end(key)
+            return found
     reduced = _task(geometry_of)([_task(_chunk_extent)(*piece) for piece in pieces], options)
     geometry, *counts = compute(reduced, *[_task(_chunk_counts)(*piece, reduced) for piece in pieces],
                                 stall_timeout=stall_timeout)
@@ -392,35 +492,97 @@ def _slab_plan(layout: Layout, uvw, freq, mask, options: dict, count, cap: int, 
     tasks = [Slab(s, planes, group)
              for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap)))
              for group in groups]
-    return pieces, geometry, bounds, tasks
+    made = SlabLayout(geometry, bounds, tasks, [slab_sizes(c, geometry, bounds) for c in counts])
+    if keep > 0:
+        with _lock:
+            _layouts[key] = made
+            while len(_layouts) > KEPT_LAYOUTS:
+                _layouts.popitem(last=False)
+    return made
 
 
-def _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers) -> list:
-    parts = []
+def _busy(layout: SlabLayout, slab: Slab) -> bool:
+    """Whether a slab task has samples (tasks without are left out)."""
+    return any(layout.sizes[i][slab.index] for i in range(*slab.chunks))
+
+
+def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
+    """Each chunk's selection and each busy slab task's points (None for the others): the
+    ones persisted on the workers by an earlier call with these points, else made now
+    (and persisted where operators are kept: the selections where the chunks are, task
+    t's points on worker t mod n)."""
+    if layout.selections is not None:
+        return layout.selections, layout.points
+    g, count = layout.geometry, len(layout.bounds)
+    selections = [_task(_chunk_selection)(chunk, u, f, m, g, layout.bounds) for chunk, u, f, m in pieces]
+    parts = [dask.delayed(_chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
+             for (chunk, u, f, _), taken in zip(pieces, selections)]
+    points = []
+    for t, slab in enumerate(layout.tasks):
+        if not _busy(layout, slab):
+            points.append(None)
+            continue
+        with prefer_worker(t, workers):
+            points.append(_task(_slab_points)(*[chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
+    if keep > 0:
+        selections, points = dask.persist(selections, points)
+        layout.selections, layout.points = selections, points
+    return selections, points
+
+
+def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None) -> tuple:
+    """The image (``shape``, ``dtype``) from the imaging tasks' outputs (``facets`` facets
+    and the warnings each): facet f summed pairwise by task number on worker f, and handed
+    to the client through shared memory where worker f is on its host
+    (`clgrid.dask.delivery`), else gathered; all facets at once."""
+    if not outputs:
+        return None, frozenset()
+    box = open_box(shape, dtype) if workers else None
+    starts = [int(s) for s in np.cumsum([0] + [len(r) for r in np.array_split(np.arange(shape[0]), facets)])[:-1]]
+    sums = []
+    for f in range(facets):
+        with prefer_worker(f, workers):
+            total = tree_sum([out[f] for out in outputs], _task(_add_images))
+            sums.append(_task(deliver)(total, box, starts[f]) if box is not None else total)
+    try:
+        *parts, said = compute(*sums, _task(_said)(*[out[facets] for out in outputs]), stall_timeout=stall_timeout)
+    except BaseException:
+        discard(box)
+        raise
+    return collect(box, parts, starts), said
+
+
+def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets) -> list:
+    outputs = []
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            parts.append(_task(_image_chunk)(u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep))
-    return parts
+            outputs.append(dask.delayed(_image_chunk, pure=False, nout=facets + 1)(
+                token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets))
+    return outputs
 
 
-def _slab_inputs(selected: list, slab: Slab) -> list:
-    """A slab task's parts: its slab's output of each `select` of its chunks (made
-    outside the task's `prefer_worker` annotation: they stay with their chunk)."""
-    return [taken[slab.index] for taken in selected[slice(*slab.chunks)]]
+def _slab_pieces(layout: Layout, uvw, freq, mask) -> list:
+    """Each chunk's (chunk, uvw, freq, mask) pieces."""
+    chunks = layout.chunks()
+    return list(zip(chunks, layout.pieces(uvw, channels=False), [freq[slice(*c.channels)] for c in chunks],
+                    layout.pieces(mask)))
 
 
-def _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers, stall_timeout) -> list:
-    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap, stall_timeout)
-    count = len(bounds)
-    selected = [dask.delayed(_chunk_select, pure=False, nout=count)(chunk, u, f, v, w, m, geometry, bounds, False)
-                for (chunk, u, f, m), v, w in zip(pieces, layout.pieces(vis), layout.pieces(wgt))]
-    parts = []
-    for t, slab in enumerate(tasks):
-        inputs = _slab_inputs(selected, slab)
+def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets) -> list:
+    selections, points = _slab_state(slab_layout, pieces, keep, workers)
+    count = len(slab_layout.bounds)
+    values = [dask.delayed(_chunk_values, pure=False, nout=count)(chunk, v, w, taken, max(1, options["nthreads"]))
+              for (chunk, _, _, _), v, w, taken in zip(pieces, vis_pieces, wgt_pieces, selections)]
+    outputs = []
+    for t, slab in enumerate(slab_layout.tasks):
+        if points[t] is None:
+            continue
         with prefer_worker(t, workers):
-            parts.append(_task(_image_slab)(geometry, slab, options, keep, *inputs))
-    return parts
+            outputs.append(dask.delayed(_image_slab, pure=False, nout=facets + 1)(
+                points[t], slab_layout.geometry, slab, options, keep, facets,
+                *[chunk[slab.index] for chunk in values[slice(*slab.chunks)]]))
+    return outputs
 
 
 def _sent(dirty: np.ndarray):
@@ -429,33 +591,32 @@ def _sent(dirty: np.ndarray):
     return shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
 
 
-def _rows_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype) -> list:
+def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype) -> list:
     image, pieces = _sent(dirty), []
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            task = _task(_vis_chunk)(image, u, freq[slice(*chunk.channels)], w, m, chunk, options, keep)
+            task = _task(_vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk, options, keep)
         pieces.append(da.from_delayed(task, shape=_chunk_shape(chunk), dtype=dtype))
     return pieces
 
 
-def _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype, stall_timeout) -> list:
-    pieces, geometry, bounds, tasks = _slab_plan(layout, uvw, freq, mask, options, count, cap, stall_timeout)
-    count = len(bounds)
+def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype) -> list:
+    selections, points = _slab_state(slab_layout, pieces, keep, workers)
     image = _sent(dirty)
-    selected = [dask.delayed(_chunk_select, pure=False, nout=2 * count)(chunk, u, f, None, None, m, geometry, bounds,
-                                                                        True) for chunk, u, f, m in pieces]
+    count = len(slab_layout.bounds)
     shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
-    for t, slab in enumerate(tasks):
+    for t, slab in enumerate(slab_layout.tasks):
+        if points[t] is None:
+            continue
         a, b = slab.chunks
-        inputs = _slab_inputs(selected, slab)
         with prefer_worker(t, workers):
-            out = dask.delayed(_vis_slab, pure=False, nout=b - a)(image, geometry, slab, options, keep, *inputs)
+            out = dask.delayed(_vis_slab, pure=False, nout=b - a)(image, points[t], slab_layout.geometry, slab,
+                                                                  options, keep)
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
-    for i, ((chunk, _, _, m), w) in enumerate(zip(pieces, layout.pieces(wgt))):
-        task = _task(_chunk_assemble)(chunk, [selected[i][count + s] for s in range(count)],
-                                      [shares[s, i] for s in range(count)], w, m, dtype)
+    for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
+        task = _task(_chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype)
         out.append(da.from_delayed(task, shape=_chunk_shape(chunk), dtype=dtype))
     return out
 
@@ -505,16 +666,27 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
                        divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device, nthreads,
                        verbosity, tuning, deterministic)
     if dirty is not None:
-        check_output(dirty, "dirty", (options["npix_x"], options["npix_y"]), _real(precision))
-    keep = _keep(keep_operators)
-    split, count, workers = _split(split, slabs, do_wgridding, layout, keep, deterministic)
+        check_output(dirty, "dirty", (options["npix_x"], options["npix_y"]),
+                     np.float64 if precision == "double" else np.float32)
     stall_seconds(stall_timeout)
+    keep = _keep(keep_operators)
+    workers = workers_to_prefer(True)
+    split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
     cap = _slab_samples(slab_samples, layout)
+    facets = _facet_count(workers, options)
     if split == "rows":
-        parts = _rows_images(layout, uvw, freq, vis, wgt, mask, options, keep, workers)
+        token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
+        outputs = _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets)
     else:
-        parts = _slab_images(layout, uvw, freq, vis, wgt, mask, options, keep, count, cap, workers, stall_timeout)
-    image, said = compute(tree_sum(parts, _task(_add_images)), stall_timeout=stall_timeout)[0]
+        pieces = _slab_pieces(layout, uvw, freq, mask)
+        token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
+        slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
+        outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep, workers,
+                               facets)
+    real = np.float64 if options["precision"] == "double" else np.float32
+    image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real, stall_timeout)
+    if image is None:
+        image = _zeros(options)
     check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
                         precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
@@ -572,15 +744,19 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     dtype = _complex(precision)
     if vis is not None:
         check_output(vis, "vis", (layout.nrow, layout.nchan), dtype)
-    keep = _keep(keep_operators)
-    split, count, workers = _split(split, slabs, do_wgridding, layout, keep, deterministic)
     stall_seconds(stall_timeout)
+    keep = _keep(keep_operators)
+    workers = workers_to_prefer(True)
+    split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
     cap = _slab_samples(slab_samples, layout)
     if split == "rows":
-        pieces = _rows_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
+        token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
+        pieces = _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:
-        pieces = _slab_vis(layout, dirty, uvw, freq, wgt, mask, options, keep, count, cap, workers, dtype,
-                           stall_timeout)
+        chunks = _slab_pieces(layout, uvw, freq, mask)
+        token = _points_token(layout, [p[1] for p in chunks], [p[3] for p in chunks], freq, options, count, cap)
+        slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
+        pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = compute(result, stall_timeout=stall_timeout)[0]

@@ -4,7 +4,8 @@
 a string matched against platform and device names ("pocl", "nvidia", "cpu",
 "gpu", "H100"; a last word ``#k`` picks the k-th match from 0, "gpu #1": one of
 several equal GPUs, one per Dask worker), or None.  None means ``$CLGRID_DEVICE`` if
-set, else the first GPU, else PoCL, else whatever device exists.  One context and one profiling queue are
+set (the first where it names several, separated by commas: `clgrid.WGridder` takes
+them all), else the first GPU, else PoCL, else whatever device exists.  One context and one profiling queue are
 kept per device, so programs built for it are shared by every gridder.
 """
 
@@ -149,6 +150,8 @@ def select_device(spec=None):
         return spec
     if spec is None:
         spec = os.environ.get("CLGRID_DEVICE") or None
+        if spec is not None and "," in spec:     # several devices (an imaging operator's list): the first
+            spec = spec.split(",")[0].strip() or None
     found = devices()
     if not found:
         raise DeviceCapabilityError(

@@ -19,59 +19,37 @@ pixels).
 
 from __future__ import annotations
 
-import os
 import warnings
 import weakref
 
 import numpy as np
-import scipy.fft
 
-from ..sources.analytic import AnalyticKernel
 from ..errors import EmptyInputWarning
-from ..sources.tables import KernelStack
+from ..sources.base import KernelSource, grid_to_image
 
 __all__ = ["grid_to_image", "grid_correction", "dirty_image"]
 
 
-def grid_to_image(grid: np.ndarray) -> np.ndarray:
-    """``sum G exp(+2 pi i (u l + v m))`` with both grid and image centred at N // 2, in the
-    grid's precision (complex64 or complex128), on every core."""
-    shifted = np.fft.ifftshift(grid, axes=(-2, -1))         # a copy: the transform may overwrite it
-    image = scipy.fft.ifft2(shifted, axes=(-2, -1), norm="forward", overwrite_x=True, workers=os.cpu_count())
-    return np.fft.fftshift(image, axes=(-2, -1))
-
-
-def grid_correction(kernels: KernelStack, grid_size: int) -> np.ndarray:
-    """What gridding multiplies a sky by: the image of the plane-0 kernel sampled on whole
-    cells, or an analytic kernel's exact transform ``c(l) c(m)``.
+def grid_correction(kernels: KernelSource, grid_size: int) -> np.ndarray:
+    """What gridding multiplies a sky by (the source's `grid_correction`: the image of the
+    plane-0 kernel sampled on whole cells, or an analytic kernel's exact transform).
 
     Made once per stack and grid size (float64, read-only) and kept while the stack lives.
     """
     corrections = _CORRECTIONS.setdefault(kernels, {})
     if grid_size in corrections:
         return corrections[grid_size]
-    if isinstance(kernels, AnalyticKernel):
-        c = kernels.transform((np.arange(grid_size) - grid_size // 2) / grid_size)
-        correction = np.outer(c, c)
-    else:
-        s = int(kernels.supports[0])
-        full = kernels.full_plane(0)
-        centre = full.shape[0] // 2
-        taps = centre + np.arange(-s, s + 1) * kernels.oversample
-        g = np.zeros((grid_size, grid_size), np.complex128)
-        c = grid_size // 2
-        g[c - s:c + s + 1, c - s:c + s + 1] = full[np.ix_(taps, taps)]
-        correction = grid_to_image(g).real
+    correction = np.array(kernels.grid_correction(grid_size), np.float64)
     correction.flags.writeable = False
     corrections[grid_size] = correction
     return correction
 
 
 # `grid_correction` per stack (gone with it) and grid size.
-_CORRECTIONS: "weakref.WeakKeyDictionary[KernelStack, dict]" = weakref.WeakKeyDictionary()
+_CORRECTIONS: "weakref.WeakKeyDictionary[KernelSource, dict]" = weakref.WeakKeyDictionary()
 
 
-def dirty_image(grid: np.ndarray, kernels: KernelStack, norm) -> np.ndarray:
+def dirty_image(grid: np.ndarray, kernels: KernelSource, norm) -> np.ndarray:
     """Real part of the normalised, grid-corrected image of each polarisation's grid:
     float32 for a complex64 grid, float64 for complex128.
 

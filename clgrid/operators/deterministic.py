@@ -46,7 +46,7 @@ WORK_ITEMS = 1 << 14
 def scale_exponent(value_sum: float, kernels) -> int:
     """The ``k`` of the fixed-point units ``2^-k`` for visibilities whose |Re| + |Im| add up
     to ``value_sum`` (module docstring)."""
-    kmax = max(max(float(np.abs(p.real).max()), float(np.abs(p.imag).max())) for p in kernels.planes)
+    kmax = kernels.peak
     with np.errstate(over="ignore", invalid="ignore"):
         bound = float(value_sum) * kmax
     if not np.isfinite(bound):

@@ -223,7 +223,7 @@ class Gridder(GridOperation):
         weighted visibilities times the largest kernel value (read for error messages)."""
         if prepared.magnitude is None:
             return 0.0
-        kmax = max(float(np.abs(p).max()) for p in self.kernels.planes)
+        kmax = self.kernels.peak
         return float(prepared.magnitude()) * kmax
 
     def _stage(self, chunk):

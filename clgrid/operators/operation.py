@@ -18,8 +18,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from ..sources.analytic import AnalyticKernel
-from ..planning.plan import Geometry, Plan, make_plan
+from ..planning.plan import GridGeometry, Plan, make_plan
 from ..errors import DeviceCapabilityError
 from ..sources.tables import KernelStack
 from ..planning.host import check_arguments
@@ -109,9 +108,9 @@ class GridOperation:
         return resolve_tuning("auto", None, self.facts)[self.kind]
 
     @property
-    def geometry(self) -> Geometry:
+    def geometry(self) -> GridGeometry:
         """What a plan must have been made for to serve this operator."""
-        return Geometry(self.grid_size, self.cell_size, self.kernels, self.strategy.interpolation,
+        return GridGeometry(self.grid_size, self.cell_size, self.kernels, self.strategy.interpolation,
                         self.strategy.tuning.get("time_block", 0))
 
     # -- planning ---------------------------------------------------------------
@@ -147,7 +146,7 @@ class GridOperation:
         facts = self.facts
         free = facts.global_memory * 7 // 8 - self._grid_bytes(npol)      # an eighth for programs, tables
         per_sample = BYTES_PER_SAMPLE + BYTES_PER_VISIBILITY * npol
-        if isinstance(self.kernels, AnalyticKernel):
+        if self.kernels.evaluated:
             per_sample += OFFSET_BYTES_PER_SAMPLE
         return int(max(1, min(free // 2 // per_sample, facts.max_allocation // 16, 2 ** 31 - 1)))
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..sources.analytic import AnalyticKernel
 from ..errors import DroppedVisibilitiesError
 from ..sources.interpolation import (INTERPOLATIONS, continuous_positions, footprint_supports,
                             interpolated_norm_sums)
+from ..sources.base import KernelSource
 from ..sources.tables import KernelStack, offset_range
 from .rounding import round_half_away
 
@@ -44,8 +44,9 @@ def check_grid_geometry(grid_size, cell_size):
 def check_arguments(grid_size, cell_size, kernels, on_dropped) -> None:
     """What every gridder and degridder is constructed with: geometry, stack, `on_dropped`."""
     check_grid_geometry(grid_size, cell_size)
-    if not isinstance(kernels, KernelStack):
-        raise TypeError(f"kernels must be a clgrid.KernelStack, got {type(kernels).__name__}")
+    if not isinstance(kernels, KernelSource):
+        raise TypeError(f"kernels must be a kernel source (clgrid.KernelStack, KernelStack.analytic), got "
+                        f"{type(kernels).__name__}")
     if on_dropped not in ON_DROPPED:
         raise ValueError(f"on_dropped must be one of {ON_DROPPED}, got {on_dropped!r}")
 
@@ -348,7 +349,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
     gu, gv, ou, ov, plane, conj = grid_indices(samples.uvw[usable], grid_size, cell_size, kernels)
     in_stack = plane < kernels.num_planes
     linear = interpolation == "linear"
-    if linear or isinstance(kernels, AnalyticKernel):
+    if linear or kernels.evaluated:
         position = continuous_positions(samples.uvw[usable], grid_size, cell_size, kernels)
     if linear:
         support = np.where(in_stack, footprint_supports(kernels, position[:, 2]), 0)
@@ -367,7 +368,7 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
         position = position[keep]
         sums = interpolated_norm_sums(kernels, position, support[keep])
     else:
-        position = position[keep] if isinstance(kernels, AnalyticKernel) else None
+        position = position[keep] if kernels.evaluated else None
         sums = kernels.weight_sums()[plane_k, ov_k + r, ou_k + r]
     norm = (samples.weights[sample] * sums[:, None]).sum(axis=0)
     plan = Positions(grid_size, samples.npol, sample, gu[keep].astype(np.int32), gv[keep].astype(np.int32),
@@ -390,3 +391,69 @@ def report_dropped(num_off: int, num_beyond: int, num_samples: int, grid_size: i
     if on_dropped == "raise":
         raise DroppedVisibilitiesError(msg)
     warnings.warn(msg, stacklevel=stacklevel)
+
+
+# -- w-stacking (clgrid.imaging) ---------------------------------------------------------
+
+def stacked_points(uvw, scale, keep, signs, fold: bool):
+    """u, v, w (wavelengths, flipped, folded) of the kept samples, their flat indices and
+    whether each moved to -uvw (w < 0 with ``fold``: the point is conjugated)."""
+    nchan = scale.size
+    flat = np.flatnonzero(keep.reshape(-1)) if keep is not None else np.arange(uvw.shape[0] * nchan)
+    rows, chans = np.divmod(flat, nchan)
+    f = scale[chans]
+    u, v, w = (uvw[rows, axis] * signs[axis] * f for axis in range(3))
+    if not (np.all(np.isfinite(u)) and np.all(np.isfinite(v)) and np.all(np.isfinite(w))):
+        raise ValueError("uvw has NaN or infinite entries (in unmasked samples)")
+    moved = (w < 0) if fold else np.zeros(w.shape, bool)
+    if fold:
+        u, v, w = (np.where(moved, -a, a) for a in (u, v, w))
+    return u, v, w, flat, moved
+
+
+def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool, planes: range | None = None) -> dict:
+    """The w-stacking plan in numpy, float64, in the caller's sample order: the reference the
+    device planning (``clgrid/cl_kernels/plan_positions.cl``, ``classify_stacked``) matches
+    bit for bit, and the planning of devices without fp64.
+
+    ``uvw`` (nrow, 3) metres, ``scale`` (nchan,) frequency / c, ``keep`` (nrow, nchan) bool or
+    None, ``signs`` the flips (+1 or -1 per axis), ``geometry`` a
+    `clgrid.imaging.geometry.ImageGeometry`.  Returns ``sample`` (int32, flat sample index),
+    ``packed`` (int32 (n, 4): first u cell and first v cell modulo the grid, 0, first plane
+    with bit 31 set where the point moved), ``fraction`` (float64 (n, 4): the first taps'
+    offsets from the point in cells and planes, in [-W/2, -W/2 + 1)), ``phase``
+    (complex128, the factor gridding applies, or None where the geometry has none) and
+    ``flagged`` (the samples ``keep`` leaves out).  ``planes`` (a range; None: all): only the
+    points with a tap on them."""
+    g, support = geometry, geometry.kernel.support
+    u, v, w, flat, moved = stacked_points(uvw, scale, keep, signs, fold)
+    half = support / 2.0
+    cells_u, cells_v = g.cells_per_wavelength
+    pos_u, pos_v = u * cells_u, v * cells_v
+    first_u, first_v = np.ceil(pos_u - half), np.ceil(pos_v - half)
+    if g.do_wgridding:
+        pos_w = g.plane_positions(w)
+        first_w = g.first_planes(w)
+        frac_w = first_w - pos_w
+    else:
+        first_w = frac_w = np.zeros_like(u)
+    if g.do_wgridding and (np.any(first_w < 0) or np.any(first_w + support > g.num_planes)):
+        raise RuntimeError("clgrid internal error: a point's w-planes fall outside the stack")
+    flagged = uvw.shape[0] * scale.size - flat.size
+    if g.do_wgridding and planes is not None:
+        on = (first_w < planes.stop) & (first_w + support > planes.start)
+        if not on.all():
+            u, v, w, flat, moved = u[on], v[on], w[on], flat[on], moved[on]
+            pos_u, pos_v, first_u, first_v = pos_u[on], pos_v[on], first_u[on], first_v[on]
+            first_w, frac_w = first_w[on], frac_w[on]
+    packed = np.zeros((u.size, 4), np.int64)
+    packed[:, 0] = first_u.astype(np.int64) % g.nu
+    packed[:, 1] = first_v.astype(np.int64) % g.nv
+    packed[:, 3] = first_w.astype(np.int64) | (moved.astype(np.int64) << 31)
+    fraction = np.zeros((u.size, 4), np.float64)
+    fraction[:, 0], fraction[:, 1], fraction[:, 2] = first_u - pos_u, first_v - pos_v, frac_w
+    phase = None
+    if g.has_phase:
+        phase = np.exp(2j * np.pi * (u * g.center_x + v * g.center_y - w * g.nshift))
+    return dict(sample=flat.astype(np.int32), packed=packed.astype(np.uint32).view(np.int32), fraction=fraction,
+                phase=phase, flagged=flagged)

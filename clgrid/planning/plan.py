@@ -30,22 +30,23 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from ..device.codegen import build_program, render, kernel as codegen_kernel
-from ..sources.analytic import AnalyticKernel
 from ..device.reduction import DeviceSum
 from ..sources.tables import KernelStack, offset_range
 from .host import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities,
+                   stacked_positions,
                    report_dropped)
 from ..device.scan import ExclusiveScan
-from ..device.transfer import to_device_array
+from ..device.runtime import device_facts
+from ..device.transfer import to_device_array, upload
 
-__all__ = ["Geometry", "Plan", "make_plan", "split_flags", "as_host"]
+__all__ = ["GridGeometry", "Plan", "make_plan", "plan_stacked", "split_flags", "as_host"]
 
 INT32_MAX = 2 ** 31 - 1
-STATUSES = ("kept", "flagged", "off_grid", "beyond_kernel_stack", "not_finite")   # plan_positions.cl
+STATUSES = ("kept", "flagged", "off_grid", "beyond_kernel_stack", "not_finite", "elsewhere")   # plan_positions.cl
 
 
 @dataclass(frozen=True, eq=False)
-class Geometry:
+class GridGeometry:
     """What a plan is valid for: the grid, the kernel stack (by identity) and how its
     weights are read; ``time_block`` > 0 when w is held over time blocks (moving window)."""
 
@@ -55,7 +56,7 @@ class Geometry:
     interpolation: str = "nearest"
     time_block: int = 0
 
-    def differences(self, other: "Geometry") -> list:
+    def differences(self, other: "GridGeometry") -> list:
         """Human-readable differences from ``other`` (empty when a plan of one serves the other)."""
         out = []
         for name in ("grid_size", "cell_size", "interpolation", "time_block"):
@@ -116,11 +117,19 @@ class Plan:
     its nearest cell, ``nearest - position`` in cells, as a complex device array in the
     caller's sample order (real part along u, imaginary along v; complex128, complex64 on
     devices without fp64; meaningful for kept samples): what the kernel is evaluated at.
+
+    A plan for w-stacking (`plan_stacked`, the imaging operator's) has one entry per kept
+    sample too: ``packed`` holds the first taps (first u and v cells modulo the periodic
+    grid, first w-plane, bit 31 of ``w`` where the point moved to -uvw and is conjugated),
+    ``fraction`` (real4 in the operator's precision) the first taps' offsets from the point
+    in cells and planes, ``phase`` (complex, or None) the factor gridding applies;
+    ``support`` and ``weight_sum`` are None (the kernel's width is the geometry's, and the
+    images are not normalised).
     """
 
-    def __init__(self, geometry: Geometry, queue, leading_shape: tuple, nchan, counts: dict,
+    def __init__(self, geometry: GridGeometry, queue, leading_shape: tuple, nchan, counts: dict,
                  sample, packed, support, weight_sum, pol_flags=None, positions: Positions | None = None,
-                 planned_on: str = "device", fraction: cla.Array | None = None):
+                 planned_on: str = "device", fraction: cla.Array | None = None, phase: cla.Array | None = None):
         self.geometry = geometry
         self.queue = queue
         self.context = queue.context
@@ -129,6 +138,7 @@ class Plan:
         self.counts = counts
         self.sample, self.packed, self.support, self.weight_sum = sample, packed, support, weight_sum
         self.fraction = fraction
+        self.phase = phase
         self.pol_flags = pol_flags
         self.planned_on = planned_on
         self._positions = positions
@@ -182,7 +192,7 @@ class Plan:
         return {"samples": self.num_samples, done: self.num_kept, "flagged": self.num_flagged,
                 "off_grid": self.counts["off_grid"], "beyond_kernel_stack": self.counts["beyond_kernel_stack"]}
 
-    def check_usable_by(self, geometry: Geometry, context) -> None:
+    def check_usable_by(self, geometry: GridGeometry, context) -> None:
         """Refuse an operator whose geometry or context differs, naming what."""
         why = self.geometry.differences(geometry)
         if context is not self.context and context.int_ptr != self.context.int_ptr:
@@ -235,7 +245,7 @@ class _Planner:
     kernel objects hold their arguments) and a scan for one planning call."""
 
     def __init__(self, queue):
-        program = build_program(queue.context, render("plan_positions.cl"))
+        program = build_program(queue.context, render("plan_positions.cl", stacked=False))
         self.classify = codegen_kernel(program, "classify")
         self.compact = codegen_kernel(program, "compact")
         self.scan = ExclusiveScan(queue)
@@ -264,7 +274,7 @@ def _kernel_tables(queue, kernels: KernelStack, real_dtype):
     return cache[key]
 
 
-def make_plan(queue, geometry: Geometry, uvw, freqs=None, flags=None, on_dropped: str = "warn",
+def make_plan(queue, geometry: GridGeometry, uvw, freqs=None, flags=None, on_dropped: str = "warn",
               done: str = "gridded", where: str = "device", hold=None, staging=None) -> Plan:
     """Plan ``uvw`` ((..., 3) wavelengths, or metres with ``freqs`` in Hz) for ``geometry``.
 
@@ -308,7 +318,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     kept = cla.empty(queue, n, np.int32)
     position = cla.empty(queue, n + 1, np.int32)
     counts = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied: Oclgrind reads fills as unset
-    fraction = cla.empty(queue, n, np.complex128) if isinstance(kernels, AnalyticKernel) else None
+    fraction = cla.empty(queue, n, np.complex128) if kernels.evaluated else None
     wg = min(256, queue.device.max_work_group_size)
     if nsample:
         planner.classify(queue, (-(-nsample // wg) * wg,), (wg,), uvw_d.data,
@@ -320,6 +330,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
                          status.data, packed_all.data, kept.data, counts.data,
                          None if fraction is None else fraction.data)
     tally = dict(zip(STATUSES, (int(c) for c in counts.get())))
+    tally.pop("elsewhere")
     if tally.pop("not_finite"):
         raise ValueError("uvw contains NaN or inf in unflagged data")
     m = tally["kept"]
@@ -356,7 +367,7 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
     counts = {"kept": m, "flagged": positions.num_flagged, "off_grid": positions.num_off_grid,
               "beyond_kernel_stack": positions.num_beyond_stack}
     fraction = None
-    if isinstance(geometry.kernels, AnalyticKernel):
+    if geometry.kernels.evaluated:
         every = np.zeros(max(nsample, 1), np.complex128 if real == np.float64 else np.complex64)
         every[positions.sample] = -(positions.position[:, 0] + 1j * positions.position[:, 1])
         fraction = cla.to_device(queue, every)
@@ -364,3 +375,91 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
                 upload(positions.packed(), np.int32), upload(positions.support, np.int32),
                 upload(positions.weight_sum, real), pol_flags=pol_flags, positions=positions,
                 planned_on="host", fraction=fraction)
+
+
+# -- w-stacking (clgrid.imaging) ---------------------------------------------------------
+
+STACKING_T = np.dtype([("sign_u", np.float64), ("sign_v", np.float64), ("sign_w", np.float64),
+                       ("cells_u", np.float64), ("cells_v", np.float64), ("w_start", np.float64),
+                       ("dw", np.float64), ("center_x", np.float64), ("center_y", np.float64),
+                       ("nshift", np.float64), ("nu", np.int32), ("nv", np.int32), ("nchan", np.int32),
+                       ("nsample", np.int32)])   # plan_positions.cl's stacking_t
+
+
+def stacked_program(context, geometry, fold: bool, double: bool) -> cl.Program:
+    """The planning program for w-stacking points of ``geometry`` (built once per context)."""
+    return build_program(context, render("plan_positions.cl", stacked=True, double=double,
+                                         use_w=geometry.do_wgridding, fold=fold, support=geometry.kernel.support,
+                                         num_planes=geometry.num_planes))
+
+
+def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: bool, staging=None,
+                 on_host: bool = False, planes: range | None = None) -> Plan:
+    """Plan the samples of ``uvw`` (nrow, 3) metres at ``scale`` (nchan,) = freq / c for
+    w-stacking on ``geometry`` (a `clgrid.imaging.geometry.ImageGeometry`), where ``keep``
+    (nrow, nchan; None: all) is set, on ``queue``'s device: a `Plan` in the caller's sample
+    order.  ``signs``: the flips (+1 or -1 per axis); ``fold``: move w < 0 to -uvw;
+    ``double``: offsets and phases in double.  ``staging`` (`clgrid.device.transfer.Staging`),
+    if given, carries uvw to the device.  ``on_host``: plan in numpy
+    (`clgrid.planning.host.stacked_positions`, bit-identical), as devices without fp64 do.
+    ``planes`` (a range; None: all): plan only the points with a tap on them (an operator
+    over some of the w-planes); the others are counted in ``counts["elsewhere"]``."""
+    g = geometry
+    real = np.float64 if double else np.float32
+    cplx = np.complex128 if double else np.complex64
+    nrow, nchan = uvw.shape[0], scale.size
+    nsample = nrow * nchan
+    counts = {"kept": 0, "flagged": 0, "off_grid": 0, "beyond_kernel_stack": 0, "elsewhere": 0}
+    planes = range(g.num_planes) if planes is None else planes
+    if on_host or not device_facts(queue.device).fp64:
+        host = stacked_positions(uvw, scale, keep, signs, g, fold, planes)
+        n = host["sample"].size
+        counts.update(kept=n, flagged=host["flagged"], elsewhere=nsample - n - host["flagged"])
+
+        def up(a, dtype):
+            a = np.asarray(a, dtype)
+            return cla.to_device(queue, a if n else np.zeros((1,) + a.shape[1:], dtype))
+
+        return Plan(g, queue, (nrow,), nchan, counts, up(host["sample"], np.int32), up(host["packed"], np.int32),
+                    None, None, planned_on="host", fraction=up(host["fraction"], real),
+                    phase=None if host["phase"] is None else up(host["phase"], cplx))
+    context = queue.context
+    program = stacked_program(context, g, fold, double)
+    uvw_d = cla.empty(queue, max(nsample and nrow, 1) * 3, np.float64)
+    if nrow:
+        upload(queue, np.ascontiguousarray(uvw, np.float64), uvw_d.data, staging)
+    scale_d = cla.to_device(queue, np.asarray(scale, np.float64))
+    keep_d = None if keep is None else cla.to_device(queue, np.ascontiguousarray(keep, np.uint8).reshape(-1))
+    cells_u, cells_v = g.cells_per_wavelength
+    stacking = np.array([(signs[0], signs[1], signs[2], cells_u, cells_v, g.w_start, g.dw, g.center_x, g.center_y,
+                          g.nshift, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
+    n = max(nsample, 1)
+    status = cla.empty(queue, n, np.int32)
+    packed_all = cla.empty(queue, (n, 4), np.int32)
+    kept = cla.empty(queue, n, np.int32)
+    position = cla.empty(queue, n + 1, np.int32)
+    tally = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied: Oclgrind reads fills as unset
+    wg = min(256, queue.device.max_work_group_size)
+    if nsample:
+        codegen_kernel(program, "classify_stacked")(
+            queue, (-(-nsample // wg) * wg,), (wg,), uvw_d.data, scale_d.data,
+            None if keep_d is None else keep_d.data, stacking, np.int32(planes.start), np.int32(planes.stop),
+            status.data, packed_all.data, kept.data, tally.data)
+    found = dict(zip(STATUSES, (int(c) for c in tally.get())))
+    if found["not_finite"]:
+        raise ValueError(f"uvw has NaN or infinite entries ({found['not_finite']} unmasked samples)")
+    if found["beyond_kernel_stack"]:
+        raise RuntimeError(f"clgrid internal error: {found['beyond_kernel_stack']} points' w-planes fall outside "
+                           f"the stack")
+    m = found["kept"]
+    counts.update(kept=m, flagged=found["flagged"], elsewhere=found["elsewhere"])
+    sample = cla.empty(queue, max(m, 1), np.int32)
+    packed = cla.empty(queue, (max(m, 1), 4), np.int32)
+    fraction = cla.empty(queue, (max(m, 1), 4), real)
+    phase = cla.empty(queue, max(m, 1), cplx) if g.has_phase else None
+    if m:
+        ExclusiveScan(queue)(kept.data, position.data, nsample)
+        codegen_kernel(program, "compact_stacked")(
+            queue, (nsample,), None, status.data, packed_all.data, position.data, uvw_d.data, scale_d.data,
+            stacking, sample.data, packed.data, fraction.data, None if phase is None else phase.data)
+    return Plan(g, queue, (nrow,), nchan, counts, sample, packed, None, None, fraction=fraction, phase=phase)

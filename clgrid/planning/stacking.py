@@ -1,84 +1,28 @@
-"""Where each visibility goes in the w-gridding operator (`clgrid.imaging.wgridding`): its first
-grid cells, w-plane and offsets, planned once per operator, on the device.
+"""The w-stacking plan in the orders the imaging operator's spreads want (`arrange`).
 
 Spreading wants the points of one w-plane together, and within a plane in the order
 its kernel walks the grid: by first u cell for the CPUs' owner-computes rows
 (``Layout("rows")``), by bin of cells for the GPUs' one work-group per bin
-(``Layout("bins")``).  Both are a sort by a small integer key, so planning is three
-passes on the device (``clgrid/cl_kernels/wgrid_plan.cl``): a key per (row, channel) sample,
-a counting sort by key (`clgrid.device.counting_sort`, which also gives where each key's run
-starts: the row and bin tables the kernels read), and the positions of the kept
-samples in that order.  The arithmetic is float64 with the operations of
-`plan_on_host`, so cells and offsets are bit-identical to the host's (tested); devices
-without fp64 plan on the host.
+(``Layout("bins")``).  Both are a sort of the plan (`clgrid.planning.plan.plan_stacked`) by
+a small integer key, a counting sort on the device (`clgrid.device.counting_sort`, which
+also gives where each key's run starts: the row and bin tables the kernels read), then the
+plan's points taken into that order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyopencl as cl
 
-from ..sources.accuracy import KernelChoice
-from ..device.codegen import build_program, render, kernel as codegen_kernel
+import pyopencl.array as cla
+
+from ..device.codegen import kernel as codegen_kernel
 from ..device.counting_sort import CountingSort
-from ..device.runtime import device_facts, fill_zeros
-from ..strategies.base import read_only_buffer
-from ..device.transfer import upload
+from .plan import stacked_program
 
-__all__ = ["Geometry", "Layout", "PointPlan", "plan_points", "plan_on_host"]
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """Image and grid: what every plan of one operator shares."""
-
-    npix_x: int
-    npix_y: int
-    pixsize_x: float
-    pixsize_y: float
-    center_x: float        # already multiplied by the u/v flip sign
-    center_y: float
-    nu: int                # padded grid
-    nv: int
-    kernel: KernelChoice
-    do_wgridding: bool
-    w_min: float = 0.0     # wavelengths, after the w flip
-    dw: float = 1.0        # w-plane spacing
-    num_planes: int = 1
-    nshift: float = 0.0    # (n - 1) = nshift + t, |t| <= t_half over the image
-
-    @property
-    def w_start(self) -> float:
-        """w of plane 0."""
-        return self.w_min - self.kernel.support / 2 * self.dw
-
-    @property
-    def cells_per_wavelength(self) -> tuple:
-        """(u, v) in wavelengths times these is the position in grid cells."""
-        return self.nu * self.pixsize_x, self.nv * self.pixsize_y
-
-    @property
-    def has_phase(self) -> bool:
-        """Whether gridding multiplies each visibility by a phase (centre shift, nshift)."""
-        return bool(self.center_x or self.center_y or self.nshift)
-
-    def first_planes(self, w):
-        """The first w-plane of points at ``w`` (wavelengths, folded to w >= 0), as float64:
-        their taps fall on planes first .. first + support - 1.  The planning's arithmetic
-        (`plan_on_host`, wgrid_plan.cl), so that whoever splits points by plane agrees
-        with it to the bit."""
-        return np.ceil(self.plane_positions(w) - self.kernel.support / 2.0)
-
-    def plane_positions(self, w):
-        """Where points at ``w`` fall in the stack, in planes from plane 0."""
-        return (np.asarray(w, np.float64) - self.w_start) / self.dw
-
-    def image_lm(self):
-        x = (np.arange(self.npix_x) - self.npix_x // 2) * self.pixsize_x + self.center_x
-        y = (np.arange(self.npix_y) - self.npix_y // 2) * self.pixsize_y + self.center_y
-        return x, y
+__all__ = ["Layout", "PointPlan", "arrange"]
 
 
 @dataclass(frozen=True)
@@ -123,8 +67,8 @@ class PointPlan:
     in the caller's (nrow * nchan) array; -index - 1 where the point moved to -uvw and is
     conjugated), ``phase`` (the factor gridding applies; None when there is none) and
     ``starts`` (where each key's run begins: the layout's row or bin table).
-    ``plane_start[p]`` (host) is where the points whose first plane is p begin, and
-    ``key_starts`` (host) is ``starts`` down to the end of the last plane."""
+    ``plane_start[p]`` (host) is where the points whose first plane is p begin (the last
+    entry: where the last plane's end)."""
 
     first: cl.Buffer
     frac: cl.Buffer
@@ -132,9 +76,10 @@ class PointPlan:
     phase: cl.Buffer | None
     starts: cl.Buffer
     plane_start: np.ndarray
-    key_starts: np.ndarray
     num_vis: int
     planned_on: str
+    vis: object = None           # one call's values in this order (a cl.Buffer), or None
+    extra: dict = field(default_factory=dict)   # what a strategy adds (tables, kernel values)
 
     def active(self, plane: int, support: int) -> tuple[int, int]:
         """(start, count) of the visibilities with a tap on ``plane``."""
@@ -143,141 +88,62 @@ class PointPlan:
         return int(lo), int(hi - lo)
 
 
-def _points(uvw, scale, keep, signs, fold):
-    """u, v, w (wavelengths, flipped, folded) of the kept samples, their flat indices and
-    whether each moved to -uvw."""
-    nchan = scale.size
-    flat = np.flatnonzero(keep.reshape(-1)) if keep is not None else np.arange(uvw.shape[0] * nchan)
-    rows, chans = np.divmod(flat, nchan)
-    f = scale[chans]
-    u, v, w = (uvw[rows, axis] * signs[axis] * f for axis in range(3))
-    if not (np.all(np.isfinite(u)) and np.all(np.isfinite(v)) and np.all(np.isfinite(w))):
-        raise ValueError("uvw has NaN or infinite entries (in unmasked samples)")
-    moved = (w < 0) if fold else np.zeros(w.shape, bool)
-    if fold:
-        u, v, w = (np.where(moved, -a, a) for a in (u, v, w))
-    return u, v, w, flat, moved
+def _key_expression(layout: Layout) -> str:
+    """`Layout.keys` as a C expression of the packed plan ``p`` (clgrid/cl_kernels/counting_sort.cl)."""
+    plane = f"(p.w & 0x7fffffff) * {layout.keys_per_plane}"
+    if layout.kind == "rows":
+        return f"{plane} + p.x"
+    return f"{plane} + (p.x / {layout.bin_u}) * {layout.bins[1]} + p.y / {layout.bin_v}"
 
 
-def plan_on_host(uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fold: bool) -> dict:
-    """The plan in numpy, float64: the reference the device planning matches bit for bit,
-    and the planning of devices without fp64.  Returns host arrays named as `PointPlan`'s
-    fields (``frac`` float64, ``phase`` complex128 or None, ``starts`` of every key and
-    the end)."""
-    g, support = geometry, geometry.kernel.support
-    u, v, w, flat, moved = _points(uvw, scale, keep, signs, fold)
-    half = support / 2.0
-    cells_u, cells_v = g.cells_per_wavelength
-    pos_u, pos_v = u * cells_u, v * cells_v
-    first_u, first_v = np.ceil(pos_u - half), np.ceil(pos_v - half)
-    if g.do_wgridding:
-        pos_w = g.plane_positions(w)
-        first_w = g.first_planes(w)
-        frac_w = first_w - pos_w
-    else:
-        first_w = frac_w = np.zeros_like(u)
-    first = np.zeros((u.size, 4), np.int32)
-    first[:, 0] = first_u.astype(np.int64) % g.nu
-    first[:, 1] = first_v.astype(np.int64) % g.nv
-    first[:, 2] = first_w
-    if g.do_wgridding and (np.any(first[:, 2] < 0) or np.any(first[:, 2] + support > g.num_planes)):
-        raise RuntimeError("clgrid internal error: a point's w-planes fall outside the stack")
-    key = layout.keys(first)
-    order = np.argsort(key, kind="stable")
-    frac = np.zeros((u.size, 4), np.float64)
-    frac[:, 0], frac[:, 1], frac[:, 2] = first_u - pos_u, first_v - pos_v, frac_w
-    src = np.where(moved, -flat - 1, flat)
-    phase = None
-    if g.has_phase:
-        phase = np.exp(2j * np.pi * (u * g.center_x + v * g.center_y - w * g.nshift))[order]
-    counts = np.bincount(key, minlength=g.num_planes * layout.keys_per_plane)
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    return dict(first=first[order], frac=frac[order], src=src[order].astype(np.int32), phase=phase, starts=starts)
-
-
-def _copy(queue, host, dtype) -> cl.Buffer:
-    return read_only_buffer(queue.context, np.asarray(host, dtype))
-
-
-def _plane_start(starts: np.ndarray, geometry: Geometry, layout: Layout) -> np.ndarray:
-    return starts[np.arange(geometry.num_planes + 1) * layout.keys_per_plane].astype(np.int64)
-
-
-GEOMETRY_T = np.dtype([("sign_u", np.float64), ("sign_v", np.float64), ("sign_w", np.float64),
-                       ("cells_u", np.float64), ("cells_v", np.float64), ("w_start", np.float64),
-                       ("dw", np.float64), ("center_x", np.float64), ("center_y", np.float64),
-                       ("nshift", np.float64), ("nu", np.int32), ("nv", np.int32), ("nchan", np.int32),
-                       ("nsample", np.int32)])   # wgrid_plan.cl's geometry_t
-
-
-def plan_points(queue, uvw, scale, keep, signs, geometry: Geometry, layout: Layout, fold: bool,
-                double: bool, staging=None, on_host: bool = False) -> PointPlan:
-    """Plan the samples of ``uvw`` (nrow, 3) metres at ``scale`` (nchan,) = freq / c, where
-    ``keep`` (nrow, nchan; None: all) is set, on ``queue``'s device.  ``signs``: the flips
-    (+1 or -1 per axis); ``fold``: move w < 0 to -uvw; ``double``: offsets and phases in
-    double.  ``staging`` (`clgrid.device.transfer.Staging`), if given, carries uvw to the device.
-    ``on_host``: plan in numpy (as devices without fp64 do), for an order within each key
-    fixed by the input (the device's counting sort orders a key's points by its atomics,
-    which differ from run to run)."""
-    g = geometry
-    real = np.float64 if double else np.float32
-    cplx = np.complex128 if double else np.complex64
-    nrow, nchan = uvw.shape[0], scale.size
-    if on_host or not device_facts(queue.device).fp64:
-        host = plan_on_host(uvw, scale, keep, signs, g, layout, fold)
-        n = max(host["first"].shape[0], 1)
-        pad = lambda a, dtype: np.concatenate([np.asarray(a, dtype), np.zeros((n - a.shape[0],) + a.shape[1:], dtype)])
-        return PointPlan(_copy(queue, pad(host["first"], np.int32), np.int32),
-                         _copy(queue, pad(host["frac"], real), real), _copy(queue, pad(host["src"], np.int32), np.int32),
-                         None if host["phase"] is None else _copy(queue, pad(host["phase"], cplx), cplx),
-                         _copy(queue, host["starts"], np.int32), _plane_start(host["starts"], g, layout),
-                         host["starts"], int(host["first"].shape[0]), "host")
-
-    ctx, mf = queue.context, cl.mem_flags
-    nsample = nrow * nchan
+def arrange(plan, layout: Layout, stable: bool = False) -> PointPlan:
+    """``plan`` (a w-stacking `clgrid.planning.plan.Plan`) in the order of ``layout``, on the
+    device: a counting sort by key, whose order within a key follows its atomics, or with
+    ``stable`` a sort on the host that keeps the caller's order within a key (the same
+    order every run: deterministic images)."""
+    g, queue = plan.geometry, plan.queue
+    n = plan.num_kept
     num_keys = g.num_planes * layout.keys_per_plane
-    uvw_buf = cl.Buffer(ctx, mf.READ_ONLY, max(uvw.nbytes, 8))
-    if uvw.size:
-        upload(queue, np.asarray(uvw, np.float64), uvw_buf, staging)
-    scale_buf = _copy(queue, scale, np.float64)
-    keep_buf = None if keep is None else _copy(queue, keep.reshape(-1), np.uint8)
-    source = render("wgrid_plan.cl", double=double, use_w=g.do_wgridding, fold=fold, layout=layout.kind,
-                    bin_u=layout.bin_u, bin_v=layout.bin_v, keys_per_plane=layout.keys_per_plane,
-                    num_planes=g.num_planes, support=g.kernel.support)
-    program = build_program(ctx, source)
-    cells_u, cells_v = g.cells_per_wavelength
-    geo = np.array([(signs[0], signs[1], signs[2], cells_u, cells_v, g.w_start, g.dw, g.center_x, g.center_y,
-                     g.nshift, g.nu, g.nv, nchan, nsample)], GEOMETRY_T)[0]
-    n = max(nsample, 1)
-    keyed = cl.Buffer(ctx, mf.READ_WRITE, 16 * n)
-    index = cl.Buffer(ctx, mf.READ_WRITE, 4 * n)
-    bad = cl.Buffer(ctx, mf.READ_WRITE, 8)
-    fill_zeros(queue, bad, 8, np.int32)
-    if nsample:
-        codegen_kernel(program, "classify")(queue, (nsample,), None, uvw_buf, scale_buf, keep_buf, geo, keyed, index, bad)
-    starts = cl.Buffer(ctx, mf.READ_WRITE, 4 * (num_keys + 2))
-    _, order, _ = CountingSort(queue, "p.x", num_keys + 1)(keyed, index, nsample, starts=starts)
-    keyed.release()
-    index.release()
-    host_starts = np.empty(num_keys + 2, np.int32)
-    cl.enqueue_copy(queue, host_starts, starts)
-    host_bad = np.empty(2, np.int32)
-    cl.enqueue_copy(queue, host_bad, bad).wait()
-    if host_bad[0]:
-        raise ValueError(f"uvw has NaN or infinite entries ({host_bad[0]} unmasked samples)")
-    if host_bad[1]:
-        raise RuntimeError(f"clgrid internal error: {host_bad[1]} points' w-planes fall outside the stack")
-    num_vis = int(host_starts[num_keys])
-    m = max(num_vis, 1)
-    first = cl.Buffer(ctx, mf.READ_WRITE, 16 * m)
-    frac = cl.Buffer(ctx, mf.READ_WRITE, 4 * np.dtype(real).itemsize * m)
-    src = cl.Buffer(ctx, mf.READ_WRITE, 4 * m)
-    phase = cl.Buffer(ctx, mf.READ_WRITE, np.dtype(cplx).itemsize * m) if g.has_phase else None
-    if num_vis:
-        codegen_kernel(program, "positions")(queue, (num_vis,), None, uvw_buf, scale_buf, geo, order, np.int32(num_vis),
-                                        first, frac, src, phase)
-    queue.finish()
-    order.release()
-    uvw_buf.release()
-    return PointPlan(first, frac, src, phase, starts, _plane_start(host_starts, g, layout), host_starts[:num_keys + 1],
-                     num_vis, "device")
+    if not 0 < num_keys < 2 ** 31 - 1:
+        raise ValueError(f"{num_keys} sort keys ({g.num_planes} w-planes of {layout.keys_per_plane}) overflow "
+                         f"32-bit counts: use larger bins or fewer w-planes")
+    context, mf = queue.context, cl.mem_flags
+    starts = cl.Buffer(context, mf.READ_WRITE, 4 * (num_keys + 1))
+    double = np.dtype(plan.fraction.dtype) == np.float64
+    program = stacked_program(context, g, fold=g.do_wgridding, double=double)
+    if stable or n == 0:
+        packed = plan.packed.get()[:n]
+        first = packed.copy()
+        first[:, 3] &= 0x7FFFFFFF
+        keys = layout.keys(first[:, [0, 1, 3]])
+        order = np.argsort(keys, kind="stable").astype(np.int32)
+        cl.enqueue_copy(queue, starts, np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=num_keys))])
+                        .astype(np.int32))
+        order_d = cla.to_device(queue, order if n else np.zeros(1, np.int32))
+    else:
+        index = cla.arange(queue, n, dtype=np.int32)
+        _, order_buffer, _ = CountingSort(queue, _key_expression(layout), num_keys)(plan.packed.data, index.data,
+                                                                                    n, starts=starts)
+        order_d = cla.Array(queue, (n,), np.int32, data=order_buffer)
+    real, cplx = plan.fraction.dtype, None if plan.phase is None else plan.phase.dtype
+    m = max(n, 1)
+    first_d = cl.Buffer(context, mf.READ_WRITE, 16 * m)
+    frac_d = cl.Buffer(context, mf.READ_WRITE, 4 * np.dtype(real).itemsize * m)
+    src_d = cl.Buffer(context, mf.READ_WRITE, 4 * m)
+    phase_d = None if cplx is None else cl.Buffer(context, mf.READ_WRITE, np.dtype(cplx).itemsize * m)
+    if n:
+        codegen_kernel(program, "take_stacked")(
+            queue, (n,), None, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
+            None if plan.phase is None else plan.phase.data, np.int32(n), first_d, frac_d, src_d, phase_d)
+    plane_start = every_nth(queue, program, starts, layout.keys_per_plane, g.num_planes + 1).astype(np.int64)
+    return PointPlan(first_d, frac_d, src_d, phase_d, starts, plane_start, n, plan.planned_on)
+
+
+def every_nth(queue, program, values: cl.Buffer, step: int, count: int) -> np.ndarray:
+    """``values[k * step]`` for k in [0, count), to the host (int32): a small download
+    instead of the whole table."""
+    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4 * max(count, 1))
+    codegen_kernel(program, "every_nth")(queue, (count,), None, values, np.int32(step), np.int32(count), out)
+    host = np.empty(count, np.int32)
+    cl.enqueue_copy(queue, host, out)
+    return host

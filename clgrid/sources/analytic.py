@@ -21,10 +21,12 @@ do: norms and `clgrid.imaging.dirty_image` mean the same for both sources.  Widt
 its central ``grid_size / sigma`` pixels once divided by the kernel's exact Fourier
 transform (`transform`; `clgrid.imaging` does it for this source).
 
-The stack has one plane (no W-projection: w is not corrected) whose table, sampled at
-``TABLE_OVERSAMPLE``, serves what reads tables only to sum weights (the norm); the
-work distributions that evaluate the kernel are those with ``analytic_source`` set
-(`clgrid.strategies`), and the others refuse it by name.
+`AnalyticKernel` is a kernel source of its own (`clgrid.sources.base.KernelSource`, not a
+table): one plane (no W-projection: w is not corrected), the plan's integer offsets at
+``TABLE_OVERSAMPLE`` serving the norm's weight sums only (computed from the polynomials);
+the work distributions that evaluate it are those with ``analytic_source`` set
+(`clgrid.strategies`), and the others refuse it by name.  `StackedKernel` is the same
+kernel over u, v and stacked w-planes, the imaging operator's source.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from functools import cached_property
 import numpy as np
 
 from .accuracy import choose_kernel, expected_error, horner_coefficients, kernel_transform
-from .tables import KernelStack, quarter_size
+from .base import KernelSource
+from .tables import offset_range
 
-__all__ = ["AnalyticKernel", "TABLE_OVERSAMPLE"]
+__all__ = ["AnalyticKernel", "StackedKernel", "TABLE_OVERSAMPLE"]
 
 # Oversampling of the stored table and of the plan's integer offsets: they serve the norm's
 # weight sums only, which hardly vary with the offset (by the kernel's aliasing, ~epsilon).
@@ -45,32 +48,29 @@ TABLE_OVERSAMPLE = 16
 
 
 @dataclass(frozen=True, eq=False)
-class AnalyticKernel(KernelStack):
+class AnalyticKernel(KernelSource):
     """The exponential-of-semicircle kernel as a kernel source (`KernelStack.analytic`).
 
-    Attributes beyond `KernelStack`'s: ``width`` (W, cells the kernel spans; the footprint
-    is ``2 * (W // 2) + 1`` cells a side), ``beta`` (its shape), ``sigma`` (the grid padding
-    its accuracy assumes: grid ``sigma`` times the image), ``accuracy`` (the relative L2
-    error expected of the image's central ``grid_size / sigma`` pixels in ``precision``).
+    ``width`` (W, cells the kernel spans; the footprint is ``2 * (W // 2) + 1`` cells a
+    side), ``beta`` (its shape), ``sigma`` (the grid padding its accuracy assumes: grid
+    ``sigma`` times the image), ``accuracy`` (the relative L2 error expected of the image's
+    central ``grid_size / sigma`` pixels in ``precision``).  One w-plane: w is not
+    corrected.  Its plan's integer offsets, at ``TABLE_OVERSAMPLE``, serve the norm's
+    weight sums only; the kernels evaluate it at the exact offsets.
     """
 
-    width: int = 0
-    beta: float = 0.0
+    width: int
+    beta: float
     sigma: float = 1.0
     precision: str = "single"
     accuracy: float = 0.0
+    evaluated = True
 
     def __post_init__(self):
-        super().__post_init__()
-        if self.num_planes != 1:
-            raise ValueError(f"an analytic kernel source has one w-plane (2-D gridding, w not corrected); "
-                             f"got {self.num_planes}: for w use clgrid.vis2dirty's w-gridding, or a "
-                             f"W-projection KernelStack")
-        if self.w_scale != 0:
-            raise ValueError(f"an analytic kernel source has no w-planes, so w_scale must be 0, got {self.w_scale}")
-        if int(self.supports[0]) != self.width // 2 or self.width < 2:
-            raise ValueError(f"support {int(self.supports[0])} does not match kernel width {self.width} "
-                             f"(support = width // 2)")
+        if int(self.width) != self.width or self.width < 2:
+            raise ValueError(f"an analytic kernel's width must be an integer >= 2, got {self.width!r}")
+        if not (np.isfinite(self.beta) and self.beta > 0):
+            raise ValueError(f"an analytic kernel's beta must be positive, got {self.beta!r}")
 
     @classmethod
     def for_epsilon(cls, epsilon: float, precision: str = "single", sigma_min: float = 1.1,
@@ -79,13 +79,62 @@ class AnalyticKernel(KernelStack):
         error is at most ``epsilon`` in ``precision`` with ``sigma`` in the given range."""
         choice = choose_kernel(epsilon, precision, 2, cost=lambda r: (2 * (r.support // 2) + 1, r.sigma),
                                sigma_min=sigma_min, sigma_max=sigma_max)
-        support = choice.support // 2
-        plain = cls._scaled_coefficients(choice.support, choice.beta)
-        table = _evaluate(plain, choice.support, np.arange(quarter_size(support, TABLE_OVERSAMPLE))
-                          / TABLE_OVERSAMPLE)
-        return cls((np.outer(table, table),), np.array([support], np.int32), TABLE_OVERSAMPLE, 0.0, "es",
-                   width=choice.support, beta=choice.beta, sigma=choice.sigma, precision=precision,
+        return cls(int(choice.support), float(choice.beta), sigma=choice.sigma, precision=precision,
                    accuracy=expected_error(choice, precision, 2))
+
+    # -- the protocol -------------------------------------------------------------------
+    @property
+    def supports(self) -> np.ndarray:
+        out = np.array([self.width // 2], np.int32)
+        out.flags.writeable = False
+        return out
+
+    @property
+    def oversample(self) -> int:
+        return TABLE_OVERSAMPLE
+
+    @property
+    def w_scale(self) -> float:
+        return 0.0
+
+    def plane_w(self, p: int) -> float:
+        return 0.0
+
+    def weight_sums(self) -> np.ndarray:
+        """The norm's weights: a visibility at oversample offsets (off_u, off_v) sums
+        ``s(off_u) s(off_v)`` over its footprint, ``s(o) = sum_k psi(k + o / oversample)``."""
+        return self._weight_sums
+
+    @cached_property
+    def _weight_sums(self) -> np.ndarray:
+        r = offset_range(TABLE_OVERSAMPLE)
+        s = int(self.width // 2)
+        offsets = np.arange(-r, r + 1) / TABLE_OVERSAMPLE
+        sums = self.weights(np.arange(-s, s + 1)[None, :] + offsets[:, None]).sum(axis=1)
+        out = np.outer(sums, sums)[None]
+        out.flags.writeable = False
+        return out
+
+    @property
+    def peak(self) -> float:
+        return float(self.weights(0.0)) ** 2
+
+    def device_tables(self, layout: str) -> tuple:
+        """No tables: the kernels evaluate the polynomials; a placeholder of each array."""
+        return np.zeros(1, np.complex128), np.zeros(1, np.int32), np.ones(1, np.int32)
+
+    def grid_correction(self, grid_size: int) -> np.ndarray:
+        """The kernel's exact transform ``c(l) c(m)``: visibilities sit anywhere between
+        cells, and only the continuous transform says what their footprints multiply the
+        sky by."""
+        c = self.transform((np.arange(grid_size) - grid_size // 2) / grid_size)
+        return np.outer(c, c)
+
+    def tap_weights(self, plan, sel: np.ndarray, taps: np.ndarray) -> np.ndarray:
+        """Tap k lies ``k - frac`` cells from the visibility (``frac`` = position - nearest cell)."""
+        wu = self.weights(taps - plan.position[sel, 0, None])   # (n, W)
+        wv = self.weights(taps - plan.position[sel, 1, None])
+        return (wv[:, :, None] * wu[:, None, :]).astype(np.complex128)
 
     @staticmethod
     def _scaled_coefficients(width: int, beta: float) -> np.ndarray:
@@ -132,3 +181,39 @@ def _evaluate(coef: np.ndarray, width: int, distance) -> np.ndarray:
     for row in coef:
         out = out * z + row[tap]
     return np.where(inside, out, 0.0)
+
+
+@dataclass(frozen=True)
+class StackedKernel:
+    """The exponential-of-semicircle kernel over u, v and, with w, evenly spaced w-planes
+    (w-stacking): the imaging operator's kernel source (`clgrid.imaging`), evaluated on the
+    device at each point's exact offsets (``clgrid/cl_kernels/source_stacked.cl``) by the
+    w-stacking work distributions (`clgrid.strategies.stacked`).
+
+    ``width`` taps per axis (the kernel spans ``width`` cells and, with w, planes), ``beta``
+    its shape (`clgrid.sources.accuracy.KernelChoice`), ``num_planes`` w-planes in the
+    stack, ``use_w`` whether w is stacked at all.  Unlike `AnalyticKernel` it is not scaled
+    to sum 1: the imaging operator divides by the kernel's transform itself."""
+
+    width: int
+    beta: float
+    num_planes: int = 1
+    use_w: bool = False
+
+    @classmethod
+    def of(cls, geometry) -> "StackedKernel":
+        """The source of a `clgrid.imaging.geometry.ImageGeometry`."""
+        return cls(int(geometry.kernel.support), float(geometry.kernel.beta), int(geometry.num_planes),
+                   bool(geometry.do_wgridding))
+
+    @cached_property
+    def coefficients(self) -> np.ndarray:
+        """``(degree + 1, width)`` per-tap polynomials, highest power first."""
+        coef = horner_coefficients(self.width, self.beta)
+        coef.flags.writeable = False
+        return coef
+
+    def template_parameters(self) -> dict:
+        """``source_stacked.cl``'s template variables."""
+        return {"es_width": self.width, "es_degree": self.coefficients.shape[0] - 1,
+                "es_coef": self.coefficients.tolist(), "use_w": self.use_w}

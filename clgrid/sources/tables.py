@@ -27,6 +27,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .base import KernelSource, grid_to_image
+
 __all__ = ["KernelStack", "quarter_size", "offset_range", "check_oversample"]
 
 
@@ -75,7 +77,7 @@ def _taper_function(taper: str, aa_support: int):
 
 
 @dataclass(frozen=True, eq=False)
-class KernelStack:
+class KernelStack(KernelSource):
     """A stack of W-projection kernels, one per w-plane, in quarter storage.
 
     Attributes
@@ -248,7 +250,7 @@ class KernelStack:
         [sigma_min, sigma_max]).  One plane: no W-projection.  `clgrid.sources.analytic`
         says how it works and why it is not a finer table; its ``accuracy``, ``sigma``
         and ``padded_size`` say what it gives and what it needs."""
-        from .analytic import AnalyticKernel   # it is a KernelStack: imported when asked for
+        from .analytic import AnalyticKernel   # a source of its own, which reads this module
 
         return AnalyticKernel.for_epsilon(epsilon, precision, sigma_min, sigma_max)
 
@@ -374,6 +376,36 @@ class KernelStack:
             raise ValueError("kernel stack too large for 32-bit offsets")
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         return np.concatenate(rows), starts.astype(np.int32), self.quarter_sizes
+
+    # -- the kernel-source protocol (clgrid.sources.base) ------------------------------
+    @property
+    def peak(self) -> float:
+        return max(max(float(np.abs(p.real).max()), float(np.abs(p.imag).max())) for p in self.planes)
+
+    def device_tables(self, layout: str) -> tuple:
+        """The stack in ``layout``: `compact`, `by_offset` or `u_rows`."""
+        if layout not in ("compact", "by_offset", "u_rows"):
+            raise ValueError(f"unknown kernel layout {layout!r}")
+        return getattr(self, layout)()
+
+    def grid_correction(self, grid_size: int) -> np.ndarray:
+        """The image of the plane-0 kernel sampled on whole cells."""
+        s = int(self.supports[0])
+        full = self.full_plane(0)
+        centre = full.shape[0] // 2
+        taps = centre + np.arange(-s, s + 1) * self.oversample
+        g = np.zeros((grid_size, grid_size), np.complex128)
+        c = grid_size // 2
+        g[c - s:c + s + 1, c - s:c + s + 1] = full[np.ix_(taps, taps)]
+        return grid_to_image(g).real
+
+    def tap_weights(self, plan, sel: np.ndarray, taps: np.ndarray) -> np.ndarray:
+        """The nearest samples of the visibilities' plane, by their oversample offsets."""
+        os = self.oversample
+        quarter = self.planes[int(plan.plane[sel[0]])]
+        iy = np.abs(plan.off_v[sel, None] + taps * os)           # (n, W)
+        ix = np.abs(plan.off_u[sel, None] + taps * os)
+        return quarter[iy[:, :, None], ix[:, None, :]]
 
     def weight_sums(self) -> np.ndarray:
         """Sum of Re(kernel) over the support for every plane and oversample offset.

@@ -13,11 +13,14 @@ tooling (bench, tune, emit) names strategies by those labels.
 """
 
 from .atomic import AtomicGridding
+from .bins import BinsGridding
 from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .gather import GatherDegridding
 from .moving_window import MovingWindowGridding
+from .points import PointDegridding, PointGridding
 from .rows import RowsGridding
+from .rows_stacked import StackedRowsDegridding, StackedRowsGridding
 from .texture import TextureDegridding, TextureGridding
 from .texture_moving_window import TextureMovingWindowGridding
 from .tiled import TiledGridding
@@ -37,8 +40,13 @@ SPELLINGS = {
                "fpga": ("fpga", "nearest"), "texture": ("gather", "linear")},
 }
 INTERPOLATIONS = ("nearest", "linear")
+# the imaging operator's w-stacking distributions (clgrid.imaging), by its tuning [wgridding]
+# spread: (the spreading strategy, the interpolating one)
+IMAGING = {"bins": (BinsGridding, PointDegridding), "points": (PointGridding, PointDegridding),
+           "rows": (StackedRowsGridding, StackedRowsDegridding)}
 
-__all__ = ["GRIDDING_METHODS", "DEGRIDDING_METHODS", "SPELLINGS", "INTERPOLATIONS", "spelling", "strategy_label"]
+__all__ = ["GRIDDING_METHODS", "DEGRIDDING_METHODS", "IMAGING", "SPELLINGS", "INTERPOLATIONS", "spelling",
+           "strategy_label"]
 
 
 def spelling(kind: str, label: str) -> dict:

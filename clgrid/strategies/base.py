@@ -11,7 +11,6 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from ..sources.analytic import AnalyticKernel
 from ..device.atomics import ATOMIC_PATHS, atomic_unavailable, build_options_for
 from ..device.binaries import load_binary, program_description, save_binary
 from ..device.codegen import build_program, render
@@ -80,7 +79,7 @@ class DeviceKernelStack:
     @classmethod
     def upload(cls, context, kernels: KernelStack, complex_dtype, layout: str = "compact"
                ) -> "DeviceKernelStack":
-        values, starts, *sides = getattr(kernels, layout)()
+        values, starts, *sides = kernels.device_tables(layout)
         return cls(read_only_buffer(context, values.astype(complex_dtype)),
                    read_only_buffer(context, starts),
                    read_only_buffer(context, sides[0]) if sides else None,
@@ -139,7 +138,7 @@ class Strategy:
     def check_kernel_source(cls, kernels: KernelStack) -> None:
         """Refuse an analytic kernel source where the kernels read tables, by name (at
         construction, and in `program_parameters` for programs emitted without one)."""
-        if isinstance(kernels, AnalyticKernel) and not cls.analytic_source:
+        if kernels.evaluated and not cls.analytic_source:
             raise ValueError(f"{cls.name!r} reads kernel tables and cannot evaluate an analytic kernel source; "
                              f"use it with {analytic_spellings()}")
 
@@ -217,10 +216,10 @@ class Strategy:
         """The template variables: everything a program of this strategy is specialised for."""
         cls.check_kernel_source(kernels)
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
-        analytic = isinstance(kernels, AnalyticKernel)
+        analytic = kernels.evaluated
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
                     grid_size=grid_size, texture=cls.interpolation == "linear", deterministic=False,
-                    analytic=analytic, **(kernels.template_parameters() if analytic else {}))
+                    analytic=analytic, **kernels.template_parameters())
 
     def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""

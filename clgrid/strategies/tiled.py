@@ -30,7 +30,6 @@ from itertools import chain
 
 import numpy as np
 import pyopencl as cl
-from ..sources.analytic import AnalyticKernel
 from ..device.counting_sort import CountingSort
 from ..device.reduction import DeviceSum
 from ..device.runtime import fill_zeros
@@ -95,7 +94,7 @@ class TiledGridding(Strategy):
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
         super().__init__(queue, grid_size, kernels, precision, tuning, binary)
         t = self.tuning
-        if isinstance(kernels, AnalyticKernel) and not self.tiles_everything:
+        if kernels.evaluated and not self.tiles_everything:
             raise TuningTableError(f"tiled: tile_factor = {t['tile_factor']} leaves visibilities to the atomic "
                                    f"kernel through copies that do not carry an analytic kernel's offsets; "
                                    f"use tile_factor = 1.0 with an analytic kernel source")
@@ -162,7 +161,7 @@ class TiledGridding(Strategy):
         t = self.tuning
         complex_size = np.dtype(self.complex_dtype).itemsize
         items = int(np.prod(self.local_size()))
-        analytic = isinstance(self.kernels, AnalyticKernel)
+        analytic = self.kernels.evaluated
         words = (15 if t["mapping"] == "footprint" else 9) - analytic   # tile_visibility's ints (and float)
         header = words * 4
         if analytic:   # no off_v0; d_u and d_v after the ints

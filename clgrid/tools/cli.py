@@ -19,7 +19,12 @@ from ..device.binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
 from ..sources.tables import KernelStack, quarter_size
 from ..device.runtime import device_facts, devices, get_queue, select_device
 from ..device.tuning import format_entry, matching_entries
-from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
+from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING
+from ..sources.accuracy import choose_kernel
+from ..sources.analytic import StackedKernel
+
+# the tuning sections of the imaging operator's strategies (clgrid tune --imaging)
+IMAGING_SECTIONS = tuple(dict.fromkeys(cls.name for pair in IMAGING.values() for cls in pair))
 
 
 def cmd_devices(args) -> int:
@@ -228,6 +233,12 @@ def cmd_compare(args) -> int:
 def cmd_tune(args) -> int:
     from . import tuner
 
+    known = IMAGING_SECTIONS if args.imaging else bench.benchmark_methods()
+    if args.method not in known:
+        print(f"clgrid tune: unknown {'imaging ' if args.imaging else ''}method {args.method!r}; choose one of "
+              f"{list(known)}", file=sys.stderr)
+        return 2
+
     try:
         queue = get_queue(args.device)
     except Exception as exc:
@@ -235,13 +246,19 @@ def cmd_tune(args) -> int:
         return 2
     facts = device_facts(queue.device)
     num_vis, grid_size, support = _sizes(args.quick, args)[0]
-    workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
-                                   oversample=args.oversample)
     try:
         space = {key: value if isinstance(value, list) else [value]
                  for key, value in _tuning_overrides(args.space).items()} or None
-        result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
-                            precision=args.precision, space=space)
+        if args.imaging:
+            result = tuner.tune_imaging(args.method, device=queue, num_vis=num_vis, npix=grid_size,
+                                        epsilon=args.epsilon, space=space, repeats=args.repeats,
+                                        precision=args.precision)
+            workload = f"MeerKAT tracks, {num_vis} visibilities, {grid_size}^2 with w, epsilon {args.epsilon}"
+        else:
+            workload = bench.make_workload(args.dataset, num_vis, grid_size, support, npol=args.npol,
+                                           oversample=args.oversample)
+            result = tuner.tune(workload, device=queue, strategy=args.method, repeats=args.repeats,
+                                precision=args.precision, space=space)
     except (ValueError, RuntimeError) as exc:
         print(f"clgrid tune: {exc}", file=sys.stderr)
         return 1
@@ -262,7 +279,8 @@ def cmd_tune(args) -> int:
     if args.write_table:
         print(format_entry(tuner.device_match(facts), result.strategy,
                            tuner.strategy_values(result),
-                           f"measured by clgrid tune on {facts.name}: {workload.describe()}"))
+                           f"measured by clgrid tune on {facts.name}: "
+                           f"{workload if isinstance(workload, str) else workload.describe()}"))
     if not args.no_save:
         print(f"saved to {tuner.save_user_entry(result, facts, args.output and Path(args.output))}")
     return 0
@@ -280,15 +298,26 @@ def _tuning_overrides(pairs) -> dict:
 
 
 def cmd_emit(args) -> int:
-    methods = DEGRIDDING_METHODS if args.degrid else GRIDDING_METHODS
+    if args.imaging:
+        methods = {label: pair[1 if args.degrid else 0] for label, pair in IMAGING.items()}
+        kind = "imaging (--imaging)"
+    else:
+        methods = DEGRIDDING_METHODS if args.degrid else GRIDDING_METHODS
+        kind = "degridding" if args.degrid else "gridding"
     if args.method not in methods:
-        print(f"clgrid emit: no {'degridding' if args.degrid else 'gridding'} method {args.method!r}; "
-              f"choose one of {list(methods)}", file=sys.stderr)
+        print(f"clgrid emit: no {kind} method {args.method!r}; choose one of {list(methods)}", file=sys.stderr)
         return 2
     try:
         facts = (offline_target(args.target, args.platform) if args.target
                  else device_facts(select_device(args.device)))
-        if args.epsilon is not None:
+        grid_size = args.grid_size
+        if args.imaging:
+            if args.epsilon is None:
+                raise ValueError("--imaging needs --epsilon (the accuracy the imaging operator's kernel reaches)")
+            choice = choose_kernel(args.epsilon, args.precision, 3 if args.w_planes else 2)
+            stack = StackedKernel(choice.support, choice.beta, max(args.w_planes, 1), bool(args.w_planes))
+            grid_size = (args.grid_size, args.grid_size)
+        elif args.epsilon is not None:
             stack = KernelStack.analytic(args.epsilon, args.precision)
         elif args.max_support is None:
             raise ValueError("give --max-support (a table stack's widest support) or --epsilon (an analytic kernel)")
@@ -297,7 +326,7 @@ def cmd_emit(args) -> int:
             q = quarter_size(args.max_support, args.oversample)
             stack = KernelStack.from_arrays([np.zeros((q, q))], [args.max_support], args.oversample, 0.0)
         source, description = emit_program(methods[args.method], facts, args.precision, args.npol,
-                                           args.grid_size, stack, args.output,
+                                           grid_size, stack, args.output,
                                            _tuning_overrides(args.tuning))
     except Exception as exc:
         print(f"clgrid emit: {exc}", file=sys.stderr)
@@ -308,156 +337,56 @@ def cmd_emit(args) -> int:
 
 # -- clgrid image ------------------------------------------------------------------------
 
-SPEED_OF_LIGHT = 299792458.0
-# Stokes I from a pair of parallel hands (AIPS numbers: RR -1, LL -2, XX -5, YY -6).
-_PARALLEL_HANDS = ((-1, -2), (-5, -6))
+def image_options(args):
+    """``clgrid image``'s arguments as `clgrid.imager.ImagingOptions` (ValueError naming the
+    option for a value it cannot take)."""
+    from ..imager import ImagingOptions, parse_angle
 
-
-def _stokes_i_columns(pols) -> tuple[list[int], str]:
-    """Which polarisation columns make the image: both parallel hands (their mean: pseudo
-    Stokes I) where present, else Stokes I itself (1), else the first column."""
-    for a, b in _PARALLEL_HANDS:
-        if a in pols and b in pols:
-            return [pols.index(a), pols.index(b)], "Stokes I (mean of the parallel hands)"
-    if 1 in pols:
-        return [pols.index(1)], "Stokes I"
-    return [0], f"polarisation {pols[0]} (no parallel-hand pair in the file)"
-
-
-def image_defaults(uvw, freqs, diameter, pixsize=None, npix=None, fov=None):
-    """Pixel size (radians), image side (pixels, even) and a sentence per choice, as
-    imagers choose them: pixels of 1/3 of the finest fringe (the longest projected
-    baseline at the highest frequency), an image twice the primary beam's FWHM
-    (1.2 lambda / D at the lowest frequency) when the dish diameter is known, else
-    ``fov``; kept above the horizon."""
-    notes = []
-    uv_max = float(np.sqrt((uvw[:, :2] ** 2).sum(1)).max()) * float(np.max(freqs)) / SPEED_OF_LIGHT
-    if pixsize is None:
-        if uv_max <= 0:
-            raise ValueError("every baseline has zero length: give --pixsize")
-        pixsize = 1.0 / (3.0 * uv_max)
-        notes.append(f"pixel {np.degrees(pixsize) * 3600:.3g} arcsec: 1/3 of the finest fringe "
-                     f"(longest baseline {uv_max:.4g} wavelengths)")
-    else:
-        notes.append(f"pixel {np.degrees(pixsize) * 3600:.3g} arcsec (given)")
-    if npix is None:
-        if fov is None and diameter:
-            fwhm = 1.2 * SPEED_OF_LIGHT / float(np.min(freqs)) / diameter
-            fov = 2.0 * fwhm
-            notes.append(f"field {np.degrees(fov):.3g} deg: twice the primary beam's FWHM "
-                         f"({np.degrees(fwhm):.3g} deg for {diameter:g} m dishes at the lowest frequency)")
-        elif fov is None:
-            fov = np.radians(10.0)
-            notes.append("field 10 deg: the file gives no dish diameter (set --fov or --npix)")
-        else:
-            notes.append(f"field {np.degrees(fov):.3g} deg (given)")
-        horizon = 2 * np.sin(np.radians(40.0))        # corners at most 57 degrees from the centre
-        if fov > horizon:
-            fov = horizon
-            notes.append(f"field cut to {np.degrees(fov):.3g} deg to keep the corners above the horizon")
-        npix = max(16, int(np.ceil(fov / pixsize / 2)) * 2)
-    elif npix < 16 or npix % 2:
-        raise ValueError(f"--npix must be an even number >= 16, got {npix}")
-    notes.append(f"image {npix} x {npix} pixels")
-    return pixsize, npix, notes
-
-
-def fits_header(npix_x, npix_y, pixsize, ra, dec, frame, freqs, epsilon):
-    """A WCS header for an image stored east-left: data[y, j] with j = npix_x - 1 - ix
-    (clgrid's axis 0 runs west to east; README "Data conventions"), so CDELT1 < 0."""
-    from astropy.io import fits
-
-    h = fits.Header()
-    h["CTYPE1"], h["CTYPE2"] = "RA---SIN", "DEC--SIN"
-    h["CUNIT1"], h["CUNIT2"] = "deg", "deg"
-    h["CRVAL1"], h["CRVAL2"] = float(np.degrees(ra)) % 360.0, float(np.degrees(dec))
-    h["CDELT1"], h["CDELT2"] = -float(np.degrees(pixsize)), float(np.degrees(pixsize))
-    h["CRPIX1"] = float(npix_x - npix_x // 2)     # 1-based column of l = 0 after the reversal
-    h["CRPIX2"] = float(npix_y // 2 + 1)
-    frame = frame.lower()
-    if frame == "fk5":
-        h["RADESYS"], h["EQUINOX"] = "FK5", 2000.0
-    else:
-        h["RADESYS"] = "ICRS"
-    h["BUNIT"] = "Jy/beam"
-    h["RESTFRQ"] = float(np.mean(freqs))
-    h["BTYPE"] = "Intensity"
-    h["ORIGIN"] = "clgrid"
-    h["HISTORY"] = f"clgrid image: vis2dirty, w-gridding, epsilon {epsilon:g}, natural weights"
-    h["HISTORY"] = f"channels {len(freqs)}, {np.min(freqs) / 1e6:.6g}-{np.max(freqs) / 1e6:.6g} MHz"
-    return h
+    mode, *values = [w.lower() for w in args.weight]
+    takes = 1 if mode == "briggs" else 0
+    if mode not in ("natural", "uniform", "briggs"):
+        raise ValueError(f"--weight must be natural, uniform or briggs ROBUST, got {' '.join(args.weight)}")
+    if len(values) < takes:
+        raise ValueError("--weight briggs needs its robustness, e.g. --weight briggs 0.5")
+    extra = values[takes:]
+    if extra and args.ms is None and len(extra) == 1:
+        args.ms = extra[0]                            # "--weight natural obs.ms": the MS after it
+    elif extra:
+        raise ValueError(f"--weight {mode} takes {takes or 'no'} value{'s' if takes != 1 else ''}, "
+                         f"got {' '.join(args.weight)}")
+    if args.ms is None:
+        raise ValueError("give the Measurement Set to image")
+    try:
+        robust = float(values[0]) if takes else 0.0
+    except ValueError:
+        raise ValueError(f"--weight briggs: the robustness must be a number, got {values[0]!r}") from None
+    return ImagingOptions(
+        ms=args.ms, name=args.name, size=tuple(args.size) if args.size else None,
+        scale=parse_angle(args.scale, "--scale") if args.scale is not None else None,
+        weight=mode, robust=robust, super_weight=args.super_weight, mf_weighting=args.mf_weighting,
+        rank_filter=args.weighting_rank_filter, rank_filter_size=args.weighting_rank_filter_size,
+        padding=args.padding, data_column=args.data_column, polarizations=args.pol,
+        channels_out=args.channels_out, make_psf=args.make_psf, beam_fit=args.beam_fit, do_wgridding=not args.no_w,
+        divide_by_n=args.divide_by_n, epsilon=args.epsilon, precision=args.precision, device=args.device,
+        field_id=args.field, overwrite=args.overwrite,
+        history=("clgrid image " + " ".join(sys.argv[1:] if args.argv is None else args.argv),))
 
 
 def cmd_image(args) -> int:
-    from ..imaging import wgridding
-    from ..io import read_measurement
+    """``clgrid image``: `clgrid.imager.run` on the arguments; errors one per line, exit 2."""
+    from ..imager import ImagingError, MSError, run
 
-    say = print
     try:
-        m = read_measurement(args.input, by_baseline=False)
-    except Exception as exc:
-        print(f"clgrid image: cannot read {args.input}: {exc}", file=sys.stderr)
+        options = image_options(args)
+        run(options, quiet=args.quiet)
+    except (ImagingError, MSError, ValueError, ImportError, FileExistsError) as exc:
+        for line in str(exc).splitlines():
+            print(f"clgrid image: {line}", file=sys.stderr)
         return 2
-    if m.phase_center is None:
-        print(f"clgrid image: {args.input} has no single sidereal phase centre; the WCS needs one",
-              file=sys.stderr)
-        return 2
-    columns, what = _stokes_i_columns(list(m.polarizations))
-    keep = (m.antenna1 != m.antenna2)[:, None, None] & ~m.flags[..., columns]
-    wgt = np.where(keep, m.weights[..., columns], 0.0)
-    if not np.any(wgt > 0):
-        print("clgrid image: every cross-correlation is flagged or has zero weight", file=sys.stderr)
-        return 1
-    nrow, nchan, npol = wgt.shape
-    uvw = np.tile(m.uvw, (npol, 1))                     # each hand as its own rows
-    vis = np.concatenate([m.vis[:, :, c] for c in columns])
-    wgt = np.concatenate([wgt[:, :, i] for i in range(npol)])
-    try:
-        pixsize, npix, notes = image_defaults(m.uvw, m.freqs, m.antenna_diameter,
-                                              args.pixsize and np.radians(args.pixsize / 3600),
-                                              args.npix, args.fov and np.radians(args.fov))
-    except ValueError as exc:
-        print(f"clgrid image: {exc}", file=sys.stderr)
-        return 2
-    precision = "single" if args.single else "double"
-    say(f"clgrid image: {args.input}: {nrow} rows x {nchan} channels, {what}, "
-        f"{int(np.count_nonzero(wgt))} visibilities kept")
-    for note in notes:
-        say(f"  {note}")
-    try:
-        op = wgridding.WGridder(uvw, m.freqs, npix, npix, pixsize, pixsize, args.epsilon,
-                                do_wgridding=not args.no_w, divide_by_n=True, precision=precision,
-                                device=args.device, verbosity=0)
-    except (ValueError, TypeError) as exc:
-        print(f"clgrid image: {exc}", file=sys.stderr)
-        return 2
-    g = op.geometry
-    say(f"  epsilon {args.epsilon:g} ({precision}): support {g.kernel.support}, grid {g.nu} x {g.nv}, "
-        f"{g.num_planes} w-plane(s), on {op.queue.device.name.strip()}")
-    cd = np.complex64 if args.single else np.complex128
-    with tqdm(total=g.num_planes, desc="w-planes", unit="plane", disable=args.quiet) as bar:
-        dirty = op.vis2dirty(vis.astype(cd), wgt.astype(cd().real.dtype), progress=bar.update)
-    dirty = dirty / wgt.sum()                           # Jy/beam: a point source peaks at its flux
-    from astropy.io import fits
-
-    ra, dec, frame = m.phase_center
-    header = fits_header(npix, npix, pixsize, ra, dec, frame, m.freqs, args.epsilon)
-    data = np.ascontiguousarray(dirty[::-1, :].T, np.float32)     # [y, x], east to the left
-    fits.PrimaryHDU(data, header).writeto(args.output, overwrite=args.overwrite)
-    say(f"wrote {args.output}: peak {data.max():.4g} Jy/beam, rms {data.std():.3g}")
+    except KeyboardInterrupt:
+        print("clgrid image: interrupted (no partial file is left)", file=sys.stderr)
+        return 130
     return 0
-
-
-def positive_number(text: str) -> float:
-    """An argument that must be a finite number > 0 (``--pixsize nan`` is refused by name
-    on the command line, not deep inside the imaging)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (np.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -493,8 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
-    t.add_argument("--method", choices=bench.benchmark_methods(), default="atomic",
-                   help="gridding method or degrid-<method> (default: atomic)")
+    t.add_argument("--method", default="atomic",
+                   help=f"gridding method or degrid-<method> (default: atomic): {', '.join(bench.benchmark_methods())}; "
+                        f"with --imaging the imaging operator's: {', '.join(IMAGING_SECTIONS)}")
+    t.add_argument("--imaging", action="store_true",
+                   help="tune a strategy of the imaging operator (vis2dirty / dirty2vis), timed on its spread or "
+                        "interpolation of every w-plane of MeerKAT tracks imaged with w (--num-vis, --grid-size "
+                        "as the image's side, --epsilon)")
+    t.add_argument("--epsilon", type=float, default=1e-4, help="with --imaging: the accuracy (default 1e-4)")
     t.add_argument("--device", help="device name to match (default: the default device)")
     t.add_argument("--quick", action="store_true", help="small data: a minute on a 2-core CPU")
     t.add_argument("--dataset", choices=list(bench.DATASETS), default="tracks")
@@ -532,32 +467,73 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--epsilon", type=float,
                    help="emit for an analytic kernel source of this accuracy (KernelStack.analytic: the program "
                         "bakes in its polynomials) instead of a table stack")
+    e.add_argument("--imaging", action="store_true",
+                   help="the imaging operator's (vis2dirty/dirty2vis) w-stacking spread of --method (bins, points, "
+                        "rows), or with --degrid its interpolation; needs --epsilon")
+    e.add_argument("--w-planes", type=int, default=0,
+                   help="with --imaging: the w-planes of the stack (0: 2-D imaging, no w)")
     e.add_argument("--tuning", action="append", metavar="KEY=VALUE",
                    help="override a tuning parameter (repeatable; value in TOML syntax)")
     e.add_argument("-o", "--output", required=True,
                    help="the .cl file to write; its description goes beside it as .json")
     e.set_defaults(func=cmd_emit)
 
-    i = sub.add_parser("image", help="a dirty image (FITS, with WCS) of a measurement file, accurate to "
-                                     "--epsilon (UVFITS, UVH5, MIRIAD, MS: the io extra)")
-    i.add_argument("input", help="measurement file pyuvdata reads")
-    i.add_argument("-o", "--output", required=True, help="FITS image to write")
-    i.add_argument("--epsilon", type=positive_number, default=1e-4, help="accuracy of the image (default 1e-4)")
-    i.add_argument("--single", action="store_true", help="single precision (epsilon >= 1e-5)")
-    i.add_argument("--pixsize", type=positive_number, help="pixel size in arcsec (default: 1/3 of the finest fringe)")
-    i.add_argument("--npix", type=int, help="image side in pixels, even (default: from --fov)")
-    i.add_argument("--fov", type=positive_number, help="field of view in degrees (default: twice the primary "
-                                            "beam's FWHM when the file has the dish size, else 10)")
-    i.add_argument("--no-w", action="store_true", help="no w-correction (2-D gridding)")
+    i = sub.add_parser("image", help="dirty images and PSFs of a Measurement Set, with WSClean's options, file names "
+                                     "and conventions (the ms extra)",
+                       description="Dirty images (and PSFs) of a Measurement Set, as WSClean makes them: its option "
+                                   "names (also with one dash: -size, -scale, -weight, -pol, -name, ...), defaults, "
+                                   "weighting, flux scale (not divided by n), file names and FITS keywords.")
+    i.add_argument("ms", nargs="?", help="the Measurement Set")
+    i.add_argument("-o", "--name", "-name", dest="name", required=True, metavar="NAME",
+                   help="prefix of the files: NAME-dirty.fits, NAME-psf.fits, NAME-0000-dirty.fits, "
+                        "NAME-MFS-dirty.fits, NAME-Q-dirty.fits, ... (WSClean's -name)")
+    i.add_argument("--size", "-size", nargs=2, type=int, metavar=("WIDTH", "HEIGHT"),
+                   help="image size in pixels, even (default: twice the primary beam's FWHM when the MS has "
+                        "the dish diameter, else 10 deg, at --scale)")
+    i.add_argument("--scale", "-scale", metavar="ANGLE",
+                   help="pixel size: 20asec, 1.5amin, 0.01deg, 1e-4rad (no unit: degrees) "
+                        "(default: 1/3 of the finest fringe)")
+    i.add_argument("--weight", "-weight", nargs="+", default=["uniform"], metavar="MODE",
+                   help="natural, uniform (the default, as WSClean's) or briggs ROBUST")
+    i.add_argument("--super-weight", "-super-weight", type=float, default=1.0,
+                   help="weighting grid this many times coarser (WSClean's super-uniform; default 1)")
+    i.add_argument("--mf-weighting", "-mf-weighting", action="store_true",
+                   help="with --channels-out: one weighting grid for all channels (default: one per channel)")
+    i.add_argument("--weighting-rank-filter", "-weighting-rank-filter", type=float, default=3.0, metavar="LEVEL",
+                   help="lower a weight above LEVEL x its neighbourhood's mean (default 3; below 1: off)")
+    i.add_argument("--weighting-rank-filter-size", "-weighting-rank-filter-size", type=int, default=16,
+                   metavar="CELLS", help="the rank filter's window (default 16 uv cells)")
+    i.add_argument("--padding", "-padding", type=float, default=1.2,
+                   help="weighting grid size relative to the image (WSClean's -padding; default 1.2)")
+    i.add_argument("--data-column", "-data-column", metavar="COLUMN",
+                   help="column to image (default: CORRECTED_DATA where the MS has it, else DATA; printed)")
+    i.add_argument("--pol", "-pol", default="I",
+                   help="I, Q, U, V, XX, XY, YX, YY, RR, RL, LR, LL, or several: IQUV, xx,yy (one image each; "
+                        "default I)")
+    i.add_argument("--channels-out", "-channels-out", type=int, default=1, metavar="K",
+                   help="K images over the band, and their MFS image (default 1)")
+    i.add_argument("--make-psf", "-make-psf", action="store_true",
+                   help="also the PSF, normalised to 1, and the beam fitted to it (BMAJ, BMIN, BPA)")
+    i.add_argument("--beam-fit", choices=["wsclean", "whole-box"], default="wsclean",
+                   help="wsclean (default): WSClean's fit, which uses one quadrant of the box around the PSF's "
+                        "peak (clgrid/imager/beam.py says why); whole-box: every pixel of the box")
+    i.add_argument("--field", "-field", type=int, default=0, help="field to image (default 0)")
+    i.add_argument("--no-w", action="store_true", help="no w-correction (2-D gridding; default: w-correction)")
+    i.add_argument("--divide-by-n", action="store_true",
+                   help="divide the image by n = sqrt(1 - l^2 - m^2) (ducc0's convention; default: not, as WSClean)")
+    i.add_argument("--epsilon", type=float, default=1e-4, help="accuracy of the image (default 1e-4)")
+    i.add_argument("--precision", choices=["single", "double"],
+                   help="default: single for --epsilon >= 1e-5, else double")
     i.add_argument("--device", help="OpenCL device name to match (default: the default device)")
-    i.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    i.add_argument("--quiet", action="store_true", help="no progress bar")
+    i.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    i.add_argument("--quiet", action="store_true", help="no progress bars")
     i.set_defaults(func=cmd_image)
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = argv
     if getattr(args, "method", None) is None and args.command == "bench" and not args.compare:
         args.method = bench.benchmark_methods()
     if getattr(args, "precision", None) is None and args.command == "bench":

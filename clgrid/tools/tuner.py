@@ -1,7 +1,9 @@
 """`clgrid tune`: measure a strategy's parameter space on the device in hand.
 
 Any gridding method (``atomic``, ``tiled``, ...) or degridding method
-(``degrid-gather``, ... as `clgrid bench` names them) can be tuned.  Candidates come
+(``degrid-gather``, ... as `clgrid bench` names them) can be tuned, and the imaging
+operator's strategies (``bins``, ``points``, ``degrid_points``, ``rows_stacked``:
+`tune_imaging`, timed on its spread or interpolation of every w-plane).  Candidates come
 from ``[tune.<section>]`` in clgrid/platforms/generic.toml, pruned by simple rules (a
 work-group shape the strategy can launch, a multiple of the device's SIMD width and
 within its limit; atomic paths and sub-groups the device has).  Each candidate, and
@@ -26,10 +28,11 @@ from tqdm import tqdm
 from ..device.atomics import atomic_unavailable
 from .bench import DEGRID_PREFIX, run_benchmark
 from ..device.runtime import device_facts, get_queue
-from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS
+from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING
 from ..device.tuning import TuningTableError, format_entry, resolve_tuning, schema, tune_space, user_tuning_path
 
-__all__ = ["TuneResult", "Timing", "candidates", "tune", "save_user_entry", "strategy_values", "method_of"]
+__all__ = ["TuneResult", "Timing", "candidates", "tune", "save_user_entry", "strategy_values", "method_of",
+           "imaging_candidates", "imaging_section", "tune_imaging"]
 
 # SIMD width to prune work-groups to, by device type (NVIDIA warps, AMD wavefronts).
 SIMD_WIDTH = {"nvidia": 32, "amd": 64}
@@ -182,3 +185,94 @@ def save_user_entry(result: TuneResult, facts, path=None) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(kept))
     return str(path)
+
+
+# -- the imaging operator's strategies (clgrid.imaging) ------------------------------------
+
+def imaging_section(name: str) -> tuple:
+    """``(spread label, direction, strategy class)`` of an imaging strategy's section
+    (``bins``, ``points``, ``degrid_points``, ``rows_stacked``)."""
+    for label, (spread, interp) in IMAGING.items():
+        if name == spread.name:
+            return label, "grid", spread
+    for label, (spread, interp) in IMAGING.items():
+        if name == interp.name:
+            return label, "degrid", interp
+    known = sorted({cls.name for pair in IMAGING.values() for cls in pair})
+    raise ValueError(f"unknown imaging strategy {name!r}; choose one of {known}")
+
+
+def imaging_candidates(section: str, facts, space: dict | None = None) -> list[dict]:
+    """The pruned parameter space of an imaging strategy's section on a device."""
+    _, _, cls = imaging_section(section)
+    space = space if space is not None else tune_space(section)
+    if not space:
+        raise ValueError(f"no tuning space for {section!r}: add [tune.{section}] to clgrid/platforms/generic.toml")
+    simd = next((w for k, w in SIMD_WIDTH.items() if k in facts.platform.lower()), 1)
+    defaults = resolve_tuning(section, None, facts)
+    keys, out = list(space), []
+    for values in itertools.product(*(space[k] for k in keys)):
+        c = dict(zip(keys, values))
+        wg = int(np.prod(cls.work_group_shape({**defaults, **c})))
+        if wg > facts.max_work_group_size or (wg % simd and wg > 1 and simd > 1):
+            continue
+        if "atomic" in c and atomic_unavailable(c["atomic"], facts, double=False):
+            continue
+        out.append(c)
+    return out
+
+
+def tune_imaging(section: str, device=None, num_vis: int = 1_000_000, npix: int = 2048, epsilon: float = 1e-4,
+                 space: dict | None = None, repeats: int = 3, precision: str = "single",
+                 progress: bool = True) -> TuneResult:
+    """Time every candidate of an imaging strategy's section, and the table's default, on
+    MeerKAT tracks imaged with w (``num_vis`` visibilities, ``npix``^2, ``epsilon``): the
+    device time of spreading, or interpolating, every w-plane once (median of
+    ``repeats``); each candidate's image (or visibilities) checked against the default's."""
+    import clgrid
+    from .datasets import baselines, load_layout, simulate_uvw
+
+    label, direction, _ = imaging_section(section)
+    queue = get_queue(device)
+    facts = device_facts(queue.device)
+    layout = load_layout("meerkat")
+    ntime = max(1, num_vis // baselines(layout)[0].size)
+    uvw = simulate_uvw(layout, declination=-0.5, hour_angles=np.linspace(-np.pi / 3, np.pi / 3, ntime))
+    uvw = uvw.reshape(-1, 3)[:num_vis]
+    freq = np.array([1.4e9])
+    pix = 0.9 / (2 * np.abs(uvw[:, :2]).max() * freq[0] / 299792458.0)
+    rng = np.random.default_rng(1)
+    real, cplx = (np.float32, np.complex64) if precision == "single" else (np.float64, np.complex128)
+    vis = (rng.normal(size=(len(uvw), 1)) + 1j * rng.normal(size=(len(uvw), 1))).astype(cplx)
+    dirty = rng.normal(size=(npix, npix)).astype(real)
+
+    def run(params):
+        try:
+            op = clgrid.WGridder(uvw, freq, npix, npix, pix, pix, epsilon, do_wgridding=True, precision=precision,
+                                 device=queue, tuning={"spread": label, **(params or {})})
+            result = op.vis2dirty(vis) if direction == "grid" else op.dirty2vis(dirty)
+            times = [op.engine.stage_seconds(direction) for _ in range(repeats + 1)][1:]
+        except Exception as exc:           # a candidate the device cannot build or run
+            return Timing(params or {}, reason=str(exc)[:200]), None
+        return Timing(params or {}, float(np.median(times)), min(times), max(times)), result
+
+    default, reference = run(None)
+    if default.median is None:
+        raise RuntimeError(f"the table's {section} fails on {facts.name}: {default.reason}")
+    default.error = 0.0
+    bound = ERROR_BOUND[precision]
+    timings = []
+    for cand in tqdm(imaging_candidates(section, facts, space), desc=f"tune {section}",
+                     disable=not (progress and sys.stderr.isatty())):
+        timing, result = run(cand)
+        if timing.median is not None:
+            timing.error = float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
+            if not timing.error <= bound:
+                timing = Timing(cand, reason=f"error {timing.error:.1e} against the default's > {bound:.1e}")
+        timings.append(timing)
+    timed = [t for t in timings if t.median is not None]
+    if not timed:
+        raise RuntimeError(f"every candidate failed on {facts.name}: {timings[0].reason if timings else 'none'}")
+    best = min(timed, key=lambda t: t.median)
+    return TuneResult(section, facts.name, resolve_tuning(section, best.params, facts), best.median, best.error,
+                      timings, default)

@@ -1,0 +1,117 @@
+{# Rows (clgrid/strategies/rows.py, the imaging operator's), for the w-stacking kernel source
+    (source_stacked.cl): owner-computes, one work-item per grid row, no atomics.
+    Template variables: double, use_w and source_stacked.cl's. #}
+{% include "complex.cl" %}
+{% include "source_stacked.cl" %}
+
+/* For CPUs (tuning: [wgridding] spread = "rows"), where float
+   atomics are compare-and-swap loops: every kernel value is computed once per operator
+   into `tap`, and spreading is owner-computes, one work-item per grid row, no atomics.
+   Visibilities are sorted by first plane, then first u cell; row_start[g][u] is where
+   those with first plane g and first u cell u begin (row_start[g][nu] where they end). */
+{% if use_w %}
+#define TAPS (3 * SUPPORT)
+{% else %}
+#define TAPS (2 * SUPPORT)
+{% endif %}
+
+__kernel void compute_taps(__global const real4_t *restrict frac, __global real_t *restrict tap,
+                           const int count)
+{
+    const int k = get_global_id(0);
+    if (k >= count)
+        return;
+    const real4_t x = frac[k];
+    real_t t[SUPPORT];
+    __global real_t *out = tap + (size_t)k * TAPS;
+    es_taps(t, x.x);
+    for (int j = 0; j < SUPPORT; ++j)
+        out[j] = t[j];
+    es_taps(t, x.y);
+    for (int j = 0; j < SUPPORT; ++j)
+        out[SUPPORT + j] = t[j];
+{% if use_w %}
+    es_taps(t, x.z);
+    for (int j = 0; j < SUPPORT; ++j)
+        out[2 * SUPPORT + j] = t[j];
+{% endif %}
+}
+
+__kernel void spread_rows(__global const int4 *restrict first,
+                          __global const real_t *restrict tap,       /* [n][TAPS] */
+                          __global const complex_t *restrict vis,
+                          __global complex_t *grid,                  /* [NU][NV] */
+                          __global const int *restrict row_start,    /* [planes][nu + 1] */
+                          const int nu, const int nv, const int plane)
+{
+    const int iu = get_global_id(0);
+    if (iu >= nu)
+        return;
+    __global complex_t *row = grid + (size_t)iu * nv;
+{% if use_w %}
+    const int g_lo = max(0, plane - SUPPORT + 1);
+{% else %}
+    const int g_lo = plane;
+{% endif %}
+    for (int g = g_lo; g <= plane; ++g) {
+        __global const int *rs = row_start + (size_t)g * (nu + 1);
+        for (int a = 0; a < SUPPORT; ++a) {
+            const int u0 = iu - a < 0 ? iu - a + nu : iu - a;
+            const int end = rs[u0 + 1];
+            for (int k = rs[u0]; k < end; ++k) {
+                __global const real_t *t = tap + (size_t)k * TAPS;
+{% if use_w %}
+                const complex_t v = vis[k] * (t[a] * t[2 * SUPPORT + plane - g]);
+{% else %}
+                const complex_t v = vis[k] * t[a];
+{% endif %}
+                const int iv = first[k].y;
+                if (iv + SUPPORT <= nv) {
+                    for (int b = 0; b < SUPPORT; ++b)
+                        row[iv + b] += v * t[SUPPORT + b];
+                } else {
+                    for (int b = 0; b < SUPPORT; ++b)
+                        row[(iv + b) % nv] += v * t[SUPPORT + b];
+                }
+            }
+        }
+    }
+}
+
+/* Gather as `interp`, with the kernel values read from `tap`. */
+__kernel void interp_taps(__global const int4 *restrict first,
+                          __global const real_t *restrict tap,
+                          __global const complex_t *restrict grid,
+                          __global complex_t *vis,
+                          const int nu, const int nv, const int plane, const int start, const int count)
+{
+    const int i = get_global_id(0);
+    if (i >= count)
+        return;
+    const int k = start + i;
+    const int4 f = first[k];
+    __global const real_t *t = tap + (size_t)k * TAPS;
+    complex_t sum = (complex_t)(0, 0);
+    int iu = f.x;
+    for (int a = 0; a < SUPPORT; ++a, ++iu) {
+        if (iu >= nu)
+            iu -= nu;
+        __global const complex_t *row = grid + (size_t)iu * nv;
+        complex_t rsum = (complex_t)(0, 0);
+        if (f.y + SUPPORT <= nv) {
+            for (int b = 0; b < SUPPORT; ++b)
+                rsum += row[f.y + b] * t[SUPPORT + b];
+        } else {
+            for (int b = 0; b < SUPPORT; ++b)
+                rsum += row[(f.y + b) % nv] * t[SUPPORT + b];
+        }
+        sum += rsum * t[a];
+    }
+{% if use_w %}
+    vis[k] += sum * t[2 * SUPPORT + plane - f.z];
+{% else %}
+    vis[k] += sum;
+{% endif %}
+}
+
+

@@ -1,0 +1,441 @@
+"""``clgrid image``: a Measurement Set in, WSClean's dirty images (and PSFs) out.
+
+The steps, each printed as it is taken:
+
+1. Check the arguments and the output paths (`argument_errors`), open the MS and check it
+   can give what is asked (column, polarisations, channels): every error is raised here,
+   before the data are read.
+2. Read the MS once, a block of rows at a time (`clgrid.imager.ms`), forming each
+   polarisation asked for (`clgrid.imager.correlations`), with a progress bar.
+3. Choose the pixel and image size from the data where not given (`clgrid.imager.defaults`).
+4. For each output channel (``--channels-out``): the imaging weights
+   (`clgrid.imager.weighting`, from the first polarisation's visibility weights, as
+   WSClean), one `clgrid.WGridder` for the channel's points (planned once), then the PSF
+   (with ``--make-psf``) and each polarisation's image from it.  An image is divided by
+   its sum of weights; with a PSF, the PSF is scaled to 1 at its centre and the images by
+   the same factor (WSClean does both); the beam is fitted to the PSF (`clgrid.imager.beam`).
+5. With several output channels, the MFS images: each channel's image weighted by its sum
+   of weights, as WSClean combines them.
+6. Files named as WSClean names them (`output_names`), written as WSClean writes them
+   (`clgrid.imager.fits`), each through a temporary file: an interrupted run leaves no
+   partial FITS.
+
+Fluxes are WSClean's: the image is not divided by n = sqrt(1 - l^2 - m^2), so a point
+source off the centre keeps its flux (``divide_by_n=True`` gives ducc0's convention).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .correlations import parse_polarizations
+from .weighting import WEIGHT_MODES, WeightGrid
+
+__all__ = ["ImagingOptions", "ImagingError", "argument_errors", "output_names", "run"]
+
+SPEED_OF_LIGHT = 299792458.0
+
+
+class ImagingError(ValueError):
+    """What is wrong with the arguments or the MS, one line per problem, each naming its
+    argument."""
+
+
+@dataclass
+class ImagingOptions:
+    """``clgrid image``'s arguments, with WSClean's names and defaults where it has them.
+
+    ``scale`` in radians; ``size`` (nx, ny); ``polarizations`` as given to ``--pol``
+    (``"I"``, ``"IQUV"``, ``"xx,yy"``) or a tuple of names; ``precision`` None picks single
+    precision for ``epsilon >= 1e-5``, else double."""
+
+    ms: str
+    name: str
+    size: tuple | None = None
+    scale: float | None = None
+    weight: str = "uniform"
+    robust: float = 0.0
+    super_weight: float = 1.0
+    mf_weighting: bool = False
+    rank_filter: float = 3.0
+    rank_filter_size: int = 16
+    padding: float = 1.2
+    data_column: str | None = None
+    polarizations: object = "I"
+    channels_out: int = 1
+    make_psf: bool = False
+    beam_fit: str = "wsclean"
+    do_wgridding: bool = True
+    divide_by_n: bool = False
+    epsilon: float = 1e-4
+    precision: str | None = None
+    device: object = None
+    field_id: int = 0
+    overwrite: bool = False
+    history: tuple = field(default_factory=tuple)
+
+    def pols(self) -> tuple:
+        if isinstance(self.polarizations, str):
+            return parse_polarizations(self.polarizations)
+        return parse_polarizations(",".join(self.polarizations))
+
+    def chosen_precision(self) -> str:
+        return self.precision or ("single" if self.epsilon >= 1e-5 else "double")
+
+
+def output_names(options: ImagingOptions, pols=None) -> dict:
+    """Every file the run writes, as WSClean names them: ``{(kind, channel, pol): path}``
+    with kind "dirty" or "psf", channel an index or "MFS", pol None for the PSF.
+
+    ``NAME-dirty.fits``, ``NAME-psf.fits``; with several polarisations ``NAME-Q-dirty.fits``;
+    with ``--channels-out`` K > 1 ``NAME-0000-dirty.fits`` ... and ``NAME-MFS-dirty.fits``,
+    ``NAME-0000-Q-dirty.fits``, ``NAME-0000-psf.fits``, ``NAME-MFS-psf.fits``."""
+    pols = pols or options.pols()
+    k = options.channels_out
+    channels = [f"{c:04d}" for c in range(k)] + (["MFS"] if k > 1 else [])
+    names = {}
+    for index, channel in enumerate(channels):
+        key = index if channel != "MFS" else "MFS"
+        part = options.name + (f"-{channel}" if k > 1 else "")
+        for p in pols:
+            names[("dirty", key, p)] = part + (f"-{p}" if len(pols) > 1 else "") + "-dirty.fits"
+        if options.make_psf:
+            names[("psf", key, None)] = part + "-psf.fits"
+    return names
+
+
+def argument_errors(options: ImagingOptions) -> list:
+    """What is wrong with the arguments, each naming its option, found before the MS is
+    opened: sizes, scale, weighting, accuracy, polarisations, output folder and files."""
+    errors = []
+    try:
+        pols = options.pols()
+    except ValueError as exc:
+        errors.append(str(exc))
+        pols = ("I",)
+    if options.size is not None:
+        nx, ny = options.size
+        if nx < 16 or ny < 16 or nx % 2 or ny % 2:
+            errors.append(f"--size: width and height must be even and at least 16, got {nx} {ny}")
+    if options.scale is not None and not (options.scale > 0 and math.isfinite(options.scale)):
+        errors.append(f"--scale must be a positive angle, got {options.scale!r} rad")
+    if options.size is not None and options.scale is not None and not errors:
+        half_x, half_y = options.size[0] * options.scale / 2, options.size[1] * options.scale / 2
+        if half_x * half_x + half_y * half_y >= 1:
+            errors.append(f"--size {options.size[0]} {options.size[1]} with --scale {math.degrees(options.scale):.4g} "
+                          f"deg reaches past the horizon (l^2 + m^2 >= 1 in the corners)")
+    if options.weight not in WEIGHT_MODES:
+        errors.append(f"--weight must be natural, uniform or briggs ROBUST, got {options.weight!r}")
+    if not math.isfinite(options.robust):
+        errors.append(f"--weight briggs: the robustness must be a finite number, got {options.robust}")
+    if not (options.super_weight > 0 and math.isfinite(options.super_weight)):
+        errors.append(f"--super-weight must be a positive number, got {options.super_weight}")
+    if options.rank_filter_size < 1:
+        errors.append(f"--weighting-rank-filter-size must be >= 1, got {options.rank_filter_size}")
+    if options.channels_out < 1:
+        errors.append(f"--channels-out must be >= 1, got {options.channels_out}")
+    if not (0 < options.epsilon < 1):
+        errors.append(f"--epsilon must be in (0, 1), got {options.epsilon}")
+    elif options.precision == "single" and options.epsilon < 1e-5:
+        errors.append(f"--epsilon {options.epsilon:g} needs --precision double (single reaches 1e-5)")
+    if options.beam_fit not in ("wsclean", "whole-box"):
+        errors.append(f"--beam-fit must be wsclean or whole-box, got {options.beam_fit!r}")
+    if options.precision not in (None, "single", "double"):
+        errors.append(f"--precision must be single or double, got {options.precision!r}")
+    folder = os.path.dirname(os.path.abspath(options.name))
+    if not options.name or os.path.basename(options.name) in ("", ".", ".."):
+        errors.append(f"-o {options.name!r}: give a name (the files are NAME-dirty.fits, ...)")
+    elif not os.path.isdir(folder):
+        errors.append(f"-o {options.name}: folder {folder} does not exist")
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        errors.append(f"-o {options.name}: cannot write in {folder}")
+    elif options.channels_out >= 1:
+        paths = list(output_names(options, pols).values())
+        folders = [p for p in paths if os.path.isdir(p)]
+        existing = [p for p in paths if os.path.exists(p) and not os.path.isdir(p)]
+        if folders:
+            errors.append(f"-o {options.name}: {', '.join(folders)} is a folder")
+        if existing and not options.overwrite:
+            shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if len(existing) > 3 else "")
+            errors.append(f"-o {options.name}: {shown} exist{'s' if len(existing) == 1 else ''} "
+                          f"(--overwrite replaces {'it' if len(existing) == 1 else 'them'})")
+    return errors
+
+
+def _progress(total, desc, unit, quiet):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=quiet, leave=False, unit_scale=True)
+
+
+@dataclass
+class _Metadata:
+    """What the run keeps of the MS once it is read."""
+
+    freqs: np.ndarray
+    widths: np.ndarray
+    centre: tuple
+    telescope: str
+    observer: str
+    field_name: str
+    diameter: float | None
+    data_column: str
+
+
+@dataclass
+class _Channel:
+    """One output channel's results kept for the MFS images."""
+
+    band: tuple
+    image_weights: dict
+    estimate: float
+    counted: dict
+    vis_weight_sum: dict
+
+
+def _read(options, pols, say, quiet):
+    """Steps 1 and 2: open the MS (every error here), read it once."""
+    from .ms import channel_groups, open_ms
+
+    with open_ms(options.ms, options.data_column, options.field_id) as ms:
+        recipes = ms.recipes(pols)
+        groups = channel_groups(ms.freqs, options.channels_out)
+        say(f"clgrid image: {ms.path}: {ms.nrow} rows x {ms.freqs.size} channels "
+            f"({ms.freqs.min() / 1e6:.6g}-{ms.freqs.max() / 1e6:.6g} MHz), correlations {' '.join(ms.correlations)}")
+        say(f"  data column {ms.data_column} ({ms.data_column_note}); weights from {ms.weight_column}")
+        for p in pols:
+            say(f"  {recipes[p].describe(ms.correlations)}")
+        started = time.perf_counter()
+        with _progress(ms.nrow, f"reading {ms.data_column}", "row", quiet) as bar:
+            data = ms.read(pols, groups, progress=bar.update)
+        meta = _Metadata(ms.freqs.copy(), ms.widths.copy(), ms.phase_centre, ms.telescope, ms.observer,
+                         ms.field_name, ms.dish_diameter, ms.data_column)
+    counts = data.counts
+    say(f"  read in {time.perf_counter() - started:.2f} s; left out: {counts['autocorrelation rows']} "
+        f"autocorrelation row(s), {counts['flagged rows']} flagged row(s) (FLAG_ROW)")
+    return data, meta
+
+
+class _Imaging:
+    """Steps 4 to 6 for one run: the images of each output channel, then the MFS images."""
+
+    def __init__(self, options, pols, data, meta, scale, size, say, quiet):
+        self.options, self.pols, self.data, self.meta = options, pols, data, meta
+        self.scale, (self.nx, self.ny) = scale, size
+        self.say, self.quiet = say, quiet
+        self.precision = options.chosen_precision()
+        self.names = output_names(options, pols)
+        self.several = len(data.groups) > 1
+        self.weighting = {"natural": "natural", "uniform": "uniform"}.get(options.weight,
+                                                                          f"Briggs'({options.robust:g})")
+        ra, dec, frame = meta.centre
+        self.describe = dict(npix_x=self.nx, npix_y=self.ny, pixsize_x=scale, pixsize_y=scale, ra=ra, dec=dec,
+                             frame=frame, date_obs=data.time_range[0], telescope=meta.telescope,
+                             observer=meta.observer, field_name=meta.field_name, data_column=meta.data_column,
+                             weighting=self.weighting, history=options.history)
+        self.written, self.channels = [], []
+        shape = (self.ny, self.nx)
+        self.mfs = {p: np.zeros(shape) for p in pols} if self.several else None
+        self.mfs_psf = np.zeros(shape) if self.several and options.make_psf else None
+        self.shared = None
+        if options.mf_weighting and options.weight != "natural":
+            self.shared = self._weight_grid()
+            for g, group in enumerate(data.groups):
+                self.shared.add(data.uvw, meta.freqs[group], data.wgt[pols[0]][g])
+            self.shared.finish()
+
+    def _weight_grid(self):
+        o = self.options
+        return WeightGrid(o.weight, self.nx, self.ny, self.scale, self.scale, o.robust, o.padding,
+                          o.super_weight, o.rank_filter, o.rank_filter_size)
+
+    def _write(self, key, image, **extra):
+        from . import fits
+
+        path = self.names[key]
+        fits.write_image(path, image, fits.ImageDescription(**self.describe, **extra),
+                         overwrite=self.options.overwrite)
+        self.written.append(path)
+        self.say(f"  wrote {path}")
+
+    def _fit(self, psf, estimate):
+        from .beam import fit_beam
+
+        return fit_beam(psf, self.scale, self.scale, estimate, self.options.beam_fit == "whole-box")
+
+    def _weights(self, g, label, freqs):
+        """Step 4's imaging weights, in place: the weights, what `WeightGrid.apply` kept of
+        each polarisation, and the mask of samples any polarisation uses."""
+        weights = {p: self.data.wgt[p][g] for p in self.pols}
+        grid = self.shared
+        if grid is None:
+            grid = self._weight_grid()
+            grid.add(self.data.uvw, freqs, weights[self.pols[0]])
+            grid.finish()
+        kept = np.zeros(weights[self.pols[0]].shape, bool)
+        applied, dropped = {}, {}
+        for p in self.pols:
+            applied[p] = a = grid.apply(self.data.uvw, freqs, weights[p], used=kept)
+            if a.kept < a.before:
+                dropped.setdefault((a.before - a.kept, a.before), []).append(p)
+        for (lost, before), which in dropped.items():
+            self.say(f"  {label}, {', '.join(which)}: {lost} of {before} visibilities lie beyond the uv grid "
+                     f"({self.nx} x {self.ny} pixels of {math.degrees(self.scale) * 3600:.4g}''): left out, as "
+                     f"WSClean leaves them out")
+        return weights, applied, kept
+
+    def channel(self, g: int) -> None:
+        """Step 4 for output channel ``g``."""
+        from .. import WGridder
+
+        o, data, first = self.options, self.data, self.pols[0]
+        group = data.groups[g]
+        freqs, widths = self.meta.freqs[group], self.meta.widths[group]
+        band = (float(np.min(freqs - widths / 2)), float(np.max(freqs + widths / 2)))
+        label = f"channel {g} ({band[0] / 1e6:.6g}-{band[1] / 1e6:.6g} MHz)" if self.several else "image"
+        key = g if self.several else 0
+        started = time.perf_counter()
+        weights, applied, kept = self._weights(g, label, freqs)
+        image_weight = {p: applied[p].weight_sum for p in self.pols}
+        counted = {p: applied[p].kept for p in self.pols}
+        vis_weight_sum = {p: applied[p].visibility_weight_sum for p in self.pols}
+        if not any(image_weight.values()):
+            raise ImagingError(f"{label}: no visibility with non-zero weight")
+        weighted = time.perf_counter()
+        op = WGridder(data.uvw, freqs, self.nx, self.ny, self.scale, self.scale, o.epsilon,
+                      do_wgridding=o.do_wgridding, mask=kept.view(np.uint8), flip_v=True,
+                      divide_by_n=o.divide_by_n, precision=self.precision, device=o.device)
+        samples = int(np.count_nonzero(kept))
+        del kept
+        geometry = op.geometry
+        self.say(f"  {label}: weights in {weighted - started:.2f} s; {samples} visibilities planned in "
+                 f"{time.perf_counter() - weighted:.2f} s: support {geometry.kernel.support}, grid {geometry.nu} x "
+                 f"{geometry.nv}, {geometry.num_planes} w-plane(s), on {op.devices[0].name.strip()}")
+        cplx = np.complex64 if self.precision == "single" else np.complex128
+        real = np.float32 if self.precision == "single" else np.float64
+        psf_factor, beam = 1.0, None
+        estimate = 1.0 / applied[first].longest if applied[first].longest > 0 else math.inf
+        if o.make_psf:
+            started = time.perf_counter()
+            with _progress(len(op.planes), f"{label}: PSF", "plane", self.quiet) as bar:
+                psf = op.vis2dirty(weights[first].astype(cplx), None, progress=bar.update)
+            psf = np.ascontiguousarray(psf.T, np.float64)
+            centre = psf[self.ny // 2, self.nx // 2]
+            psf_factor = image_weight[first] / centre if centre != 0 else 0.0
+            psf /= centre if centre != 0 else 1.0
+            beam = self._fit(psf, estimate)
+            self.say(f"  {label}: PSF in {time.perf_counter() - started:.2f} s; beam {beam.major * 206264.806:.4g}'' "
+                     f"x {beam.minor * 206264.806:.4g}'', PA {beam.angle:.4g} deg")
+            self._write(("psf", key, None), psf, band=band, polarization=first, beam=beam,
+                        image_weight=image_weight[first], visibilities=counted[first],
+                        visibility_weight_sum=vis_weight_sum[first])
+            if self.mfs_psf is not None:
+                self.mfs_psf += psf * image_weight[first]
+            del psf
+        for p in self.pols:
+            started = time.perf_counter()
+            with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, warnings.catch_warnings():
+                # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
+                # image, rightly; the operator's warning speaks of weights, which are not zero here
+                warnings.filterwarnings("ignore", "clgrid: no visibility is unmasked with non-zero weight")
+                dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
+                                     progress=bar.update)
+            dirty = np.ascontiguousarray(dirty.T)
+            # divided by the sum of weights; with a PSF, also by its centre (WSClean's normalisation)
+            dirty *= (psf_factor if o.make_psf else 1.0) / image_weight[p] if image_weight[p] else 0.0
+            peak = np.unravel_index(np.argmax(np.abs(dirty)), dirty.shape)
+            self.say(f"  {label}, {p}: imaged in {time.perf_counter() - started:.2f} s; peak {dirty[peak]:.4g} "
+                     f"Jy/beam at pixel (x {peak[1]}, y {peak[0]}), rms {float(np.std(dirty)):.3g}")
+            self._write(("dirty", key, p), dirty, band=band, polarization=p, beam=beam,
+                        image_weight=image_weight[p], visibilities=counted[p],
+                        visibility_weight_sum=vis_weight_sum[p])
+            if self.mfs is not None:
+                self.mfs[p] += dirty * image_weight[p]
+            del dirty
+        self.channels.append(_Channel(band, image_weight, estimate, counted, vis_weight_sum))
+
+    def combine(self) -> None:
+        """Step 5: the MFS images, each channel weighted by its sum of weights."""
+        if self.mfs is None:
+            return
+        band = (min(c.band[0] for c in self.channels), max(c.band[1] for c in self.channels))
+        first, beam = self.pols[0], None
+        if self.mfs_psf is not None:
+            total = sum(c.image_weights[first] for c in self.channels)
+            self.mfs_psf /= total
+            beam = self._fit(self.mfs_psf, self.channels[-1].estimate)
+            self.say(f"  MFS: beam {beam.major * 206264.806:.4g}'' x {beam.minor * 206264.806:.4g}'', "
+                     f"PA {beam.angle:.4g} deg")
+            self._write(("psf", "MFS", None), self.mfs_psf, band=band, polarization=first, beam=beam,
+                        image_weight=total, **self._totals(first))
+        for p in self.pols:
+            total = sum(c.image_weights[p] for c in self.channels)
+            self._write(("dirty", "MFS", p), self.mfs[p] / total, band=band, polarization=p, beam=beam,
+                        image_weight=total, **self._totals(p))
+
+    def _totals(self, p) -> dict:
+        """An MFS image's visibility count and weight sum: the channels' together."""
+        return dict(visibilities=sum(c.counted[p] for c in self.channels),
+                    visibility_weight_sum=sum(c.vis_weight_sum[p] for c in self.channels))
+
+
+def _warm_up(options, size) -> None:
+    """Open the device and build the imaging programs on a few points while the MS is read
+    (the first operator of a process spends most of a second there); the real operator then
+    finds them built.  Any error is left for the real operator to raise."""
+    from .. import WGridder
+
+    try:
+        nx, ny = size or (256, 256)
+        scale = options.scale or 1e-5
+        points = np.array([[10.0, 20.0, 1.0], [-300.0, 150.0, -20.0], [700.0, -800.0, 60.0]])
+        WGridder(points, np.array([1e9]), nx, ny, scale, scale, options.epsilon,
+                 do_wgridding=options.do_wgridding, flip_v=True, divide_by_n=options.divide_by_n,
+                 precision=options.chosen_precision(), device=options.device)
+    except Exception:
+        pass
+
+
+def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
+    """Make the images; returns the paths written.  ImagingError (or
+    `clgrid.imager.ms.MSError`) before any work for bad arguments or an MS that cannot give
+    what is asked; ``say`` prints each step, ``quiet`` hides the progress bars."""
+    from .defaults import image_defaults
+
+    errors = argument_errors(options)
+    if errors:
+        raise ImagingError("\n".join(errors))
+    pols = options.pols()
+    started = time.perf_counter()
+    warming = threading.Thread(target=_warm_up, args=(options, options.size), daemon=True)
+    warming.start()
+    data, meta = _read(options, pols, say, quiet)
+    first = pols[0]
+    weights = np.concatenate(data.wgt[first], axis=1) if len(data.groups) > 1 else data.wgt[first][0]
+    if not np.any(weights):
+        raise ImagingError(f"every sample of {first} is flagged, an autocorrelation or has zero weight: "
+                           f"nothing to image")
+    scale, size, notes = image_defaults(data.uvw, meta.freqs, meta.diameter, options.scale, options.size, weights)
+    del weights
+    for note in notes:
+        say(f"  {note}")
+    if (size[0] * scale / 2) ** 2 + (size[1] * scale / 2) ** 2 >= 1:
+        raise ImagingError(f"--size {size[0]} {size[1]} with pixels of {math.degrees(scale):.4g} deg reaches "
+                           f"past the horizon")
+    warming.join()
+    imaging = _Imaging(options, pols, data, meta, scale, size, say, quiet)
+    say(f"  weighting {imaging.weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
+        f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "
+        f"({imaging.precision}), fluxes {'divided by n (ducc0)' if options.divide_by_n else 'not divided by n (WSClean)'}")
+    for g in range(len(data.groups)):
+        imaging.channel(g)
+    imaging.combine()
+    say(f"clgrid image: {len(imaging.written)} file(s) in {time.perf_counter() - started:.2f} s")
+    return imaging.written

@@ -1,0 +1,729 @@
+"""The imaging operator's work on one OpenCL device (`ImagingEngine`): its points planned once
+there, and per call the values gathered into plan order, every w-plane spread (or
+interpolated), transformed and accumulated into the image (or made from it).
+
+Where the work runs is the tuning table's ``[wgridding]`` choice (clgrid/platforms/*.toml,
+or ``tuning=``): ``spread = "bins"`` (a work-group per bin of cells and piece of its
+points, accumulating in local memory: GPUs), ``"atomic"`` (a work-item per visibility,
+float atomic adds) or ``"rows"`` (a work-item per grid row, no atomics, kernel values
+computed once per operator: CPUs); ``fft = "host"`` (scipy.fft or ducc0.fft in place on
+the grid mapped to the host, the crop as views, per-pixel work on the host threads),
+``"mapped"`` (the same FFT, with crop, w phase and correction by device kernels,
+clgrid/cl_kernels/wgrid_planes.cl) or ``"vkfft"`` (pyvkfft on the device with those kernels:
+nothing per plane crosses to the host; with fp64 the correction and w phases are computed
+per pixel there as well).  Kernel values come from per-tap polynomials
+(clgrid.sources.accuracy.horner_coefficients).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from functools import cached_property
+from types import SimpleNamespace
+
+import numpy as np
+import pyopencl as cl
+
+from ..device.codegen import build_program, render
+from ..device.host_threads import in_slices
+from ..device.runtime import device_facts, fill_zeros, get_queue
+from ..errors import DeviceCapabilityError
+from ..operators.checks import check_finite_result, count_nonfinite
+from ..device.transfer import download, host_empty, shared_staging, upload
+from ..device.tuning import resolve_tuning, schema
+from ..planning.plan import plan_stacked
+from ..planning.stacking import PointPlan
+from ..sources.accuracy import kernel_transform
+from ..sources.analytic import StackedKernel
+from ..strategies import IMAGING
+from ..strategies.base import check_precision, read_only_buffer
+from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
+from .geometry import ImageGeometry, n_minus_one_range
+
+__all__ = ["ImagingEngine", "SPREADS"]
+
+SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
+
+
+def _route_tuning(tuning, facts) -> tuple:
+    """``tuning=`` split between the [wgridding] section and the sections of the spread and
+    interpolation it chooses (a key such as ``atomic`` may go to both): ``(wgridding
+    parameters, spread overrides, interpolation overrides)``.  A key of another strategy's
+    section is refused by name; one of no section is left to [wgridding], which refuses it."""
+    tuning = dict(tuning or {})
+    known = schema()
+    sections = {cls.name for pair in SPREADS.values() for cls in pair}
+    theirs = {k: v for k, v in tuning.items()
+              if any(k in known[name] for name in sections) and k not in known["wgridding"]}
+    wparams = resolve_tuning("wgridding", {k: v for k, v in tuning.items() if k not in theirs}, facts)
+    chosen = SPREADS.get(wparams["spread"])
+    if chosen is None:
+        return wparams, {}, {}
+    spread = {k: v for k, v in theirs.items() if k in known[chosen[0].name]}
+    interp = {k: v for k, v in theirs.items() if k in known[chosen[1].name]}
+    unused = sorted(set(theirs) - set(spread) - set(interp))
+    if unused:
+        raise ValueError(f"tuning {unused} belong to strategies that spread {wparams['spread']!r} does not use "
+                         f"([{chosen[0].name}] and [{chosen[1].name}] do)")
+    return wparams, spread, interp
+
+
+PIXEL_RUN = 1 << 16             # pixels the host's per-pixel work takes at a time (its phases stay in cache)
+CHEBYSHEV_DEGREE = 24          # the w correction's series: exact to rounding (see _smooth_transform)
+PIXELS_T = np.dtype([("pixsize_x", np.float64), ("pixsize_y", np.float64), ("center_x", np.float64),
+                     ("center_y", np.float64), ("nshift", np.float64), ("w_start", np.float64), ("dw", np.float64),
+                     ("cheb_lo", np.float64), ("cheb_hi", np.float64), ("npix_x", np.int32), ("npix_y", np.int32),
+                     ("ncheb", np.int32), ("divide_by_n", np.int32)])   # wgrid_planes.cl's pixels_t
+
+
+def _smooth_transform(s, support: int, beta: float, workers: int = 1):
+    """`kernel_transform` at many points (one per pixel for w): through a Chebyshev
+    interpolant of degree 24 on the points' range, exact to rounding there (degree 20 to 64
+    differ by 1e-15 of the peak: the quadrature's own rounding) (the transform
+    is entire and |s| <= 1/2), instead of a quadrature per pixel."""
+    lo, hi = float(np.min(s)), float(np.max(s))
+    if hi - lo < 1e-12:
+        return np.full(np.shape(s), kernel_transform(lo, support, beta))
+    cheb = np.polynomial.Chebyshev.interpolate(lambda x: kernel_transform(x, support, beta), 24,
+                                               domain=[lo, hi])
+    out = np.empty(np.shape(s))
+
+    def rows(r):
+        out[r] = cheb(s[r])
+
+    in_slices(workers, len(out), rows)
+    return out
+
+
+def _pixel_blocks(rows: slice, block_rows: slice, npix_y: int, pixels: int = PIXEL_RUN):
+    """(a, b): the image rows both in ``rows`` and in ``block_rows``, cut into runs of
+    about ``pixels`` pixels (npix_y per row), so that the w phases spread over a run stay
+    in cache while they are used."""
+    lo, hi = max(rows.start, block_rows.start), min(rows.stop, block_rows.stop)
+    step = max(1, pixels // npix_y)
+    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+
+def _stepping(index: np.ndarray):
+    """``index`` (1-D) as a slice when it steps by +1 or -1 (or has one entry), else None."""
+    if index.size == 0:
+        return None
+    first = int(index[0])
+    if index.size == 1:
+        return slice(first, first + 1)
+    step = int(index[1]) - first
+    if step not in (1, -1) or not np.all(np.diff(index) == step):
+        return None
+    stop = int(index[-1]) + step
+    return slice(first, stop if stop >= 0 else None, step)
+
+
+
+def _row_parts(nrow: int, nchan: int, samples: int) -> list:
+    """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
+    rows = max(1, samples // max(nchan, 1))
+    return [slice(a, min(a + rows, nrow)) for a in range(0, max(nrow, 1), rows)]
+
+
+class ImagingEngine:
+    """The imaging operator's work on one device, for one set of points: their plan, the
+    device program, grid and FFT, kept between calls.  Calls are serialised by a lock
+    (they share the device buffers).
+
+    Parameters
+    ----------
+    uvw : (nrow, 3) float64 metres.
+    scale : (nchan,) float64, frequency / c.
+    keep : (nrow, nchan) bool, or None: the samples to image.
+    signs : the flips, +1 or -1 per axis.
+    geometry : the `ImageGeometry` every part of the operator shares.
+    planes : the w-planes this engine spreads, transforms and interpolates (a range).
+    precision, divide_by_n, device, tuning, workers, deterministic : as `WGridder`'s.
+    """
+
+    def __init__(self, uvw, scale, keep, signs, geometry: ImageGeometry, planes: range, precision: str,
+                 divide_by_n: bool, device=None, tuning: dict | None = None, workers: int = 1,
+                 deterministic: bool = False):
+        self.geometry = geometry
+        self.planes = planes
+        self.nrow, self.nchan = uvw.shape[0], scale.size
+        self.shape = (self.nrow, self.nchan)
+        self.precision = precision
+        self.divide_by_n = divide_by_n
+        self.real = np.float64 if precision == "double" else np.float32
+        self.complex = np.complex128 if precision == "double" else np.complex64
+        self._lock = threading.Lock()
+        self._workers = workers
+        self._setup_device(device, tuning, uvw, scale, keep, signs, deterministic)
+
+    # -- set-up -------------------------------------------------------------------------
+    @cached_property
+    def _host_pixels(self):
+        """Per-pixel quantities on the host, for the host FFT and for devices without fp64,
+        as factors (`_correction_rows` multiplies them out a share of rows at a time, so a
+        call allocates no image-sized table): the grid correction's factors along x and y
+        (``cu``, ``cv``), and with w its w factor ``w_small`` and t = n - 1 - nshift
+        (``t_small``), both on the distinct |x|, |y| (``radial``, the image's row and column
+        indices into them; None without w)."""
+        g, k = self.geometry, self.geometry.kernel
+        x, y = g.image_lm()
+        cu, cv = self._uv_correction()
+        t_small = w_small = radial = None
+        if g.do_wgridding:
+            # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
+            # distinct |x| and |y| (a quarter of the image when it is centred) and spread
+            # back by indexing.
+            ax, ix = np.unique(np.abs(x), return_inverse=True)
+            ay, iy = np.unique(np.abs(y), return_inverse=True)
+            radial = (ix.reshape(-1), iy.reshape(-1))
+            n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
+            t_small = (n - 1.0) - g.nshift
+            w_small = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
+            if self.divide_by_n:
+                w_small = w_small * n
+        return SimpleNamespace(cu=cu, cv=cv, w_small=w_small, t_small=t_small, radial=radial)
+
+    def _correction_rows(self, rows: slice) -> np.ndarray:
+        """The grid correction (float64) at the image rows ``rows``, every column."""
+        host = self._host_pixels
+        corr = np.multiply.outer(host.cu[rows], host.cv)
+        if host.w_small is not None:
+            ix, iy = host.radial
+            corr *= host.w_small[ix[rows]][:, iy]
+        return corr
+
+    def _uv_correction(self):
+        """The grid correction's factors along x and y: the kernel's transform at each
+        pixel's frequency on the padded grid."""
+        g, k = self.geometry, self.geometry.kernel
+        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
+        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
+        return cu, cv
+
+    def _setup_device(self, device, tuning, uvw, scale, keep, signs, deterministic):
+        self.queue = get_queue(device)
+        facts = self.facts = device_facts(self.queue.device)
+        check_precision(self.precision, facts, atomics=True)
+        self.staging = shared_staging(self.queue)
+        g = self.geometry
+        wparams, spread_tuning, interp_tuning = _route_tuning(tuning, facts)
+        self.spread_mode = wparams["spread"]
+        if deterministic and self.spread_mode != "rows":
+            if (tuning or {}).get("spread") not in (None, "rows"):
+                raise ValueError(f"deterministic=True needs spread 'rows' (no atomics), not tuning [wgridding] "
+                                 f"spread={tuning['spread']!r}")
+            self.spread_mode = "rows"
+        if self.spread_mode not in SPREADS:
+            former = {"atomic": "points"}.get(self.spread_mode)
+            hint = f" ({self.spread_mode!r} is now {former!r})" if former else ""
+            raise ValueError(f"tuning [wgridding] spread must be one of {tuple(SPREADS)}, got "
+                             f"{self.spread_mode!r}{hint}")
+        self.fft = HostFFT(self._workers, wparams["host_fft"])
+        self.fft_mode = wparams["fft"]
+        if self.fft_mode not in ("host", "mapped", "vkfft"):
+            raise ValueError(f"tuning [wgridding] fft must be 'host', 'mapped' or 'vkfft', got {self.fft_mode!r}")
+        # the work distributions (clgrid.strategies): the spread, and its twin interpolation
+        source = StackedKernel.of(g)
+        spread_cls, interp_cls = SPREADS[self.spread_mode]
+        self.spreader = spread_cls(self.queue, (g.nu, g.nv), source, self.precision, spread_tuning or None)
+        self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
+        for strategy in (self.spreader, self.interpolator):
+            strategy.stable = deterministic
+        self.layout = self.spreader.layout()
+        ctx, mf = self.queue.context, cl.mem_flags
+        self._wg = 64
+        self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
+        self._check_fits()
+        self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
+        self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic)
+                       for rows in _row_parts(self.nrow, self.nchan,
+                                              wparams["part_samples"] or self._samples_per_part())]
+        self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double")))
+        self.device_fft = None
+        if self.fft_mode == "mapped":
+            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft)
+        if self.fft_mode == "vkfft":
+            try:
+                self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
+            except ImportError as exc:
+                warnings.warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
+                self.fft_mode = "host"
+        if self.device_fft is not None:
+            self._setup_planes(facts)
+
+    # -- the points, in parts of rows that each fit the device's buffers -------------------
+    def _bytes_per_sample(self) -> int:
+        """Device bytes one (row, channel) sample takes at most: the caller's value and weight,
+        its plan (sample, packed, offsets, phase), its arrangement and value in plan order,
+        the planning and sorting scratch, and the rows spread's kernel values."""
+        real = np.dtype(self.real).itemsize
+        taps = 3 * self.geometry.kernel.support * real if self.spread_mode == "rows" else 0
+        return 3 * real + 2 * (4 + 16 + 4 * real + 2 * real) + 2 * real + 16 * 3 + taps
+
+    def _samples_per_part(self) -> int:
+        """(row, channel) samples a part may hold: within the largest buffer (a part's
+        largest array takes 4 reals or 16 bytes a sample)."""
+        largest = max(16, 4 * np.dtype(self.real).itemsize)
+        return max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
+
+    def _check_fits(self) -> None:
+        """Refuse, naming the sizes, a grid or a set of points the device cannot hold."""
+        facts, g = self.facts, self.geometry
+        if self._grid_bytes > facts.max_allocation:
+            raise DeviceCapabilityError(
+                f"the padded grid of {g.nu}x{g.nv} {np.dtype(self.complex).name} needs "
+                f"{self._grid_bytes / 2**30:.2f} GiB in one buffer; {facts.name} allows "
+                f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
+        need = self._grid_bytes + self.nrow * self.nchan * self._bytes_per_sample()
+        if need > facts.global_memory * 0.9:
+            raise DeviceCapabilityError(
+                f"{self.nrow * self.nchan} samples and the {g.nu}x{g.nv} grid need about {need / 2**30:.2f} GiB "
+                f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: spread the rows over "
+                f"several devices or operators (clgrid.dask), or image in facets")
+
+    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic) -> SimpleNamespace:
+        """The points of ``rows``: planned, arranged for the spread, with their buffers."""
+        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+        plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
+                            fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
+                            on_host=deterministic, planes=self.planes)
+        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
+        nsample = (rows.stop - rows.start) * self.nchan
+        values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)
+        return SimpleNamespace(
+            rows=rows, nsample=nsample, plan=plan, points=points,
+            values=self.spreader.with_values(points, values),
+            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(nsample, 1) * np.dtype(self.complex).itemsize),
+            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(nsample, 1) * np.dtype(self.real).itemsize))
+
+    @property
+    def plans(self) -> list:
+        """The plans of the operator's parts (one, unless the points exceed one buffer)."""
+        return [part.plan for part in self._parts]
+
+    @property
+    def num_kept(self) -> int:
+        return sum(part.points.num_vis for part in self._parts)
+
+    @property
+    def planned_on(self) -> str:
+        return self._parts[0].plan.planned_on
+
+    def _active(self, plane: int) -> bool:
+        """Whether any point has a tap on ``plane``."""
+        return any(self.spreader.active(part.points, plane)[1] for part in self._parts)
+
+    def _setup_planes(self, facts):
+        """The image side on the device (device FFT): per-pixel correction and w phases
+        (computed there with fp64, sent by the host without), accumulator."""
+        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+        phase_double = bool(facts.fp64)
+        source = render("wgrid_planes.cl", double=self.precision == "double", use_w=g.do_wgridding,
+                        phase_double=phase_double)
+        program = build_program(ctx, source)
+        self._accumulate = cl.Kernel(program, "accumulate")
+        self._finish = cl.Kernel(program, "finish")
+        self._load_plane = cl.Kernel(program, "load_plane")
+
+        def copy(a, dtype):
+            return read_only_buffer(ctx, np.asarray(a, dtype))
+
+        if phase_double:
+            self._pixel_args = self._pixels(copy)
+        else:
+            host = self._host_pixels
+            t = host.t_small[np.ix_(*host.radial)] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
+            self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
+                                copy(1.0 / self._correction_rows(slice(None)), self.real))
+        npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
+        self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
+        self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
+        self._npix_bytes = npix_bytes
+
+    def _pixels(self, copy):
+        """wgrid_planes.cl's pixel model: its geometry (pixels_t), the correction's factors
+        in u and v, and the Chebyshev series of its w factor in dw t over the image."""
+        g, k = self.geometry, self.geometry.kernel
+        cu, cv = self._uv_correction()
+        lo = hi = 0.0
+        cheb = np.ones(1)
+        if g.do_wgridding:
+            x, y = g.image_lm()
+            t_lo, t_hi = n_minus_one_range(x, y)
+            lo, hi = g.dw * (t_lo - g.nshift), g.dw * (t_hi - g.nshift)
+            pad = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+            lo, hi = lo - pad, hi + pad
+            cheb = np.polynomial.Chebyshev.interpolate(lambda s: kernel_transform(s, k.support, k.beta),
+                                                       CHEBYSHEV_DEGREE, domain=[lo, hi]).coef
+        pix = np.array([(g.pixsize_x, g.pixsize_y, g.center_x, g.center_y, g.nshift, g.w_start, g.dw, lo, hi,
+                         g.npix_x, g.npix_y, cheb.size, int(self.divide_by_n))], PIXELS_T)[0]
+        return pix, copy(cu, np.float64), copy(cv, np.float64), copy(cheb, np.float64)
+
+    def _setup_data(self, program):
+        """The kernels that pick the kept values in plan order (weighted, conjugated where the
+        point moved, phase-shifted) and put them back, and their tally."""
+        ctx, mf = self.queue.context, cl.mem_flags
+        self._tally = cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
+        self._no_phase = cl.Buffer(ctx, mf.READ_ONLY, np.dtype(self.complex).itemsize)
+        self._gather = cl.Kernel(program, "gather_vis")
+        self._scatter = cl.Kernel(program, "scatter_vis")
+
+    def _data_launch(self, kernel, use_wgt):
+        """Gather or scatter every part; returns the tally (non-finite values, non-finite
+        weights, non-zero weighted values) of the kept visibilities."""
+        fill_zeros(self.queue, self._tally, 12, np.int32)
+        for part in self._parts:
+            p = part.points
+            if not p.num_vis:
+                continue
+            size = -(-p.num_vis // self._wg) * self._wg
+            source = part.vis_full if kernel is self._gather else part.values.vis
+            target = part.values.vis if kernel is self._gather else part.vis_full
+            phase = p.phase if p.phase is not None else self._no_phase
+            kernel(self.queue, (size,), (self._wg,), source, part.wgt_full, p.src, phase, target,
+                   np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
+        tally = np.empty(3, np.int32)
+        cl.enqueue_copy(self.queue, tally, self._tally)
+        return tally
+
+    def _checked_wgt(self, wgt):
+        """``wgt`` as an array of the data's shape, or None: checked when called, also where
+        nothing is kept (its values are checked on the device, among the kept samples)."""
+        if wgt is None:
+            return None
+        wgt = np.asarray(wgt)
+        self._check_values("wgt", wgt, self.shape)
+        return wgt
+
+    def _upload_values(self, vis, wgt) -> bool:
+        """The caller's ``vis`` (and checked ``wgt``) to each part's buffers; False when there
+        is no ``wgt`` (every weight 1)."""
+        for part in self._parts:
+            if wgt is not None:
+                upload(self.queue, np.asarray(wgt[part.rows], self.real), part.wgt_full, self.staging)
+            if vis is not None:
+                upload(self.queue, np.asarray(vis[part.rows], self.complex), part.vis_full, self.staging)
+        return wgt is not None
+
+    def _launch_spread(self, plane: int, wait_for=None):
+        """Spread this call's values onto ``plane`` of the grid, part by part; the last event
+        (the queue is in order), or None."""
+        events = []
+        for part in self._parts:
+            events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane)
+        return events[-1] if events else None
+
+    def stage_seconds(self, direction: str) -> float:
+        """Device seconds of spreading (``direction="grid"``) or interpolating ("degrid") every
+        active plane once, with the values of the last call (for tuning and benchmarks)."""
+        events = []
+        with self._lock:
+            for plane in self.planes:
+                for part in self._parts:
+                    if direction == "grid":
+                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane)
+                    else:
+                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane)
+            cl.wait_for_events(events)
+        return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
+
+    def _launch_interp(self, plane: int, wait_for=None):
+        """Add ``plane``'s share to the values, part by part; the last event, or None."""
+        events = []
+        for part in self._parts:
+            events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane)
+        return events[-1] if events else None
+
+    def _check_values(self, name, a, shape, complex_ok: bool = False):
+        """Refuse ``a`` unless it has ``shape`` and numbers the operator can take: integers
+        or floats, or complex where ``complex_ok`` (vis); an image and weights are real."""
+        if a.dtype.kind not in ("iufc" if complex_ok else "iuf"):
+            wanted = "a numeric (complex, float or integer)" if complex_ok else "a real (float or integer)"
+            raise TypeError(f"{name} must be {wanted} array, got dtype {a.dtype}")
+        if a.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+
+    def _check_image(self, not_finite: int) -> None:
+        """The image's overflow check, on either path (`clgrid.operators.checks.check_finite_result`)."""
+        check_finite_result(not_finite, f"the {np.dtype(self.real).name} image", self.precision,
+                            double="complex128 visibilities")
+
+    def _zero_data_warning(self, what):
+        warnings.warn(f"clgrid: no visibility is unmasked with non-zero weight; {what} is zero",
+                      stacklevel=3)
+
+    # -- the operator ---------------------------------------------------------------------
+    def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
+        """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
+        ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
+        ``update``); there are ``len(planes)`` of them."""
+        vis = np.asarray(vis)
+        self._check_values("vis", vis, self.shape, complex_ok=True)
+        wgt = self._checked_wgt(wgt)
+        with self._lock:
+            return self._vis2dirty(vis, wgt, progress)
+
+    def _vis2dirty(self, vis, wgt, progress):
+        g = self.geometry
+        if self.num_kept == 0:
+            self._zero_data_warning("the image")
+            return np.zeros((g.npix_x, g.npix_y), self.real)
+        # the caller's array goes up as it is; the device picks, weights, conjugates and
+        # phase-shifts the kept visibilities (gather_vis), and counts what is wrong
+        use_wgt = self._upload_values(vis, wgt)
+        bad_vis, bad_wgt, nonzero = self._data_launch(self._gather, use_wgt)
+        if bad_vis:
+            raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
+        if bad_wgt:
+            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        if nonzero == 0:
+            self._zero_data_warning("the image")
+            return np.zeros((g.npix_x, g.npix_y), self.real)
+        if self.device_fft is not None:
+            return self._vis2dirty_device(progress)
+        image = np.zeros((g.npix_x, g.npix_y), np.float64)
+        phase, step = self._plane_phases()
+        for plane in self.planes:
+            if self._active(plane):
+                zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
+                event = self._launch_spread(plane, [zero])
+                grid = self._map_grid([event])
+                blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
+
+                def rows(r, blocks=blocks):
+                    scratch = self._pixel_scratch()
+                    for (bi, bj), view in blocks:
+                        for a, b in _pixel_blocks(r, bi, g.npix_y):
+                            part = view[a - bi.start:b - bi.start]
+                            if phase is not None:
+                                np.multiply(part, self._phases_at(phase, a, b, bj, scratch), out=part)
+                            image[a:b, bj] += part.real
+
+                in_slices(self._workers, g.npix_x, rows)
+                del blocks
+                grid.base.release(self.queue)
+            self._advance(phase, step)
+            if progress is not None:
+                progress(1)
+        out = np.empty((g.npix_x, g.npix_y), self.real)
+        not_finite = []
+
+        def corrected(r):
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.divide(image[r], self._correction_rows(r), out=out[r])
+            not_finite.append(np.count_nonzero(~np.isfinite(out[r])))
+
+        in_slices(self._workers, g.npix_x, corrected)
+        self._check_image(sum(not_finite))
+        return out
+
+    def _plane_args(self, plane):
+        g = self.geometry
+        return (np.int32(g.nu), np.int32(g.nv), np.int32(g.npix_x), np.int32(g.npix_y), np.int32(plane))
+
+    def _vis2dirty_device(self, progress):
+        """Spread, transform and crop every plane on the device; one image comes back."""
+        g, q = self.geometry, self.queue
+        fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
+        fill_zeros(q, self._tally, 12, np.int32)
+        for plane in self.planes:
+            if self._active(plane):
+                zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
+                self._launch_spread(plane, [zero])
+                self.device_fft.backward(self._grid)
+                self._accumulate(q, (g.npix_y, g.npix_x), None, self._grid, self._image_acc, *self._pixel_args,
+                                 *self._plane_args(plane))
+            if progress is not None:
+                q.finish()
+                progress(1)
+        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
+                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+        image = host_empty((g.npix_x, g.npix_y), self.real, self.staging)
+        not_finite = np.empty(3, np.int32)
+        cl.enqueue_copy(q, not_finite, self._tally)
+        download(self.queue, self._image_out, image, self.staging)
+        self._check_image(int(not_finite[0]))
+        return image
+
+    def _dirty2vis_device(self, dirty):
+        """The dirty image up once, checked and divided by the correction there; each plane
+        made from it, transformed and interpolated on the device."""
+        g, q = self.geometry, self.queue
+        upload(self.queue, np.asarray(dirty, self.real), self._image_acc, self.staging)
+        fill_zeros(q, self._tally, 12, np.int32)
+        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
+                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+        not_finite = np.empty(1, np.int32)
+        cl.enqueue_copy(q, not_finite, self._tally)
+        check_finite_result(int(not_finite[0]), "dirty divided by the grid correction", self.precision,
+                            double="a float64 image", inputs="the image")      # dirty is finite (checked)
+        for plane in self.planes:
+            if self._active(plane):
+                fill_zeros(q, self._grid, self._grid_bytes, self.real)
+                self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
+                                 *self._plane_args(plane))
+                self.device_fft.forward(self._grid)
+                self._launch_interp(plane)
+
+    def _dirty2vis_host(self, dirty):
+        """Each plane made on the host, transformed there and sent to the device."""
+        g = self.geometry
+        image = np.empty((g.npix_x, g.npix_y), np.float64)
+
+        def corrected(r):
+            np.divide(dirty[r], self._correction_rows(r), out=image[r])
+
+        in_slices(self._workers, g.npix_x, corrected)
+        phase, step = self._plane_phases()
+        if phase is not None:                    # the conjugate phases, advanced in place
+            np.conjugate(phase, out=phase)
+            step = step.conj()
+        for plane in self.planes:
+            if self._active(plane):
+                grid = self._map_grid()
+                blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
+
+                def rows(r):
+                    clear_outside(grid, g.npix_x, g.npix_y, r)    # the last plane's transform is there
+                    scratch = self._pixel_scratch()
+                    for (bi, bj), view in blocks:
+                        for a, b in _pixel_blocks(r, bi, g.npix_y):
+                            part = view[a - bi.start:b - bi.start]
+                            if phase is None:
+                                part[...] = image[a:b, bj]
+                                continue
+                            np.multiply(self._phases_at(phase, a, b, bj, scratch), image[a:b, bj], out=part)
+
+                in_slices(self._workers, g.npix_x, rows)
+                self.fft.forward(grid, g.npix_x)
+                del blocks
+                grid.base.release(self.queue)
+                self._launch_interp(plane).wait()
+            self._advance(phase, step)
+
+    def _map_grid(self, wait_for=None):
+        """The device grid as a host array (mapped: on a CPU device no copy is made; on a
+        GPU the driver moves it).  Release with ``grid.base.release(queue)``."""
+        g = self.geometry
+        grid, _ = cl.enqueue_map_buffer(self.queue, self._grid, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                        (g.nu, g.nv), self.complex, wait_for=wait_for, is_blocking=True)
+        return grid
+
+    def _plane_phases(self):
+        """exp(-2 pi i w_p t) for the first of the operator's planes (a fresh copy: callers
+        advance it, `_advance`) and the factor from one plane to the next, both on the
+        distinct |x|, |y| (``_host_pixels``' small grid: a quarter of a centred image; the
+        callers spread them over the image a few rows at a time, `_phases_at`); kept with the
+        operator up to 8 M entries (128 MiB each)."""
+        g = self.geometry
+        if not g.do_wgridding:
+            return None, None
+        cached = getattr(self, "_phases", None)
+        if cached is None:
+            # complex128 in either precision: a running product in complex64 drifts.
+            t = self._host_pixels.t_small
+            cached = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
+            w_first = g.w_start + self.planes.start * g.dw
+
+            def rows(r):
+                cached[0][r] = np.exp(-2j * np.pi * w_first * t[r])
+                cached[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
+
+            in_slices(self._workers, t.shape[0], rows)
+            if t.size <= 1 << 23:
+                self._phases = cached
+        return cached[0].copy(), cached[1]
+
+    @cached_property
+    def _phase_index(self):
+        """Where each image row's and column's phases sit in the flattened small grid: row
+        offsets (npix_x,) and columns (npix_y,)."""
+        ix, iy = self._host_pixels.radial
+        return (ix.reshape(-1) * self._host_pixels.t_small.shape[1]).astype(np.intp), iy.reshape(-1).astype(np.intp)
+
+    def _pixel_scratch(self):
+        """One thread's buffers for `_phases_at`, a run of `_pixel_blocks` each."""
+        size = max(1, PIXEL_RUN // self.geometry.npix_y) * self.geometry.npix_y
+        return SimpleNamespace(index=np.empty(size, np.intp), phases=np.empty(size, np.complex128))
+
+    @cached_property
+    def _column_runs(self) -> dict:
+        """`_stepping` of the small grid's columns under each block of image columns (filled
+        as the blocks are met: two for a centred image)."""
+        return {}
+
+    def _phases_at(self, small, a: int, b: int, cols: slice, scratch):
+        """``small`` (on the distinct |x|, |y|) at image rows a..b-1 and columns ``cols``
+        (complex128; read only: it may be a view of ``small``).  Where the rows and the
+        columns each step through the small grid by one (every block of a centred image:
+        its quadrants mirror the small grid) it is a view, strided backwards where they
+        mirror it; else it is gathered into ``scratch`` (`_pixel_scratch`).  Nothing is
+        allocated: in a Dask worker (whose allocator gives every large temporary fresh
+        pages: distributed sets MALLOC_TRIM_THRESHOLD_) a temporary per run doubled the
+        time of a call (measured, 4096^2)."""
+        ix, iy = self._host_pixels.radial
+        key = (cols.start, cols.stop)
+        if key not in self._column_runs:
+            self._column_runs[key] = _stepping(iy[cols])
+        row_run, column_run = _stepping(ix[a:b]), self._column_runs[key]
+        if row_run is not None and column_run is not None:
+            return small[row_run, column_run]
+        rows, columns = self._phase_index
+        columns = columns[cols]
+        shape = (b - a, columns.size)
+        index = scratch.index[:shape[0] * shape[1]].reshape(shape)
+        np.add(rows[a:b, None], columns[None, :], out=index)
+        phases = scratch.phases[:index.size].reshape(shape)
+        np.take(small.reshape(-1), index, out=phases, mode="clip")
+        return phases
+
+    def _advance(self, phase, step) -> None:
+        """The phases from one plane to the next (in place, on ``workers`` threads)."""
+        if phase is None:
+            return
+
+        def rows(r):
+            phase[r] *= step[r]
+
+        in_slices(self._workers, phase.shape[0], rows)
+
+    def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
+        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
+        dirty = np.asarray(dirty)
+        g = self.geometry
+        self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
+        if not np.all(np.isfinite(dirty)):
+            raise ValueError("dirty has NaN or infinite entries")
+        wgt = self._checked_wgt(wgt)
+        with self._lock:
+            return self._dirty2vis(dirty, wgt)
+
+    def _dirty2vis(self, dirty, wgt):
+        out = host_empty(self.shape, self.complex, self.staging)
+        if self.num_kept == 0:
+            self._zero_data_warning("every visibility")
+            out[...] = 0
+            return out
+        itemsize = np.dtype(self.complex).itemsize
+        for part in self._parts:
+            fill_zeros(self.queue, part.values.vis, part.points.num_vis * itemsize, self.real)
+        if self.device_fft is not None:
+            self._dirty2vis_device(dirty)
+        else:
+            self._dirty2vis_host(dirty)
+        use_wgt = self._upload_values(None, wgt)
+        for part in self._parts:
+            fill_zeros(self.queue, part.vis_full, part.nsample * itemsize, self.real)
+        bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
+        if bad_wgt:
+            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        check_finite_result(sum(count_nonfinite(self.queue, part.vis_full, 2 * part.nsample, self.real)
+                                for part in self._parts),
+                            f"the {np.dtype(self.complex).name} visibilities", self.precision,
+                            double="a float64 image", inputs="the image or the weights")
+        for part in self._parts:
+            download(self.queue, part.vis_full, out[part.rows], self.staging)
+        return out
+
+

@@ -1,0 +1,74 @@
+"""Rows for the w-stacking source, for CPUs (``clgrid/cl_kernels/rows_stacked.cl``): every
+point's kernel values computed once per plan, spreading owner-computes with one work-item
+per grid row and no atomics (`StackedRowsGridding`), interpolation one work-item per point
+from the same values (`StackedRowsDegridding`).  On CPU devices float atomics are
+compare-and-swap loops; here nothing is atomic and the grid is the same bits every run.
+Plans are arranged by (first plane, first u cell): ``starts[g][u]`` is where the points with
+first plane g and first u cell u begin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from ..planning.stacking import Layout, PointPlan
+from .stacked import StackedStrategy, launch_size
+
+__all__ = ["StackedRowsGridding", "StackedRowsDegridding"]
+
+
+class _StackedRows(StackedStrategy):
+    name = "rows_stacked"
+    template = "rows_stacked.cl"
+    counts = ("rows_work_group",)
+    work_group_parameters = ("rows_work_group",)
+
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
+        return (tuning["rows_work_group"],)
+
+    def layout(self) -> Layout:
+        return Layout("rows", self.nu, self.nv)
+
+    def arrange(self, plan, npol: int = 1) -> PointPlan:
+        """By (first plane, first u cell), with every point's kernel values (``extra["taps"]``:
+        W along u, W along v and, with w, W along the planes)."""
+        points = super().arrange(plan, npol)
+        k = self.kernels
+        taps = (3 if k.use_w else 2) * k.width
+        n = max(points.num_vis, 1)
+        tap = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, n * taps * np.dtype(self.real_dtype).itemsize)
+        if points.num_vis:
+            wg = self.tuning["rows_work_group"]
+            self.program("compute_taps")(self.queue, (launch_size(points.num_vis, wg),), (wg,), points.frac, tap,
+                                         np.int32(points.num_vis))
+        points.extra["taps"] = tap
+        return points
+
+
+class StackedRowsGridding(_StackedRows):
+    """Spread: one work-item per grid row adds every footprint row that falls in it."""
+
+    def grid(self, points: PointPlan, npol: int, grid_buffer, wait_for=None, plane: int = 0) -> list:
+        """Enqueue the spreading of ``points`` (with their values) onto ``plane`` of the grid."""
+        if self.active(points, plane)[1] == 0:
+            return []
+        wg = self.tuning["rows_work_group"]
+        return [self.program("spread_rows")(
+            self.queue, (launch_size(self.nu, wg),), (wg,), points.first, points.extra["taps"], points.vis,
+            grid_buffer, points.starts, np.int32(self.nu), np.int32(self.nv), np.int32(plane), wait_for=wait_for)]
+
+
+class StackedRowsDegridding(_StackedRows):
+    """Interpolate: one work-item per point, from its kernel values."""
+
+    def degrid(self, points: PointPlan, npol: int, grid_buffer, wait_for=None, plane: int = 0) -> list:
+        """Enqueue the interpolation of ``plane`` of the grid at ``points``, added to their values."""
+        start, count = self.active(points, plane)
+        if count == 0:
+            return []
+        wg = self.tuning["rows_work_group"]
+        return [self.program("interp_taps")(
+            self.queue, (launch_size(count, wg),), (wg,), points.first, points.extra["taps"], grid_buffer, points.vis,
+            np.int32(self.nu), np.int32(self.nv), np.int32(plane), np.int32(start), np.int32(count),
+            wait_for=wait_for)]

@@ -1,0 +1,98 @@
+"""What the w-stacking work distributions share (the imaging operator's: `clgrid.imaging`).
+
+A w-stacking strategy grids onto, or degrids from, one w-plane of a periodic ``nu x nv``
+grid at a time, with the exponential-of-semicircle kernel evaluated at each point's exact
+offsets (`clgrid.sources.analytic.StackedKernel`, ``clgrid/cl_kernels/source_stacked.cl``).
+It takes a w-stacking `clgrid.planning.plan.Plan` (`clgrid.planning.plan.plan_stacked`),
+orders it once (`arrange`, kept in the plan: the points with a tap on a plane are then one
+run), and launches with one call's values in that order and the plane (``grid`` or
+``degrid``, returning events), as the W-projection strategies do with theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..sources.analytic import StackedKernel
+from ..planning.stacking import Layout, PointPlan, arrange
+from .base import Strategy
+
+__all__ = ["StackedStrategy", "launch_size"]
+
+
+def launch_size(count: int, group: int) -> int:
+    """``count`` work-items rounded up to whole work-groups of ``group``."""
+    return -(-max(count, 1) // group) * group
+
+
+class StackedStrategy(Strategy):
+    """Base of the w-stacking strategies: a grid of ``grid_size = (nu, nv)`` cells (periodic,
+    indexed [u][v]), a `StackedKernel` source, and plans arranged by `layout` (cached in the
+    plan; strategies of the same layout share one arrangement)."""
+
+    atomics = False
+    work_group_parameters = ()
+    stable = False     # arrange in the same order every run (deterministic images)
+
+    @classmethod
+    def check_kernel_source(cls, kernels) -> None:
+        if not isinstance(kernels, StackedKernel):
+            raise ValueError(f"{cls.name!r} is a w-stacking distribution: it takes a StackedKernel source "
+                             f"(clgrid.imaging's), got {type(kernels).__name__}")
+
+    @staticmethod
+    def work_group_shape(tuning: dict) -> tuple:
+        return (1,)
+
+    @property
+    def nu(self) -> int:
+        return int(self.grid_size[0])
+
+    @property
+    def nv(self) -> int:
+        return int(self.grid_size[1])
+
+    @classmethod
+    def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size, kernels) -> dict:
+        cls.check_kernel_source(kernels)
+        params = {k: v for k, v in tuning.items() if k not in ("build_options", "aoc_options", "binary")}
+        params.setdefault("atomic", "cas")
+        return dict(params, double=precision == "double", deterministic=False, **kernels.template_parameters())
+
+    def template_params(self, npol: int) -> dict:
+        return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
+
+    def layout(self) -> Layout:
+        """The order of the points within a plane this strategy wants."""
+        return Layout("bins", self.nu, self.nv, 32, 32)
+
+    def arrangement_key(self) -> tuple:
+        return (type(self).__name__, self.precision, repr(sorted(self.tuning.items())), self.stable)
+
+    def arrange(self, plan, npol: int = 1) -> PointPlan:
+        """``plan`` in `layout`'s order (by first plane, then place); with ``stable`` the same
+        order every run (a stable sort on the host)."""
+        return arrange(plan, self.layout(), stable=self.stable)
+
+    def with_fraction(self, device_plan, plan):
+        return device_plan           # the arrangement carries the offsets already
+
+    @staticmethod
+    def with_values(points: PointPlan, values) -> PointPlan:
+        """The arranged points with one call's values (in their order)."""
+        return replace(points, vis=values)
+
+    def active(self, points: PointPlan, plane: int) -> tuple[int, int]:
+        """(start, count) of the points with a tap on ``plane``."""
+        return points.active(plane, self.kernels.width if self.kernels.use_w else 1)
+
+    def program(self, name: str):
+        return self.kernel(name, 1)
+
+
+def check_plane(plane: int, kernels: StackedKernel) -> int:
+    if not 0 <= plane < kernels.num_planes:
+        raise ValueError(f"plane {plane} is outside the stack's {kernels.num_planes} w-planes")
+    return int(plane)

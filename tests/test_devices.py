@@ -1,0 +1,202 @@
+"""`WGridder` / `vis2dirty` / `dirty2vis` with ``device=`` a list (clgrid.imaging.devices,
+clgrid.imaging.split): the same device twice (two queues on it) and PoCL beside Intel's
+CPU runtime give the one-device image and visibilities to 1e-6 relative in single
+precision (to rounding in double), within epsilon of ducc0 at 1e-12, the same bits from
+run to run with ``deterministic``; the split by slabs of planes takes exactly the samples
+with a tap on each slab (points on every plane's edge); a device that lacks fp64 or
+memory is refused by its place in the list; an empty list is refused."""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+import clgrid
+from clgrid.imaging import devices as imaging_devices
+from clgrid.imaging import split as imaging_split
+from clgrid.planning.host import stacked_positions
+from conftest import optional, relative_error
+
+DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
+C = 299792458.0
+IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
+
+
+def other_device():
+    """A second OpenCL runtime on this machine beside the device under test (Intel's CPU
+    runtime beside PoCL, and the other way round), or a skip saying there is none."""
+    other = "intel" if "pocl" in DEVICE.lower() else "pocl"
+    if not clgrid.device.runtime.matching_devices(other):
+        pytest.skip(f"no {other!r} OpenCL device here to pair with {DEVICE!r} (CI installs both)")
+    return other
+
+
+def wide_field(rng, nrow=1200, nchan=2, single=True):
+    freq = np.array([1.0e8, 1.3e8])[:nchan]
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
+    cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
+    vis = (rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))).astype(cd)
+    wgt = rng.uniform(0.2, 1.0, (nrow, nchan)).astype(rd)
+    mask = (rng.random((nrow, nchan)) > 0.1).astype(np.uint8)
+    return uvw, freq, vis, wgt, mask
+
+
+@pytest.mark.parametrize("split", ["planes", "rows"])
+@pytest.mark.parametrize("pair", ["twice", "mixed"])
+def test_device_lists_give_the_one_device_result(rng, pair, split):
+    """Single precision, w, a mask, a centre shift: a list of two devices equals one device
+    to 1e-6 (image and visibilities) and ducc0 at 1e-12 to epsilon; each device got a share."""
+    wgridder = optional("ducc0.wgridder", "test")
+    devices = [DEVICE, DEVICE] if pair == "twice" else [DEVICE, other_device()]
+    uvw, freq, vis, wgt, mask = wide_field(rng)
+    kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, center_x=0.02, flip_v=True, precision="single", **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    op = clgrid.WGridder(uvw, freq, device=devices, split=split, **kw)
+    assert op.split == split and len(op.devices) == 2 and op.geometry == one.geometry
+    assert [d.int_ptr for d in op.devices] == [clgrid.device.runtime.select_device(d).int_ptr for d in devices]
+    assert op.engines[0].queue.context != op.engines[1].queue.context
+    if split == "planes":                   # the slabs partition the planes; each took only its samples
+        assert op.engines[0].planes.stop == op.engines[1].planes.start and op.engines[1].planes.stop == \
+            op.geometry.num_planes and sum(e.num_kept for e in op.engines) < 2 * np.count_nonzero(mask)
+    else:
+        assert sum(e.num_kept for e in op.engines) == np.count_nonzero(mask)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    image, predicted = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)
+    assert image.dtype == np.float32 and predicted.dtype == np.complex64 and predicted.shape == vis.shape
+    assert relative_error(image, one.vis2dirty(vis, wgt)) <= 1e-6
+    assert relative_error(predicted, one.dirty2vis(dirty, wgt)) <= 1e-6
+    assert not np.any(predicted[mask == 0])
+    exact = dict(uvw=uvw, freq=freq, wgt=wgt.astype(np.float64), mask=mask, epsilon=1e-12, do_wgridding=True,
+                 center_x=0.02, flip_v=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    oracle = wgridder.vis2dirty(vis=vis.astype(np.complex128), npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"],
+                                **exact)
+    assert relative_error(image, oracle) <= 1e-5
+    assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty.astype(np.float64), **exact)) <= 1e-5
+
+
+def test_one_call_functions_take_a_list_and_deterministic_lists_repeat_their_bits(rng):
+    """clgrid.vis2dirty / dirty2vis with a list (double: ducc0 at 1e-12 to epsilon), and
+    fresh deterministic operators on three queues give the same bits every time."""
+    wgridder = optional("ducc0.wgridder", "test")
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=800, single=False)
+    common = dict(uvw=uvw, freq=freq, wgt=wgt, epsilon=1e-9, do_wgridding=True, pixsize_x=IMAGE["pixsize_x"],
+                  pixsize_y=IMAGE["pixsize_y"])
+    size = dict(npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
+    image = clgrid.vis2dirty(vis=vis, device=[DEVICE, DEVICE], **size, **common)
+    assert relative_error(image, wgridder.vis2dirty(vis=vis, **size, **dict(common, epsilon=1e-12))) <= 1e-9
+    dirty = rng.normal(size=image.shape)
+    predicted = clgrid.dirty2vis(dirty=dirty, device=(DEVICE, DEVICE), **common)
+    assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty, **dict(common, epsilon=1e-12))) <= 1e-9
+
+    single = vis.astype(np.complex64)
+    kw = dict(epsilon=1e-4, do_wgridding=True, precision="single", deterministic=True, **IMAGE)
+    results = []
+    for _ in range(2):
+        op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, **kw)
+        results.append((op.vis2dirty(single).view(np.uint32), op.dirty2vis(dirty.astype(np.float32)).view(np.uint64)))
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+
+def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
+    """Double precision, 4 queues, |w| in two bands with empty planes between, and points
+    exactly on every plane's edge (channel 0 at c: metres are wavelengths there): the
+    masks are the samples with a tap on each slab as the planning places them, and the
+    image and visibilities equal one device's to rounding."""
+    freq = np.array([1.0, 1.3]) * C
+    nrow = 900
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 1.0])
+    uvw[:, 2] = np.where(rng.random(nrow) < 0.5, rng.uniform(0, 80, nrow), rng.uniform(450, 600, nrow))
+    uvw[:2, 2] = [0.0, 600.0]
+    kw = dict(epsilon=1e-9, do_wgridding=True, precision="double", **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    g, half = one.geometry, one.geometry.kernel.support / 2.0
+    edges = g.w_start + (np.arange(g.num_planes) + half) * g.dw
+    edges = edges[(edges > 0) & (edges * 1.3 < 600.0)]
+    rows = 2 + rng.choice(nrow - 2, 300, replace=False)
+    uvw[rows, 2] = rng.choice(np.concatenate([edges, np.nextafter(edges, 0)]), rows.size) * \
+        rng.choice([-1.0, 1.0], rows.size)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    assert one.geometry == g
+    host = stacked_positions(uvw, freq / C, None, (1.0, 1.0, 1.0), g, True)      # the planning's float64 twin
+    planned = np.empty(nrow * freq.size, np.int64)
+    planned[host["sample"]] = host["packed"][:, 3] & 0x7FFFFFFF
+    first = imaging_split.first_planes(uvw, freq / C, None, g)
+    assert np.array_equal(first.reshape(-1), planned)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 4, **kw)
+    bounds = [(e.planes.start, e.planes.stop) for e in op.engines]
+    masks = imaging_split.slab_masks(first, g, bounds)
+    for (lo, hi), m, e in zip(bounds, masks, op.engines):
+        taps = (planned[:, None] + np.arange(g.kernel.support)[None, :])
+        assert np.array_equal(m.reshape(-1), np.any((taps >= lo) & (taps < hi), axis=1))
+        assert e.num_kept == np.count_nonzero(m)
+    vis = rng.normal(size=(nrow, 2)) + 1j * rng.normal(size=(nrow, 2))
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    assert relative_error(op.vis2dirty(vis), one.vis2dirty(vis)) <= 1e-12
+    assert relative_error(op.dirty2vis(dirty), one.dirty2vis(dirty)) <= 1e-12
+
+
+def test_progress_and_warnings_speak_for_the_whole_operator(rng):
+    """Progress counts each plane once over the slabs; a device whose share has zero
+    weight says nothing, and an image of nothing on every device warns once."""
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=400)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="rows", epsilon=1e-4, do_wgridding=True,
+                         precision="single", **IMAGE)
+    calls = []
+    wgt[:200] = 0                                      # the first device's rows
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.any(op.vis2dirty(vis, wgt, progress=calls.append))
+    assert calls == [1] * op.geometry.num_planes
+    with pytest.warns(UserWarning, match="zero") as said:
+        assert not np.any(op.vis2dirty(vis, np.zeros_like(wgt)))
+    assert len([w for w in said if "zero" in str(w.message)]) == 1
+    calls.clear()
+    planes = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, epsilon=1e-4, do_wgridding=True, precision="single",
+                             **IMAGE)
+    planes.vis2dirty(vis, progress=calls.append)
+    assert len(calls) == planes.geometry.num_planes
+
+
+def test_device_lists_refuse_what_cannot_work_naming_the_device(rng, monkeypatch):
+    uvw, freq, vis, _, _ = wide_field(rng, nrow=100)
+    kw = dict(epsilon=1e-5, do_wgridding=True, **IMAGE)
+    with pytest.raises(ValueError, match=r"device=\[\]: an empty list"):
+        clgrid.WGridder(uvw, freq, device=[], **kw)
+    with pytest.raises(ValueError, match=r"device\[1\] = 'no such device"):
+        clgrid.WGridder(uvw, freq, device=[DEVICE, "no such device"], **kw)
+    with pytest.raises(ValueError, match="split must be one of"):
+        clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="facets", **kw)
+    with pytest.raises(ValueError, match="split='planes' needs do_wgridding=True"):
+        clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="planes", **dict(kw, do_wgridding=False))
+    real = imaging_devices.device_facts
+    seen = []
+
+    def second_lacks(what):
+        def facts(device):
+            seen.append(device)
+            found = real(device)
+            return dataclasses.replace(found, **what) if len(seen) % 2 == 0 else found
+        return facts
+
+    monkeypatch.setattr(imaging_devices, "device_facts", second_lacks(dict(fp64=False)))
+    with pytest.raises(clgrid.DeviceCapabilityError, match=r"device\[1\] \(.*\): precision='double' needs"):
+        clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], precision="double", **kw)
+    clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], precision="single", **kw)     # single needs no fp64
+    seen.clear()
+    monkeypatch.setattr(imaging_devices, "device_facts", second_lacks(dict(global_memory=1 << 16)))
+    with pytest.raises(clgrid.DeviceCapabilityError, match=r"device\[1\] \(.*\): its share of the operator needs"):
+        clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], precision="single", **kw)
+
+
+def test_row_bounds_and_slab_bounds_share_out_everything(rng):
+    keep = rng.random((1000, 3)) > 0.3
+    keep[400:700] = False
+    for parts in (1, 2, 3, 7):
+        bounds = imaging_split.row_bounds(keep, 1000, 3, parts)
+        assert len(bounds) == parts and bounds[0][0] == 0 and bounds[-1][1] == 1000
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+        counts = [np.count_nonzero(keep[a:b]) for a, b in bounds]
+        assert max(counts) - min(counts) <= 2 * 3
+    assert imaging_split.row_bounds(None, 2, 4, 3) == [(0, 1), (1, 2), (2, 2)]
