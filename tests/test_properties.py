@@ -532,7 +532,7 @@ def test_dirty2vis_gives_ducc0s_visibilities_or_names_the_argument(device_name, 
                                    wgt=None if wgt is None else wgt.astype(np.float64), mask=mask, epsilon=1e-12,
                                    **ducc0_keywords)
     # epsilon bounds the relative L2 error over all the visibilities: over a handful, one
-    # visibility's own error shows, which no one bounds by epsilon (ducc0 measured 2.7 epsilon
-    # for one visibility; clgrid 7; from 30 on both are within it): docs/reliability.md
+    # visibility's own error shows, which no one bounds by epsilon, ducc0 included
+    # (docs/reliability.md has the measurements)
     tolerance = epsilon if np.count_nonzero(expected) >= FEW else 10 * epsilon
     check_result(got, out if through == "dirty2vis" else None, expected, shape, cd, tolerance)

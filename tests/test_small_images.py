@@ -1,7 +1,7 @@
 """Small images reach epsilon too (found by tests/test_properties.py): the padded grid
 was sigma times the image's side rounded *down* before the fast FFT size (16 pixels at
 sigma 1.4: 22 cells, not 23 or more), so small images were padded less than the kernel
-choice assumed and missed epsilon by up to twice (ducc0 as the oracle, few visibilities)."""
+choice assumed and missed epsilon (ducc0 as the oracle, few visibilities; docs/reliability.md)."""
 
 import numpy as np
 import pytest
@@ -36,7 +36,7 @@ def test_few_visibilities_on_a_small_image_reach_epsilon(device_name, rng, wgrid
 def test_every_point_falls_in_the_stack_of_w_planes(device_name):
     """One visibility (the stack's first and last |w| the same), or |w| spanning a whole
     number of planes: the stack's size comes from the planning's own rounding (found by the
-    property tests: one point in some ten was refused as "clgrid internal error: 1 points'
+    property tests: some single points were refused as "clgrid internal error: 1 points'
     w-planes fall outside the stack")."""
     rng = np.random.default_rng(13)          # a fixed draw that failed, and more
     for _ in range(40):

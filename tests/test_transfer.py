@@ -84,9 +84,9 @@ def test_pinned_results_are_recycled_only_when_nothing_holds_them(rng, queue):
 def test_uploads_on_the_transfer_queue_are_complete_before_kernels_read_them(rng, queue):
     """`Gridder.grid` uploads uvw and vis on its second queue and grids on the first: each
     upload must have finished, not only released the host array (a blocking write's only
-    promise).  On Intel's CPU runtime 2.4% of calls read the buffer early (found by the
+    promise).  On Intel's CPU runtime some calls read the buffer early (found by the
     property tests: "vis contains NaN" from finite data; stale data would be silently
-    wrong).  Many small calls, each against the reference."""
+    wrong; docs/reliability.md).  Many small calls, each against the reference."""
     N, CELL = 64, 4e-3
     stack = clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=100, num_planes=4, oversample=4,
                                             max_support=8)
