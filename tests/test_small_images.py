@@ -20,18 +20,19 @@ def test_the_padded_grid_is_at_least_sigma_times_the_image(device_name, rng, npi
 
 
 @pytest.mark.parametrize("wgrid", [False, True])
-def test_few_visibilities_on_a_small_image_reach_epsilon(device_name, rng, wgrid):
+def test_a_small_image_reaches_epsilon(device_name, rng, wgrid):
+    """30 visibilities on a 16 x 16 image at epsilon 1e-6 (double): within epsilon with
+    room to spare now; with the grid rounded down they missed it by about twice."""
     ducc0 = optional("ducc0.wgridder", "compare")
     worst = 0.0
-    for _ in range(12):
-        uvw = rng.uniform(-1, 1, (3, 3)) * np.array([1200.0, 1200.0, 300.0])
-        vis = rng.normal(size=(3, 1)) + 1j * rng.normal(size=(3, 1))
+    for _ in range(8):
+        uvw = rng.uniform(-1, 1, (30, 3)) * np.array([1200.0, 1200.0, 300.0])
+        vis = rng.normal(size=(30, 1)) + 1j * rng.normal(size=(30, 1))
         args = dict(uvw=uvw, freq=np.array([1e8]), vis=vis, npix_x=16, npix_y=16, pixsize_x=2e-3, pixsize_y=2.5e-3,
                     do_wgridding=wgrid)
         expected = ducc0.vis2dirty(epsilon=1e-12, **args)
-        worst = max(worst, relative_error(clgrid.vis2dirty(epsilon=1e-9, device=device_name, **args), expected))
-    assert worst <= 1e-9
-
+        worst = max(worst, relative_error(clgrid.vis2dirty(epsilon=1e-6, device=device_name, **args), expected))
+    assert worst <= 1e-6
 
 def test_every_point_falls_in_the_stack_of_w_planes(device_name):
     """One visibility (the stack's first and last |w| the same), or |w| spanning a whole

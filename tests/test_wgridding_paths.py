@@ -168,7 +168,7 @@ def test_clear_outside_zeroes_what_embedding_leaves_zero(rng, nu, nv, npix_x, np
 def test_stepping_runs_are_slices_of_the_same_entries():
     """An index stepping by +1 or -1 becomes the slice that reads the same entries (the
     host path's phases as views of the small grid); anything else is gathered."""
-    from clgrid.imaging.engine import _stepping
+    from clgrid.imaging.pixels import _stepping
 
     small = np.arange(10)
     for index in ([3, 4, 5], [5, 4, 3, 2, 1, 0], [0], [9, 8], [2, 1]):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import warnings
-from functools import cached_property
 from types import SimpleNamespace
 
 import numpy as np
@@ -33,13 +32,12 @@ from ..operators.checks import check_finite_result, count_nonfinite
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.plan import plan_stacked
-from ..planning.stacking import PointPlan
-from ..sources.accuracy import kernel_transform
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision, read_only_buffer
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
-from .geometry import ImageGeometry, n_minus_one_range
+from .geometry import ImageGeometry
+from .pixels import PixelModel, pixel_blocks
 
 __all__ = ["ImagingEngine", "SPREADS"]
 
@@ -67,57 +65,6 @@ def _route_tuning(tuning, facts) -> tuple:
         raise ValueError(f"tuning {unused} belong to strategies that spread {wparams['spread']!r} does not use "
                          f"([{chosen[0].name}] and [{chosen[1].name}] do)")
     return wparams, spread, interp
-
-
-PIXEL_RUN = 1 << 16             # pixels the host's per-pixel work takes at a time (its phases stay in cache)
-CHEBYSHEV_DEGREE = 24          # the w correction's series: exact to rounding (see _smooth_transform)
-PIXELS_T = np.dtype([("pixsize_x", np.float64), ("pixsize_y", np.float64), ("center_x", np.float64),
-                     ("center_y", np.float64), ("nshift", np.float64), ("w_start", np.float64), ("dw", np.float64),
-                     ("cheb_lo", np.float64), ("cheb_hi", np.float64), ("npix_x", np.int32), ("npix_y", np.int32),
-                     ("ncheb", np.int32), ("divide_by_n", np.int32)])   # wgrid_planes.cl's pixels_t
-
-
-def _smooth_transform(s, support: int, beta: float, workers: int = 1):
-    """`kernel_transform` at many points (one per pixel for w): through a Chebyshev
-    interpolant of degree 24 on the points' range, exact to rounding there (degree 20 to 64
-    differ by 1e-15 of the peak: the quadrature's own rounding) (the transform
-    is entire and |s| <= 1/2), instead of a quadrature per pixel."""
-    lo, hi = float(np.min(s)), float(np.max(s))
-    if hi - lo < 1e-12:
-        return np.full(np.shape(s), kernel_transform(lo, support, beta))
-    cheb = np.polynomial.Chebyshev.interpolate(lambda x: kernel_transform(x, support, beta), 24,
-                                               domain=[lo, hi])
-    out = np.empty(np.shape(s))
-
-    def rows(r):
-        out[r] = cheb(s[r])
-
-    in_slices(workers, len(out), rows)
-    return out
-
-
-def _pixel_blocks(rows: slice, block_rows: slice, npix_y: int, pixels: int = PIXEL_RUN):
-    """(a, b): the image rows both in ``rows`` and in ``block_rows``, cut into runs of
-    about ``pixels`` pixels (npix_y per row), so that the w phases spread over a run stay
-    in cache while they are used."""
-    lo, hi = max(rows.start, block_rows.start), min(rows.stop, block_rows.stop)
-    step = max(1, pixels // npix_y)
-    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
-
-
-def _stepping(index: np.ndarray):
-    """``index`` (1-D) as a slice when it steps by +1 or -1 (or has one entry), else None."""
-    if index.size == 0:
-        return None
-    first = int(index[0])
-    if index.size == 1:
-        return slice(first, first + 1)
-    step = int(index[1]) - first
-    if step not in (1, -1) or not np.all(np.diff(index) == step):
-        return None
-    stop = int(index[-1]) + step
-    return slice(first, stop if stop >= 0 else None, step)
-
 
 
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
@@ -155,52 +102,10 @@ class ImagingEngine:
         self.complex = np.complex128 if precision == "double" else np.complex64
         self._lock = threading.Lock()
         self._workers = workers
+        self.pixels = PixelModel(geometry, planes, divide_by_n, workers)
         self._setup_device(device, tuning, uvw, scale, keep, signs, deterministic)
 
     # -- set-up -------------------------------------------------------------------------
-    @cached_property
-    def _host_pixels(self):
-        """Per-pixel quantities on the host, for the host FFT and for devices without fp64,
-        as factors (`_correction_rows` multiplies them out a share of rows at a time, so a
-        call allocates no image-sized table): the grid correction's factors along x and y
-        (``cu``, ``cv``), and with w its w factor ``w_small`` and t = n - 1 - nshift
-        (``t_small``), both on the distinct |x|, |y| (``radial``, the image's row and column
-        indices into them; None without w)."""
-        g, k = self.geometry, self.geometry.kernel
-        x, y = g.image_lm()
-        cu, cv = self._uv_correction()
-        t_small = w_small = radial = None
-        if g.do_wgridding:
-            # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
-            # distinct |x| and |y| (a quarter of the image when it is centred) and spread
-            # back by indexing.
-            ax, ix = np.unique(np.abs(x), return_inverse=True)
-            ay, iy = np.unique(np.abs(y), return_inverse=True)
-            radial = (ix.reshape(-1), iy.reshape(-1))
-            n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
-            t_small = (n - 1.0) - g.nshift
-            w_small = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
-            if self.divide_by_n:
-                w_small = w_small * n
-        return SimpleNamespace(cu=cu, cv=cv, w_small=w_small, t_small=t_small, radial=radial)
-
-    def _correction_rows(self, rows: slice) -> np.ndarray:
-        """The grid correction (float64) at the image rows ``rows``, every column."""
-        host = self._host_pixels
-        corr = np.multiply.outer(host.cu[rows], host.cv)
-        if host.w_small is not None:
-            ix, iy = host.radial
-            corr *= host.w_small[ix[rows]][:, iy]
-        return corr
-
-    def _uv_correction(self):
-        """The grid correction's factors along x and y: the kernel's transform at each
-        pixel's frequency on the padded grid."""
-        g, k = self.geometry, self.geometry.kernel
-        cu = kernel_transform((np.arange(g.npix_x) - g.npix_x // 2) / g.nu, k.support, k.beta)
-        cv = kernel_transform((np.arange(g.npix_y) - g.npix_y // 2) / g.nv, k.support, k.beta)
-        return cu, cv
-
     def _setup_device(self, device, tuning, uvw, scale, keep, signs, deterministic):
         self.queue = get_queue(device)
         facts = self.facts = device_facts(self.queue.device)
@@ -330,35 +235,16 @@ class ImagingEngine:
             return read_only_buffer(ctx, np.asarray(a, dtype))
 
         if phase_double:
-            self._pixel_args = self._pixels(copy)
+            self._pixel_args = self.pixels.device_model(copy)
         else:
-            host = self._host_pixels
+            host = self.pixels.host
             t = host.t_small[np.ix_(*host.radial)] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
             self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
-                                copy(1.0 / self._correction_rows(slice(None)), self.real))
+                                copy(1.0 / self.pixels.correction_rows(slice(None)), self.real))
         npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
         self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._npix_bytes = npix_bytes
-
-    def _pixels(self, copy):
-        """wgrid_planes.cl's pixel model: its geometry (pixels_t), the correction's factors
-        in u and v, and the Chebyshev series of its w factor in dw t over the image."""
-        g, k = self.geometry, self.geometry.kernel
-        cu, cv = self._uv_correction()
-        lo = hi = 0.0
-        cheb = np.ones(1)
-        if g.do_wgridding:
-            x, y = g.image_lm()
-            t_lo, t_hi = n_minus_one_range(x, y)
-            lo, hi = g.dw * (t_lo - g.nshift), g.dw * (t_hi - g.nshift)
-            pad = 1e-9 * max(abs(lo), abs(hi), 1e-300)
-            lo, hi = lo - pad, hi + pad
-            cheb = np.polynomial.Chebyshev.interpolate(lambda s: kernel_transform(s, k.support, k.beta),
-                                                       CHEBYSHEV_DEGREE, domain=[lo, hi]).coef
-        pix = np.array([(g.pixsize_x, g.pixsize_y, g.center_x, g.center_y, g.nshift, g.w_start, g.dw, lo, hi,
-                         g.npix_x, g.npix_y, cheb.size, int(self.divide_by_n))], PIXELS_T)[0]
-        return pix, copy(cu, np.float64), copy(cv, np.float64), copy(cheb, np.float64)
 
     def _setup_data(self, program):
         """The kernels that pick the kept values in plan order (weighted, conjugated where the
@@ -483,7 +369,7 @@ class ImagingEngine:
         if self.device_fft is not None:
             return self._vis2dirty_device(progress)
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
-        phase, step = self._plane_phases()
+        phase, step = self.pixels.plane_phases()
         for plane in self.planes:
             if self._active(plane):
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
@@ -492,18 +378,18 @@ class ImagingEngine:
                 blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
 
                 def rows(r, blocks=blocks):
-                    scratch = self._pixel_scratch()
+                    scratch = self.pixels.scratch()
                     for (bi, bj), view in blocks:
-                        for a, b in _pixel_blocks(r, bi, g.npix_y):
+                        for a, b in pixel_blocks(r, bi, g.npix_y):
                             part = view[a - bi.start:b - bi.start]
                             if phase is not None:
-                                np.multiply(part, self._phases_at(phase, a, b, bj, scratch), out=part)
+                                np.multiply(part, self.pixels.phases_at(phase, a, b, bj, scratch), out=part)
                             image[a:b, bj] += part.real
 
                 in_slices(self._workers, g.npix_x, rows)
                 del blocks
                 grid.base.release(self.queue)
-            self._advance(phase, step)
+            self.pixels.advance(phase, step)
             if progress is not None:
                 progress(1)
         out = np.empty((g.npix_x, g.npix_y), self.real)
@@ -511,7 +397,7 @@ class ImagingEngine:
 
         def corrected(r):
             with np.errstate(over="ignore", invalid="ignore"):
-                np.divide(image[r], self._correction_rows(r), out=out[r])
+                np.divide(image[r], self.pixels.correction_rows(r), out=out[r])
             not_finite.append(np.count_nonzero(~np.isfinite(out[r])))
 
         in_slices(self._workers, g.npix_x, corrected)
@@ -572,10 +458,10 @@ class ImagingEngine:
         image = np.empty((g.npix_x, g.npix_y), np.float64)
 
         def corrected(r):
-            np.divide(dirty[r], self._correction_rows(r), out=image[r])
+            np.divide(dirty[r], self.pixels.correction_rows(r), out=image[r])
 
         in_slices(self._workers, g.npix_x, corrected)
-        phase, step = self._plane_phases()
+        phase, step = self.pixels.plane_phases()
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
             step = step.conj()
@@ -586,21 +472,21 @@ class ImagingEngine:
 
                 def rows(r):
                     clear_outside(grid, g.npix_x, g.npix_y, r)    # the last plane's transform is there
-                    scratch = self._pixel_scratch()
+                    scratch = self.pixels.scratch()
                     for (bi, bj), view in blocks:
-                        for a, b in _pixel_blocks(r, bi, g.npix_y):
+                        for a, b in pixel_blocks(r, bi, g.npix_y):
                             part = view[a - bi.start:b - bi.start]
                             if phase is None:
                                 part[...] = image[a:b, bj]
                                 continue
-                            np.multiply(self._phases_at(phase, a, b, bj, scratch), image[a:b, bj], out=part)
+                            np.multiply(self.pixels.phases_at(phase, a, b, bj, scratch), image[a:b, bj], out=part)
 
                 in_slices(self._workers, g.npix_x, rows)
                 self.fft.forward(grid, g.npix_x)
                 del blocks
                 grid.base.release(self.queue)
                 self._launch_interp(plane).wait()
-            self._advance(phase, step)
+            self.pixels.advance(phase, step)
 
     def _map_grid(self, wait_for=None):
         """The device grid as a host array (mapped: on a CPU device no copy is made; on a
@@ -609,84 +495,6 @@ class ImagingEngine:
         grid, _ = cl.enqueue_map_buffer(self.queue, self._grid, cl.map_flags.READ | cl.map_flags.WRITE, 0,
                                         (g.nu, g.nv), self.complex, wait_for=wait_for, is_blocking=True)
         return grid
-
-    def _plane_phases(self):
-        """exp(-2 pi i w_p t) for the first of the operator's planes (a fresh copy: callers
-        advance it, `_advance`) and the factor from one plane to the next, both on the
-        distinct |x|, |y| (``_host_pixels``' small grid: a quarter of a centred image; the
-        callers spread them over the image a few rows at a time, `_phases_at`); kept with the
-        operator up to 8 M entries (128 MiB each)."""
-        g = self.geometry
-        if not g.do_wgridding:
-            return None, None
-        cached = getattr(self, "_phases", None)
-        if cached is None:
-            # complex128 in either precision: a running product in complex64 drifts.
-            t = self._host_pixels.t_small
-            cached = (np.empty(t.shape, np.complex128), np.empty(t.shape, np.complex128))
-            w_first = g.w_start + self.planes.start * g.dw
-
-            def rows(r):
-                cached[0][r] = np.exp(-2j * np.pi * w_first * t[r])
-                cached[1][r] = np.exp(-2j * np.pi * g.dw * t[r])
-
-            in_slices(self._workers, t.shape[0], rows)
-            if t.size <= 1 << 23:
-                self._phases = cached
-        return cached[0].copy(), cached[1]
-
-    @cached_property
-    def _phase_index(self):
-        """Where each image row's and column's phases sit in the flattened small grid: row
-        offsets (npix_x,) and columns (npix_y,)."""
-        ix, iy = self._host_pixels.radial
-        return (ix.reshape(-1) * self._host_pixels.t_small.shape[1]).astype(np.intp), iy.reshape(-1).astype(np.intp)
-
-    def _pixel_scratch(self):
-        """One thread's buffers for `_phases_at`, a run of `_pixel_blocks` each."""
-        size = max(1, PIXEL_RUN // self.geometry.npix_y) * self.geometry.npix_y
-        return SimpleNamespace(index=np.empty(size, np.intp), phases=np.empty(size, np.complex128))
-
-    @cached_property
-    def _column_runs(self) -> dict:
-        """`_stepping` of the small grid's columns under each block of image columns (filled
-        as the blocks are met: two for a centred image)."""
-        return {}
-
-    def _phases_at(self, small, a: int, b: int, cols: slice, scratch):
-        """``small`` (on the distinct |x|, |y|) at image rows a..b-1 and columns ``cols``
-        (complex128; read only: it may be a view of ``small``).  Where the rows and the
-        columns each step through the small grid by one (every block of a centred image:
-        its quadrants mirror the small grid) it is a view, strided backwards where they
-        mirror it; else it is gathered into ``scratch`` (`_pixel_scratch`).  Nothing is
-        allocated: in a Dask worker (whose allocator gives every large temporary fresh
-        pages: distributed sets MALLOC_TRIM_THRESHOLD_) a temporary per run doubled the
-        time of a call (measured, 4096^2)."""
-        ix, iy = self._host_pixels.radial
-        key = (cols.start, cols.stop)
-        if key not in self._column_runs:
-            self._column_runs[key] = _stepping(iy[cols])
-        row_run, column_run = _stepping(ix[a:b]), self._column_runs[key]
-        if row_run is not None and column_run is not None:
-            return small[row_run, column_run]
-        rows, columns = self._phase_index
-        columns = columns[cols]
-        shape = (b - a, columns.size)
-        index = scratch.index[:shape[0] * shape[1]].reshape(shape)
-        np.add(rows[a:b, None], columns[None, :], out=index)
-        phases = scratch.phases[:index.size].reshape(shape)
-        np.take(small.reshape(-1), index, out=phases, mode="clip")
-        return phases
-
-    def _advance(self, phase, step) -> None:
-        """The phases from one plane to the next (in place, on ``workers`` threads)."""
-        if phase is None:
-            return
-
-        def rows(r):
-            phase[r] *= step[r]
-
-        in_slices(self._workers, phase.shape[0], rows)
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 
 from ..sources.analytic import StackedKernel
 from ..planning.stacking import Layout, PointPlan, arrange
