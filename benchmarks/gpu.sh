@@ -2,7 +2,8 @@
 # The GPU runs behind BENCHMARKS.md, in order. On the GPU machine, from the checkout root:
 #   bash benchmarks/gpu.sh "$OUT" [part]
 # The whole sequence takes about 25 minutes; `part` (tests, atomics, bench, degrid,
-# moving_window, tiled, texture, plan, wgridding, imager) runs one section, for machines that limit a command's time.
+# moving_window, tiled, texture, plan, wgridding, imager) runs one section, for machines that limit a command's time;
+# large_4k, large_8k, large_16k, large_32k, large_dsa, large_dsa_ducc0 (issue 29) run only when named.
 set -uo pipefail
 out=${1:-.}
 part=${2:-all}
@@ -78,4 +79,25 @@ if run imager; then
   python3 benchmarks/imager.py --case gpu "${gpu[@]}" --peers clgrid,ducc0 --repeats 3 \
     --workdir "${TMPDIR:-/tmp}/clgrid-imager-bench" --json "$out/imager_gpu.json" 2>&1 | tail -40 \
     | tee "$out/imager.txt"
+fi
+# Large images (issue 29), one case a part, each well inside 10 minutes (pyvkfft set up as
+# for "wgridding"): large_4k, large_8k, large_16k, large_32k, large_dsa, large_dsa_ducc0;
+# "auto" is clgrid's choice (one grid or facets), "1x1" one grid where the device holds it.
+# Named parts only (not in "all").
+for case in 4k 8k 16k 32k dsa; do
+  if [ "$part" = "large_$case" ]; then
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+    case $case in
+      32k) extra=(--facets auto,1x1 --parts call,reused --repeats 2) ;;
+      dsa) extra=(--facets auto --parts call,reused --repeats 2) ;;
+      16k) extra=(--facets auto,1x1 --ducc0-timeout 330) ;;
+      *) extra=(--facets auto,1x1) ;;
+    esac
+    python3 benchmarks/large_images.py --case "$case" "${gpu[@]}" --nthreads "$(nproc)" "${extra[@]}" \
+      --json "$out/large_${case}_h100.json" 2>&1 | grep -v '^ ' | tee "$out/large_${case}.txt"
+  fi
+done
+if [ "$part" = large_dsa_ducc0 ]; then
+  python3 benchmarks/large_images.py --case dsa --parts ducc0 --facets auto --nthreads "$(nproc)" \
+    --ducc0-timeout 480 --json "$out/large_dsa_ducc0_h100.json" 2>&1 | grep -v '^ ' | tee "$out/large_dsa_ducc0.txt"
 fi

@@ -9,6 +9,10 @@ class DeviceCapabilityError(ClgridError, ValueError):
     """The chosen OpenCL device cannot do what was asked (fp64, memory, images)."""
 
 
+class HostMemoryError(ClgridError, MemoryError):
+    """An image or data set too large for the host's memory, refused before any work."""
+
+
 class KernelBuildError(ClgridError, RuntimeError):
     """An OpenCL program failed to build; the message carries the log and the source path."""
 

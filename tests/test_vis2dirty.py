@@ -146,7 +146,7 @@ def test_shared_geometry_and_plane_ranges_add_up_to_the_whole(rng, spread, fft, 
     g = whole.geometry
     assert g == clgrid.imaging.geometry.choose_geometry(
         w_range=clgrid.imaging.geometry.abs_w_range(uvw, freq / C, mask != 0), num_kept=np.count_nonzero(mask),
-        **{k: v for k, v in kw.items() if k not in ("device", "tuning")})
+        recentre=clgrid.imaging.wgridding.RECENTRE, **{k: v for k, v in kw.items() if k not in ("device", "tuning")})
     cuts = sorted(rng.choice(np.arange(1, g.num_planes), 2, replace=False))
     ranges = list(zip([0] + cuts, cuts + [g.num_planes]))
     rows = np.array_split(rng.permutation(len(uvw)), 2)

@@ -50,7 +50,8 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
-@pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "bins", "bins_work_group": 32}])
+@pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "bins", "bins_work_group": 32},
+                                    {"spread": "fpga", "tile": 16, "banks": 3, "unroll_u": 3, "shift_depth": 5}])
 def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
     img, vis = against_ducc0(rng, tuning, epsilon, single, wgrid)
     assert img <= epsilon and vis <= epsilon, (img, vis)
@@ -90,22 +91,26 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
                         tuning=bins | {"bin_u": 2 * side, "bin_v": 2 * side})
 
 
-def test_bins_spread_under_oclgrind(tmp_path):
+@pytest.mark.parametrize("spread", ["bins", "fpga"])
+def test_spread_and_interpolation_under_oclgrind(tmp_path, spread):
     """No data race (a missing barrier between points shows here), no out-of-bounds access
-    in the planning, gather and "bins" spread kernels (tests/oclgrind_wgrid_case.py), and
-    the simulated image is the "rows" spread's."""
+    in the planning, gather and the "bins" spread kernels or the FPGA pipelines
+    (tests/oclgrind_wgrid_case.py), and the simulated image and visibilities are the
+    "rows" spread's."""
     from oclgrind_cases import run_case
-    from oclgrind_wgrid_case import image, tiny_case
+    from oclgrind_wgrid_case import model, operator, tiny_case
 
     seed = int(np.random.default_rng().integers(1 << 31))
     out = tmp_path / "case.npz"
     # race and bounds checks: the operator zeroes its grid with clEnqueueFillBuffer, whose
     # zeros Oclgrind 21.10 takes as uninitialised (tests/test_oclgrind.py, FILLS_ON_DEVICE)
-    run, _ = run_case("oclgrind_wgrid_case.py", out, "--seed", seed, checks=("--data-races",))
+    run, _ = run_case("oclgrind_wgrid_case.py", out, "--seed", seed, "--spread", spread, checks=("--data-races",))
     assert run.returncode == 0, run.output[-3000:]
     assert run.diagnostics == [], "\n\n".join(run.diagnostics[:3])
-    expected = image(*tiny_case(seed), DEVICE, {"spread": "rows", "fft": "host"})
-    assert relative_error(np.load(out)["result"], expected) < 1e-5
+    uvw, freq, vis = tiny_case(seed)
+    rows = operator(uvw, freq, DEVICE, {"spread": "rows", "fft": "host"})
+    assert relative_error(np.load(out)["result"], rows.vis2dirty(vis)) < 1e-5
+    assert relative_error(np.load(out)["predicted"], rows.dirty2vis(model(seed))) < 1e-5
 
 
 @vkfft
@@ -281,3 +286,22 @@ def test_bins_work_groups_listed_on_the_device_are_the_pieces_of_each_plane(rng)
         counts = np.bincount(bins[on], minlength=layout.keys_per_plane)
         want = [(b, piece) for b in np.flatnonzero(counts) for piece in range(-(-counts[b] // 16))]
         assert [tuple(t) for t in table[jobs[plane]:jobs[plane + 1]]] == want
+
+
+def test_sparse_masks_send_only_the_kept_values(rng):
+    """With few samples kept the host picks their values in plan order (not every sample
+    each call): the image and visibilities of a mask keeping 10% equal those of zero
+    weights elsewhere (every sample sent; a geometry of its own: to epsilon), masked
+    visibilities come back 0."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
+    keep = rng.uniform(size=vis.shape) < 0.1
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    kw = dict(epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE)
+    sparse = clgrid.WGridder(uvw, freq, mask=keep, **kw)
+    dense = clgrid.WGridder(uvw, freq, **kw)
+    assert sparse.engine._parts[0].index is not None and dense.engine._parts[0].index is None
+    zeroed = np.where(keep, wgt, 0.0)
+    assert relative_error(sparse.vis2dirty(vis, wgt), dense.vis2dirty(vis, zeroed)) < 1e-8
+    got = sparse.dirty2vis(dirty, wgt)
+    assert np.all(got[~keep] == 0)
+    assert relative_error(got, dense.dirty2vis(dirty, zeroed)) < 1e-8

@@ -14,16 +14,7 @@
 #define PADDED (TILE + 2 * HALO)         /* side of the on-chip copy: tile plus halo */
 {% include "plan.cl" %}
 
-/* A single work-item kernel ("task"); for aoc also without hardware for work-item
-   IDs (Intel FPGA SDK for OpenCL Programming Guide, "Omit Hardware that Generates
-   and Dispatches Kernel IDs"). */
-#ifdef INTELFPGA_CL
-#define SINGLE_WORK_ITEM __attribute__((max_global_work_dim(0), reqd_work_group_size(1, 1, 1)))
-#define INTEL_PRAGMA(text) _Pragma(text)
-#else
-#define SINGLE_WORK_ITEM __attribute__((reqd_work_group_size(1, 1, 1)))
-#define INTEL_PRAGMA(text)
-#endif
+{% include "fpga_task.cl" %}
 
 /* Grid cell (u, v) of the first on-chip cell of tile t: the tile's corner minus the halo. */
 inline int2 padded_corner(__global const int2 *restrict tile_corner, int t)

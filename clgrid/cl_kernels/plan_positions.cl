@@ -131,12 +131,13 @@ typedef float2 cplx_t;
 {% endif %}
 
 /* The geometry (clgrid.imaging.geometry.ImageGeometry): scale factors from wavelengths to
-   cells and planes, and the phase's centre and nshift. */
+   cells and planes, the phase's centre and nshift, and a recentred image's w-term tilt. */
 typedef struct {
     double sign_u, sign_v, sign_w;  /* the flips */
     double cells_u, cells_v;        /* nu * pixsize_x, nv * pixsize_y */
     double w_start, dw;
     double center_x, center_y, nshift;
+    double tilt_x, tilt_y;          /* the point at u + tilt_x w, v + tilt_y w */
     int nu, nv, nchan, nsample;
 } stacking_t;
 
@@ -150,15 +151,20 @@ inline int stacked_point(__global const double *restrict uvw, __global const dou
     *u = uvw[3 * row] * g.sign_u * f;
     *v = uvw[3 * row + 1] * g.sign_v * f;
     *w = uvw[3 * row + 2] * g.sign_w * f;
+    int moved = 0;
 {% if fold %}
     if (*w < 0) {
         *u = -*u;
         *v = -*v;
         *w = -*w;
-        return 1;
+        moved = 1;
     }
 {% endif %}
-    return 0;
+{% if use_w %}
+    *u = *u + g.tilt_x * *w;
+    *v = *v + g.tilt_y * *w;
+{% endif %}
+    return moved;
 }
 
 inline int wrap(const double first, const int n)
@@ -267,11 +273,12 @@ __kernel void compact_stacked(__global const int *restrict status, __global cons
 {% if stacked %}
 
 /* The plan in a key order (clgrid/planning/stacking.py): order[k] is the plan index of the
-   k-th point in that order; first: its first cells and first plane (no flag), src: its
-   sample, as -sample - 1 where it moved (conjugated), fraction and phase with it. */
+   k-th point in that order; first: its first cells and first plane (no flag), src: where
+   its value is, as -index - 1 where it moved (conjugated): its sample, or with by_position
+   its place in the plan (values given in plan order); fraction and phase with it. */
 __kernel void take_stacked(__global const int *restrict order, __global const int *restrict sample,
                            __global const int4 *restrict packed, __global const real4_t *restrict fraction,
-                           __global const cplx_t *restrict phase, const int n,
+                           __global const cplx_t *restrict phase, const int n, const int by_position,
                            __global int4 *restrict first, __global real4_t *restrict frac,
                            __global int *restrict src, __global cplx_t *restrict sorted_phase)
 {
@@ -282,7 +289,8 @@ __kernel void take_stacked(__global const int *restrict order, __global const in
     const int4 p = packed[i];
     first[k] = (int4)(p.x, p.y, p.w & 0x7fffffff, 0);
     frac[k] = fraction[i];
-    src[k] = p.w < 0 ? -sample[i] - 1 : sample[i];
+    const int s = by_position ? i : sample[i];
+    src[k] = p.w < 0 ? -s - 1 : s;
     if (phase)
         sorted_phase[k] = phase[i];
 }

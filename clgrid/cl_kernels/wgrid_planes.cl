@@ -3,7 +3,8 @@
     adjoint, so that no plane goes through the host.  Grid [NU][NV] complex, periodic,
     centre at index 0; image [npix_x][npix_y], pixel (ix, iy) at grid cell
     ((ix - npix_x / 2) mod NU, (iy - npix_y / 2) mod NV).  The w phase of plane p at a
-    pixel is exp(-2 pi i c) with c = (w_start + p dw) t cycles, t = n - 1 - nshift; the
+    pixel is exp(-2 pi i c) with c = (w_start + p dw) t cycles, t = s - nshift (s the w
+    term: n - 1, tilted by tilt_x x + tilt_y y for a recentred image); the
     image is divided by the grid correction cu[ix] cv[iy] cw(dw t) (times n with
     divide_by_n), cw from its Chebyshev series.
     With fp64 (phase_double) every per-pixel quantity is computed here, in double, from
@@ -47,17 +48,17 @@ inline real_t turn(const real_t c, real_t *cosine)
 /* What the pixel model needs (wgridding.WGridder._pixels): the image's geometry, the w
    planes and the Chebyshev series of the w correction on [cheb_lo, cheb_hi] in dw t. */
 typedef struct {
-    double pixsize_x, pixsize_y, center_x, center_y, nshift, w_start, dw, cheb_lo, cheb_hi;
+    double pixsize_x, pixsize_y, center_x, center_y, nshift, w_start, dw, cheb_lo, cheb_hi, tilt_x, tilt_y;
     int npix_x, npix_y, ncheb, divide_by_n;
 } pixels_t;
 
-/* t = n - 1 - nshift at pixel (ix, iy), and n. */
+/* t = s - nshift at pixel (ix, iy), s = n - 1 + tilt_x x + tilt_y y the w term, and n. */
 inline double pixel_t(const pixels_t p, const int ix, const int iy, double *n)
 {
     const double x = (ix - p.npix_x / 2) * p.pixsize_x + p.center_x;
     const double y = (iy - p.npix_y / 2) * p.pixsize_y + p.center_y;
     *n = sqrt(1.0 - x * x - y * y);
-    return (*n - 1.0) - p.nshift;
+    return ((*n - 1.0) + p.tilt_x * x + p.tilt_y * y) - p.nshift;
 }
 
 /* 1 / correction at pixel (ix, iy). */

@@ -72,6 +72,7 @@ from ..device.host_threads import in_slices
 from ..operators.checks import check_finite_result
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
 from ..imaging.split import fill, slab_bounds, touching  # noqa: F401  (slab_bounds: part of this module's API)
+from ..imaging.wgridding import RECENTRE
 from ..planning.host import SPEED_OF_LIGHT
 
 __all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "slab_sizes", "chunk_groups",
@@ -138,7 +139,7 @@ def geometry_of(extents: list, options: dict) -> ImageGeometry:
     o = options
     return choose_geometry(o["npix_x"], o["npix_y"], o["pixsize_x"], o["pixsize_y"], o["epsilon"],
                            o["do_wgridding"], w_range, count, o["flip_u"], o["flip_v"], o["center_x"],
-                           o["center_y"], o["sigma_min"], o["sigma_max"], o["precision"])
+                           o["center_y"], o["sigma_min"], o["sigma_max"], o["precision"], RECENTRE)
 
 
 def _abs_w(uvw: np.ndarray, scale: np.ndarray, flat) -> np.ndarray:

@@ -38,6 +38,7 @@ from ..strategies.base import check_precision, read_only_buffer
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
 from .geometry import ImageGeometry
 from .pixels import PixelModel, pixel_blocks
+from .regions import plane_regions
 
 __all__ = ["ImagingEngine", "SPREADS"]
 
@@ -65,6 +66,11 @@ def _route_tuning(tuning, facts) -> tuple:
         raise ValueError(f"tuning {unused} belong to strategies that spread {wparams['spread']!r} does not use "
                          f"([{chosen[0].name}] and [{chosen[1].name}] do)")
     return wparams, spread, interp
+
+
+# a part whose kept samples are fewer than this share of its rows' samples gets its values
+# picked by the host (in plan order) rather than all its rows' samples each call
+SPARSE_SHARE = 0.5
 
 
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
@@ -136,6 +142,9 @@ class ImagingEngine:
         for strategy in (self.spreader, self.interpolator):
             strategy.stable = deterministic
         self.layout = self.spreader.layout()
+        # where each w-plane holds taps: the host FFT's passes run there only (regions.py)
+        self.regions = plane_regions(uvw, scale, keep, signs, g, self._workers) \
+            if g.do_wgridding and self.fft_mode in ("host", "mapped") else None
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
@@ -147,7 +156,7 @@ class ImagingEngine:
         self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double")))
         self.device_fft = None
         if self.fft_mode == "mapped":
-            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft)
+            self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft, g.npix_y)
         if self.fft_mode == "vkfft":
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
@@ -193,14 +202,21 @@ class ImagingEngine:
         plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
                             fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
                             on_host=deterministic, planes=self.planes)
-        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         nsample = (rows.stop - rows.start) * self.nchan
+        # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
+        # picks theirs, in plan order, instead of sending every sample each call
+        index = None
+        if plan.num_kept < SPARSE_SHARE * nsample:
+            plan.values_by_position = True
+            index = plan.sample.get()[:plan.num_kept]
+        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)
+        held = nsample if index is None else index.size
         return SimpleNamespace(
-            rows=rows, nsample=nsample, plan=plan, points=points,
+            rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
             values=self.spreader.with_values(points, values),
-            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(nsample, 1) * np.dtype(self.complex).itemsize),
-            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(nsample, 1) * np.dtype(self.real).itemsize))
+            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize),
+            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize))
 
     @property
     def plans(self) -> list:
@@ -239,6 +255,8 @@ class ImagingEngine:
         else:
             host = self.pixels.host
             t = host.t_small[np.ix_(*host.radial)] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
+            if host.tilt is not None:
+                t = t + host.tilt[0][:, None] + host.tilt[1][None, :]
             self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
                                 copy(1.0 / self.pixels.correction_rows(slice(None)), self.real))
         npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
@@ -286,10 +304,12 @@ class ImagingEngine:
         """The caller's ``vis`` (and checked ``wgt``) to each part's buffers; False when there
         is no ``wgt`` (every weight 1)."""
         for part in self._parts:
-            if wgt is not None:
-                upload(self.queue, np.asarray(wgt[part.rows], self.real), part.wgt_full, self.staging)
-            if vis is not None:
-                upload(self.queue, np.asarray(vis[part.rows], self.complex), part.vis_full, self.staging)
+            for given, dtype, buffer in ((wgt, self.real, part.wgt_full), (vis, self.complex, part.vis_full)):
+                if given is not None:
+                    mine = given[part.rows]
+                    if part.index is not None:
+                        mine = np.take(mine.reshape(-1), part.index)
+                    upload(self.queue, np.asarray(mine, dtype), buffer, self.staging)
         return wgt is not None
 
     def _launch_spread(self, plane: int, wait_for=None):
@@ -370,12 +390,13 @@ class ImagingEngine:
             return self._vis2dirty_device(progress)
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self.pixels.plane_phases()
+        tilt = self.pixels.tilt_phases()
         for plane in self.planes:
             if self._active(plane):
                 zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
                 event = self._launch_spread(plane, [zero])
                 grid = self._map_grid([event])
-                blocks = self.fft.backward(grid, g.npix_x, g.npix_y)
+                blocks = self.fft.backward(grid, g.npix_x, g.npix_y, self._region(plane))
 
                 def rows(r, blocks=blocks):
                     scratch = self.pixels.scratch()
@@ -384,12 +405,16 @@ class ImagingEngine:
                             part = view[a - bi.start:b - bi.start]
                             if phase is not None:
                                 np.multiply(part, self.pixels.phases_at(phase, a, b, bj, scratch), out=part)
+                            if tilt is not None:
+                                part *= tilt[0][a:b, None]
+                                part *= tilt[2][None, bj]
                             image[a:b, bj] += part.real
 
                 in_slices(self._workers, g.npix_x, rows)
                 del blocks
                 grid.base.release(self.queue)
             self.pixels.advance(phase, step)
+            self.pixels.advance_tilt(tilt)
             if progress is not None:
                 progress(1)
         out = np.empty((g.npix_x, g.npix_y), self.real)
@@ -417,7 +442,7 @@ class ImagingEngine:
             if self._active(plane):
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
-                self.device_fft.backward(self._grid)
+                self.device_fft.backward(self._grid, **self._region_of(plane))
                 self._accumulate(q, (g.npix_y, g.npix_x), None, self._grid, self._image_acc, *self._pixel_args,
                                  *self._plane_args(plane))
             if progress is not None:
@@ -449,7 +474,7 @@ class ImagingEngine:
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
                                  *self._plane_args(plane))
-                self.device_fft.forward(self._grid)
+                self.device_fft.forward(self._grid, **self._region_of(plane))
                 self._launch_interp(plane)
 
     def _dirty2vis_host(self, dirty):
@@ -462,6 +487,7 @@ class ImagingEngine:
 
         in_slices(self._workers, g.npix_x, corrected)
         phase, step = self.pixels.plane_phases()
+        tilt = self.pixels.tilt_phases(conjugate=True)
         if phase is not None:                    # the conjugate phases, advanced in place
             np.conjugate(phase, out=phase)
             step = step.conj()
@@ -480,13 +506,25 @@ class ImagingEngine:
                                 part[...] = image[a:b, bj]
                                 continue
                             np.multiply(self.pixels.phases_at(phase, a, b, bj, scratch), image[a:b, bj], out=part)
+                            if tilt is not None:
+                                part *= tilt[0][a:b, None]
+                                part *= tilt[2][None, bj]
 
                 in_slices(self._workers, g.npix_x, rows)
-                self.fft.forward(grid, g.npix_x)
+                self.fft.forward(grid, g.npix_x, g.npix_y, self._region(plane))
                 del blocks
                 grid.base.release(self.queue)
                 self._launch_interp(plane).wait()
             self.pixels.advance(phase, step)
+            self.pixels.advance_tilt(tilt)
+
+    def _region(self, plane: int):
+        """Where plane ``plane`` holds taps (a `clgrid.imaging.regions.Region`), or None."""
+        return self.regions.at(plane) if self.regions is not None else None
+
+    def _region_of(self, plane: int) -> dict:
+        """The device FFT's keywords for plane ``plane``: the region for the mapped host FFT."""
+        return {"region": self.regions.at(plane)} if self.regions is not None else {}
 
     def _map_grid(self, wait_for=None):
         """The device grid as a host array (mapped: on a CPU device no copy is made; on a
@@ -522,16 +560,23 @@ class ImagingEngine:
             self._dirty2vis_host(dirty)
         use_wgt = self._upload_values(None, wgt)
         for part in self._parts:
-            fill_zeros(self.queue, part.vis_full, part.nsample * itemsize, self.real)
+            fill_zeros(self.queue, part.vis_full, part.held * itemsize, self.real)
         bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        check_finite_result(sum(count_nonfinite(self.queue, part.vis_full, 2 * part.nsample, self.real)
+        check_finite_result(sum(count_nonfinite(self.queue, part.vis_full, 2 * part.held, self.real)
                                 for part in self._parts),
                             f"the {np.dtype(self.complex).name} visibilities", self.precision,
                             double="a float64 image", inputs="the image or the weights")
         for part in self._parts:
-            download(self.queue, part.vis_full, out[part.rows], self.staging)
+            if part.index is None:
+                download(self.queue, part.vis_full, out[part.rows], self.staging)
+                continue
+            picked = np.empty(part.index.size, self.complex)
+            download(self.queue, part.vis_full, picked, self.staging)
+            rows = out[part.rows].reshape(-1)
+            rows[...] = 0
+            rows[part.index] = picked
         return out
 
 

@@ -5,18 +5,21 @@ with the crop to (or the zero-padding from) the image folded in.
 precision (complex64 stays complex64), and transforms the second axis only where the
 image needs it: of the ``nu`` rows of the grid only ``npix_x`` survive the crop, so the
 second pass works on those alone (1 / sigma of the work of a full pass); the crop itself
-is views, never a copy.
+is views, never a copy.  Given a plane's `clgrid.imaging.regions.Region` (where its grid
+holds taps) the first pass runs there only, along whichever axis makes less work.
+`DeviceFFT` (pyvkfft) transforms the whole grid.
 A device FFT slots in as another class with the same two methods; the operator calls
 nothing else.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
 
-__all__ = ["HostFFT", "MappedHostFFT", "DeviceFFT", "crop", "embed", "clear_outside", "host_fft_library"]
+__all__ = ["HostFFT", "MappedHostFFT", "DeviceFFT", "crop", "embed", "clear_outside", "host_fft_library", "pass_order"]
 
 
 def _blocks(n: int, npix: int):
@@ -114,21 +117,41 @@ class HostFFT:
         if not np.shares_memory(out, view):
             view[...] = out
 
-    def transform(self, grid: np.ndarray, npix_x: int, forward: bool) -> None:
-        """The pruned 2-D transform in place: backward every column, then the image's rows;
-        forward the image's rows (the others are 0), then every column."""
-        rows = [r for r, _ in _blocks(grid.shape[0], npix_x) if r.stop > r.start]
-        if not forward:
-            self._in_place(grid, 0, False)
-        for r in rows:
-            self._in_place(grid[r], 1, forward)
-        if forward:
-            self._in_place(grid, 0, True)
+    def transform(self, grid: np.ndarray, npix_x: int, forward: bool, npix_y: int | None = None,
+                  region=None) -> None:
+        """The pruned 2-D transform in place.  Without ``region``: backward every column, then
+        the image's rows; forward the image's rows (the others are 0), then every column.
 
-    def backward(self, grid: np.ndarray, npix_x: int, npix_y: int) -> list:
+        ``region`` (a `clgrid.imaging.regions.Region`: the grid rows and columns where the
+        plane has data, or will be read) prunes the other pass too, in the cheaper of two
+        orders (`pass_order`): columns first (the region's columns, then the image's
+        rows) or rows first (the region's rows, then the image's ``npix_y`` columns).
+        Backward, the grid must be zero outside the region; forward, zero outside the
+        image, and only the region's cells are right afterwards."""
+        nu, nv = grid.shape
+        image_rows = [r for r, _ in _blocks(nu, npix_x) if r.stop > r.start]
+        if region is None or npix_y is None:
+            columns_first, region_runs = True, [slice(0, nv)] if region is None else region.cols
+        else:
+            columns_first = pass_order(grid.shape, npix_x, npix_y, region) == "columns"
+            region_runs = region.cols if columns_first else region.rows
+        if columns_first:           # axis 0 (along u) over columns, axis 1 over the image's rows
+            column_runs, row_runs = region_runs, image_rows
+        else:                       # axis 1 over the region's rows, axis 0 over the image's columns
+            column_runs = [c for c, _ in _blocks(nv, npix_y) if c.stop > c.start]
+            row_runs = region_runs
+        first, second = (0, column_runs), (1, row_runs)
+        if columns_first == forward:
+            first, second = second, first
+        for axis, runs in (first, second):
+            for run in runs:
+                self._in_place(grid[:, run] if axis == 0 else grid[run], axis, forward)
+
+    def backward(self, grid: np.ndarray, npix_x: int, npix_y: int, region=None) -> list:
         """Transform ``grid`` (nu, nv) in place; returns ``[(image_index, grid_view), ...]``:
-        ``image[image_index]`` is ``grid_view`` (4 blocks: the crop's quadrants)."""
-        self.transform(grid, npix_x, forward=False)
+        ``image[image_index]`` is ``grid_view`` (4 blocks: the crop's quadrants).
+        ``region``: where the plane has data (`transform`)."""
+        self.transform(grid, npix_x, False, npix_y, region)
         return self.image_blocks(grid, npix_x, npix_y)
 
     def image_blocks(self, grid: np.ndarray, npix_x: int, npix_y: int) -> list:
@@ -137,9 +160,25 @@ class HostFFT:
         return [((ir, ic), grid[r, c]) for r, ir in _blocks(nu, npix_x) for c, ic in _blocks(nv, npix_y)
                 if r.stop > r.start and c.stop > c.start]
 
-    def forward(self, grid: np.ndarray, npix_x: int) -> None:
-        """Transform ``grid`` (nu, nv) in place, the image's rows first (the others are 0)."""
-        self.transform(grid, npix_x, forward=True)
+    def forward(self, grid: np.ndarray, npix_x: int, npix_y: int | None = None, region=None) -> None:
+        """Transform ``grid`` (nu, nv) in place, the image's rows first (the others are 0);
+        ``region``: the cells that will be read (`transform`)."""
+        self.transform(grid, npix_x, True, npix_y, region)
+
+
+def pass_order(shape: tuple, npix_x: int, npix_y: int, region) -> str:
+    """"columns" or "rows": which pass of a pruned 2-D transform of a (nu, nv) grid goes over
+    the region (`HostFFT.transform`), by the count of 1-D transforms times their length's
+    n log n (ducc0's wgridder weighs its passes the same way)."""
+    nu, nv = shape
+    fu, fv = nu * math.log2(max(nu, 2)), nv * math.log2(max(nv, 2))
+    columns_first = _cells(region.cols) * fu + npix_x * fv
+    rows_first = _cells(region.rows) * fv + npix_y * fu
+    return "columns" if columns_first <= rows_first else "rows"
+
+
+def _cells(runs) -> int:
+    return sum(r.stop - r.start for r in runs)
 
 
 def import_vkfft():
@@ -215,22 +254,23 @@ class MappedHostFFT:
     crop, w phase and grid correction (clgrid/cl_kernels/wgrid_planes.cl) apply with no host
     copy of a plane at all."""
 
-    def __init__(self, queue, nu: int, nv: int, dtype, npix_x: int, host: HostFFT):
+    def __init__(self, queue, nu: int, nv: int, dtype, npix_x: int, host: HostFFT, npix_y: int | None = None):
         self.queue, self.shape, self.dtype = queue, (int(nu), int(nv)), np.dtype(dtype)
         self.npix_x, self.host = int(npix_x), host
+        self.npix_y = None if npix_y is None else int(npix_y)
 
-    def _transform(self, buffer, forward: bool):
+    def _transform(self, buffer, forward: bool, region=None):
         import pyopencl as cl
 
         flags = cl.map_flags.READ | cl.map_flags.WRITE
         grid, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, self.shape, self.dtype, is_blocking=True)
         try:
-            self.host.transform(grid, self.npix_x, forward)
+            self.host.transform(grid, self.npix_x, forward, self.npix_y, region)
         finally:
             grid.base.release(self.queue)
 
-    def backward(self, buffer):
-        self._transform(buffer, forward=False)
+    def backward(self, buffer, region=None):
+        self._transform(buffer, False, region)
 
-    def forward(self, buffer):
-        self._transform(buffer, forward=True)
+    def forward(self, buffer, region=None):
+        self._transform(buffer, True, region)

@@ -14,7 +14,7 @@ from ..device.host_threads import in_slices
 from ..sources.accuracy import KernelChoice, choose_kernel
 
 __all__ = ["ImageGeometry", "choose_geometry", "imaging_work", "image_fields", "flip_signs", "abs_w_range",
-           "check_geometry", "plane_range", "n_minus_one_range", "MIN_NPIX"]
+           "check_geometry", "plane_range", "n_minus_one_range", "recentre_tilt", "MIN_NPIX"]
 
 MIN_NPIX = 16
 
@@ -37,7 +37,9 @@ class ImageGeometry:
     w_min: float = 0.0     # wavelengths, after the w flip
     dw: float = 1.0        # w-plane spacing
     num_planes: int = 1
-    nshift: float = 0.0    # (n - 1) = nshift + t, |t| <= t_half over the image
+    nshift: float = 0.0    # the w term s = nshift + t, |t| <= t_half over the image
+    tilt_x: float = 0.0    # the w term s = n - 1 + tilt_x x + tilt_y y; points at u + tilt_x w, v + tilt_y w
+    tilt_y: float = 0.0
 
     @property
     def w_start(self) -> float:
@@ -48,6 +50,20 @@ class ImageGeometry:
     def cells_per_wavelength(self) -> tuple:
         """(u, v) in wavelengths times these is the position in grid cells."""
         return self.nu * self.pixsize_x, self.nv * self.pixsize_y
+
+    @property
+    def tilted(self) -> bool:
+        """Whether the w term is tilted (`recentre`: an off-centre image)."""
+        return bool(self.tilt_x or self.tilt_y)
+
+    def w_term(self, x, y):
+        """The w term s at image coordinates x, y (arrays that broadcast): n - 1, plus the
+        tilt; a point at (u, v, w) is gridded at (u + tilt_x w, v + tilt_y w, w)."""
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        s = np.sqrt(1.0 - x * x - y * y) - 1.0
+        if self.tilted:
+            s = s + self.tilt_x * x + self.tilt_y * y
+        return s
 
     @property
     def has_phase(self) -> bool:
@@ -76,20 +92,24 @@ def abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
     """Smallest and largest |w| in wavelengths over the kept samples (w * freq / c: the
     rounding of a product by a positive factor is monotonic, so over all samples these
     are the extreme |w| of the rows times the extreme factors), on ``workers`` threads."""
+    parts = []
+    block_rows = 1 << 16                   # rows at a time: no temporaries of the data's size
+
+    def extremes(rows):
+        for a in range(rows.start, rows.stop, block_rows):
+            block = slice(a, min(a + block_rows, rows.stop))
+            if keep is None:
+                kept = np.abs(uvw[block, 2])
+            else:
+                kept = (np.abs(uvw[block, 2])[:, None] * scale[None, :])[keep[block]]
+            if kept.size:
+                parts.append((kept.min(), kept.max()))
+
+    in_slices(workers, uvw.shape[0], extremes)
+    lo = float(min(a for a, _ in parts))
+    hi = float(max(b for _, b in parts))
     if keep is None:
-        parts = []
-
-        def extremes(rows):
-            aw = np.abs(uvw[rows, 2])
-            if aw.size:
-                parts.append((aw.min(), aw.max()))
-
-        in_slices(workers, uvw.shape[0], extremes)
-        lo = float(min(a for a, _ in parts)) * float(scale.min())
-        hi = float(max(b for _, b in parts)) * float(scale.max())
-    else:
-        ws = np.abs(uvw[:, 2])[:, None] * scale[None, :]
-        lo, hi = float(ws[keep].min()), float(ws[keep].max())
+        lo, hi = lo * float(scale.min()), hi * float(scale.max())
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError("uvw has NaN or infinite entries (in unmasked samples)")
     return lo, hi
@@ -108,15 +128,28 @@ def _good_size(n: float) -> int:
     return m
 
 
-def n_minus_one_range(x, y):
-    """Smallest and largest ``n - 1`` over the image box (x and y pixel centres)."""
-    cx = 0.0 if x[0] <= 0 <= x[-1] else min(abs(x[0]), abs(x[-1]))
-    cy = 0.0 if y[0] <= 0 <= y[-1] else min(abs(y[0]), abs(y[-1]))
+def n_minus_one_range(x, y, tilt_x: float = 0.0, tilt_y: float = 0.0):
+    """Smallest and largest w term ``s = n - 1 + tilt_x x + tilt_y y`` over the image box (x
+    and y pixel centres, increasing).  s is concave: its least value is at a corner, its
+    greatest where its gradient vanishes (x / n = tilt_x, y / n = tilt_y: the origin
+    without a tilt), or the point of the box nearest the origin."""
     far = max(x[0] ** 2, x[-1] ** 2) + max(y[0] ** 2, y[-1] ** 2)
     if far >= 1.0:
         raise ValueError("the image reaches beyond the horizon (x^2 + y^2 >= 1 at a corner): "
                          "lower pixsize_x/pixsize_y, npix or the centre offset")
-    return math.sqrt(1.0 - far) - 1.0, math.sqrt(1.0 - cx * cx - cy * cy) - 1.0
+    if not (tilt_x or tilt_y):
+        cx = 0.0 if x[0] <= 0 <= x[-1] else min(abs(x[0]), abs(x[-1]))
+        cy = 0.0 if y[0] <= 0 <= y[-1] else min(abs(y[0]), abs(y[-1]))
+        return math.sqrt(1.0 - far) - 1.0, math.sqrt(1.0 - cx * cx - cy * cy) - 1.0
+
+    def s(a, b):
+        return math.sqrt(1.0 - a * a - b * b) - 1.0 + tilt_x * a + tilt_y * b
+
+    n = 1.0 / math.sqrt(1.0 + tilt_x ** 2 + tilt_y ** 2)
+    top_x, top_y = tilt_x * n, tilt_y * n
+    if not (x[0] <= top_x <= x[-1] and y[0] <= top_y <= y[-1]):
+        raise ValueError(f"clgrid internal error: a w-term tilt ({tilt_x}, {tilt_y}) whose top lies outside the image")
+    return min(s(a, b) for a in (x[0], x[-1]) for b in (y[0], y[-1])), s(top_x, top_y)
 
 
 def imaging_work(cells, planes, nu: int, nv: int):
@@ -127,9 +160,20 @@ def imaging_work(cells, planes, nu: int, nv: int):
     return cells * 8.0 + planes * 5.0 * nu * nv * math.log2(nu * nv)
 
 
-def image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y) -> tuple:
+def recentre_tilt(center_x: float, center_y: float) -> tuple:
+    """The w-term tilt of an image centred at (center_x, center_y) (flipped): the slope of
+    n there, so that s = n - 1 + tilt . (x, y) is flat at the centre and its range over the
+    image is about a centred image's (ducc0 0.42 recentres the same way: its plane count
+    for an off-centre field is a centred field's)."""
+    n0 = math.sqrt(1.0 - center_x ** 2 - center_y ** 2)
+    return center_x / n0, center_y / n0
+
+
+def image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y,
+                 recentre: bool = False) -> tuple:
     """The `ImageGeometry` fields the image keywords set (checked, naming the argument), and
-    half the range of ``n - 1 - nshift`` over the image (the w-plane spacing follows it)."""
+    half the range of the w term ``s - nshift`` over the image (the w-plane spacing follows
+    it).  ``recentre``: tilt the w term of an off-centre image (`recentre_tilt`)."""
     for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
         if int(n) != n or n < MIN_NPIX or n % 2:
             raise ValueError(f"{name} must be an even integer >= {MIN_NPIX}, got {n!r}")
@@ -140,10 +184,11 @@ def image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, cent
     cx, cy = signs[0] * center_x, signs[1] * center_y
     x = (np.arange(npix_x) - npix_x // 2) * pixsize_x + cx
     y = (np.arange(npix_y) - npix_y // 2) * pixsize_y + cy
-    t_lo, t_hi = n_minus_one_range(x, y) if do_wgridding else (0.0, 0.0)
+    tilt = recentre_tilt(cx, cy) if do_wgridding and recentre and (cx or cy) else (0.0, 0.0)
+    t_lo, t_hi = n_minus_one_range(x, y, *tilt) if do_wgridding else (0.0, 0.0)
     fields = dict(npix_x=npix_x, npix_y=npix_y, pixsize_x=float(pixsize_x), pixsize_y=float(pixsize_y),
                   center_x=float(cx), center_y=float(cy), do_wgridding=bool(do_wgridding),
-                  nshift=0.5 * (t_lo + t_hi) if do_wgridding else 0.0)
+                  nshift=0.5 * (t_lo + t_hi) if do_wgridding else 0.0, tilt_x=float(tilt[0]), tilt_y=float(tilt[1]))
     return fields, max(0.5 * (t_hi - t_lo), 1e-12)
 
 
@@ -155,15 +200,16 @@ def flip_signs(flip_u, flip_v, flip_w) -> tuple:
 def choose_geometry(npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float, epsilon: float,
                     do_wgridding: bool, w_range: tuple, num_kept: int, flip_u: bool = False, flip_v: bool = False,
                     center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1, sigma_max: float = 2.6,
-                    precision: str = "double") -> ImageGeometry:
+                    precision: str = "double", recentre: bool = False) -> ImageGeometry:
     """The padded grid, kernel and w-planes for imaging ``num_kept`` samples whose |w|
     (wavelengths, after the flips: the planes cover |w| only) spans ``w_range`` = (lo, hi),
     with `WGridder`'s keywords: what `WGridder` chooses from its own points, and what
     operators that share one grid and one stack of planes (`clgrid.dask.slabs`) are given.
     The kernel is the cheapest that reaches ``epsilon`` for spreading that many samples
-    plus the FFTs of that many planes."""
+    plus the FFTs of that many planes.  ``recentre``: tilt the w term of an off-centre image
+    (`recentre_tilt`: fewer planes; the engine must grid with it)."""
     fields, t_half = image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding,
-                                   flip_signs(flip_u, flip_v, False), center_x, center_y)
+                                   flip_signs(flip_u, flip_v, False), center_x, center_y, recentre)
     w_min, w_max = (float(w_range[0]), float(w_range[1])) if do_wgridding and num_kept else (0.0, 0.0)
     ndim = 3 if do_wgridding else 2
     nvis = max(int(num_kept), 1)

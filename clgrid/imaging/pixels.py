@@ -23,7 +23,8 @@ PIXEL_RUN = 1 << 16             # pixels the host's per-pixel work takes at a ti
 CHEBYSHEV_DEGREE = 24          # the w correction's series: exact to rounding (see _smooth_transform)
 PIXELS_T = np.dtype([("pixsize_x", np.float64), ("pixsize_y", np.float64), ("center_x", np.float64),
                      ("center_y", np.float64), ("nshift", np.float64), ("w_start", np.float64), ("dw", np.float64),
-                     ("cheb_lo", np.float64), ("cheb_hi", np.float64), ("npix_x", np.int32), ("npix_y", np.int32),
+                     ("cheb_lo", np.float64), ("cheb_hi", np.float64), ("tilt_x", np.float64), ("tilt_y", np.float64),
+                     ("npix_x", np.int32), ("npix_y", np.int32),
                      ("ncheb", np.int32), ("divide_by_n", np.int32)])   # wgrid_planes.cl's pixels_t
 
 
@@ -98,7 +99,7 @@ class PixelModel:
         g, k = self.geometry, self.geometry.kernel
         x, y = g.image_lm()
         cu, cv = self.uv_correction()
-        t_small = w_small = radial = None
+        t_small = w_small = radial = tilt = None
         if g.do_wgridding:
             # n, and all that depends on it, depends on x^2 + y^2 only: evaluated on the
             # distinct |x| and |y| (a quarter of the image when it is centred) and spread
@@ -108,16 +109,29 @@ class PixelModel:
             radial = (ix.reshape(-1), iy.reshape(-1))
             n = np.sqrt(1.0 - ax[:, None] ** 2 - ay[None, :] ** 2)
             t_small = (n - 1.0) - g.nshift
-            w_small = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
-            if self.divide_by_n:
-                w_small = w_small * n
-        return SimpleNamespace(cu=cu, cv=cv, w_small=w_small, t_small=t_small, radial=radial)
+            if g.tilted:
+                # a recentred image: t = t_small + tilt_x x + tilt_y y; its w factor per pixel
+                # (``w_small`` then the whole image's), its phases the radial ones times a
+                # row and a column factor (`tilt_phases`)
+                tilt = (g.tilt_x * x, g.tilt_y * y)
+                t_full = t_small[np.ix_(radial[0], radial[1])] + tilt[0][:, None] + tilt[1][None, :]
+                w_small = _smooth_transform(g.dw * t_full, k.support, k.beta, self._workers)
+                del t_full
+                if self.divide_by_n:
+                    w_small *= n[np.ix_(radial[0], radial[1])]
+            else:
+                w_small = _smooth_transform(g.dw * t_small, k.support, k.beta, self._workers)
+                if self.divide_by_n:
+                    w_small = w_small * n
+        return SimpleNamespace(cu=cu, cv=cv, w_small=w_small, t_small=t_small, radial=radial, tilt=tilt)
 
     def correction_rows(self, rows: slice) -> np.ndarray:
         """The grid correction (float64) at the image rows ``rows``, every column."""
         host = self.host
         corr = np.multiply.outer(host.cu[rows], host.cv)
-        if host.w_small is not None:
+        if host.w_small is not None and host.tilt is not None:
+            corr *= host.w_small[rows]                          # per pixel
+        elif host.w_small is not None:
             ix, iy = host.radial
             corr *= host.w_small[ix[rows]][:, iy]
         return corr
@@ -139,14 +153,14 @@ class PixelModel:
         cheb = np.ones(1)
         if g.do_wgridding:
             x, y = g.image_lm()
-            t_lo, t_hi = n_minus_one_range(x, y)
+            t_lo, t_hi = n_minus_one_range(x, y, g.tilt_x, g.tilt_y)
             lo, hi = g.dw * (t_lo - g.nshift), g.dw * (t_hi - g.nshift)
             pad = 1e-9 * max(abs(lo), abs(hi), 1e-300)
             lo, hi = lo - pad, hi + pad
             cheb = np.polynomial.Chebyshev.interpolate(lambda s: kernel_transform(s, k.support, k.beta),
                                                        CHEBYSHEV_DEGREE, domain=[lo, hi]).coef
         pix = np.array([(g.pixsize_x, g.pixsize_y, g.center_x, g.center_y, g.nshift, g.w_start, g.dw, lo, hi,
-                         g.npix_x, g.npix_y, cheb.size, int(self.divide_by_n))], PIXELS_T)[0]
+                         g.tilt_x, g.tilt_y, g.npix_x, g.npix_y, cheb.size, int(self.divide_by_n))], PIXELS_T)[0]
         return pix, copy(cu, np.float64), copy(cv, np.float64), copy(cheb, np.float64)
 
     def plane_phases(self):
@@ -216,6 +230,27 @@ class PixelModel:
         phases = scratch.phases[:index.size].reshape(shape)
         np.take(small.reshape(-1), index, out=phases, mode="clip")
         return phases
+
+    def tilt_phases(self, conjugate: bool = False):
+        """A recentred image's w phases' row and column factors, exp(-2 pi i w_p tilt_x x) and
+        the same in y, for the first of the operator's planes, with their steps from one
+        plane to the next: (row, row_step, column, column_step) (conjugated with
+        ``conjugate``), or None without a tilt (`advance_tilt` moves them on)."""
+        tilt = self.host.tilt if self.geometry.do_wgridding else None
+        if tilt is None:
+            return None
+        g = self.geometry
+        w_first = g.w_start + self.planes.start * g.dw
+        sign = 1.0 if conjugate else -1.0
+        return (np.exp(sign * 2j * np.pi * w_first * tilt[0]), np.exp(sign * 2j * np.pi * g.dw * tilt[0]),
+                np.exp(sign * 2j * np.pi * w_first * tilt[1]), np.exp(sign * 2j * np.pi * g.dw * tilt[1]))
+
+    @staticmethod
+    def advance_tilt(tilt) -> None:
+        """`tilt_phases`' factors from one plane to the next (in place)."""
+        if tilt is not None:
+            tilt[0][...] *= tilt[1]
+            tilt[2][...] *= tilt[3]
 
     def advance(self, phase, step) -> None:
         """The phases from one plane to the next (in place, on ``workers`` threads)."""

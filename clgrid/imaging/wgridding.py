@@ -53,11 +53,16 @@ from ..planning.host import SPEED_OF_LIGHT
 from ..operators.checks import check_finite_result, check_output, precision_of
 from .devices import add_in_order, check_devices, device_list, on_devices, queues_for, share_bytes
 from .engine import ImagingEngine
+from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
 from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, touching
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
+
+# An off-centre image's w term tilted towards its centre (geometry.recentre_tilt): fewer
+# w-planes, ducc0 0.42's count
+RECENTRE = True
 
 
 # samples the planes split balances its slabs on (every k-th row): the devices' planning
@@ -95,7 +100,14 @@ class WGridder:
     that fall on them, so over a partition of the planes the images add up to the whole
     image, and the visibilities to the whole visibilities; points whose taps all fall
     outside add nothing.  ``deterministic``: the same image bits from run to run, for a
-    price: the points planned on the host and spread by rows (no atomics)."""
+    price: the points planned on the host and spread by rows (no atomics).
+
+    ``facets``: None (or "auto") images the whole field on one padded grid where that
+    fits the device (its largest buffer and half its memory) and facets would not cost at
+    most half as much, else as facets (`clgrid.imaging.facets.plan_facets`); (fx, fy) asks
+    for fx x fy facets, (1, 1) for one grid.  Each facet is its own operator, geometry and
+    w-planes, within ``epsilon`` of the whole (`clgrid.imaging.facets`).  An image or data set the host's memory cannot hold is
+    refused (`clgrid.HostMemoryError`, naming the sizes) before any work."""
 
     def __init__(self, uvw, freq, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
                  epsilon: float, do_wgridding: bool = False, mask=None, flip_u: bool = False,
@@ -103,7 +115,8 @@ class WGridder:
                  center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
                  sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
                  verbosity: int = 0, tuning: dict | None = None, geometry: ImageGeometry | None = None,
-                 planes: tuple | None = None, deterministic: bool = False, split: str = "auto"):
+                 planes: tuple | None = None, deterministic: bool = False, split: str = "auto",
+                 facets=None):
         uvw = np.asarray(uvw, np.float64)
         freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
         if uvw.ndim != 2 or uvw.shape[1] != 3:
@@ -114,7 +127,9 @@ class WGridder:
             raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
         devices = device_list(device)
         signs = flip_signs(flip_u, flip_v, flip_w)
-        fields, _ = image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y)
+        recentre = geometry.tilted if geometry is not None else RECENTRE
+        fields, _ = image_fields(npix_x, npix_y, pixsize_x, pixsize_y, do_wgridding, signs, center_x, center_y,
+                                 recentre)
         self.nrow, self.nchan = uvw.shape[0], freq.size
         self.shape = (self.nrow, self.nchan)
         if self.nrow * self.nchan >= 1 << 31:
@@ -135,13 +150,30 @@ class WGridder:
         workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
         self._workers = workers
         w_range = abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else None
+        given = geometry is not None or planes is not None
         if geometry is None:
             geometry = choose_geometry(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, w_range,
-                                       num_kept, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max, precision)
+                                       num_kept, flip_u, flip_v, center_x, center_y, sigma_min, sigma_max, precision,
+                                       recentre)
         else:
             check_geometry(geometry, fields, w_range)
         self.geometry = geometry
         self.planes = plane_range(planes, geometry)
+        # an image whose grid does not fit the device (or facets= asked): facets (facets.py)
+        keywords = dict(npix_x=self.npix_x, npix_y=self.npix_y, pixsize_x=pixsize_x, pixsize_y=pixsize_y,
+                        epsilon=epsilon, do_wgridding=do_wgridding, flip_u=flip_u, flip_v=flip_v, center_x=center_x,
+                        center_y=center_y, sigma_min=sigma_min, sigma_max=sigma_max, precision=precision,
+                        recentre=recentre)
+        self.faceted = faceted_operator(facets, geometry, keywords, w_range, num_kept, self.nrow * self.nchan,
+                                        device, lambda f, g, eps: WGridder(
+                                            uvw, freq, f.npix_x, f.npix_y, pixsize_x, pixsize_y, eps, do_wgridding,
+                                            mask, flip_u, flip_v, flip_w, divide_by_n, f.center_x, f.center_y,
+                                            sigma_min, sigma_max, precision, device, nthreads, verbosity, tuning,
+                                            geometry=g, deterministic=deterministic, split=split, facets=(1, 1)),
+                                        given, verbosity)
+        if self.faceted is not None:
+            self.split, self.engines, self.engine = None, [], None
+            return
         divide = bool(divide_by_n) and bool(do_wgridding)
         engine = dict(scale=scale, signs=signs, geometry=geometry, precision=precision, divide_by_n=divide,
                       tuning=tuning, deterministic=bool(deterministic))
@@ -208,17 +240,21 @@ class WGridder:
     def devices(self) -> list:
         """The OpenCL devices the operator uses, one per engine (a device twice where it was
         named twice)."""
+        if self.faceted is not None:
+            return self.faceted.devices
         return [e.queue.device for e in self.engines]
 
     @property
     def queue(self):
         """The command queue of the operator's (first) device."""
-        return self.engines[0].queue
+        return self.engines[0].queue if self.faceted is None else self.faceted.queue
 
     @property
     def plans(self) -> list:
         """The planned points (`clgrid.planning.plan.Plan`), device by device, one per part
-        of the rows that fits a device's buffers."""
+        of the rows that fits a device's buffers (with facets: every kept facet operator's)."""
+        if self.faceted is not None:
+            return self.faceted.plans
         return [plan for e in self.engines for plan in e.plans]
 
     def _check(self, name, a, shape):
@@ -230,6 +266,8 @@ class WGridder:
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
         ``update``); there are ``len(planes)`` of them (split by rows: as the device furthest on
         gets through them)."""
+        if self.faceted is not None:
+            return self.faceted.vis2dirty(vis, wgt, progress)
         if self.split is None:
             return self.engines[0].vis2dirty(vis, wgt, progress)
         vis = np.asarray(vis)
@@ -247,6 +285,8 @@ class WGridder:
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
+        if self.faceted is not None:
+            return self.faceted.dirty2vis(dirty, wgt)
         if self.split is None:
             return self.engines[0].dirty2vis(dirty, wgt)
         dirty = np.asarray(dirty)
@@ -310,21 +350,21 @@ def _gathered_warnings(parts: int):
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
-              dirty=None, device=None, tuning=None, **ignored):
+              dirty=None, device=None, tuning=None, facets=None, **ignored):
     """ducc0.wgridder.vis2dirty's call on an OpenCL device; see the module docstring.
 
     ``vis`` complex64 or complex128 sets the precision; the image is float32 or float64
     (npix_x, npix_y).  ``dirty``, if given, receives the result.  ``allow_nshift`` and
     ``double_precision_accumulation`` are accepted and have no effect.  ``device`` and
-    ``tuning`` (overrides of the table's ``[wgridding]`` section: ``spread``, ``fft``) are
-    clgrid's own.
+    ``tuning`` (overrides of the table's ``[wgridding]`` section: ``spread``, ``fft``) and
+    ``facets`` (see `WGridder`) are clgrid's own.
     """
     _refuse_unknown(ignored)
     vis = np.asarray(vis)
     precision = precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
     op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
                   flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
-                  device, nthreads, verbosity, tuning)
+                  device, nthreads, verbosity, tuning, facets=facets)
     if dirty is not None:
         check_output(dirty, "dirty", (op.npix_x, op.npix_y), vis.real.dtype.newbyteorder("="))
     image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
@@ -337,7 +377,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
 def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, epsilon,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
-              vis=None, device=None, npix_x=0, npix_y=0, tuning=None, **ignored):
+              vis=None, device=None, npix_x=0, npix_y=0, tuning=None, facets=None, **ignored):
     """ducc0.wgridder.dirty2vis's call on an OpenCL device: visibilities (nrow, nchan) of
     ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
     _refuse_unknown(ignored)
@@ -350,7 +390,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
             raise ValueError(f"{name}={n} does not match dirty's shape {dirty.shape}")
     op = WGridder(uvw, freq, dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding,
                   mask, flip_u, flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max,
-                  precision, device, nthreads, verbosity, tuning)
+                  precision, device, nthreads, verbosity, tuning, facets=facets)
     if vis is not None:
         check_output(vis, "vis", op.shape, np.complex128 if precision == "double" else np.complex64)
     result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))

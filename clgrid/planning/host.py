@@ -427,6 +427,8 @@ def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool, planes: ran
     points with a tap on them."""
     g, support = geometry, geometry.kernel.support
     u, v, w, flat, moved = stacked_points(uvw, scale, keep, signs, fold)
+    if g.do_wgridding and g.tilted:          # a recentred image's tilted w term (ImageGeometry.w_term)
+        u, v = u + g.tilt_x * w, v + g.tilt_y * w
     half = support / 2.0
     cells_u, cells_v = g.cells_per_wavelength
     pos_u, pos_v = u * cells_u, v * cells_v

@@ -139,6 +139,7 @@ class Plan:
         self.sample, self.packed, self.support, self.weight_sum = sample, packed, support, weight_sum
         self.fraction = fraction
         self.phase = phase
+        self.values_by_position = False   # w-stacking: values come in plan order, not the samples' (set before arranging)
         self.pol_flags = pol_flags
         self.planned_on = planned_on
         self._positions = positions
@@ -305,6 +306,15 @@ def make_plan(queue, geometry: GridGeometry, uvw, freqs=None, flags=None, on_dro
     return plan
 
 
+def _classify_scratch(queue, nsample: int) -> tuple:
+    """What a planning pass over ``nsample`` samples writes before compaction: each sample's
+    status, packed plan and kept flag, the kept flags' scan, and the counts per status
+    (copied zeros: Oclgrind reads fills as unset)."""
+    n = max(nsample, 1)
+    return (cla.empty(queue, n, np.int32), cla.empty(queue, (n, 4), np.int32), cla.empty(queue, n, np.int32),
+            cla.empty(queue, n + 1, np.int32), cla.to_device(queue, np.zeros(len(STATUSES), np.int32)))
+
+
 def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags, staging) -> Plan:
     planner = _Planner(queue)
     kernels = geometry.kernels
@@ -313,11 +323,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     usable_d = None if usable is None else cla.to_device(queue, usable.astype(np.uint8))
     supports, weight_sums = _kernel_tables(queue, kernels, np.float64)
     n = max(nsample, 1)
-    status = cla.empty(queue, n, np.int32)
-    packed_all = cla.empty(queue, (n, 4), np.int32)
-    kept = cla.empty(queue, n, np.int32)
-    position = cla.empty(queue, n + 1, np.int32)
-    counts = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied: Oclgrind reads fills as unset
+    status, packed_all, kept, position, counts = _classify_scratch(queue, nsample)
     fraction = cla.empty(queue, n, np.complex128) if kernels.evaluated else None
     wg = min(256, queue.device.max_work_group_size)
     if nsample:
@@ -382,7 +388,8 @@ def _plan_on_host(queue, geometry, uvw, freqs, usable, sample_shape, leading, nc
 STACKING_T = np.dtype([("sign_u", np.float64), ("sign_v", np.float64), ("sign_w", np.float64),
                        ("cells_u", np.float64), ("cells_v", np.float64), ("w_start", np.float64),
                        ("dw", np.float64), ("center_x", np.float64), ("center_y", np.float64),
-                       ("nshift", np.float64), ("nu", np.int32), ("nv", np.int32), ("nchan", np.int32),
+                       ("nshift", np.float64), ("tilt_x", np.float64), ("tilt_y", np.float64),
+                       ("nu", np.int32), ("nv", np.int32), ("nchan", np.int32),
                        ("nsample", np.int32)])   # plan_positions.cl's stacking_t
 
 
@@ -432,13 +439,9 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     keep_d = None if keep is None else cla.to_device(queue, np.ascontiguousarray(keep, np.uint8).reshape(-1))
     cells_u, cells_v = g.cells_per_wavelength
     stacking = np.array([(signs[0], signs[1], signs[2], cells_u, cells_v, g.w_start, g.dw, g.center_x, g.center_y,
-                          g.nshift, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
+                          g.nshift, g.tilt_x, g.tilt_y, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
     n = max(nsample, 1)
-    status = cla.empty(queue, n, np.int32)
-    packed_all = cla.empty(queue, (n, 4), np.int32)
-    kept = cla.empty(queue, n, np.int32)
-    position = cla.empty(queue, n + 1, np.int32)
-    tally = cla.to_device(queue, np.zeros(len(STATUSES), np.int32))   # copied: Oclgrind reads fills as unset
+    status, packed_all, kept, position, tally = _classify_scratch(queue, nsample)
     wg = min(256, queue.device.max_work_group_size)
     if nsample:
         codegen_kernel(program, "classify_stacked")(

@@ -134,7 +134,8 @@ def arrange(plan, layout: Layout, stable: bool = False) -> PointPlan:
     if n:
         codegen_kernel(program, "take_stacked")(
             queue, (n,), None, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
-            None if plan.phase is None else plan.phase.data, np.int32(n), first_d, frac_d, src_d, phase_d)
+            None if plan.phase is None else plan.phase.data, np.int32(n), np.int32(plan.values_by_position),
+            first_d, frac_d, src_d, phase_d)
     plane_start = every_nth(queue, program, starts, layout.keys_per_plane, g.num_planes + 1).astype(np.int64)
     return PointPlan(first_d, frac_d, src_d, phase_d, starts, plane_start, n, plan.planned_on)
 

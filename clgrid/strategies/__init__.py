@@ -16,6 +16,7 @@ from .atomic import AtomicGridding
 from .bins import BinsGridding
 from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
+from .fpga_stacked import FpgaStackedDegridding, FpgaStackedGridding
 from .gather import GatherDegridding
 from .moving_window import MovingWindowGridding
 from .points import PointDegridding, PointGridding
@@ -43,7 +44,8 @@ INTERPOLATIONS = ("nearest", "linear")
 # the imaging operator's w-stacking distributions (clgrid.imaging), by its tuning [wgridding]
 # spread: (the spreading strategy, the interpolating one)
 IMAGING = {"bins": (BinsGridding, PointDegridding), "points": (PointGridding, PointDegridding),
-           "rows": (StackedRowsGridding, StackedRowsDegridding)}
+           "rows": (StackedRowsGridding, StackedRowsDegridding),
+           "fpga": (FpgaStackedGridding, FpgaStackedDegridding)}
 
 __all__ = ["GRIDDING_METHODS", "DEGRIDDING_METHODS", "IMAGING", "SPELLINGS", "INTERPOLATIONS", "spelling",
            "strategy_label"]

@@ -92,6 +92,13 @@ def method_of(name: str) -> tuple:
 def candidates(strategy: str, facts, space: dict | None = None) -> list[dict]:
     """The pruned parameter space for ``strategy`` (a method or section name) on a device."""
     _, section, cls = method_of(strategy)
+    return _pruned(section, cls, facts, space)
+
+
+def _pruned(section: str, cls, facts, space: dict | None) -> list[dict]:
+    """Every combination of ``space`` (default: the section's [tune.*]) that ``cls`` can
+    launch on the device: a work-group within its limit and a multiple of its SIMD width
+    (or one work-item), atomic paths and sub-groups it has."""
     space = space if space is not None else tune_space(section)
     if not space:
         raise ValueError(f"no tuning space for {section!r}: add [tune.{section}] to clgrid/platforms/generic.toml")
@@ -204,22 +211,7 @@ def imaging_section(name: str) -> tuple:
 
 def imaging_candidates(section: str, facts, space: dict | None = None) -> list[dict]:
     """The pruned parameter space of an imaging strategy's section on a device."""
-    _, _, cls = imaging_section(section)
-    space = space if space is not None else tune_space(section)
-    if not space:
-        raise ValueError(f"no tuning space for {section!r}: add [tune.{section}] to clgrid/platforms/generic.toml")
-    simd = next((w for k, w in SIMD_WIDTH.items() if k in facts.platform.lower()), 1)
-    defaults = resolve_tuning(section, None, facts)
-    keys, out = list(space), []
-    for values in itertools.product(*(space[k] for k in keys)):
-        c = dict(zip(keys, values))
-        wg = int(np.prod(cls.work_group_shape({**defaults, **c})))
-        if wg > facts.max_work_group_size or (wg % simd and wg > 1 and simd > 1):
-            continue
-        if "atomic" in c and atomic_unavailable(c["atomic"], facts, double=False):
-            continue
-        out.append(c)
-    return out
+    return _pruned(section, imaging_section(section)[2], facts, space)
 
 
 def tune_imaging(section: str, device=None, num_vis: int = 1_000_000, npix: int = 2048, epsilon: float = 1e-4,

@@ -1,0 +1,91 @@
+"""Host and device memory of the imaging operator: models of what one operator holds, read
+against what the machine has, so that an image or data set that cannot fit is refused by
+name before any work starts (`check_host_memory`), and faceted operators are kept
+between calls only where they all fit the device (`clgrid.imaging.facets.faceted_operator`).
+
+The models count the large arrays only (per pixel and per sample), from the code that
+makes them (clgrid/imaging/engine.py and pixels.py, clgrid/planning/); benchmarks/host_memory.py
+measures them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import HostMemoryError
+from .geometry import ImageGeometry
+
+__all__ = ["host_memory_available", "engine_device_bytes", "host_image_bytes", "check_host_memory"]
+
+GiB = float(2 ** 30)
+# Host bytes per pixel of an operator's image for the host-side image work (engine.py, pixels.py: the
+# float64 accumulator, the w phases and their step in complex128 on a quarter of a centred
+# image and a running copy, the correction's factors, the output), in either precision;
+# benchmarks/host_memory.py measures it.
+HOST_IMAGE_BYTES_PER_PIXEL = 52
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory available to a new allocation (Linux: MemAvailable), or None
+    where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _sizes(precision: str) -> tuple:
+    return (16, 8) if precision == "double" else (8, 4)
+
+
+def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: int) -> int:
+    """A model of one operator's device memory: its grid, and per sample the caller's values
+    and weights, the values in plan order, the plan (first cells, offsets, source index,
+    phase) and the kernel values of the "rows" spread (3 W reals: the largest part)."""
+    cplx, real = _sizes(precision)
+    per_sample = 3 * cplx + real + 16 + 4 * real + 4 + 3 * geometry.kernel.support * real
+    return geometry.nu * geometry.nv * cplx + num_samples * per_sample
+
+
+def host_image_bytes(npix_x: int, npix_y: int) -> int:
+    """The host-side image work of one operator (`HOST_IMAGE_BYTES_PER_PIXEL`)."""
+    return HOST_IMAGE_BYTES_PER_PIXEL * npix_x * npix_y
+
+
+def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int, geometries: list,
+                      device_is_host: bool, faceted: bool, available: int | None = None,
+                      together: bool = False) -> None:
+    """Refuse, before any work, an operator the host cannot hold: the output image, the
+    largest facet's (or the whole image's) host-side work, the visibilities dirty2vis
+    returns (twice with facets: the sum and one facet's), and on a device that shares the
+    host's memory (a CPU) the operators' device buffers (`engine_device_bytes`) too.
+    ``geometries``: the operators' (one, or one per facet; none: the image and the
+    visibilities only, what any way of imaging needs); ``together``: the operators are
+    all kept at once (else one at a time); ``available``: bytes (None:
+    `host_memory_available`; unknown: no check)."""
+    available = host_memory_available() if available is None else available
+    if available is None:
+        return
+    cplx, real = _sizes(precision)
+    parts = {"the image": npix_x * npix_y * real,
+             "the visibilities out": (2 if faceted else 1) * num_samples * cplx}
+    if geometries:
+        parts["the per-facet image work" if faceted else "the image work"] = \
+            max(host_image_bytes(g.npix_x, g.npix_y) for g in geometries)
+    if geometries and device_is_host:
+        each = [engine_device_bytes(g, precision, num_samples) for g in geometries]
+        parts["device buffers (in host memory)"] = sum(each) if together else max(each)
+    need = sum(parts.values())
+    if need > available:
+        detail = ", ".join(f"{name} {size / GiB:.2f} GiB" for name, size in parts.items())
+        raise HostMemoryError(f"a {npix_x} x {npix_y} image of {num_samples} samples in {precision} precision needs "
+                              f"about {need / GiB:.2f} GiB of host memory ({detail}); this machine has "
+                              f"{available / GiB:.2f} GiB available: image a smaller field or fewer pixels, "
+                              f"or in single precision")
