@@ -29,5 +29,10 @@ class NonFiniteResultError(ClgridError, FloatingPointError):
     """An operator's output holds inf or NaN although its inputs were finite: overflow."""
 
 
+class ClusterStalledError(ClgridError, RuntimeError):
+    """A `clgrid.dask` call could make no progress for ``stall_timeout`` seconds: its workers
+    paused for memory, restarted or gone (`clgrid.dask.watch`)."""
+
+
 class EmptyInputWarning(UserWarning):
     """Nothing was gridded or degridded (all flagged, dropped or of zero weight): the result is zero."""

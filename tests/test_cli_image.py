@@ -65,9 +65,10 @@ def test_image_writes_a_fits_with_the_source_at_its_sky_position(point_file, tmp
     pixel = abs(header["CDELT2"]) * units.deg
     assert peak.separation(true) < 1.5 * pixel, (peak, true, pixel)
     # Jy/beam: the source's flux 1, less what sampling 3 pixels a fringe costs a peak up to
-    # half a pixel off the source (measured 0.96); the two hands' mean, not their sum; the
-    # image is not divided by n (WSClean's convention, not ducc0's), so no pixel exceeds 1
-    assert 0.85 < data.max() <= 1.0 + 1e-5
+    # half a pixel off the source along each axis (0.96 typical, 0.83 seen at the worst
+    # offsets); the two hands' mean, not their sum; the image is not divided by n
+    # (WSClean's convention, not ducc0's), so no pixel exceeds 1
+    assert 0.75 < data.max() <= 1.0 + 1e-5
     # the phase centre is at CRPIX and the image is not mirrored: the source is on the
     # side of the centre it is on the sky
     centre = SkyCoord(ra=ra_c * units.rad, dec=dec_c * units.rad, frame=wcs.wcs.radesys.lower() or "icrs")

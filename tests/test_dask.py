@@ -332,14 +332,17 @@ def test_a_major_cycle_moves_only_values_and_rebuilds_lost_operators_from_kept_p
                         "slab_points"}, names
     assert {"chunk_values", "image_slab", "vis_slab"} <= names and any("chunk_assemble" in n for n in names), names
     counts = list(client.run(cd.cached_wgridders).values())
-    assert sum(c["made"] for c in counts) == 2 and sum(c["reused"] for c in counts) == 4, counts
+    # each of the 3 calls looks up the 2 slabs' operators: the first makes them, the others
+    # find them (a slab task Dask moves to the other worker under load makes one there)
+    made, reused = (sum(c[k] for c in counts) for k in ("made", "reused"))
+    assert made + reused == 6 and 2 <= made <= 4, counts
     assert relative_error(second, 2 * first) <= 1e-6
     fresh = cd.dirty2vis(dirty=dirty, keep_operators=0, **points).compute()
     assert relative_error(predicted, fresh) <= 1e-6
     client.run(cd.clear_wgridders)                   # the workers' operators go; the client's record stays
     third = cd.vis2dirty(vis=blocks(vis), **points, **size)
     assert relative_error(third, first) <= 1e-6
-    assert sum(c["made"] for c in client.run(cd.cached_wgridders).values()) == 2
+    assert 2 <= sum(c["made"] for c in client.run(cd.cached_wgridders).values()) <= 4
 
 
 def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path):
@@ -457,9 +460,9 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     seen = []                                 # (slab, chunks, samples per part) of each task
 
     def counted(function):
-        def task(*args):
-            slab = args[3]                      # (points, values, ...) or (image, points, ...)
-            sizes = [len(v) for v in args[1]] if function.__name__ == "_image_slab" else args[1].lengths
+        def task(*args):                      # (points, geometry, slab, ..., *values) or (image, points, ...)
+            slab = args[2] if function.__name__ == "_image_slab" else args[3]
+            sizes = [len(v) for v in args[6:]] if function.__name__ == "_image_slab" else args[1].lengths
             seen.append((slab.index, slab.chunks, sizes))
             return function(*args)
         task.__name__ = function.__name__

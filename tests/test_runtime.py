@@ -3,6 +3,7 @@
 import importlib.metadata
 import os
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -113,6 +114,29 @@ def test_rendered_source_maps_lines_back_to_templates():
             checked += 1
         line += 1
     assert checked > 50
+
+
+def test_failed_build_source_never_follows_a_planted_symlink(queue, tmp_path, monkeypatch):
+    """The source of a failed build goes to a new file, created exclusively under a name no
+    one can foresee: a symlink planted where the old predictable name
+    (<tmp>/clgrid-failed-<sha256[:12]>.cl) was is left alone, and so is its target."""
+    import hashlib
+    import os
+    import stat
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    broken = f"__kernel void k(__global float *x) {{ x[0] = {os.getpid()} }}\n"     # ';' missing
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    planted = tmp_path / f"clgrid-failed-{hashlib.sha256(broken.encode()).hexdigest()[:12]}.cl"
+    planted.symlink_to(victim)
+    with pytest.raises(clgrid.KernelBuildError) as info:
+        codegen.build_program(queue.context, broken)
+    saved = Path(re.search(r"rendered source saved to (\S+)", str(info.value)).group(1))
+    assert victim.read_text() == "precious" and planted.is_symlink()
+    assert saved.parent == tmp_path and saved != planted and not saved.is_symlink()
+    assert saved.read_text() == broken
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
 
 
 def test_build_error_names_template_line_and_saves_source(queue):

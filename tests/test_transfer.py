@@ -79,3 +79,21 @@ def test_pinned_results_are_recycled_only_when_nothing_holds_them(rng, queue):
     again = host_empty(shape, np.complex64, staging)          # now the block is free: reused
     assert again.ctypes.data == address
     assert host_empty((5,), np.float32, staging).base is None  # other sizes are asked for afresh
+
+
+def test_uploads_on_the_transfer_queue_are_complete_before_kernels_read_them(rng, queue):
+    """`Gridder.grid` uploads uvw and vis on its second queue and grids on the first: each
+    upload must have finished, not only released the host array (a blocking write's only
+    promise).  On Intel's CPU runtime some calls read the buffer early (found by the
+    property tests: "vis contains NaN" from finite data; stale data would be silently
+    wrong; docs/reliability.md).  Many small calls, each against the reference."""
+    N, CELL = 64, 4e-3
+    stack = clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=100, num_planes=4, oversample=4,
+                                            max_support=8)
+    gridder = clgrid.Gridder(N, CELL, stack, method="atomic", precision="double", device=queue,
+                             on_dropped="ignore")
+    for n in rng.integers(1, 60, 300):
+        uvw, vis = random_visibilities(rng, int(n), N, CELL, 100)
+        got = gridder.grid(uvw, vis)
+        expected = reference.grid(uvw, vis, N, CELL, stack, on_dropped="ignore")
+        assert relative_error(got, expected) <= 1e-12

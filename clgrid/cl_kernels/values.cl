@@ -21,6 +21,13 @@ typedef double weight_t;
 {% else %}
 typedef float weight_t;
 {% endif %}
+/* the weighted value is formed in the widest of the caller's and the operator's precisions:
+   single-precision data gridded in double are weighted in double, as the reference does */
+{% if double or vis_double or weights_double %}
+typedef double product_t;
+{% else %}
+typedef float product_t;
+{% endif %}
 
 /* out[i] = vis[source[i]] * weight, per polarisation: zero where flagged or weighted 0
    (whatever the value, NaN included). bad[0] counts non-finite values that would be
@@ -53,8 +60,8 @@ __kernel void gather_weighted(__global const vis_t *restrict vis, __global const
                 atomic_inc(&bad[1]);
             else if (!isfinite(v.x) || !isfinite(v.y))
                 atomic_inc(&bad[0]);
-            re = (real_t)(v.x * w);                 /* in the caller's precision, then rounded */
-            im = (real_t)(v.y * w);
+            re = (real_t)((product_t)v.x * (product_t)w);      /* then rounded to the operator's */
+            im = (real_t)((product_t)v.y * (product_t)w);
         }
         out[i * NPOL + p] = (complex_t)(re, im);
     }

@@ -53,7 +53,10 @@ except ImportError as error:     # pragma: no cover - exercised only without the
 
 from .chunks import Chunk, Layout, check_device, chunk_sizes, forget_shared, naming, prefer_worker, shared, \
     tree_sum, workers_to_prefer
+from . import watch
+from .watch import compute
 from .wgridding import cached_wgridders, clear_wgridders, dirty2vis, vis2dirty
+from ..operators.checks import check_finite_result
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.gridder import Gridder
@@ -62,7 +65,7 @@ from ..sources.tables import KernelStack
 from ..operators.operation import BYTES_PER_SAMPLE
 from ..device.runtime import devices, matching_devices
 
-__all__ = ["grid", "degrid", "vis2dirty", "dirty2vis", "assign_devices", "clear_cache", "cached_operators",
+__all__ = ["grid", "degrid", "vis2dirty", "dirty2vis", "compute", "assign_devices", "clear_cache", "cached_operators",
            "cached_plans", "cached_wgridders", "kernel_token", "tree_sum"]
 
 CACHED_OPERATORS = 8        # per worker process: each holds a device grid and its programs
@@ -319,7 +322,7 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
          kernels: KernelStack, method: str = "auto", precision: str = "single", deterministic: bool = False,
          device: str | None = None, tuning: dict | None = None, on_dropped: str = "warn",
          interpolation: str = "nearest", keep_plans: bool = False, channel_chunks=None,
-         return_report: bool = False, compute: bool = True):
+         return_report: bool = False, compute: bool = True, stall_timeout=None):
     """Grid visibilities chunked along rows and channels over Dask; returns the summed
     ``(npol, N, N)`` grid.
 
@@ -335,7 +338,10 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
     pairwise by chunk index (`tree_sum`); with ``deterministic=True`` the result is
     bit-identical from run to run for the same chunking (module docstring).  With
     ``return_report=True`` returns ``(grid, report)``, the counts and ``norm`` summed over
-    chunks.  ``compute=False`` returns a `dask.delayed` of ``(grid, report)`` instead.
+    chunks.  ``compute=False`` returns a `dask.delayed` of ``(grid, report)`` instead
+    (`clgrid.dask.compute` computes it watched).  A call that can make no progress for
+    ``stall_timeout`` seconds (None: 120; workers paused for memory or gone) raises
+    `clgrid.errors.ClusterStalledError` (`clgrid.dask.watch`).
     ``keep_plans=True`` keeps each chunk's `Plan` on its worker, named by the Dask keys of
     its uvw and flags blocks and its frequencies, for later calls on the same chunks (major
     cycles: `degrid` with ``keep_plans=True`` uses the same plans): a chunk is planned at
@@ -343,6 +349,7 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
     by address) so later calls tend to find its plan.  Kept plans take at most a quarter
     of the device's memory per worker, least recently used dropped.
     """
+    watch.stall_seconds(stall_timeout)
     freqs = None if freqs is None else np.asarray(freqs, np.float64).reshape(-1)
     layout = _layout(uvw, freqs, channel_chunks, (vis, weights, flags))
     vis_shape = vis.shape if isinstance(vis, da.Array) else np.shape(vis)
@@ -364,7 +371,9 @@ def grid(uvw, vis, weights=None, flags=None, freqs=None, *, grid_size: int, cell
     total = tree_sum(parts, dask.delayed(_add, pure=False))
     if not compute:
         return total
-    result, report = dask.compute(total)[0]
+    result, report = watch.compute(total, stall_timeout=stall_timeout)[0]
+    check_finite_result(np.count_nonzero(~np.isfinite(result)), f"the {precision}-precision grid (the sum of "
+                        f"the chunks' grids)", precision, quantity="cell sums")     # each chunk's was finite
     _warn_left_out(report, on_dropped, "gridded")
     return (result, report) if return_report else result
 

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device.host_threads import in_slices
+from ..operators.checks import check_finite_result
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
 from ..imaging.split import fill, slab_bounds, touching  # noqa: F401  (slab_bounds: part of this module's API)
 from ..imaging.wgridding import RECENTRE
@@ -303,13 +304,17 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype) -> np.nd
     """One chunk's visibilities (shape): each slab's share added at its samples, in slab
     order, then weighted; zero where masked."""
     out = np.zeros(shape[0] * shape[1], dtype)
-    for flat, share in zip(taken, shares):
-        out[flat] += share                    # a slab takes a sample at most once
-    if wgt is not None:
-        kept = _kept(mask)
-        weights = _finite("wgt", _at(wgt, kept).astype(out.real.dtype))
-        if kept is None:
-            out *= weights
-        else:
-            out[kept] *= weights
+    with np.errstate(over="ignore", invalid="ignore"):      # counted below
+        for flat, share in zip(taken, shares):
+            out[flat] += share                    # a slab takes a sample at most once
+        if wgt is not None:
+            kept = _kept(mask)
+            weights = _finite("wgt", _at(wgt, kept).astype(out.real.dtype))
+            if kept is None:
+                out *= weights
+            else:
+                out[kept] *= weights
+    check_finite_result(np.count_nonzero(~np.isfinite(out)), f"a chunk's {out.dtype} visibilities (its slabs' "
+                        f"shares summed and weighted)", "double" if out.dtype == np.complex128 else "single",
+                        double="a float64 image", inputs="the image or the weights")
     return out.reshape(shape)

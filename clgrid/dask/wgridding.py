@@ -30,9 +30,15 @@ slab (the same single operator either way), ``"rows"`` otherwise.  With either, 
 is accurate to ``epsilon`` (relative L2) and agrees with a single-process call to about
 ``epsilon`` (with ``"planes"`` the geometry is that call's, so they agree to rounding).
 ``deterministic=True`` gives the same bits from run to run (`WGridder`'s
-``deterministic``); with ``slabs`` given, the bits do not depend on the number of
-workers either: what each slab task images and the order of every sum are fixed by the
-chunks, the slabs and ``slab_samples`` alone.
+``deterministic``), and whatever the cluster: what each slab task images and the order
+of every sum are fixed by the chunks, the slabs and ``slab_samples`` alone, and without
+``slabs`` the slabs (where the sum is cut) are not one per worker but `_data_slabs`: one
+per chunk of the data, none thinner than the kernel's W planes; ``"auto"`` then chooses
+the split from the chunks alone.
+
+A call that can make no progress (workers paused for memory, restarted or gone) ends
+with `clgrid.errors.ClusterStalledError` after ``stall_timeout`` seconds
+(`clgrid.dask.watch`).
 
 What is kept, and where (issue 28: a call that moved the points and tokenised them
 every time was 9 times slower on two GPU workers than one process on one GPU):
@@ -79,11 +85,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import chunks as chunking
+from .watch import compute, stall_seconds
 from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, workers_to_prefer
 from .delivery import collect, deliver, discard, open_box
 from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, parts_at, plane_counts, points_of, \
     selection, slab_bounds, slab_sizes, split, values_at
 from ..device.host_threads import in_slices
+from ..operators.checks import check_finite_result, check_output, precision_of
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
 
@@ -269,8 +277,11 @@ def _chunk_parts(chunk, uvw, freq, taken) -> tuple:
         return tuple(parts_at(uvw, freq, taken))
 
 
-def _slab_points(parts) -> SlabPoints:
-    """A slab task's points, kept on its worker (persisted) where operators are kept."""
+def _slab_points(*parts) -> SlabPoints:
+    """A slab task's points, kept on its worker (persisted) where operators are kept.  The
+    parts come as arguments, not in a list: Dask puts a task's worker annotation on every
+    task upstream of a list argument (the data's own), and a task tied so to a worker that
+    left waits for ever (`_prefer`)."""
     return SlabPoints(list(parts))
 
 
@@ -281,9 +292,10 @@ def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
                      slab.planes)
 
 
-def _image_slab(points: SlabPoints, values, geometry, slab: Slab, options, keep, facets):
+def _image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, *values):
     """One task of the planes split: the image of the taps on one slab's planes, from its
-    samples of its group of chunks (values: one array per chunk), in facets, and its warnings."""
+    samples of its group of chunks (values: one array per chunk, as arguments: `_slab_points`
+    says why), in facets, and its warnings."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
         image, said = _imaged(operator, lock, _joined(values, options["nthreads"])[:, None], None)
@@ -388,13 +400,6 @@ def _options(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u
                 deterministic=bool(deterministic))
 
 
-def _precision(dtype, name: str, kinds: dict) -> str:
-    for precision, allowed in kinds.items():
-        if np.dtype(dtype) == np.dtype(allowed):
-            return precision
-    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {np.dtype(dtype)}")
-
-
 def _check_wgt(wgt) -> None:
     dtype = None if wgt is None else getattr(wgt, "dtype", None) or np.asarray(wgt).dtype
     if dtype is not None and not np.issubdtype(dtype, np.floating):
@@ -418,19 +423,32 @@ def _slab_samples(slab_samples, layout: Layout) -> int:
     return int(slab_samples)
 
 
-def _split(split, slabs, do_wgridding, layout: Layout, workers) -> tuple:
-    """(the split, the number of slabs): module docstring."""
+def _split(split, slabs, do_wgridding, layout: Layout, workers, deterministic: bool = False) -> tuple:
+    """(the split, the number of slabs): module docstring.  The number of slabs is None
+    where it is to come from the data (`_data_slabs`): with ``deterministic`` and no
+    ``slabs``, nothing that fixes the bits may depend on the cluster."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
     if slabs is not None and (isinstance(slabs, bool) or int(slabs) != slabs or slabs < 1):
         raise ValueError(f"slabs must be a positive integer or None (one per worker), got {slabs!r}")
     if split == "planes" and not do_wgridding:
         raise ValueError("split='planes' needs do_wgridding=True: without w there is one plane to share")
-    count = int(slabs) if slabs is not None else len(workers or [None])
+    if slabs is not None:
+        count = int(slabs)
+    else:
+        count = None if deterministic else len(workers or [None])
     if split == "auto":
         tasks = layout.shape[0] * layout.shape[1]
-        split = "planes" if do_wgridding and (count > 1 or tasks > 1) else "rows"
+        split = "planes" if do_wgridding and ((count or 1) > 1 or tasks > 1) else "rows"
     return split, count
+
+
+def _data_slabs(geometry, chunks: int) -> int:
+    """The number of slabs ``deterministic=True`` takes without ``slabs``: one per chunk of
+    the data (which the caller sizes for the cluster), but none thinner than the kernel's
+    W planes (each sample is taken by every slab its W planes touch).  From the data alone:
+    the slabs are where the sum is cut, so they fix its bits."""
+    return max(1, min(chunks, geometry.num_planes // geometry.kernel.support))
 
 
 def _task(function):
@@ -456,10 +474,11 @@ def _facet_count(workers, options: dict) -> int:
     return max(1, min(len(workers or [None]), options["npix_x"]))
 
 
-def _slab_layout(token, pieces, options: dict, count: int, cap: int, keep: int) -> SlabLayout:
+def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall_timeout=None) -> SlabLayout:
     """The planes split's first pass for these points (kept on the client per token):
-    the geometry of them all, the slabs' planes, the imaging tasks and each chunk's
-    samples per slab; computed now (the imaging tasks depend on it)."""
+    the geometry of them all, the slabs' planes (``count`` of them; None: `_data_slabs`),
+    the imaging tasks and each chunk's samples per slab; computed now (the imaging tasks
+    depend on it), watched (`clgrid.dask.watch`)."""
     key = (id(chunking.client()), token)
     with _lock:
         found = _layouts.get(key)
@@ -467,8 +486,9 @@ def _slab_layout(token, pieces, options: dict, count: int, cap: int, keep: int) 
             _layouts.move_to_end(key)
             return found
     reduced = _task(geometry_of)([_task(_chunk_extent)(*piece) for piece in pieces], options)
-    geometry, counts = dask.compute(reduced, [_task(_chunk_counts)(*piece, reduced) for piece in pieces])
-    bounds = slab_bounds(counts, geometry, count)
+    geometry, *counts = compute(reduced, *[_task(_chunk_counts)(*piece, reduced) for piece in pieces],
+                                stall_timeout=stall_timeout)
+    bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count)
     tasks = [Slab(s, planes, group)
              for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap)))
              for group in groups]
@@ -503,14 +523,14 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
             points.append(None)
             continue
         with prefer_worker(t, workers):
-            points.append(_task(_slab_points)([chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
+            points.append(_task(_slab_points)(*[chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
     if keep > 0:
         selections, points = dask.persist(selections, points)
         layout.selections, layout.points = selections, points
     return selections, points
 
 
-def _summed(outputs: list, facets: int, workers, shape: tuple, dtype) -> tuple:
+def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None) -> tuple:
     """The image (``shape``, ``dtype``) from the imaging tasks' outputs (``facets`` facets
     and the warnings each): facet f summed pairwise by task number on worker f, and handed
     to the client through shared memory where worker f is on its host
@@ -525,7 +545,7 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype) -> tuple:
             total = tree_sum([out[f] for out in outputs], _task(_add_images))
             sums.append(_task(deliver)(total, box, starts[f]) if box is not None else total)
     try:
-        parts, said = dask.compute(sums, _task(_said)(*[out[facets] for out in outputs]))
+        *parts, said = compute(*sums, _task(_said)(*[out[facets] for out in outputs]), stall_timeout=stall_timeout)
     except BaseException:
         discard(box)
         raise
@@ -560,8 +580,8 @@ def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, wor
             continue
         with prefer_worker(t, workers):
             outputs.append(dask.delayed(_image_slab, pure=False, nout=facets + 1)(
-                points[t], [chunk[slab.index] for chunk in values[slice(*slab.chunks)]], slab_layout.geometry,
-                slab, options, keep, facets))
+                points[t], slab_layout.geometry, slab, options, keep, facets,
+                *[chunk[slab.index] for chunk in values[slice(*slab.chunks)]]))
     return outputs
 
 
@@ -610,7 +630,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               dirty=None, device=None, tuning=None, row_chunks=None, channel_chunks=None,
               keep_operators=KEEP_OPERATORS, split="auto", slabs=None, slab_samples=None, deterministic=False,
-              **ignored):
+              stall_timeout=None, **ignored):
     """`clgrid.vis2dirty` over Dask: the dirty image (npix_x, npix_y) of ``vis``.
 
     Keywords and meaning as `clgrid.vis2dirty` (ducc0.wgridder's).  ``uvw`` (nrow, 3),
@@ -626,13 +646,16 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     name each worker resolves (None: its ``$CLGRID_DEVICE``, else its first GPU, else
     PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how many
     operators each worker keeps for later calls; ``deterministic``: the same bits from
-    run to run (module docstring).  The partial images are summed pairwise by slab or
-    chunk number, whatever order the tasks finish in.  A failing task's exception is
-    raised here with a note naming its chunk (``clgrid.dask: chunk 3, rows 680:1020,
-    channels 2:4``) or slab.  ``dirty``, if given, receives the image.
+    run to run and whatever the cluster (module docstring).  The partial images are summed
+    pairwise by slab or chunk number, whatever order the tasks finish in.  A failing
+    task's exception is raised here with a note naming its chunk (``clgrid.dask: chunk 3,
+    rows 680:1020, channels 2:4``) or slab; a call that can make no progress for
+    ``stall_timeout`` seconds (None: 120; workers paused for memory or gone) raises
+    `clgrid.errors.ClusterStalledError` (`clgrid.dask.watch`).  ``dirty``, if given,
+    receives the image.
     """
     _refuse_unknown(ignored)
-    precision = _precision(vis.dtype if hasattr(vis, "dtype") else np.asarray(vis).dtype, "vis",
+    precision = precision_of(vis.dtype if hasattr(vis, "dtype") else np.asarray(vis).dtype, "vis",
                            {"single": np.complex64, "double": np.complex128})
     _check_wgt(wgt)
     freq, freq_chunks = _frequencies(freq)
@@ -642,9 +665,13 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     options = _options(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u, flip_v, flip_w,
                        divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device, nthreads,
                        verbosity, tuning, deterministic)
+    if dirty is not None:
+        check_output(dirty, "dirty", (options["npix_x"], options["npix_y"]),
+                     np.float64 if precision == "double" else np.float32)
+    stall_seconds(stall_timeout)
     keep = _keep(keep_operators)
     workers = workers_to_prefer(True)
-    split, count = _split(split, slabs, do_wgridding, layout, workers)
+    split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
     cap = _slab_samples(slab_samples, layout)
     facets = _facet_count(workers, options)
     if split == "rows":
@@ -653,13 +680,15 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     else:
         pieces = _slab_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
-        slab_layout = _slab_layout(token, pieces, options, count, cap, keep)
+        slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
         outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep, workers,
                                facets)
     real = np.float64 if options["precision"] == "double" else np.float32
-    image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real)
+    image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real, stall_timeout)
     if image is None:
         image = _zeros(options)
+    check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
+                        precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
         warnings.warn(message, stacklevel=2)
     if not np.any(image):
@@ -676,7 +705,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               vis=None, device=None, npix_x=0, npix_y=0, tuning=None, row_chunks=None, channel_chunks=None,
               keep_operators=KEEP_OPERATORS, split="auto", slabs=None, slab_samples=None, deterministic=False,
-              **ignored):
+              stall_timeout=None, **ignored):
     """`clgrid.dirty2vis` over Dask: the visibilities (nrow, nchan) of the image ``dirty``,
     as a lazy dask array chunked along rows and channels as the data are.
 
@@ -684,9 +713,10 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     (float32 or float64, numpy or a dask array) sets the precision.  Chunks as for
     `vis2dirty`: ``row_chunks`` / ``channel_chunks``, else those of the first dask array
     among uvw, wgt, mask along rows, and among wgt, mask (or ``freq``) along channels;
-    ``split``, ``slabs``, ``slab_samples``, ``keep_operators`` and ``deterministic`` as
-    there (with the planes split, uvw and mask are read once when called, for the
-    slabs and groups).  The image is
+    ``split``, ``slabs``, ``slab_samples``, ``keep_operators``, ``deterministic`` and
+    ``stall_timeout`` as there (with the planes split, uvw and mask are read once when
+    called, for the slabs and groups; the result is lazy: compute it with
+    `clgrid.dask.compute` to have it watched too).  The image is
     sent to every worker once (scattered on a distributed cluster, one node of the graph
     otherwise), not once per task.  With the planes split, each slab's task (one per
     group of chunks) predicts its samples' share and each chunk adds its slabs' shares in
@@ -696,7 +726,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     """
     _refuse_unknown(ignored)
     dirty = _local(dirty)
-    precision = _precision(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
+    precision = precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
     if dirty.ndim != 2:
         raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")
     for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):
@@ -711,21 +741,24 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     options = _options(dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u,
                        flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device,
                        nthreads, verbosity, tuning, deterministic)
+    dtype = _complex(precision)
+    if vis is not None:
+        check_output(vis, "vis", (layout.nrow, layout.nchan), dtype)
+    stall_seconds(stall_timeout)
     keep = _keep(keep_operators)
     workers = workers_to_prefer(True)
-    split, count = _split(split, slabs, do_wgridding, layout, workers)
+    split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
     cap = _slab_samples(slab_samples, layout)
-    dtype = _complex(precision)
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
         pieces = _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:
         chunks = _slab_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in chunks], [p[3] for p in chunks], freq, options, count, cap)
-        slab_layout = _slab_layout(token, chunks, options, count, cap, keep)
+        slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
         pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
-        vis[...] = result.compute()
+        vis[...] = compute(result, stall_timeout=stall_timeout)[0]
         return vis
     return result

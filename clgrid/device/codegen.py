@@ -10,6 +10,7 @@ with the build log and the path of the rendered source.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tempfile
 import threading
@@ -72,8 +73,7 @@ def build_program(context: cl.Context, source: str, options: tuple = ()) -> cl.P
         try:
             program = cl.Program(context, source).build(options=list(options))
         except cl.RuntimeError as exc:
-            path = Path(tempfile.gettempdir()) / f"clgrid-failed-{key[1][:12]}.cl"
-            path.write_text(source)
+            path = _save_failed_source(source, key[1][:12])
             hint = ""
             if "unknown target CPU" in str(exc):
                 hint = ("\nThis OpenCL compiler does not know the host CPU (PoCL from pip, on LLVM 14, "
@@ -84,6 +84,16 @@ def build_program(context: cl.Context, source: str, options: tuple = ()) -> cl.P
                                    f"saved to {path}\n{exc}{hint}") from None
         _programs[key] = program
     return program
+
+
+def _save_failed_source(source: str, digest: str) -> Path:
+    """Write a source that failed to build to a new file for the error message: created
+    exclusively (O_EXCL: never through a file or symlink already there) under a name no
+    one can foresee, readable by the user only, in the temporary directory."""
+    handle, name = tempfile.mkstemp(prefix=f"clgrid-failed-{digest}-", suffix=".cl", text=True)
+    with os.fdopen(handle, "w") as file:
+        file.write(source)
+    return Path(name)
 
 
 def kernel(program: cl.Program, name: str) -> cl.Kernel:

@@ -31,7 +31,7 @@ import pyopencl.array as cla
 
 from .host_threads import in_slices
 
-__all__ = ["Staging", "shared_staging", "to_device_array", "upload", "download", "host_empty"]
+__all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "host_empty"]
 
 # Freed pinned blocks a context's pool keeps for reuse; beyond this they are unpinned.
 POOL_BYTES = 2 ** 30
@@ -196,10 +196,19 @@ def shared_staging(queue: cl.CommandQueue) -> Staging | None:
         return _shared[key]
 
 
+def device_layout(host: np.ndarray) -> np.ndarray:
+    """``host`` as the device reads it: C-contiguous, in the machine's byte order (a
+    big-endian array, as FITS files give, is converted; the values are unchanged)."""
+    host = np.asarray(host)
+    return np.ascontiguousarray(host, host.dtype.newbyteorder("="))
+
+
 def upload(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None, wait_for=None) -> cl.Event:
     """Copy ``host`` into the start of ``buffer`` after ``wait_for``: through ``staging`` when
     there is one (done on return; the event is a marker), else a plain enqueued copy."""
-    host = np.ascontiguousarray(host)
+    host = device_layout(host)
+    if not host.nbytes:                       # nothing to copy (and no buffer behind an empty array)
+        return cl.enqueue_marker(queue, wait_for=wait_for)
     if staging is None:
         return cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait_for)
     if wait_for:
@@ -211,6 +220,10 @@ def upload(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None, 
 def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None, wait_for=None) -> None:
     """Copy the start of ``buffer`` into the C-contiguous ``host`` after ``wait_for``; returns
     when done."""
+    if not host.nbytes or buffer is None:     # nothing to copy (an empty device array has no buffer)
+        if wait_for:
+            cl.wait_for_events(wait_for)
+        return
     if staging is None:
         cl.enqueue_copy(queue, host, buffer, wait_for=wait_for).wait()
     else:
@@ -218,10 +231,16 @@ def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None
 
 
 def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:
-    """``host`` as a new device array, through ``staging`` when there is one."""
-    host = np.ascontiguousarray(host)
+    """``host`` as a new device array, through ``staging`` when there is one; the copy is
+    complete on return, so kernels on any queue of the context may read it (a blocking
+    write only promises that ``host`` may be reused: Intel's CPU runtime let a kernel on
+    another queue read the buffer before the data were in it, found by the property tests)."""
+    host = device_layout(host)
     if staging is None:
-        return cla.to_device(queue, host)
+        out = cla.empty(queue, host.shape, host.dtype)
+        if host.nbytes:
+            cl.enqueue_copy(queue, out.data, host, is_blocking=True).wait()
+        return out
     out = cla.empty(queue, host.shape, host.dtype)
     if host.nbytes:
         staging.upload(host, out.data)

@@ -28,6 +28,7 @@ from ..device.codegen import build_program, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError
+from ..operators.checks import check_finite_result, count_nonfinite
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.plan import plan_stacked
@@ -290,12 +291,18 @@ class ImagingEngine:
         cl.enqueue_copy(self.queue, tally, self._tally)
         return tally
 
+    def _checked_wgt(self, wgt):
+        """``wgt`` as an array of the data's shape, or None: checked when called, also where
+        nothing is kept (its values are checked on the device, among the kept samples)."""
+        if wgt is None:
+            return None
+        wgt = np.asarray(wgt)
+        self._check_values("wgt", wgt, self.shape)
+        return wgt
+
     def _upload_values(self, vis, wgt) -> bool:
-        """The caller's ``vis`` (and ``wgt``) to each part's buffers; False when there is no
-        ``wgt`` (every weight 1)."""
-        if wgt is not None:
-            wgt = np.asarray(wgt)
-            self._check_values("wgt", wgt, self.shape)
+        """The caller's ``vis`` (and checked ``wgt``) to each part's buffers; False when there
+        is no ``wgt`` (every weight 1)."""
         for part in self._parts:
             for given, dtype, buffer in ((wgt, self.real, part.wgt_full), (vis, self.complex, part.vis_full)):
                 if given is not None:
@@ -334,9 +341,19 @@ class ImagingEngine:
             events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane)
         return events[-1] if events else None
 
-    def _check_values(self, name, a, shape):
+    def _check_values(self, name, a, shape, complex_ok: bool = False):
+        """Refuse ``a`` unless it has ``shape`` and numbers the operator can take: integers
+        or floats, or complex where ``complex_ok`` (vis); an image and weights are real."""
+        if a.dtype.kind not in ("iufc" if complex_ok else "iuf"):
+            wanted = "a numeric (complex, float or integer)" if complex_ok else "a real (float or integer)"
+            raise TypeError(f"{name} must be {wanted} array, got dtype {a.dtype}")
         if a.shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+
+    def _check_image(self, not_finite: int) -> None:
+        """The image's overflow check, on either path (`clgrid.operators.checks.check_finite_result`)."""
+        check_finite_result(not_finite, f"the {np.dtype(self.real).name} image", self.precision,
+                            double="complex128 visibilities")
 
     def _zero_data_warning(self, what):
         warnings.warn(f"clgrid: no visibility is unmasked with non-zero weight; {what} is zero",
@@ -348,7 +365,8 @@ class ImagingEngine:
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
         ``update``); there are ``len(planes)`` of them."""
         vis = np.asarray(vis)
-        self._check_values("vis", vis, self.shape)
+        self._check_values("vis", vis, self.shape, complex_ok=True)
+        wgt = self._checked_wgt(wgt)
         with self._lock:
             return self._vis2dirty(vis, wgt, progress)
 
@@ -400,11 +418,15 @@ class ImagingEngine:
             if progress is not None:
                 progress(1)
         out = np.empty((g.npix_x, g.npix_y), self.real)
+        not_finite = []
 
         def corrected(r):
-            np.divide(image[r], self.pixels.correction_rows(r), out=out[r])
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.divide(image[r], self.pixels.correction_rows(r), out=out[r])
+            not_finite.append(np.count_nonzero(~np.isfinite(out[r])))
 
         in_slices(self._workers, g.npix_x, corrected)
+        self._check_image(sum(not_finite))
         return out
 
     def _plane_args(self, plane):
@@ -432,9 +454,7 @@ class ImagingEngine:
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         download(self.queue, self._image_out, image, self.staging)
-        if not_finite[0]:
-            warnings.warn(f"clgrid: {not_finite[0]} pixels of the image are NaN or infinite (the sums overflowed "
-                          f"{np.dtype(self.real).name}: use complex128 visibilities)", RuntimeWarning, stacklevel=3)
+        self._check_image(int(not_finite[0]))
         return image
 
     def _dirty2vis_device(self, dirty):
@@ -447,8 +467,8 @@ class ImagingEngine:
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         not_finite = np.empty(1, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
-        if not_finite[0]:
-            raise ValueError(f"dirty has NaN or infinite entries ({not_finite[0]} pixels)")
+        check_finite_result(int(not_finite[0]), "dirty divided by the grid correction", self.precision,
+                            double="a float64 image", inputs="the image")      # dirty is finite (checked)
         for plane in self.planes:
             if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -519,8 +539,9 @@ class ImagingEngine:
         dirty = np.asarray(dirty)
         g = self.geometry
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
-        if self.device_fft is None and not np.all(np.isfinite(dirty)):    # the device checks its own
+        if not np.all(np.isfinite(dirty)):
             raise ValueError("dirty has NaN or infinite entries")
+        wgt = self._checked_wgt(wgt)
         with self._lock:
             return self._dirty2vis(dirty, wgt)
 
@@ -543,6 +564,10 @@ class ImagingEngine:
         bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        check_finite_result(sum(count_nonfinite(self.queue, part.vis_full, 2 * part.held, self.real)
+                                for part in self._parts),
+                            f"the {np.dtype(self.complex).name} visibilities", self.precision,
+                            double="a float64 image", inputs="the image or the weights")
         for part in self._parts:
             if part.index is None:
                 download(self.queue, part.vis_full, out[part.rows], self.staging)

@@ -35,6 +35,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import HostMemoryError
+from ..operators.checks import check_finite_result
 from ..sources.accuracy import min_epsilon
 from .geometry import MIN_NPIX, ImageGeometry, choose_geometry, imaging_work
 from .memory import check_host_memory, engine_device_bytes
@@ -397,8 +398,12 @@ class FacetedImager:
                 if total is None:
                     total = np.array(part)           # a copy: the operator may recycle its array
                 else:
-                    total += part
+                    with np.errstate(over="ignore", invalid="ignore"):     # counted below
+                        total += part
                 del part
+        check_finite_result(np.count_nonzero(~np.isfinite(total)), f"the {total.dtype} visibilities (the facets' "
+                            f"parts summed)", "double" if total.dtype == np.complex128 else "single",
+                            double="a float64 image", inputs="the image")
         return total
 
 

@@ -115,11 +115,14 @@ def abs_w_range(uvw, scale, keep, workers: int = 1) -> tuple:
     return lo, hi
 
 
-def _good_size(n: int) -> int:
-    """The smallest even size >= n with only small prime factors (fast FFTs)."""
+def _good_size(n: float) -> int:
+    """The smallest even size >= n with only small prime factors (fast FFTs); ``n`` (sigma
+    times the image's side) is rounded up, never down: a grid smaller than sigma asks for
+    loses the accuracy the kernel was chosen for (small images missed epsilon:
+    docs/reliability.md)."""
     import scipy.fft
 
-    m = scipy.fft.next_fast_len(int(n))
+    m = scipy.fft.next_fast_len(math.ceil(n))
     while m % 2:
         m = scipy.fft.next_fast_len(m + 1)
     return m
@@ -216,7 +219,12 @@ def choose_geometry(npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float
         if not do_wgridding:
             return nu, nv, 1.0, 1
         dw = 1.0 / (2.0 * choice.sigma * t_half)
-        return nu, nv, dw, int(math.ceil((w_max - w_min) / dw)) + choice.support
+        # the first plane of the largest |w| by the planning's own arithmetic
+        # (`ImageGeometry.first_planes`), not (w_max - w_min) / dw: the two round apart, and a
+        # point whose taps reached one plane past the stack was refused as an internal error
+        w_start = w_min - choice.support / 2 * dw
+        top = math.ceil((w_max - w_start) / dw - choice.support / 2.0)
+        return nu, nv, dw, max(top, int(math.ceil((w_max - w_min) / dw)), 0) + choice.support
 
     def cost(choice):
         nu, nv, _, planes = sizes(choice)

@@ -50,6 +50,7 @@ from functools import partial
 import numpy as np
 
 from ..planning.host import SPEED_OF_LIGHT
+from ..operators.checks import check_finite_result, check_output, precision_of
 from .devices import add_in_order, check_devices, device_list, on_devices, queues_for, share_bytes
 from .engine import ImagingEngine
 from .facets import faceted_operator
@@ -277,7 +278,10 @@ class WGridder:
         with _gathered_warnings(len(self.engines)):
             images = on_devices([partial(e.vis2dirty, vis[r], None if wgt is None else wgt[r], report)
                                  for e, r, report in zip(self.engines, self._rows, reports)])
-        return add_in_order(images, self._workers)
+        image = add_in_order(images, self._workers)
+        check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the devices' "
+                            f"parts summed)", self.precision, double="complex128 visibilities")
+        return image
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
@@ -293,7 +297,10 @@ class WGridder:
             parts = on_devices([partial(e.dirty2vis, dirty, None if wgt is None else wgt[r])
                                 for e, r in zip(self.engines, self._rows)])
         if self.split == "planes":
-            return add_in_order(parts, self._workers)
+            vis = add_in_order(parts, self._workers)
+            check_finite_result(np.count_nonzero(~np.isfinite(vis)), f"the {vis.dtype} visibilities (the devices' "
+                                f"parts summed)", self.precision, double="a float64 image", inputs="the image")
+            return vis
         out = np.zeros(self.shape, parts[0].dtype)       # rows no device took (none kept) stay zero
         for r, part in zip(self._rows, parts):
             out[r] = part
@@ -340,14 +347,6 @@ def _gathered_warnings(parts: int):
         warnings.warn(message, category, stacklevel=3)
 
 
-def _precision_of(dtype, name, kinds):
-    dtype = np.dtype(dtype)
-    for precision, allowed in kinds.items():
-        if dtype == allowed:
-            return precision
-    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {dtype}")
-
-
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
               do_wgridding=False, flip_u=False, flip_v=False, flip_w=False, divide_by_n=True,
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
@@ -362,10 +361,12 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     """
     _refuse_unknown(ignored)
     vis = np.asarray(vis)
-    precision = _precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
+    precision = precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
     op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
                   flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
                   device, nthreads, verbosity, tuning, facets=facets)
+    if dirty is not None:
+        check_output(dirty, "dirty", (op.npix_x, op.npix_y), vis.real.dtype.newbyteorder("="))
     image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
     if dirty is not None:
         dirty[...] = image
@@ -381,7 +382,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
     _refuse_unknown(ignored)
     dirty = np.asarray(dirty)
-    precision = _precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
+    precision = precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
     if dirty.ndim != 2:
         raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")
     for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):
@@ -390,6 +391,8 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     op = WGridder(uvw, freq, dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding,
                   mask, flip_u, flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max,
                   precision, device, nthreads, verbosity, tuning, facets=facets)
+    if vis is not None:
+        check_output(vis, "vis", op.shape, np.complex128 if precision == "double" else np.complex64)
     result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))
     if vis is not None:
         vis[...] = result

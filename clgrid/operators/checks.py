@@ -1,11 +1,20 @@
-"""Checks of what the operators return, so that nothing comes back silently wrong.
+"""Checks every operator shares, so that nothing comes back silently wrong: of the
+caller's arrays on the way in and out, and of the results.
 
+- `precision_of`: the precision ("single" or "double") an argument's dtype sets (either
+  byte order: uploads put it in the machine's), else a TypeError naming the argument.
+- `check_output`: an ``out`` (``dirty``, ``vis``) array the caller gives for a result,
+  checked before any device work: its type, dtype, shape, writability and, for a device
+  array, context and contiguity, with an error naming it.  Nothing is cast: a result is
+  never truncated to integers, stripped of its imaginary part or written past an end.
 - `count_nonfinite`: inf and NaN in a device buffer, counted on the device (one read of
   the buffer, a 4-byte answer), so the check costs far less than copying the grid back.
+- `check_finite_result`: the one overflow check of every result (grids, visibilities,
+  images): inf or NaN made from finite inputs raises `NonFiniteResultError` naming the
+  likely cause (and telling single-precision users when double is needed).
 - `check_gridded` / `check_degridded`: what `Gridder.grid` and `Degridder.degrid` call
-  on their output: an overflow raises `NonFiniteResultError` naming the likely cause
-  (and telling single-precision users when double is needed); an empty result (all
-  flagged, dropped or of zero weight) warns with `EmptyInputWarning`.
+  on their output: overflow as above; an empty result (all flagged, dropped or of zero
+  weight) warns with `EmptyInputWarning`.
 """
 
 from __future__ import annotations
@@ -14,13 +23,69 @@ import warnings
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 
 from ..device.codegen import build_program, render, kernel as codegen_kernel
 from ..errors import EmptyInputWarning, NonFiniteResultError
 
-__all__ = ["count_nonfinite", "check_gridded", "check_degridded"]
+__all__ = ["precision_of",  "check_output", "writes_directly",
+           "count_nonfinite", "check_finite_result", "check_gridded", "check_degridded"]
 
 GROUPS, GROUP_SIZE = 256, 64   # enough to keep any device busy; each group reads one contiguous block
+
+
+def precision_of(dtype, name: str, kinds: dict) -> str:
+    """The key of ``kinds`` ({precision: dtype}) whose dtype ``dtype`` is, in either byte
+    order (``vis`` complex64 -> "single"), else a TypeError naming ``name``."""
+    dtype = np.dtype(dtype)
+    for precision, allowed in kinds.items():
+        if dtype.newbyteorder("=") == np.dtype(allowed):
+            return precision
+    raise TypeError(f"{name} must be {' or '.join(str(np.dtype(d)) for d in kinds.values())}, got {dtype}")
+
+
+def check_output(out, name: str, shape: tuple, dtype, context=None) -> np.dtype:
+    """Refuse an array given for a result (``out=``, ``dirty=``, ``vis=``) that the result
+    does not fit exactly, before any work is done; returns its dtype in native byte order.
+
+    ``dtype`` is the result's dtype, or a tuple of those the operator can write.  A numpy
+    array must have ``shape`` and one of them (either byte order; any strides: it is
+    written through a copy where the device cannot write it directly, `writes_directly`)
+    and be writeable.  Where ``context`` is given, a `pyopencl.array.Array` on that
+    context is taken too; it must also be C-contiguous, since the device writes it as
+    one block.  Nothing is cast (ducc0 refuses the same): a wrong dtype or type is a
+    TypeError, anything else a ValueError, each naming ``name``.
+    """
+    dtypes = tuple(np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
+    shape = tuple(int(n) for n in shape)
+    want = f"a {' or '.join(map(str, dtypes))} array of shape {shape}"
+    if context is not None and isinstance(out, cla.Array):
+        if out.context.int_ptr != context.int_ptr:
+            raise ValueError(f"{name} is a device array of another OpenCL context than the operator's")
+        if out.dtype not in dtypes:
+            raise TypeError(f"{name} must be {want}, got dtype {out.dtype}: results are not cast")
+        if tuple(out.shape) != shape:
+            raise ValueError(f"{name} must be {want}, got shape {tuple(out.shape)}")
+        if not out.flags.c_contiguous:
+            raise ValueError(f"{name} must be a C-contiguous device array (the device writes it as one block)")
+        return out.dtype
+    if not isinstance(out, np.ndarray):
+        kinds = "a numpy array" + (" or a pyopencl.array.Array" if context is not None else "")
+        raise TypeError(f"{name} must be {kinds} ({want}), got {type(out).__name__}")
+    found = out.dtype.newbyteorder("=")
+    if found not in dtypes:
+        raise TypeError(f"{name} must be {want}, got dtype {out.dtype}: results are not cast")
+    if out.shape != shape:
+        raise ValueError(f"{name} must be {want}, got shape {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return found
+
+
+def writes_directly(out: np.ndarray) -> bool:
+    """Whether a device result can be copied into the checked host array ``out`` as it is
+    (C-contiguous, native byte order), rather than through a copy."""
+    return out.flags.c_contiguous and out.dtype.isnative
 
 
 def count_nonfinite(queue: cl.CommandQueue, buffer: cl.Buffer, count: int, real_dtype, wait_for=None) -> int:
@@ -40,15 +105,30 @@ def count_nonfinite(queue: cl.CommandQueue, buffer: cl.Buffer, count: int, real_
     return int(found[0])
 
 
-def _overflow_advice(precision: str, largest: float, what: str) -> str:
+def _overflow_advice(precision: str, largest: float, quantity: str, double: str, inputs: str) -> str:
     """The likely cause of inf/NaN from finite inputs, and what to do about it."""
     limit = float(np.finfo(np.float32 if precision == "single" else np.float64).max)
     if precision == "single":
-        need = (f"{what} reach about {largest:.3g}, beyond single precision's {limit:.3g}: use "
-                f"precision='double'" if largest > limit else
-                f"single precision holds values up to {limit:.3g}: use precision='double'")
-        return f"{need}, or scale the visibilities or weights down"
-    return f"double precision holds values up to {limit:.3g}: scale the visibilities or weights down"
+        need = (f"{quantity} reach about {largest:.3g}, beyond single precision's {limit:.3g}: use {double}"
+                if largest > limit else f"single precision holds values up to {limit:.3g}: use {double}")
+        return f"{need}, or scale {inputs} down"
+    return f"double precision holds values up to {limit:.3g}: scale {inputs} down"
+
+
+def check_finite_result(bad: int, what: str, precision: str, largest=None, quantity: str = "sums",
+                        double: str = "precision='double'", inputs: str = "the visibilities or weights") -> None:
+    """Raise `NonFiniteResultError` where ``bad`` (a count of inf and NaN values in the
+    result ``what``, made from finite inputs) is not 0: the one overflow check of every
+    operator.  ``largest()`` (called only then) bounds the ``quantity`` that overflowed;
+    ``double`` says how the caller asks for double precision, ``inputs`` what to scale."""
+    if not bad:
+        return
+    magnitude = float("nan")
+    if largest is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            magnitude = float(largest())
+    raise NonFiniteResultError(f"{bad} values of {what} are inf or NaN although every input was finite: "
+                               f"overflow. {_overflow_advice(precision, magnitude, quantity, double, inputs)}")
 
 
 def check_gridded(operation, grid_buffer: cl.Buffer, npol: int, report: dict, bound, wait_for=None) -> None:
@@ -59,12 +139,7 @@ def check_gridded(operation, grid_buffer: cl.Buffer, npol: int, report: dict, bo
     """
     count = 2 * npol * operation.grid_size ** 2
     bad = count_nonfinite(operation.queue, grid_buffer, count, operation.strategy.real_dtype, wait_for)
-    if bad:
-        with np.errstate(over="ignore", invalid="ignore"):
-            largest = bound()
-        raise NonFiniteResultError(
-            f"the {operation.precision}-precision grid holds {bad} inf or NaN values although every "
-            f"input was finite: overflow. {_overflow_advice(operation.precision, largest, 'cell sums')}")
+    check_finite_result(bad, f"the {operation.precision}-precision grid", operation.precision, bound, "cell sums")
     norm = np.asarray(report["norm"])
     if report["gridded"] == 0:
         warnings.warn(f"no visibility was gridded ({_left_out(report)}): the grid is zero", EmptyInputWarning,
@@ -79,10 +154,7 @@ def check_degridded(operation, vis_buffer, num_values: int, report: dict, wait_f
     """Raise if the degridded visibilities overflowed; warn if none was degridded."""
     bad = count_nonfinite(operation.queue, vis_buffer, 2 * num_values, operation.strategy.real_dtype, wait_for) \
         if vis_buffer is not None else 0
-    if bad:
-        raise NonFiniteResultError(
-            f"{bad} degridded values are inf or NaN although the grid was finite: overflow. "
-            f"{_overflow_advice(operation.precision, float('nan'), 'sums')}")
+    check_finite_result(bad, "the degridded visibilities", operation.precision)
     if report["degridded"] == 0:
         warnings.warn(f"no visibility was degridded ({_left_out(report)}): every value is zero",
                       EmptyInputWarning, stacklevel=3)

@@ -17,17 +17,18 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .checks import check_degridded, count_nonfinite
+from .checks import check_degridded, check_output, count_nonfinite, writes_directly
 from ..errors import NonFiniteResultError
 from ..planning.plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
 from ..strategies import DEGRIDDING_METHODS, SPELLINGS
 from ..device.host_threads import in_background
 from ..device.transfer import download, host_empty, to_device_array, upload
-from ..planning.values import ValueKernels, check_vis
+from ..planning.values import ValueKernels
 
 __all__ = ["Degridder"]
 
+COMPLEX_DTYPES = (np.dtype(np.complex64), np.dtype(np.complex128))   # what ``out`` may be
 COUNTS = ("samples", "degridded", "flagged", "off_grid", "beyond_kernel_stack", "grid_point_reads",
           "plan_seconds", "kernel_seconds")
 
@@ -109,13 +110,9 @@ class Degridder(GridOperation):
         plan, npol = prepared.plan, prepared.npol
         shape = plan.sample_shape + (npol,)
         dtype = np.dtype(self.strategy.complex_dtype)
-        if isinstance(out, cla.Array):
-            check_vis(out, plan.sample_shape, "out")
-            if out.shape[-1] != npol or not out.flags.c_contiguous:
-                raise ValueError(f"out must be a C-contiguous array of shape {shape}, got {out.shape}")
-            target = out
-        else:
-            target = cla.empty(self.queue, shape, dtype if out is None else np.asarray(out).dtype)
+        if out is not None:           # complex64 or complex128 in either precision: the scatter converts
+            dtype = check_output(out, "out", shape, COMPLEX_DTYPES, self.context)
+        target = out if isinstance(out, cla.Array) else cla.empty(self.queue, shape, dtype)
         target.fill(0, wait_for=wait_for)   # the queue is in order: the scatter comes after
         if prepared.device_plan is not None:
             flags = plan.device_pol_flags()
@@ -127,8 +124,8 @@ class Degridder(GridOperation):
                             target.data)
         if isinstance(out, cla.Array):
             return out
-        result = (host_empty(shape, target.dtype, self.staging) if out is None
-                  else out if out.flags.c_contiguous else np.empty(shape, target.dtype))
+        result = (host_empty(shape, dtype, self.staging) if out is None
+                  else out if writes_directly(out) else np.empty(shape, dtype))
         self.queue.finish()
         download(self.queue, target.data, result, self.staging)
         if out is not None and result is not out:
@@ -149,6 +146,7 @@ class Degridder(GridOperation):
         returns ``(vis, report)``; the report is also kept in ``last_report``.
         """
         started = time.perf_counter()
+        self._check_out(out, grid, plan, freqs)        # before any device work: the device writes into it
         with self._lock:
             if self._overlapped(grid, plan, freqs):
                 plan, seconds, grid_buffer, npol, loaded = self._load_while_planning(grid, plan, freqs, flags,
@@ -175,6 +173,19 @@ class Degridder(GridOperation):
             totals["total_seconds"] = time.perf_counter() - started
             self.last_report = totals
         return (vis, totals) if return_report else vis
+
+    def _check_out(self, out, grid, positions, freqs) -> None:
+        """Refuse an ``out`` that the visibilities of ``grid`` at ``positions`` (a `Plan`, or
+        uvw with ``freqs``) would not fit exactly (`clgrid.checks.check_output`)."""
+        grid_shape = tuple(getattr(grid, "shape", np.shape(grid)))
+        if out is None or len(grid_shape) != 3:
+            return                                       # a grid of the wrong shape is refused by name
+        if isinstance(positions, Plan):
+            sample_shape = positions.sample_shape
+        else:
+            uvw_shape = tuple(getattr(positions, "shape", np.shape(positions)))
+            sample_shape = uvw_shape[:-1] + (() if freqs is None else (int(np.size(freqs)),))
+        check_output(out, "out", sample_shape + (grid_shape[0],), COMPLEX_DTYPES, self.context)
 
     def _overlapped(self, grid, uvw, freqs) -> bool:
         """Whether a call loads a host grid while the device plans host uvw (`_load_while_planning`):

@@ -11,23 +11,30 @@ is kept in ``last_report``.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .checks import check_gridded
+from .checks import check_gridded, check_output, writes_directly
 from .deterministic import FixedPointGrid
 from ..planning.plan import Plan
 from ..device.host_threads import in_background
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
 from ..device.runtime import fill_zeros
 from ..strategies import GRIDDING_METHODS, SPELLINGS
-from ..device.transfer import download, host_empty, to_device_array
+from ..device.transfer import device_layout, download, host_empty, to_device_array
 from ..planning.values import ValueKernels, check_vis, check_weights, to_device
 
 __all__ = ["Gridder", "PreparedVisibilities", "kernel_seconds"]
+
+
+def _settle(staged) -> None:
+    """Wait for a staged chunk's upload still running on its thread (its error is the
+    caller's no longer: the call already failed)."""
+    if staged is not None and isinstance(staged[1], Future):
+        wait([staged[1]])
 
 
 class Gridder(GridOperation):
@@ -195,29 +202,34 @@ class Gridder(GridOperation):
             staged = self._stage(next(chunks, None))
             if staged is None:
                 raise ValueError("grid_chunks needs at least one chunk")
-            first, totals, plan_seconds, kernel_events = True, None, 0.0, []
-            while staged is not None:
-                positions, vis, weights, flags = staged
-                plan, seconds = self._plan_for(positions, freqs, flags)
-                plan_seconds += seconds
-                vis = vis.result() if isinstance(vis, Future) else vis
-                prepared = self._prepare_values(plan, vis, weights, wait_for if first else None)
-                if first:
-                    npol, grid_buffer = prepared.npol, self._output_grid(out, prepared.npol, accumulate)
-                elif prepared.npol != npol:
-                    raise ValueError(f"chunks of {npol} and {prepared.npol} polarisations")
-                events = self.execute(prepared, grid_buffer, accumulate=accumulate and out is not None or not first)
-                kernel_events += events[1:]
-                counts = dict(plan.counts_report(self.done), grid_point_additions=prepared.grid_point_additions,
-                              norm=prepared.norm)
-                totals = counts if totals is None else {k: totals[k] + counts[k] for k in totals}
-                first = False
-                staged = self._stage(next(chunks, None))   # uploads while this chunk's kernels run
-            self.last_events = events
-            result = self._deliver(out, grid_buffer, npol, events)
-            report = self._keep_report(totals, started, plan_seconds, kernel_events)
-            check_gridded(self, grid_buffer, npol, report,                      # overflow, empty input
-                          bound=lambda: self.value_bound(prepared))
+            try:
+                first, totals, plan_seconds, kernel_events = True, None, 0.0, []
+                while staged is not None:
+                    positions, vis, weights, flags = staged
+                    plan, seconds = self._plan_for(positions, freqs, flags)
+                    plan_seconds += seconds
+                    vis = vis.result() if isinstance(vis, Future) else vis
+                    prepared = self._prepare_values(plan, vis, weights, wait_for if first else None)
+                    if first:
+                        npol, grid_buffer = prepared.npol, self._output_grid(out, prepared.npol, accumulate)
+                    elif prepared.npol != npol:
+                        raise ValueError(f"chunks of {npol} and {prepared.npol} polarisations")
+                    events = self.execute(prepared, grid_buffer,
+                                          accumulate=accumulate and out is not None or not first)
+                    kernel_events += events[1:]
+                    counts = dict(plan.counts_report(self.done), grid_point_additions=prepared.grid_point_additions,
+                                  norm=prepared.norm)
+                    totals = counts if totals is None else {k: totals[k] + counts[k] for k in totals}
+                    first = False
+                    staged = self._stage(next(chunks, None))   # uploads while this chunk's kernels run
+                self.last_events = events
+                result = self._deliver(out, grid_buffer, npol, events)
+                report = self._keep_report(totals, started, plan_seconds, kernel_events)
+                check_gridded(self, grid_buffer, npol, report,                      # overflow, empty input
+                              bound=lambda: self.value_bound(prepared))
+            except BaseException:
+                _settle(staged)        # no upload of this call outlives it (another thread's queue)
+                raise
         return (result, report) if return_report else result
 
     def value_bound(self, prepared) -> float:
@@ -237,7 +249,7 @@ class Gridder(GridOperation):
         if isinstance(positions, Plan) or isinstance(vis, cla.Array):
             return positions, vis, weights, flags
         vis = np.asarray(vis)
-        if vis.dtype not in (np.complex64, np.complex128):
+        if vis.dtype.newbyteorder("=") not in (np.complex64, np.complex128):
             return positions, vis, weights, flags            # refused by name when prepared
         queue = self.transfer_queue
         uvw = to_device_array(queue, np.asarray(positions, np.float64), self.staging)
@@ -248,17 +260,13 @@ class Gridder(GridOperation):
         """The device buffer a call grids into: ``out``'s own when it is a device array,
         else the operator's grid, holding a host ``out`` when accumulating."""
         shape = (npol, self.grid_size, self.grid_size)
-        dtype = self.strategy.complex_dtype
+        if out is not None:
+            check_output(out, "out", shape, self.strategy.complex_dtype, self.context)
         if isinstance(out, cla.Array):
-            if self.check_device_grid(out, "out") != npol:
-                raise ValueError(f"out has {out.shape[0]} polarisations, vis {npol}")
             return out.data
-        if out is not None and (np.shape(out) != shape or np.asarray(out).dtype != dtype):
-            raise ValueError(f"out must be a {np.dtype(dtype)} array of shape {shape}, got "
-                             f"{np.asarray(out).dtype} {np.shape(out)}")
         grid_buffer = self.grid_buffer(npol)
         if accumulate and out is not None:
-            cl.enqueue_copy(self.queue, grid_buffer, np.ascontiguousarray(out))
+            cl.enqueue_copy(self.queue, grid_buffer, device_layout(out))
         return grid_buffer
 
     def _deliver(self, out, grid_buffer, npol: int, events):
@@ -268,7 +276,7 @@ class Gridder(GridOperation):
             return out
         shape = (npol, self.grid_size, self.grid_size)
         result = (host_empty(shape, self.strategy.complex_dtype, self.staging) if out is None
-                  else out if out.flags.c_contiguous else np.empty(shape, out.dtype))
+                  else out if writes_directly(out) else np.empty(shape, self.strategy.complex_dtype))
         download(self.queue, grid_buffer, result, self.staging, wait_for=events[-1:])
         if out is not None and result is not out:
             out[...] = result

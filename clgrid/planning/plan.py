@@ -95,10 +95,11 @@ def split_flags(flags, sample_shape: tuple):
         raise ValueError(f"flags of shape {flags.shape} fit neither the samples {sample_shape} nor "
                          f"the visibilities {sample_shape + ('npol',)}")
     try:
-        flags = np.broadcast_to(flags, target).reshape(nsample, -1)
+        flags = np.broadcast_to(flags, target)
     except ValueError:
         raise ValueError(f"flags of shape {flags.shape} do not broadcast to the samples {sample_shape} "
                          f"or the visibilities {sample_shape + ('npol',)}") from None
+    flags = flags.reshape(nsample, target[-1] if len(target) > len(sample_shape) else 1)   # (no -1: 0 samples)
     every = flags.all(axis=1)
     partly = flags.shape[1] > 1 and bool(np.any(flags.any(axis=1) & ~every))
     return (~every if every.any() else None), (np.ascontiguousarray(flags) if partly else None)
@@ -284,9 +285,9 @@ def make_plan(queue, geometry: GridGeometry, uvw, freqs=None, flags=None, on_dro
     """
     host_uvw = None if isinstance(uvw, cla.Array) else uvw
     shape = tuple(uvw.shape) if isinstance(uvw, cla.Array) else np.shape(uvw)
-    check_coordinates(np.empty((0,) + shape[-1:]) if host_uvw is None else host_uvw, freqs)
-    if len(shape) < 2 or shape[-1] != 3:
+    if len(shape) < 2 or shape[-1] != 3:        # named with its own shape (a device array's too)
         raise ValueError(f"uvw must have shape (..., 3), got {shape}")
+    check_coordinates(np.empty((0,) + shape[-1:]) if host_uvw is None else host_uvw, freqs)
     freqs = None if freqs is None else np.asarray(freqs, np.float64)
     leading = shape[:-1]
     nchan = None if freqs is None else freqs.size

@@ -30,7 +30,7 @@ def _shape(a) -> tuple:
 def check_vis(vis, sample_shape: tuple, name: str = "vis") -> int:
     """npol of ``vis`` (shape ``sample_shape + (npol,)``, complex), or a clear error."""
     dtype = vis.dtype if isinstance(vis, cla.Array) else np.asarray(vis).dtype
-    if dtype not in (np.complex64, np.complex128):
+    if dtype.newbyteorder("=") not in (np.complex64, np.complex128):     # either byte order: uploads convert
         raise TypeError(f"{name} must be complex64 or complex128, got dtype {dtype}")
     shape = _shape(vis)
     if len(shape) != len(sample_shape) + 1 or shape[:-1] != sample_shape:

@@ -149,6 +149,9 @@ _ROUNDING = {"single": 1e-6, "double": 2e-15}
 
 
 def min_epsilon(precision: str) -> float:
+    """The smallest epsilon ``precision`` ("single" or "double") is asked for."""
+    if precision not in _MIN_EPSILON:
+        raise ValueError(f"precision must be 'single' or 'double', got {precision!r}")
     return _MIN_EPSILON[precision]
 
 
@@ -227,7 +230,7 @@ def choose_kernel(epsilon: float, precision: str, ndim: int, cost=None,
     """
     if not np.isfinite(epsilon) or epsilon <= 0:
         raise ValueError(f"epsilon must be a positive number, got {epsilon!r}")
-    floor = _MIN_EPSILON[precision]
+    floor = min_epsilon(precision)
     if epsilon < floor:
         raise ValueError(f"epsilon={epsilon:g} is below what {precision} precision allows "
                          f"({floor:g}); use complex128 visibilities or a larger epsilon")

@@ -26,9 +26,12 @@ HOST_ONLY_TUNING = ("build_options", "aoc_options", "binary")
 
 
 def read_only_buffer(context, array: np.ndarray) -> cl.Buffer:
-    """A device copy of ``array`` that kernels only read."""
-    return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
-                     hostbuf=np.ascontiguousarray(array))
+    """A device copy of ``array`` that kernels only read (an empty array: a buffer of one
+    element, which OpenCL needs and no kernel reads)."""
+    array = np.ascontiguousarray(array)
+    if not array.nbytes:
+        return cl.Buffer(context, cl.mem_flags.READ_ONLY, max(array.itemsize, 1))
+    return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=array)
 
 
 def check_precision(precision: str, facts, atomics: bool = True) -> None:

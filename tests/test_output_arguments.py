@@ -1,0 +1,183 @@
+"""Arrays given for results (``out=``, ``dirty=``, ``vis=``): one check for every operator
+(`clgrid.checks.check_output`), before any device work.  A wrong dtype, shape, a read-only
+array or a device array of another context is refused naming the argument; nothing is
+cast, truncated or written past an end (issue 26, items 1 and 3: a float32 ``out`` to
+`Degridder.degrid` corrupted the heap and aborted the process; ``dirty=<int32>``
+truncated the image, ``vis=<float64>`` dropped the imaginary part).  Arrays that fit
+are written in place, whatever their strides or byte order."""
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+
+import clgrid
+
+from conftest import optional, random_visibilities, relative_error
+
+N, CELL, W_MAX = 64, 4e-3, 100
+IMAGE = dict(npix_x=32, npix_y=32, pixsize_x=2e-3, pixsize_y=2e-3)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=W_MAX, num_planes=4,
+                                           oversample=4, max_support=8)
+
+
+def tracks(rng, nbaseline=8, ntime=40):
+    uvw, _ = random_visibilities(rng, nbaseline * ntime, N, CELL, W_MAX)
+    return uvw.reshape(nbaseline, ntime, 3)
+
+
+@pytest.mark.parametrize("method", ["gather", "moving_window"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_degrid_refuses_a_real_out_before_any_device_work(queue, rng, stack, method, dtype):
+    uvw = tracks(rng)
+    grid = (rng.normal(size=(1, N, N)) + 1j * rng.normal(size=(1, N, N))).astype(np.complex64)
+    degridder = clgrid.Degridder(N, CELL, stack, method=method, device=queue)
+    out = np.full(uvw.shape[:-1] + (1,), 7, dtype)
+    with pytest.raises(TypeError, match=r"out must be a complex64 or complex128 array of shape \(8, 40, 1\), "
+                                        r"got dtype"):
+        degridder.degrid(grid, uvw, out=out)
+    assert np.all(out == 7) and degridder.last_report is None     # untouched, nothing ran
+
+
+@pytest.mark.parametrize("shape", [(8, 39, 1), (8, 40, 2), (320, 1), (8, 40)])
+def test_degrid_refuses_an_out_of_another_shape(queue, rng, stack, shape):
+    uvw = tracks(rng)
+    grid = rng.normal(size=(1, N, N)) + 0j
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue)
+    with pytest.raises(ValueError, match=r"out must be .* of shape \(8, 40, 1\), got shape"):
+        degridder.degrid(grid, uvw, out=np.zeros(shape, np.complex64))
+
+
+def test_degrid_out_with_channels_and_a_plan(queue, rng, stack):
+    uvw = tracks(rng)[:, :10]
+    freqs = np.array([1.0e8, 1.1e8, 1.2e8])
+    grid = rng.normal(size=(2, N, N)) + 0j
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue, on_dropped="ignore")
+    plan = degridder.plan(uvw * 299792458.0 / 1.2e8, freqs)
+    with pytest.raises(ValueError, match=r"shape \(8, 10, 3, 2\)"):
+        degridder.degrid(grid, plan, out=np.zeros((8, 10, 2, 2), np.complex64))
+    with pytest.raises(ValueError, match=r"shape \(8, 10, 3, 2\)"):
+        degridder.degrid(grid, uvw, freqs=freqs, out=np.zeros((8, 10, 3, 1), np.complex64))
+
+
+def test_degrid_refuses_read_only_and_non_array_out(queue, rng, stack):
+    uvw = tracks(rng)
+    grid = rng.normal(size=(1, N, N)) + 0j
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue)
+    frozen = np.zeros(uvw.shape[:-1] + (1,), np.complex64)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="out is read-only"):
+        degridder.degrid(grid, uvw, out=frozen)
+    with pytest.raises(TypeError, match="out must be a numpy array or a pyopencl.array.Array"):
+        degridder.degrid(grid, uvw, out=[[0j]] * 320)
+
+
+def test_device_out_of_another_context_or_strided_is_refused(queue, rng, stack):
+    uvw = tracks(rng).reshape(-1, 3)
+    grid = rng.normal(size=(1, N, N)) + 0j
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue)
+    other_context = cl.Context([queue.device])     # held: Intel's runtime drops a context nobody holds
+    other = cl.CommandQueue(other_context)
+    with pytest.raises(ValueError, match="out is a device array of another OpenCL context"):
+        degridder.degrid(grid, uvw, out=cla.zeros(other, (320, 1), np.complex64))
+    strided = cla.zeros(queue, (320, 2), np.complex64)[:, :1]
+    with pytest.raises(ValueError, match="out must be a C-contiguous device array"):
+        degridder.degrid(grid, uvw, out=strided)
+    gridder = clgrid.Gridder(N, CELL, stack, device=queue)
+    vis = rng.normal(size=(320, 1)) + 0j
+    with pytest.raises(TypeError, match=r"out must be a complex64 array of shape \(1, 64, 64\), got dtype"):
+        gridder.grid(uvw, vis, out=cla.zeros(queue, (1, N, N), np.complex128))
+    with pytest.raises(ValueError, match="out is a device array of another OpenCL context"):
+        gridder.grid(uvw, vis, out=cla.zeros(other, (1, N, N), np.complex64))
+
+
+@pytest.mark.parametrize("layout", ["strided", "big-endian", "complex128"])
+def test_degrid_writes_any_fitting_out_in_place(queue, rng, stack, layout):
+    uvw = tracks(rng).reshape(-1, 3)
+    grid = rng.normal(size=(2, N, N)) + 1j * rng.normal(size=(2, N, N))
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue, precision="double")
+    expected = degridder.degrid(grid, uvw)
+    if layout == "strided":
+        out = np.full((320, 4), np.nan, np.complex128)[:, ::2]
+    elif layout == "big-endian":
+        out = np.full((320, 2), np.nan, ">c16")
+    else:
+        out = np.full((320, 2), np.nan, np.complex128)
+        degridder = clgrid.Degridder(N, CELL, stack, device=queue)    # single precision, written as complex128
+        expected = degridder.degrid(grid, uvw)
+    assert degridder.degrid(grid, uvw, out=out) is out
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_gridder_out_strided_and_big_endian(queue, rng, stack):
+    uvw, vis = random_visibilities(rng, 300, N, CELL, W_MAX)
+    gridder = clgrid.Gridder(N, CELL, stack, device=queue, precision="double", deterministic=True)
+    expected = gridder.grid(uvw, vis)
+    out = np.full((1, N, 2 * N), np.nan, np.complex128)[:, :, ::2]
+    assert gridder.grid(uvw, vis, out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    swapped = expected.astype(">c16")
+    assert gridder.grid(uvw, vis, out=swapped, accumulate=True) is swapped
+    np.testing.assert_array_equal(swapped, 2 * expected)
+    with pytest.raises(TypeError, match=r"out must be a complex128 array of shape \(1, 64, 64\), got dtype "
+                                        r"float64: results are not cast"):
+        gridder.grid(uvw, vis, out=np.zeros((1, N, N)))
+
+
+def wgridding_data(rng, nrow=300):
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([800.0, 800.0, 100.0])
+    freq = np.array([1.0e8])
+    vis = rng.normal(size=(nrow, 1)) + 1j * rng.normal(size=(nrow, 1))
+    return uvw, freq, vis
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.complex128])
+def test_vis2dirty_refuses_a_dirty_it_would_cast(rng, device_name, dtype):
+    uvw, freq, vis = wgridding_data(rng)
+    dirty = np.full((32, 32), 3, dtype)
+    with pytest.raises(TypeError, match=r"dirty must be a float64 array of shape \(32, 32\), got dtype"):
+        clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, dirty=dirty, epsilon=1e-6, device=device_name, **IMAGE)
+    assert np.all(dirty == 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_dirty2vis_refuses_a_vis_it_would_cast(rng, device_name, dtype):
+    uvw, freq, _ = wgridding_data(rng)
+    with pytest.raises(TypeError, match=r"vis must be a complex128 array of shape \(300, 1\), got dtype"):
+        clgrid.dirty2vis(uvw=uvw, freq=freq, dirty=rng.normal(size=(32, 32)), vis=np.zeros((300, 1), dtype),
+                         epsilon=1e-6, pixsize_x=2e-3, pixsize_y=2e-3, device=device_name)
+
+
+def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng, device_name):
+    uvw, freq, vis = wgridding_data(rng)
+    ducc0 = optional("ducc0.wgridder", "compare")
+    with pytest.raises(ValueError, match=r"dirty must be a float64 array of shape \(32, 32\), got shape"):
+        clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, dirty=np.zeros((32, 30)), epsilon=1e-6, device=device_name,
+                         **IMAGE)
+    dirty = np.full((32, 64), np.nan)[:, ::2]                  # strided: written through a copy
+    assert clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, dirty=dirty, epsilon=1e-9, device=device_name,
+                            **IMAGE) is dirty
+    assert relative_error(dirty, ducc0.vis2dirty(uvw=uvw, freq=freq, vis=vis, epsilon=1e-12, **IMAGE)) < 1e-9
+    image = rng.normal(size=(32, 32))
+    d2v = dict(uvw=uvw, freq=freq, dirty=image, pixsize_x=2e-3, pixsize_y=2e-3)
+    with pytest.raises(ValueError, match=r"vis must be a complex128 array of shape \(300, 1\), got shape"):
+        clgrid.dirty2vis(vis=np.zeros((299, 1), complex), epsilon=1e-6, device=device_name, **d2v)
+    out = np.full((300, 1), np.nan, ">c16")
+    assert clgrid.dirty2vis(vis=out, epsilon=1e-9, device=device_name, **d2v) is out
+    assert relative_error(out, ducc0.dirty2vis(epsilon=1e-12, **d2v)) < 1e-9
+
+
+def test_check_output_is_the_one_check(queue):
+    """The function each operator calls: its errors name the argument and the expectation."""
+    from clgrid.operators.checks import check_output
+    check_output(np.zeros((2, 3), ">f4"), "x", (2, 3), np.float32)
+    assert check_output(np.zeros((2, 3), np.complex128), "x", (2, 3), (np.complex64, np.complex128)) \
+        == np.complex128
+    with pytest.raises(TypeError, match="x must be a numpy array \\(a float32 array of shape"):
+        check_output(cla.zeros(queue, (2, 3), np.float32), "x", (2, 3), np.float32)   # no context: host only
+    with pytest.raises(TypeError, match="got list"):
+        check_output([1.0], "x", (1,), np.float32)
