@@ -371,6 +371,7 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     assert np.array_equal(delivery.collect(box, [None, rows], [0, 6]), whole) and not os.path.exists(box.path)
 
 
+@pytest.mark.slow
 def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, monkeypatch, device_name):
     """deterministic=True with ``slabs`` given: the image and visibilities on the 2-worker
     cluster (2 facets) and on this process's synchronous scheduler (1 facet) are the same
