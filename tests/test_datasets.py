@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from clgrid.tools import datasets as ds
-from clgrid.tools.datasets import Layout
+from clgrid.tools.datasets import ArrayLayout
 
 # name -> (station count, reference latitude in degrees, (min, max) longest baseline in km)
 EXPECTED = {
@@ -17,8 +17,8 @@ EXPECTED = {
 
 
 def two_station(b_enu, latitude):
-    """Layout with station 0 at the origin and station 1 at b_enu."""
-    return Layout(
+    """ArrayLayout with station 0 at the origin and station 1 at b_enu."""
+    return ArrayLayout(
         name="pair",
         station_names=("a", "b"),
         enu=np.array([[0.0, 0.0, 0.0], list(b_enu)]),
@@ -102,17 +102,17 @@ def test_load_layout_rejects_non_names(bad):
 
 def test_layout_validation():
     with pytest.raises(ValueError):
-        Layout("x", ("a", "b"), np.zeros((3, 3)), 0.0, "s")  # count mismatch
+        ArrayLayout("x", ("a", "b"), np.zeros((3, 3)), 0.0, "s")  # count mismatch
     with pytest.raises(ValueError):
-        Layout("x", ("a", "a"), np.zeros((2, 3)), 0.0, "s")  # duplicate names
+        ArrayLayout("x", ("a", "a"), np.zeros((2, 3)), 0.0, "s")  # duplicate names
     with pytest.raises(ValueError):
-        Layout("x", ("a", "b"), np.zeros((2, 2)), 0.0, "s")  # not (n, 3)
+        ArrayLayout("x", ("a", "b"), np.zeros((2, 2)), 0.0, "s")  # not (n, 3)
     with pytest.raises(ValueError):
-        Layout("x", ("a", "b"), [[0, 0, 0], [np.nan, 0, 0]], 0.0, "s")
+        ArrayLayout("x", ("a", "b"), [[0, 0, 0], [np.nan, 0, 0]], 0.0, "s")
     with pytest.raises(ValueError):
-        Layout("x", ("a", "b"), np.zeros((2, 3)), 2.0, "s")  # latitude > pi/2
+        ArrayLayout("x", ("a", "b"), np.zeros((2, 3)), 2.0, "s")  # latitude > pi/2
     with pytest.raises(ValueError):
-        Layout("x", ("a",), np.zeros((1, 3)), 0.0, "s")  # one station
+        ArrayLayout("x", ("a",), np.zeros((1, 3)), 0.0, "s")  # one station
 
 
 def test_parse_layout_text_errors():
@@ -269,7 +269,7 @@ def test_conjugate_baseline_flips_sign():
     ha = np.linspace(-1.0, 1.0, 9)
     fwd = ds.simulate_uvw(two_station(b, lat), declination=dec, hour_angles=ha)
     rev = ds.simulate_uvw(
-        Layout("rev", ("b", "a"), np.array([b, [0.0, 0.0, 0.0]]), lat, "test"),
+        ArrayLayout("rev", ("b", "a"), np.array([b, [0.0, 0.0, 0.0]]), lat, "test"),
         declination=dec,
         hour_angles=ha,
     )

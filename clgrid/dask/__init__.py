@@ -51,7 +51,7 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-from .chunks import Chunk, Layout, check_device, chunk_sizes, forget_shared, naming, prefer_worker, shared, \
+from .chunks import Chunk, ChunkLayout, check_device, chunk_sizes, forget_shared, naming, prefer_worker, shared, \
     tree_sum, workers_to_prefer
 from . import watch
 from .watch import compute
@@ -268,7 +268,7 @@ def _options(grid_size, cell_size, method, precision, device, tuning, on_dropped
                 on_dropped="raise" if on_dropped == "raise" else "ignore", **more)   # the caller warns
 
 
-def _layout(uvw, freqs, channel_chunks, per_channel: tuple) -> Layout:
+def _layout(uvw, freqs, channel_chunks, per_channel: tuple) -> ChunkLayout:
     """Row chunks from ``uvw`` (a dask array: its first axis); channel chunks, where there are
     ``freqs``, from ``channel_chunks``, else from the first dask array of ``per_channel``
     (vis, weights, flags) whose channel axis (the one after uvw's leading axes) has them all."""
@@ -282,15 +282,15 @@ def _layout(uvw, freqs, channel_chunks, per_channel: tuple) -> Layout:
     if freqs is None:
         if channel_chunks is not None:
             raise ValueError("channel_chunks needs freqs: without them the data have no channel axis")
-        return Layout(rows, None, nrow, None, leading)
+        return ChunkLayout(rows, None, nrow, None, leading)
     nchan = freqs.size
     if channel_chunks is None:
         channel_chunks = next((a.chunks[leading] for a in per_channel if isinstance(a, da.Array)
                                and a.ndim > leading and a.shape[0] == nrow and a.shape[leading] == nchan), -1)
-    return Layout(rows, chunk_sizes("channel_chunks", channel_chunks, nchan), nrow, nchan, leading)
+    return ChunkLayout(rows, chunk_sizes("channel_chunks", channel_chunks, nchan), nrow, nchan, leading)
 
 
-def _pieces(layout: Layout, a) -> list:
+def _pieces(layout: ChunkLayout, a) -> list:
     """Weights, flags or vis cut per chunk; an array that broadcasts goes whole to each task,
     cut to its channels on the axis where `Gridder` reads them: the second last where it
     has as many axes as the visibilities (one per visibility), else the last (one per

@@ -26,7 +26,7 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["Chunk", "Layout", "chunk_sizes", "client", "shared", "forget_shared", "tree_sum", "naming",
+__all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "shared", "forget_shared", "tree_sum", "naming",
            "workers_to_prefer", "prefer_worker", "check_device"]
 
 KEPT_SCATTERED = 8          # scattered objects kept for later calls (kernel stacks)
@@ -68,7 +68,7 @@ def chunk_sizes(name: str, chunks, length: int) -> tuple:
 
 
 @dataclass(frozen=True)
-class Layout:
+class ChunkLayout:
     """The chunks of a call: ``rows`` (sizes of the row blocks, adding up to ``nrow``) by
     ``channels`` (sizes of the channel blocks, adding up to ``nchan``; None where the data
     have no channel axis).  ``leading`` is the number of leading (row) axes of the data:

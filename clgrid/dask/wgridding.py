@@ -86,7 +86,7 @@ import numpy as np
 
 from . import chunks as chunking
 from .watch import compute, stall_seconds
-from .chunks import Layout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, workers_to_prefer
+from .chunks import ChunkLayout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, workers_to_prefer
 from .delivery import collect, deliver, discard, open_box
 from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, parts_at, plane_counts, points_of, \
     selection, slab_bounds, slab_sizes, split, values_at
@@ -357,7 +357,7 @@ def _local(a):
     return np.asarray(a.compute() if isinstance(a, da.Array) else a)
 
 
-def _layout(uvw, freq, per_row: tuple, per_channel: tuple, row_chunks, channel_chunks) -> Layout:
+def _layout(uvw, freq, per_row: tuple, per_channel: tuple, row_chunks, channel_chunks) -> ChunkLayout:
     """Rows and channels of the call, checked, and their chunks: ``row_chunks`` /
     ``channel_chunks`` where given (an int or sizes), else those of the first dask array
     among ``per_row`` (axis 0) / ``per_channel`` (axis 1), or of ``freq``; else one block."""
@@ -373,7 +373,7 @@ def _layout(uvw, freq, per_row: tuple, per_channel: tuple, row_chunks, channel_c
         row_chunks = next((a.chunks[0] for _, a in per_row if isinstance(a, da.Array)), -1)
     if channel_chunks is None:
         channel_chunks = next((a.chunks[1] for _, a in per_channel if isinstance(a, da.Array)), -1)
-    return Layout(chunk_sizes("row_chunks", row_chunks, nrow), chunk_sizes("channel_chunks", channel_chunks, nchan),
+    return ChunkLayout(chunk_sizes("row_chunks", row_chunks, nrow), chunk_sizes("channel_chunks", channel_chunks, nchan),
                   nrow, nchan)
 
 
@@ -412,7 +412,7 @@ def _keep(keep_operators) -> int:
     return int(keep_operators)
 
 
-def _slab_samples(slab_samples, layout: Layout) -> int:
+def _slab_samples(slab_samples, layout: ChunkLayout) -> int:
     """The most samples a planes task takes: ``slab_samples``, or as many as the largest
     chunk holds."""
     if slab_samples is None:
@@ -423,7 +423,7 @@ def _slab_samples(slab_samples, layout: Layout) -> int:
     return int(slab_samples)
 
 
-def _split(split, slabs, do_wgridding, layout: Layout, workers, deterministic: bool = False) -> tuple:
+def _split(split, slabs, do_wgridding, layout: ChunkLayout, workers, deterministic: bool = False) -> tuple:
     """(the split, the number of slabs): module docstring.  The number of slabs is None
     where it is to come from the data (`_data_slabs`): with ``deterministic`` and no
     ``slabs``, nothing that fixes the bits may depend on the cluster."""
@@ -461,7 +461,7 @@ def _key_of(piece):
     return getattr(piece, "key", None) or dask.base.tokenize(piece)
 
 
-def _points_token(layout: Layout, uvw_pieces, mask_pieces, freq, options: dict, *more) -> str:
+def _points_token(layout: ChunkLayout, uvw_pieces, mask_pieces, freq, options: dict, *more) -> str:
     """What fixes an operator's points: the uvw and mask blocks, the frequencies, every
     keyword and the chunks (the keys of the blocks, not their content: nothing large is
     hashed per call)."""
@@ -562,7 +562,7 @@ def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, worker
     return outputs
 
 
-def _slab_pieces(layout: Layout, uvw, freq, mask) -> list:
+def _slab_pieces(layout: ChunkLayout, uvw, freq, mask) -> list:
     """Each chunk's (chunk, uvw, freq, mask) pieces."""
     chunks = layout.chunks()
     return list(zip(chunks, layout.pieces(uvw, channels=False), [freq[slice(*c.channels)] for c in chunks],

@@ -2,8 +2,8 @@
 
 Spreading wants the points of one w-plane together, and within a plane in the order
 its kernel walks the grid: by first u cell for the CPUs' owner-computes rows
-(``Layout("rows")``), by bin of cells for the GPUs' one work-group per bin
-(``Layout("bins")``).  Both are a sort of the plan (`clgrid.planning.plan.plan_stacked`) by
+(``PlaneOrder("rows")``), by bin of cells for the GPUs' one work-group per bin
+(``PlaneOrder("bins")``).  Both are a sort of the plan (`clgrid.planning.plan.plan_stacked`) by
 a small integer key, a counting sort on the device (`clgrid.device.counting_sort`, which
 also gives where each key's run starts: the row and bin tables the kernels read), then the
 plan's points taken into that order.
@@ -22,11 +22,11 @@ from ..device.codegen import kernel as codegen_kernel
 from ..device.counting_sort import CountingSort
 from .plan import stacked_program
 
-__all__ = ["Layout", "PointPlan", "arrange"]
+__all__ = ["PlaneOrder", "PointPlan", "arrange"]
 
 
 @dataclass(frozen=True)
-class Layout:
+class PlaneOrder:
     """The order of the points within a w-plane: ``"rows"`` (by first u cell) or ``"bins"``
     (by the ``bin_u`` x ``bin_v`` bin of cells holding the first cell)."""
 
@@ -88,15 +88,15 @@ class PointPlan:
         return int(lo), int(hi - lo)
 
 
-def _key_expression(layout: Layout) -> str:
-    """`Layout.keys` as a C expression of the packed plan ``p`` (clgrid/cl_kernels/counting_sort.cl)."""
+def _key_expression(layout: PlaneOrder) -> str:
+    """`PlaneOrder.keys` as a C expression of the packed plan ``p`` (clgrid/cl_kernels/counting_sort.cl)."""
     plane = f"(p.w & 0x7fffffff) * {layout.keys_per_plane}"
     if layout.kind == "rows":
         return f"{plane} + p.x"
     return f"{plane} + (p.x / {layout.bin_u}) * {layout.bins[1]} + p.y / {layout.bin_v}"
 
 
-def arrange(plan, layout: Layout, stable: bool = False) -> PointPlan:
+def arrange(plan, layout: PlaneOrder, stable: bool = False) -> PointPlan:
     """``plan`` (a w-stacking `clgrid.planning.plan.Plan`) in the order of ``layout``, on the
     device: a counting sort by key, whose order within a key follows its atomics, or with
     ``stable`` a sort on the host that keeps the caller's order within a key (the same

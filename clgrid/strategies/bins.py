@@ -14,7 +14,7 @@ import pyopencl as cl
 
 from ..device.scan import ExclusiveScan
 from ..planning.plan import stacked_program
-from ..planning.stacking import Layout, PointPlan, every_nth
+from ..planning.stacking import PlaneOrder, PointPlan, every_nth
 from .stacked import StackedStrategy
 
 __all__ = ["BinsGridding"]
@@ -62,13 +62,13 @@ class BinsGridding(StackedStrategy):
         tuning = dict(tuning)
         if not tuning["bins_batch"]:
             tuning["bins_batch"] = cls.batch(tuning, kernels, precision, MIN_LOCAL_MEMORY)
-        layout = Layout("bins", int(grid_size[0]), int(grid_size[1]), tuning["bin_u"], tuning["bin_v"])
+        layout = PlaneOrder("bins", int(grid_size[0]), int(grid_size[1]), tuning["bin_u"], tuning["bin_v"])
         params = super().program_parameters(tuning, precision, npol, grid_size, kernels)
         return dict(params, keys_per_plane=layout.keys_per_plane, wg=tuning["bins_work_group"],
                     subproblem=tuning["bins_subproblem"], batch=tuning["bins_batch"])
 
-    def layout(self) -> Layout:
-        return Layout("bins", self.nu, self.nv, self.tuning["bin_u"], self.tuning["bin_v"])
+    def layout(self) -> PlaneOrder:
+        return PlaneOrder("bins", self.nu, self.nv, self.tuning["bin_u"], self.tuning["bin_v"])
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
         """By (first plane, bin), with each plane's work-groups: (bin, piece) for every piece

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from ..planning.stacking import Layout, PointPlan
+from ..planning.stacking import PlaneOrder, PointPlan
 from .base import read_only_buffer
 from .stacked import StackedStrategy
 
@@ -26,8 +26,8 @@ class _FpgaStacked(StackedStrategy):
     counts = ("tile", "unroll_u")
     stable = True          # the host order of an FPGA pipeline: the same every run
 
-    def layout(self) -> Layout:
-        return Layout("bins", self.nu, self.nv, self.tuning["tile"], self.tuning["tile"])
+    def layout(self) -> PlaneOrder:
+        return PlaneOrder("bins", self.nu, self.nv, self.tuning["tile"], self.tuning["tile"])
 
     def arrangement_key(self) -> tuple:
         return (type(self).__name__, self.precision, self.tuning["tile"])

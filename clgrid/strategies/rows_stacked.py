@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from ..planning.stacking import Layout, PointPlan
+from ..planning.stacking import PlaneOrder, PointPlan
 from .stacked import StackedStrategy, launch_size
 
 __all__ = ["StackedRowsGridding", "StackedRowsDegridding"]
@@ -27,8 +27,8 @@ class _StackedRows(StackedStrategy):
     def work_group_shape(tuning: dict) -> tuple:
         return (tuning["rows_work_group"],)
 
-    def layout(self) -> Layout:
-        return Layout("rows", self.nu, self.nv)
+    def layout(self) -> PlaneOrder:
+        return PlaneOrder("rows", self.nu, self.nv)
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
         """By (first plane, first u cell), with every point's kernel values (``extra["taps"]``:

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 
 from ..sources.analytic import StackedKernel
-from ..planning.stacking import Layout, PointPlan, arrange
+from ..planning.stacking import PlaneOrder, PointPlan, arrange
 from .base import Strategy
 
 __all__ = ["StackedStrategy", "launch_size"]
@@ -63,9 +63,9 @@ class StackedStrategy(Strategy):
     def template_params(self, npol: int) -> dict:
         return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
 
-    def layout(self) -> Layout:
+    def layout(self) -> PlaneOrder:
         """The order of the points within a plane this strategy wants."""
-        return Layout("bins", self.nu, self.nv, 32, 32)
+        return PlaneOrder("bins", self.nu, self.nv, 32, 32)
 
     def arrangement_key(self) -> tuple:
         return (type(self).__name__, self.precision, repr(sorted(self.tuning.items())), self.stable)

@@ -32,7 +32,7 @@ from importlib import resources
 import numpy as np
 
 __all__ = [
-    "Layout",
+    "ArrayLayout",
     "available_layouts",
     "load_layout",
     "baselines",
@@ -67,23 +67,23 @@ _REQUIRED_KEYS = ("format", "name", "frame", "reference", "source", "licence")
 
 
 # --------------------------------------------------------------------------
-# Layout
+# ArrayLayout
 # --------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class Layout:
+class ArrayLayout:
     """Station positions of one interferometer.
 
     ``enu`` holds east, north, up offsets in metres from the array reference
     position, one row per station, in the order of ``station_names``; it is
-    stored as a read-only float64 copy so a ``Layout`` can be shared (and
+    stored as a read-only float64 copy so a ``ArrayLayout`` can be shared (and
     cached by :func:`load_layout`) safely.  ``latitude`` is the geodetic
     latitude of the reference position in radians: it is what rotates the
     local ENU frame into the equatorial frame used for uvw.  ``source`` says
     where the positions come from, with the licence they are shipped under.
 
     Layouts for tests can be built directly, e.g.
-    ``Layout("pair", ("a", "b"), [[0, 0, 0], [100, 0, 0]], 0.5, "made up")``.
+    ``ArrayLayout("pair", ("a", "b"), [[0, 0, 0], [100, 0, 0]], 0.5, "made up")``.
     """
 
     name: str
@@ -97,23 +97,23 @@ class Layout:
         enu = np.array(self.enu, dtype=np.float64, copy=True)
         if enu.ndim != 2 or enu.shape[1] != 3:
             raise ValueError(
-                f"Layout {self.name!r}: enu must have shape (nstation, 3), got {enu.shape}"
+                f"ArrayLayout {self.name!r}: enu must have shape (nstation, 3), got {enu.shape}"
             )
         if enu.shape[0] != len(names):
             raise ValueError(
-                f"Layout {self.name!r}: {enu.shape[0]} positions but {len(names)} station names"
+                f"ArrayLayout {self.name!r}: {enu.shape[0]} positions but {len(names)} station names"
             )
         if enu.shape[0] < 2:
-            raise ValueError(f"Layout {self.name!r}: an interferometer needs at least 2 stations")
+            raise ValueError(f"ArrayLayout {self.name!r}: an interferometer needs at least 2 stations")
         if len(set(names)) != len(names):
             dup = sorted(n for n, count in collections.Counter(names).items() if count > 1)
-            raise ValueError(f"Layout {self.name!r}: duplicate station names {dup}")
+            raise ValueError(f"ArrayLayout {self.name!r}: duplicate station names {dup}")
         if not np.all(np.isfinite(enu)):
-            raise ValueError(f"Layout {self.name!r}: enu contains non-finite values")
+            raise ValueError(f"ArrayLayout {self.name!r}: enu contains non-finite values")
         latitude = float(self.latitude)
         if not (math.isfinite(latitude) and abs(latitude) <= math.pi / 2):
             raise ValueError(
-                f"Layout {self.name!r}: latitude must be finite radians in [-pi/2, pi/2], "
+                f"ArrayLayout {self.name!r}: latitude must be finite radians in [-pi/2, pi/2], "
                 f"got {self.latitude!r}"
             )
         enu.setflags(write=False)
@@ -141,7 +141,7 @@ class Layout:
 
     def __repr__(self) -> str:
         return (
-            f"Layout(name={self.name!r}, num_stations={self.num_stations}, "
+            f"ArrayLayout(name={self.name!r}, num_stations={self.num_stations}, "
             f"latitude={math.degrees(self.latitude):.4f} deg)"
         )
 
@@ -246,7 +246,7 @@ def available_layouts() -> list[str]:
     )
 
 
-def load_layout(name: str) -> Layout:
+def load_layout(name: str) -> ArrayLayout:
     """Load a shipped layout by name (see :func:`available_layouts`).
 
     Raises ``ValueError`` naming the valid layouts if ``name`` is unknown.
@@ -261,7 +261,7 @@ def load_layout(name: str) -> Layout:
 
 
 @functools.lru_cache(maxsize=None)
-def _load_cached(name: str) -> Layout:
+def _load_cached(name: str) -> ArrayLayout:
     text = _layout_dir().joinpath(name + _LAYOUT_SUFFIX).read_text(encoding="utf-8")
     layout = parse_layout_text(text, origin=name + _LAYOUT_SUFFIX)
     if layout.name != name:
@@ -272,7 +272,7 @@ def _load_cached(name: str) -> Layout:
 _META_RE = re.compile(r"^#\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s?(.*)$")
 
 
-def parse_layout_text(text: str, origin: str = "<layout>") -> Layout:
+def parse_layout_text(text: str, origin: str = "<layout>") -> ArrayLayout:
     """Parse clgrid's layout file format (version 1).
 
     The format is CSV with ``# key: value`` header lines (a key may repeat to
@@ -346,7 +346,7 @@ def parse_layout_text(text: str, origin: str = "<layout>") -> Layout:
     source = f"{meta['source']} Licence: {meta['licence']}"
     if "title" in meta:
         source = f"{meta['title']}. {source}"
-    return Layout(
+    return ArrayLayout(
         name=meta["name"],
         station_names=tuple(names),
         enu=ecef_to_enu(xyz, ref_xyz),
@@ -359,21 +359,21 @@ def parse_layout_text(text: str, origin: str = "<layout>") -> Layout:
 # Baselines and uvw
 # --------------------------------------------------------------------------
 
-def baselines(layout: Layout | int) -> tuple[np.ndarray, np.ndarray]:
+def baselines(layout: ArrayLayout | int) -> tuple[np.ndarray, np.ndarray]:
     """All station pairs ``i < j`` as ``(ant1, ant2)`` int64 arrays.
 
     Order is fixed (ant1 slowest): (0,1), (0,2), ..., (0,n-1), (1,2), ...
     so baseline indices are stable across calls and match
-    :func:`simulate_uvw`.  Accepts a :class:`Layout` or a station count.
+    :func:`simulate_uvw`.  Accepts a :class:`ArrayLayout` or a station count.
     """
-    if isinstance(layout, Layout):
+    if isinstance(layout, ArrayLayout):
         n = layout.num_stations
     elif isinstance(layout, numbers.Integral) and not isinstance(layout, bool):
         n = int(layout)
         if n < 0:
             raise ValueError(f"number of stations must be >= 0, got {n}")
     else:
-        raise TypeError(f"baselines() takes a Layout or a station count, got {type(layout).__name__}")
+        raise TypeError(f"baselines() takes a ArrayLayout or a station count, got {type(layout).__name__}")
     ant1, ant2 = np.triu_indices(n, k=1)
     return ant1.astype(np.int64), ant2.astype(np.int64)
 
@@ -419,7 +419,7 @@ def _check_subset(subset, nbaseline: int) -> np.ndarray:
 
 
 def simulate_uvw(
-    layout: Layout,
+    layout: ArrayLayout,
     *,
     declination: float,
     hour_angles,
@@ -447,8 +447,8 @@ def simulate_uvw(
     Output bytes are ``24 * nbaseline * ntime``: 512 stations x 1000 times is
     about 3 GB, so subset or chunk the hour angles for big runs.
     """
-    if not isinstance(layout, Layout):
-        raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
+    if not isinstance(layout, ArrayLayout):
+        raise TypeError(f"layout must be a ArrayLayout, got {type(layout).__name__}")
     dec = _check_declination(declination)
     ha = _check_hour_angles(hour_angles)
     ant1, ant2 = baselines(layout)
@@ -541,7 +541,7 @@ def lofar_like(stations: int = 44, hours: float = 6.0, integration_s: float = 10
         raise ValueError(f"stations must be in [2, {len(core) + len(remote)}], got {stations}")
     ncore = min(len(core), stations * 30 // 44)
     keep = core[:ncore] + remote[:stations - ncore]
-    chosen = Layout(f"lofar_hba_{len(keep)}", tuple(layout.station_names[i] for i in keep),
+    chosen = ArrayLayout(f"lofar_hba_{len(keep)}", tuple(layout.station_names[i] for i in keep),
                     layout.enu[keep], layout.latitude, layout.source)
     uvw = simulate_uvw(chosen, declination=np.radians(50.0),
                        hour_angles=hour_angle_range(hours, integration_s))

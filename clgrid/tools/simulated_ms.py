@@ -98,8 +98,8 @@ def write_ms(path, sources, *, layout="meerkat", ntime: int = 16, nchan: int = 4
     path : str
         The MS folder to create (refused if it exists).
     sources : sequence of PointSource
-    layout : str or clgrid.datasets.Layout
-        A shipped layout (``"meerkat"``, ``"lofar_hba"``, ``"ska_low"``) or a Layout;
+    layout : str or clgrid.tools.datasets.ArrayLayout
+        A shipped layout (``"meerkat"``, ``"lofar_hba"``, ``"ska_low"``) or a ArrayLayout;
         ``stations`` keeps its first ``stations`` antennas.
     ntime, hours : int, float
         ``ntime`` integrations spread over ``hours`` hours, centred on transit.
