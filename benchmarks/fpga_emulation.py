@@ -1,4 +1,4 @@
-"""The figures of benchmarks/FPGA.md: the FPGA kernels emulated on this machine.
+"""The figures of docs/benchmarks/fpga.md: the FPGA kernels emulated on this machine.
 
     python3 benchmarks/fpga_emulation.py [--out DIR]
 

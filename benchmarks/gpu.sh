@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU runs behind BENCHMARKS.md, in order. On the GPU machine, from the checkout root:
+# The GPU runs behind the benchmark pages (docs/benchmarks/, index in BENCHMARKS.md), in order. On the GPU machine, from the checkout root:
 #   bash benchmarks/gpu.sh "$OUT" [part]
 # The whole sequence takes about 25 minutes; `part` (tests, atomics, bench, degrid,
 # moving_window, tiled, texture, plan, wgridding, imager) runs one section, for machines that limit a command's time;

@@ -12,7 +12,7 @@ The W-projection rows come from clgrid.tools.stack_accuracy.stack_image_error (t
 image through the float64 reference gridder, which the device strategies match to
 rounding).
 
-    python benchmarks/image_errors.py                   # the BENCHMARKS.md table
+    python benchmarks/image_errors.py                   # the table of docs/benchmarks/imaging.md
     python benchmarks/image_errors.py --num-vis 500 --npix 64 --quick
 """
 

@@ -6,6 +6,10 @@ Tests marked ``@pytest.mark.oclgrind`` run programs under Oclgrind.  Where the
 ``CLGRID_REQUIRE_OCLGRIND=1`` (set by .ci/run), which makes the absence an error: CI
 must not go green by skipping them.  Tests of optional libraries (the ``test`` extra:
 pyuvdata, finufft, ducc0) call `optional`, the same rule under ``CLGRID_REQUIRE_OPTIONAL=1``.
+
+Tests or parameter sets marked ``slow`` (exhaustive parameter sets, whole command-line tool
+runs, every Oclgrind test) are left out of the fast loop, ``python -m pytest -m "not slow"``;
+the README's test command, which CI runs, runs them all.
 """
 
 import importlib
@@ -19,6 +23,15 @@ import pytest
 
 import clgrid
 from clgrid.reference import relative_error  # noqa: F401  (the tests' accuracy measure)
+
+
+@pytest.hookimpl(tryfirst=True)     # before ``-m`` deselects, so that "not slow" sees these marks
+def pytest_collection_modifyitems(config, items):
+    """Mark every Oclgrind test ``slow``: an interpreted run takes seconds where the device takes
+    milliseconds, so the fast loop (``-m "not slow"``) leaves them to CI."""
+    for item in items:
+        if item.get_closest_marker("oclgrind"):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_runtest_setup(item):

@@ -64,7 +64,7 @@ def test_the_accuracy_it_states_is_what_its_image_measures(rng, epsilon, precisi
     ("tiled", {}),                                  # the table's: rows mapping, central box
     ("tiled", {"mapping": "footprint", "window_support": 2, "sort_copies_plan": False}),
     ("atomic", {})])
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
 def test_gridding_against_the_float64_kernel(queue, rng, method, tuning, precision):
     kernels = clgrid.KernelStack.analytic(1e-5 if precision == "single" else 1e-10, precision)
     uvw, freqs, cell = meerkat_tracks(rng, kernels)

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 import clgrid
 from clgrid.tools import bench
@@ -41,6 +42,7 @@ def test_a_failing_run_is_a_row_not_a_crash(queue):
     assert np.isnan(result.median_s)
 
 
+@pytest.mark.slow
 def test_cli_quick_bench_and_bad_device(capsys, device_name):
     assert cli.main(["bench", "--quick", "--num-vis", "2000", "--grid-size", "128", "--support", "2",
                      "--repeats", "1", "--device", device_name]) == 0

@@ -103,6 +103,7 @@ def test_bench_compare_refuses_what_it_cannot_take_by_name(capsys, monkeypatch):
         assert named in err
 
 
+@pytest.mark.slow
 def test_bench_compare_quick(capsys, tmp_path, device_name):
     """What CI runs: every row printed with what it times, the JSON with the peers' versions
     and threads, every round's seconds, each whole call at the accuracy it claims."""

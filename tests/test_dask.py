@@ -247,7 +247,7 @@ EPSILON = {"single": 1e-5, "double": 1e-10}
 
 
 @pytest.mark.parametrize("split", ["auto", "rows"])          # auto: planes here (w, 2 workers)
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
 def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rng, device_name, precision, split):
     """Rows and channels chunked: the image within 1e-5 (single) or 2 epsilon (double) of
     `clgrid.vis2dirty`'s by chunks of rows, to rounding by slabs of planes (the same
@@ -371,6 +371,7 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     assert np.array_equal(delivery.collect(box, [None, rows], [0, 6]), whole) and not os.path.exists(box.path)
 
 
+@pytest.mark.slow
 def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, monkeypatch, device_name):
     """deterministic=True with ``slabs`` given: the image and visibilities on the 2-worker
     cluster (2 facets) and on this process's synchronous scheduler (1 facet) are the same
@@ -395,6 +396,7 @@ def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, mo
     assert relative_error(on_cluster, single) <= 1e-6
 
 
+@pytest.mark.slow
 def test_planes_split_with_points_on_slab_edges_and_slabs_without_points(client, rng, device_name):
     """The planes split (double, epsilon 1e-9) on data made to stress it: |w| in two bands
     with empty planes between, rows sorted by |w| so that chunks hold one band each (a
@@ -444,6 +446,7 @@ def test_planes_split_with_points_on_slab_edges_and_slabs_without_points(client,
     assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty, **dict(shape, epsilon=1e-12))) <= 1e-9
 
 
+@pytest.mark.slow
 def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, rng, device_name):
     """slab_samples below a slab's samples: each slab's chunks go to several imaging
     tasks (in groups of whole chunks), none taking more than the cap unless one chunk
@@ -540,6 +543,7 @@ def test_vis2dirty_arguments_are_refused_by_name(rng):
         cd.dirty2vis(dirty=np.zeros((64, 48), np.float32), device=object(), **geometry)
 
 
+@pytest.mark.slow
 def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng, tmp_path):
     """examples/dask_ms_imaging.py: a simulated MS (python-casacore) read lazily by dask-ms in
     rows and channels, imaged over the workers; its 1 Jy source lands on its pixel at 1 Jy/beam."""

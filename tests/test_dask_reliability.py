@@ -104,6 +104,7 @@ def test_deterministic_images_and_predictions_are_the_same_bits_on_any_cluster(r
 
 # -- item 5: no hang under memory pressure ----------------------------------------------
 
+@pytest.mark.slow
 def test_a_worker_paused_for_memory_ends_the_call_with_a_clear_error(rng, process_cluster):
     # The worker's process sits above its pause threshold from the start (30% of 250 MiB):
     # it starts nothing, and Dask would wait for ever.
@@ -118,6 +119,7 @@ def test_a_worker_paused_for_memory_ends_the_call_with_a_clear_error(rng, proces
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow
 def test_workers_killed_for_memory_end_in_an_error(rng, process_cluster):
     # 400 MiB: the imaging of a 1024^2 image takes the worker past 95% every time; the
     # nanny restarts it, and Dask gives the task up after its allowed failures.
@@ -130,6 +132,7 @@ def test_workers_killed_for_memory_end_in_an_error(rng, process_cluster):
     assert "memory" in str(raised.value) + "".join(getattr(raised.value, "__notes__", []))
 
 
+@pytest.mark.slow
 def test_the_only_worker_lost_mid_call_is_recovered(rng, process_cluster):
     """Every task goes back to the scheduler when the only worker dies; none may stay
     tied to its old address (the hang: tasks of the data with a loose restriction to

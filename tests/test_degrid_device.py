@@ -91,8 +91,8 @@ def check(vis, ref, precision):
 
 
 @pytest.mark.parametrize("method", NEAREST)
-@pytest.mark.parametrize("precision", ["single", "double"])
-@pytest.mark.parametrize("npol", [1, 2, 4])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("npol", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_degridder_matches_reference(queue, rng, stack, method, precision, npol):
     uvw = tracks(rng, 24, 40)
     uvw[3, 10:14, 0] = 0.99 * (N // 2) * DU           # off the grid in mid-track

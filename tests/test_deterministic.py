@@ -54,7 +54,7 @@ def test_fixed_point_scale_keeps_sums_in_62_bits(rng, stack):
     assert scale_exponent(0.0, stack) == 0
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", list(CASES))
 def test_deterministic_gridding_is_bit_identical_and_accurate(queue, rng, stack, case, precision):
     method, tuning = CASES[case]
@@ -93,7 +93,7 @@ def test_degridders_are_deterministic(queue, rng, stack, method):
     assert np.abs(runs[0]).max() > 0
 
 
-@pytest.mark.parametrize("mapping", ["rows", "footprint"])
+@pytest.mark.parametrize("mapping", ["rows", pytest.param("footprint", marks=pytest.mark.slow)])
 def test_tiled_deterministic_where_the_device_sort_reorders_tiles(queue, mapping):
     """Enough visibilities per tile that the device bucket sort's order changes between runs
     (float tile sums then differ in the last bits: 100k tracks did on PoCL)."""

@@ -248,7 +248,7 @@ def test_threads_sharing_one_operator_get_their_own_results(rng, stack, queue, k
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["direct", "staged"])
-@pytest.mark.parametrize("method", ["tiled", "moving_window"])
+@pytest.mark.parametrize("method", ["tiled", pytest.param("moving_window", marks=pytest.mark.slow)])
 def test_data_larger_than_the_device_stream_through_it_in_chunks(rng, stack, queue, method, staged):
     """Streamed in chunks of rows, as one pass; ``staged``: through pinned staging as on a
     GPU (the values of each chunk uploaded in the background while it is planned)."""

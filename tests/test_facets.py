@@ -171,6 +171,7 @@ GRID_BEYOND_ONE_BUFFER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(DEVICE != "pocl", reason="POCL_MEMORY_LIMIT shrinks PoCL's device only")
 def test_a_grid_beyond_one_pocl_buffer_is_imaged_as_facets(rng):
     """POCL_MEMORY_LIMIT=1 (GB): PoCL's largest buffer is a quarter of it, 256 MiB; a 2400^2

@@ -61,8 +61,8 @@ def test_moving_window_is_a_method():
     assert "moving_window" in clgrid.Gridder.methods
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
-@pytest.mark.parametrize("npol", [1, 2, 4])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("npol", [1, pytest.param(2, marks=pytest.mark.slow), 4])
 def test_matches_reference_with_channels_and_changing_support(queue, rng, stack, precision, npol):
     uvw = arcs(rng, 12, 40) * SPEED_OF_LIGHT / FREQS.max()      # metres
     vis = noise(rng, (12, 40, FREQS.size, npol))
@@ -81,7 +81,7 @@ def test_matches_reference_with_channels_and_changing_support(queue, rng, stack,
 
 
 @pytest.mark.parametrize("support, grid_size, nbaseline, ntime", [
-    (3, 128, 10, 30), (8, 128, 8, 20), (20, 128, 4, 12), (64, 256, 2, 3)])
+    (3, 128, 10, 30), (8, 128, 8, 20), (20, 128, 4, 12), pytest.param(64, 256, 2, 3, marks=pytest.mark.slow)])
 def test_kernel_sizes_7_to_129(queue, rng, support, grid_size, nbaseline, ntime):
     """Fixed supports from 7^2 to 129^2: large windows need many tiles per chunk."""
     kernels = fixed_support_stack(support, oversample=8, num_planes=4, w_max=100)

@@ -22,8 +22,8 @@ def stack():
     return stack
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
-@pytest.mark.parametrize("npol", [1, 2, 4])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("npol", [1, pytest.param(2, marks=pytest.mark.slow), 4])
 @pytest.mark.parametrize("band,vector_access", [(1, "vload"), (3, "cast"), (8, "vload"), (200, "cast")])
 def test_rows_gridder_matches_reference(queue, rng, stack, precision, npol, band, vector_access):
     """Bands of one row, of a size that does not divide the grid, and one band for the whole

@@ -21,7 +21,7 @@ SMALL_TILES = {"tile_u": 16, "tile_v": 16, "regsz": 4, "shmsz": 4, "central_radi
                "central_chunk": 24, "window_support": -1}   # windows only where a test asks for them
 
 
-@pytest.fixture(scope="module", params=[8, 4], ids=["os8", "os4"])
+@pytest.fixture(scope="module", params=[8, pytest.param(4, marks=pytest.mark.slow)], ids=["os8", "os4"])
 def stack(request):
     """Supports growing with |w| from 2 to 12 cells (kernels up to 25 cells wide)."""
     return clgrid.KernelStack.w_projection(grid_size=N, cell_size=CELL, w_max=300, num_planes=8,
@@ -70,7 +70,7 @@ def read(queue, buffer, dtype, count):
 # -- the grid against the reference ------------------------------------------
 
 @pytest.mark.parametrize("precision", ["single", "double"])
-@pytest.mark.parametrize("npol", [1, 4])
+@pytest.mark.parametrize("npol", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_random_order_matches_reference(queue, rng, stack, precision, npol, mapping):
     uvw, vis = random_visibilities(rng, 1200, N, CELL, 300, npol=npol)
     weights = rng.uniform(0.1, 3.0, vis.shape)
@@ -155,7 +155,8 @@ def test_single_tile_and_empty_tiles(queue, rng, mapping):
     assert np.count_nonzero(counts[:active_tiles] == 0) > active_tiles // 4
 
 
-@pytest.mark.parametrize("tile_factor", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("tile_factor", [pytest.param(0.0, marks=pytest.mark.slow), 0.5,
+                                         pytest.param(1.0, marks=pytest.mark.slow)])
 def test_tile_factor_splits_between_tiles_and_atomics(queue, rng, stack, tile_factor, mapping):
     uvw, vis = random_visibilities(rng, 1000, N, CELL, 300, npol=2)
     gridder = grid_and_compare(queue, stack, uvw, vis, tuning=dict(SMALL_TILES, tile_factor=tile_factor),
@@ -174,7 +175,7 @@ def test_tile_factor_splits_between_tiles_and_atomics(queue, rng, stack, tile_fa
         assert gridder.strategy.stages["untiled"]
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
 def test_supports_4_to_72_on_tiles_smaller_than_the_kernels(queue, rng, precision, mapping):
     """Kernels up to 145 cells wide on 8 x 16 tiles: a visibility lands in up to 190 buckets."""
     n = 256
@@ -205,7 +206,7 @@ def test_oclgrind_finds_no_races_or_memory_errors(rng, mapping, plan_copies, tmp
     assert relative_error(case["gridded"], ref) <= 1e-5
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
+@pytest.mark.parametrize("precision", ["single", pytest.param("double", marks=pytest.mark.slow)])
 def test_entries_without_plan_copies(queue, rng, stack, mapping, precision):
     """sort_copies_plan = false: the tile kernel reads each entry's plan by its index."""
     uvw, vis = random_visibilities(rng, 900, N, CELL, 300, npol=2)
@@ -213,7 +214,7 @@ def test_entries_without_plan_copies(queue, rng, stack, mapping, precision):
     grid_and_compare(queue, stack, uvw, vis, precision, dict(SMALL_TILES, sort_copies_plan=False), mapping=mapping)
 
 
-@pytest.mark.parametrize("window_support", [3, 7])
+@pytest.mark.parametrize("window_support", [3, pytest.param(7, marks=pytest.mark.slow)])
 def test_small_supports_go_whole_into_windows(queue, rng, stack, mapping, window_support):
     """Footprints up to 2 window_support + 1 wide are one entry each, in the window that
     holds them; wider ones go to every tile they touch (the stack's supports are 3..12)."""
@@ -230,7 +231,8 @@ def test_small_supports_go_whole_into_windows(queue, rng, stack, mapping, window
     assert gridder.strategy.stages["windows"]
 
 
-@pytest.mark.parametrize("footprint_wg", [16, 48, 256])
+@pytest.mark.parametrize("footprint_wg", [pytest.param(16, marks=pytest.mark.slow), 48,
+                                          pytest.param(256, marks=pytest.mark.slow)])
 def test_footprint_mapping_with_any_work_group(queue, rng, stack, footprint_wg):
     """As many work-items as tile columns (a footprint row per pass), a count that divides
     no footprint width, and more than a tile has cells."""
@@ -351,7 +353,7 @@ def test_count_scan_and_sort_stages_equal_numpy(queue, rng, stack, tuning):
 @pytest.mark.parametrize("tuning", [{}, {"regsz": 4, "shmsz": 4, "tile_u": 16, "tile_v": 16},
                                     {"mapping": "footprint", "tile_u": 32, "tile_v": 32, "footprint_wg": 32}])
 @pytest.mark.parametrize("npol, precision", [(1, "single"), (4, "double")])
-@pytest.mark.parametrize("analytic", [False, True])
+@pytest.mark.parametrize("analytic", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_local_memory_known_before_the_build_is_what_the_kernel_takes(queue, stack, tuning, npol, precision,
                                                                        analytic):
     """local_memory counts tile_visibility's words by hand: it must follow the struct.  It
@@ -434,6 +436,7 @@ def test_tuner_prunes_tiled_candidates_by_their_work_group(queue):
     assert len(tuner.candidates("tiled", pocl, space)) == 6                # any width
 
 
+@pytest.mark.slow
 def test_tuner_runs_the_tiled_strategy(queue, tmp_path, monkeypatch):
     from clgrid.tools import bench
     from clgrid.tools import tuner

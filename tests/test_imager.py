@@ -285,7 +285,7 @@ def test_not_divided_by_n_unless_asked(observation, tmp_path):
     close(ducc0 * n, wsclean, 1e-7)
 
 
-@pytest.mark.parametrize("feeds", ["linear", "circular"])
+@pytest.mark.parametrize("feeds", ["linear", pytest.param("circular", marks=pytest.mark.slow)])
 def test_polarisations_from_the_correlations(observation, tmp_path, feeds):
     ms = observation[feeds]
     own = ms.correlations[0]                                     # XX or RR: the MS's own

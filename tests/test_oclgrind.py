@@ -55,6 +55,7 @@ CASES = [("grid", m) for m, t in GRID_TUNING.items() if t is not None] + \
         [("degrid", m) for m, t in DEGRID_TUNING.items() if t is not None]
 
 
+@pytest.mark.oclgrind
 @pytest.mark.parametrize("direction,method", CASES, ids=[f"{d}-{m}" for d, m in CASES])
 def test_strategy_under_oclgrind(rng, tmp_path, direction, method):
     tuning = (GRID_TUNING if direction == "grid" else DEGRID_TUNING)[method]

@@ -31,6 +31,10 @@ PROPERTIES = settings(max_examples=EXAMPLES, derandomize="CLGRID_PROPERTY_SEED" 
                       database=None, deadline=None, print_blob=True,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
+# every test here draws a budget of examples (CLGRID_PROPERTY_EXAMPLES): exhaustive by design, left to
+# CI and to `-m slow` rather than the fast loop
+pytestmark = pytest.mark.slow
+
 N, CELL, W_MAX = 64, 4e-3, 100.0
 DU = 1.0 / (N * CELL)
 C = 299792458.0

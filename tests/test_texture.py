@@ -48,7 +48,7 @@ def inner(a, b):
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
-@pytest.mark.parametrize("npol", [1, 4])
+@pytest.mark.parametrize("npol", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_texture_gridding_matches_interpolated_reference(queue, rng, stack, tolerance, sampler, npol):
     uvw, vis = random_visibilities(rng, 800, N, CELL, W_MAX, npol=npol)
     weights = rng.uniform(0.1, 3.0, vis.shape)
@@ -161,6 +161,7 @@ def test_interpolation_precision(queue):
             assert result[direction]["image_vs_software"] <= sampler_bound(queue)
 
 
+@pytest.mark.slow
 def test_linear_fine_table_beats_nearest_coarse_table(rng):
     """Against a dense table (oversample 32, 33 planes), interpolating a small table
     (oversample 4, 5 planes) errs clearly less than looking up its nearest sample (about
@@ -195,7 +196,7 @@ def test_moving_window_takes_linear_interpolation():
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
-@pytest.mark.parametrize("npol", [1, 4])
+@pytest.mark.parametrize("npol", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_texture_moving_window_matches_interpolated_reference(queue, rng, stack, tolerance, sampler, npol):
     """Baseline-ordered tracks whose footprint support changes along a baseline."""
     nbaseline, ntime = 10, 40

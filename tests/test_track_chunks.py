@@ -84,7 +84,8 @@ STRATEGIES = {"support_and_sign": LongestFirst, "channel": WidestFirst}   # the 
 @pytest.mark.parametrize("tracks", [random_tracks, meerkat_tracks])
 @pytest.mark.parametrize("key", sorted(KEYS))
 @pytest.mark.parametrize("order", sorted(ORDERS))
-@pytest.mark.parametrize("max_length, wg", [(3, 1), (17, 64), (17, 5), (4096, 64)])
+@pytest.mark.parametrize("max_length, wg", [(3, 1), pytest.param(17, 64, marks=pytest.mark.slow), pytest.param(17, 5, marks=pytest.mark.slow),
+                                            pytest.param(4096, 64, marks=pytest.mark.slow)])
 def test_device_chunks_equal_the_hosts(queue, rng, stack, tracks, key, order, max_length, wg):
     uvw = tracks(rng, 24, 40)
     plan = device_plan(queue, stack, uvw, flags_for(rng, uvw.shape[:-1] + (FREQS.size,)))

@@ -81,6 +81,7 @@ def test_pinned_results_are_recycled_only_when_nothing_holds_them(rng, queue):
     assert host_empty((5,), np.float32, staging).base is None  # other sizes are asked for afresh
 
 
+@pytest.mark.slow
 def test_uploads_on_the_transfer_queue_are_complete_before_kernels_read_them(rng, queue):
     """`Gridder.grid` uploads uvw and vis on its second queue and grids on the first: each
     upload must have finished, not only released the host array (a blocking write's only

@@ -155,6 +155,7 @@ def test_tuner_end_to_end_on_a_tiny_space(queue, tmp_path, monkeypatch):
     assert all(t.params["wg_u"] == 8 for t in result.timings)
 
 
+@pytest.mark.slow
 def test_cli_devices_and_tune_run(queue, device_name, tmp_path, capsys):
     from clgrid.tools import cli
 
@@ -252,6 +253,7 @@ def test_gridder_takes_the_npol_and_precision_values_of_its_call(table, queue, r
             assert relative_error(gridder.grid(uvw, vis), ref) <= bound
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", bench.benchmark_methods())
 def test_cli_tune_runs_for_every_method(queue, device_name, method, capsys):
     """Two values of the method's first tuning parameter, the table default beside them."""

@@ -131,7 +131,8 @@ def test_all_masked_or_zero_weight_gives_zeros_and_a_warning(rng):
         assert np.all(image == 0) and image.shape == (IMAGE["npix_x"], IMAGE["npix_y"])
 
 
-@pytest.mark.parametrize("spread,fft,single", [("rows", "host", False), ("bins", "mapped", True)])
+@pytest.mark.parametrize("spread,fft,single", [("rows", "host", False),
+                                               pytest.param("bins", "mapped", True, marks=pytest.mark.slow)])
 def test_shared_geometry_and_plane_ranges_add_up_to_the_whole(rng, spread, fft, single):
     """Operators over parts of the points, given the whole set's geometry and a partition
     of its w-planes (each part x each range), sum to the whole operator's image and

@@ -49,7 +49,8 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
     return relative_error(got, ref), relative_error(got_vis, ref_vis)
 
 
-@pytest.mark.parametrize("epsilon,single,wgrid", [(1e-10, False, True), (1e-4, True, True), (1e-5, False, False)])
+@pytest.mark.parametrize("epsilon,single,wgrid", [pytest.param(1e-10, False, True, marks=pytest.mark.slow),
+                                                   (1e-4, True, True), (1e-5, False, False)])
 @pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "bins", "bins_work_group": 32},
                                     {"spread": "fpga", "tile": 16, "banks": 3, "unroll_u": 3, "shift_depth": 5}])
 def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
@@ -58,7 +59,7 @@ def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
 
 
 @pytest.mark.parametrize("bin_size", [(8, 16), (5, 3)])
-@pytest.mark.parametrize("work_group,subproblem", [(256, 7), (32, 7), (16, 40)])
+@pytest.mark.parametrize("work_group,subproblem", [pytest.param(256, 7, marks=pytest.mark.slow), (32, 7), (16, 40)])
 def test_bins_of_any_size_match_rows(rng, bin_size, work_group, subproblem):
     """The "bins" spread with bins that do not divide the grid (the last bin short, footprints
     wrapping round the grid's edge), subproblems shorter or longer than a work-group's batch
@@ -91,6 +92,7 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
                         tuning=bins | {"bin_u": 2 * side, "bin_v": 2 * side})
 
 
+@pytest.mark.oclgrind
 @pytest.mark.parametrize("spread", ["bins", "fpga"])
 def test_spread_and_interpolation_under_oclgrind(tmp_path, spread):
     """No data race (a missing barrier between points shows here), no out-of-bounds access

@@ -42,31 +42,45 @@ class Gridder(GridOperation):
 
     Parameters
     ----------
-    grid_size : even number of cells N along u and v; the centre is at N // 2.
-    cell_size : image-plane pixel size in radians; the uv cell is 1 / (N * cell_size).
-    kernels : the `KernelStack` to convolve with.
-    method : work distribution, one of ``Gridder.methods``: "auto" (the default: the
+    grid_size : int
+        Even number of cells N along u and v; the centre is at N // 2.
+    cell_size : float
+        Image-plane pixel size in radians; the uv cell is 1 / (N * cell_size).
+    kernels : KernelStack
+        The stack of kernels to convolve with.
+    method : str
+        Work distribution, one of ``Gridder.methods``: "auto" (the default: the
         tuning table's choice for the device, e.g. "tiled" on Hopper GPUs, "atomic"
         elsewhere), "atomic", "tiled", "moving_window" (baseline-ordered tracks),
         "fpga" (a single work-item pipeline) or "rows" (bands of grid rows, each
         owned by one work-item: no atomics, for CPU devices).
-    interpolation : "nearest" (the nearest oversampled kernel sample, seed 003) or
-        "linear" (trilinear in u, v and w, the texture path of seed 004 §4.1: with
-        "atomic" or "moving_window"; `clgrid.sources.interpolation`).
-    device : None (``$CLGRID_DEVICE``, else a GPU, else PoCL), a name such as "pocl"
-        or "nvidia", or a pyopencl Device, Context or (in-order) CommandQueue, with or
+    interpolation : str
+        "nearest" (the nearest oversampled kernel sample, seed 003) or "linear"
+        (trilinear in u, v and w, the texture path of seed 004 §4.1: with "atomic" or
+        "moving_window"; `clgrid.sources.interpolation`).
+    device : None, str, or pyopencl Device, Context or CommandQueue
+        None (``$CLGRID_DEVICE``, else a GPU, else PoCL), a name such as "pocl" or
+        "nvidia", or a pyopencl Device, Context or (in-order) CommandQueue, with or
         without profiling (without it, ``kernel_seconds`` in the report is None).
-    precision : "single" (complex64 grid) or "double" (complex128; needs fp64).
-    tuning : overrides of the tuning table's parameters for this strategy.
-    on_dropped : "warn", "raise" or "ignore" for visibilities off the grid or beyond
-        the kernel stack (they are counted in ``last_report`` in every case).
-    binary : a precompiled program (from ``clgrid emit`` and an offline compiler such
-        as ``aoc``, or `Strategy.save_binary`) to load instead of building the source;
-        its ``.json`` description must sit beside it and match this call.
-    deterministic : bit-identical grids from run to run (same device and parameters):
-        accumulate in 64-bit fixed point instead of float atomics (`clgrid.operators.deterministic`
-        states its precision; it needs 64-bit integer atomics).
+    precision : str
+        "single" (complex64 grid) or "double" (complex128; needs fp64).
+    tuning : dict or None
+        Overrides of the tuning table's parameters for this strategy.
+    on_dropped : str
+        "warn", "raise" or "ignore" for visibilities off the grid or beyond the kernel
+        stack (they are counted in ``last_report`` in every case).
+    binary : str, path or None
+        A precompiled program (from ``clgrid emit`` and an offline compiler such as
+        ``aoc``, or `Strategy.save_binary`) to load instead of building the source; its
+        ``.json`` description must sit beside it and match this call.
+    deterministic : bool
+        Bit-identical grids from run to run (same device and parameters): accumulate
+        in 64-bit fixed point instead of float atomics
+        (`clgrid.operators.deterministic` states its precision; it needs 64-bit
+        integer atomics).
 
+    Notes
+    -----
     One Gridder may be shared by threads (its calls are serialised).
     """
 

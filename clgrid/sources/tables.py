@@ -82,12 +82,19 @@ class KernelStack(KernelSource):
 
     Attributes
     ----------
-    planes : tuple of complex128 arrays, plane ``p`` of shape ``(Q_p, Q_p)``
-    supports : int32 array (num_planes,), half-width in grid cells of each plane
-    oversample : samples per grid cell
-    w_scale : plane of a visibility is ``round(sqrt(|w| * w_scale))``
-    taper : name of the anti-aliasing taper, or None for user arrays
+    planes : tuple of complex128 arrays
+        Plane ``p`` of shape ``(Q_p, Q_p)``.
+    supports : int32 array of shape (num_planes,)
+        Half-width in grid cells of each plane.
+    oversample : int
+        Samples per grid cell.
+    w_scale : float
+        The plane of a visibility is ``round(sqrt(|w| * w_scale))``.
+    taper : str or None
+        Name of the anti-aliasing taper, or None for user arrays.
 
+    Notes
+    -----
     What accuracy a stack gives is measured, not promised:
     `clgrid.tools.stack_accuracy.stack_image_error` images random visibilities through it and
     compares with a direct Fourier transform (BENCHMARKS.md, "Image errors").
@@ -156,21 +163,30 @@ class KernelStack(KernelSource):
 
         Parameters
         ----------
-        grid_size, cell_size : the grid the kernels are for (field of view N * cell).
-        w_max : largest |w| in wavelengths; planes are spaced by sqrt(w) up to it.
-        num_planes : number of w-planes (>= 1; one plane means no w-projection).
-        oversample : kernel samples per grid cell.
-        taper : "pswf" (prolate spheroidal, default) or "es" (exponential of semicircle).
-        aa_support : half-width in cells of the anti-aliasing kernel alone (w = 0).
-        threshold : a plane's support is the smallest half-width outside of which
-            every kernel sample is below ``threshold`` times the plane's peak.
-        max_support : cap on the support; a plane that needs more is truncated
-            with a warning (raise it, or add planes, to avoid that).  By default the
-            support the largest-|w| plane needs at ``threshold`` (two probe transforms),
-            plus 2 cells, at most 72: the transforms are then sized for the kernels
-            there are, not for support 72 (BENCHMARKS.md).
-        image_size : image-plane samples across the field; by default just enough
-            for ``max_support`` (kernels are periodic in uv with this many cells).
+        grid_size, cell_size : int, float
+            The grid the kernels are for (field of view N * cell).
+        w_max : float
+            Largest |w| in wavelengths; planes are spaced by sqrt(w) up to it.
+        num_planes : int
+            Number of w-planes (>= 1; one plane means no w-projection).
+        oversample : int
+            Kernel samples per grid cell.
+        taper : str
+            "pswf" (prolate spheroidal, default) or "es" (exponential of semicircle).
+        aa_support : int
+            Half-width in cells of the anti-aliasing kernel alone (w = 0).
+        threshold : float
+            A plane's support is the smallest half-width outside of which every
+            kernel sample is below ``threshold`` times the plane's peak.
+        max_support : int or None
+            Cap on the support; a plane that needs more is truncated with a warning
+            (raise it, or add planes, to avoid that).  By default the support the
+            largest-|w| plane needs at ``threshold`` (two probe transforms), plus 2
+            cells, at most 72: the transforms are then sized for the kernels there
+            are, not for support 72.
+        image_size : int or None
+            Image-plane samples across the field; by default just enough for
+            ``max_support`` (kernels are periodic in uv with this many cells).
         """
         oversample = check_oversample(oversample)
         if grid_size <= 0 or cell_size <= 0:

@@ -28,7 +28,7 @@ def launch_size(count: int, group: int) -> int:
 
 class StackedStrategy(Strategy):
     """Base of the w-stacking strategies: a grid of ``grid_size = (nu, nv)`` cells (periodic,
-    indexed [u][v]), a `StackedKernel` source, and plans arranged by `layout` (cached in the
+    indexed ``[u][v]``), a `StackedKernel` source, and plans arranged by `layout` (cached in the
     plan; strategies of the same layout share one arrangement)."""
 
     atomics = False
