@@ -454,7 +454,7 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     `clgrid.vis2dirty` / `dirty2vis` to rounding (double), with ``deterministic`` the
     same bits from run to run.  Dask's synchronous scheduler in this process, so that
     each task's samples can be counted."""
-    from clgrid.dask import wgridding as dask_wgridding
+    from clgrid.dask import tasks as dask_tasks
 
     monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: None)
     cap = 1200                # a chunk gives a slab up to 800 samples (90% kept; fewer at the edges)
@@ -462,15 +462,15 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
 
     def counted(function):
         def task(*args):                      # (points, geometry, slab, ..., *values) or (image, points, ...)
-            slab = args[2] if function.__name__ == "_image_slab" else args[3]
-            sizes = [len(v) for v in args[6:]] if function.__name__ == "_image_slab" else args[1].lengths
+            slab = args[2] if function.__name__ == "image_slab" else args[3]
+            sizes = [len(v) for v in args[6:]] if function.__name__ == "image_slab" else args[1].lengths
             seen.append((slab.index, slab.chunks, sizes))
             return function(*args)
         task.__name__ = function.__name__
         return task
 
-    for name in ("_image_slab", "_vis_slab"):
-        monkeypatch.setattr(dask_wgridding, name, counted(getattr(dask_wgridding, name)))
+    for name in ("image_slab", "vis_slab"):
+        monkeypatch.setattr(dask_tasks, name, counted(getattr(dask_tasks, name)))
     uvw, vis, wgt, mask = wide_field(rng, "double")
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-10,
                   do_wgridding=True, split="planes", slabs=3, keep_operators=0, **IMAGE)

@@ -144,7 +144,7 @@ def test_the_only_worker_lost_mid_call_is_recovered(rng, process_cluster):
     expected = call(cd.vis2dirty, **args)
 
     def imaging():
-        return any(str(key).startswith("_image_slab") for keys in client.processing().values() for key in keys)
+        return any(str(key).startswith("image_slab") for keys in client.processing().values() for key in keys)
 
     def kill_when_busy():               # while a slab is imaged: the data's tasks are done, held by the worker
         deadline = time.monotonic() + 60

@@ -55,7 +55,8 @@ from .chunks import Chunk, ChunkLayout, check_device, chunk_sizes, forget_shared
     tree_sum, workers_to_prefer
 from . import watch
 from .watch import compute
-from .wgridding import cached_wgridders, clear_wgridders, dirty2vis, vis2dirty
+from .tasks import cached_wgridders
+from .wgridding import clear_wgridders, dirty2vis, vis2dirty
 from ..operators.checks import check_finite_result
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning

@@ -75,25 +75,20 @@ ducc0's 1.2); README says how to start CPU workers without it.
 
 from __future__ import annotations
 
-import os
 import threading
-import uuid
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from . import chunks as chunking
+from . import chunks as chunking, tasks as worker_tasks
 from .watch import compute, stall_seconds
-from .chunks import ChunkLayout, check_device, chunk_sizes, naming, prefer_worker, shared, tree_sum, workers_to_prefer
+from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, shared, tree_sum, workers_to_prefer
 from .delivery import collect, deliver, discard, open_box
-from .slabs import Slab, assemble, chunk_groups, extent, geometry_of, parts_at, plane_counts, points_of, \
-    selection, slab_bounds, slab_sizes, split, values_at
-from ..device.host_threads import in_slices
+from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
+from .tasks import forget_operators
 from ..operators.checks import check_finite_result, check_output, precision_of
-from ..imaging.wgridding import WGridder
-from ..planning.host import SPEED_OF_LIGHT
 
 try:
     import dask
@@ -101,35 +96,16 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["vis2dirty", "dirty2vis", "cached_wgridders", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
+__all__ = ["vis2dirty", "dirty2vis", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
 
 KEEP_OPERATORS = 4
 KEPT_LAYOUTS = 8             # sets of points whose first pass and persisted selections the client keeps
 SPLITS = ("auto", "planes", "rows")
-_operators: OrderedDict = OrderedDict()     # key -> (WGridder, its lock)
 _layouts: OrderedDict = OrderedDict()       # on the client: (client id, token) -> SlabLayout
-_counts = {"made": 0, "reused": 0}
 _lock = threading.Lock()
 
 # keywords of ducc0.wgridder accepted and without effect, as clgrid.vis2dirty takes them
 ACCEPTED_WITHOUT_EFFECT = ("allow_nshift", "double_precision_accumulation")
-# a slab's operator takes its samples' u, v, w in wavelengths: one channel at c (a scale of 1)
-UNIT_FREQ = np.array([SPEED_OF_LIGHT])
-
-
-@dataclass
-class SlabPoints:
-    """One slab task's points as its worker keeps them: its parts from its chunks, in
-    order, without values (`Part`), and a key of its own (the worker's operator for them
-    is kept under it; made afresh whenever the points are, so a recomputed copy never
-    finds a stale operator)."""
-
-    parts: list
-    key: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def lengths(self) -> list:
-        return [len(p) for p in self.parts]
 
 
 @dataclass
@@ -147,197 +123,14 @@ class SlabLayout:
     points: list | None = None
 
 
-# -- on the workers -------------------------------------------------------------------
-
-def _operator(key, points, options: dict, keep: int, geometry=None, planes=None) -> tuple:
-    """The worker's `WGridder` kept under ``key`` (with the lock that serialises its
-    calls), else built from ``points()`` = (uvw, freq, mask) with the call's keywords,
-    ``geometry`` and ``planes``, and kept (the ``keep`` used last), or made for this
-    call only where ``keep`` is 0."""
-    key = key + (os.environ.get("CLGRID_DEVICE"),)
-    with _lock:
-        found = _operators.get(key)
-        if found is not None:
-            _operators.move_to_end(key)
-            _counts["reused"] += 1
-            return found
-    uvw, freq, mask = points()
-    kwargs = dict(options, tuning=None if options["tuning"] is None else dict(options["tuning"]))
-    if isinstance(kwargs["device"], tuple):
-        kwargs["device"] = list(kwargs["device"])
-    made = (WGridder(uvw, freq, mask=mask, geometry=geometry, planes=planes, **kwargs), threading.Lock())
-    with _lock:
-        _counts["made"] += 1
-        if keep > 0:
-            made = _operators.setdefault(key, made)
-            _operators.move_to_end(key)
-        while len(_operators) > keep:
-            _operators.popitem(last=False)
-    return made
-
-
-def _chunk_operator(token, chunk, uvw, freq, mask, options: dict, keep: int) -> tuple:
-    """A chunk's own operator (the rows split), kept under the call's token and the chunk."""
-    return _operator((token, chunk.index), lambda: (np.asarray(uvw), np.asarray(freq),
-                                                    None if mask is None else np.asarray(mask)), options, keep)
-
-
-def cached_wgridders() -> dict:
-    """This process's kept operators: how many it keeps, and how many it has made and
-    reused since the last `clear_wgridders` (``client.run(clgrid.dask.cached_wgridders)``)."""
-    with _lock:
-        return dict(_counts, kept=len(_operators))
-
-
 def clear_wgridders() -> int:
-    """Drop this process's kept operators, and on the client the records (and so the
-    persisted selections and points) of earlier calls' data (`clgrid.dask.clear_cache`
-    does too); returns how many operators were dropped."""
+    """Drop this process's kept operators (`clgrid.dask.tasks`), and on the client the
+    records (and so the persisted selections and points) of earlier calls' data
+    (`clgrid.dask.clear_cache` does too); returns how many operators were dropped."""
     with _lock:
-        count = len(_operators)
-        _operators.clear()
         _layouts.clear()
-        _counts.update(made=0, reused=0)
-    return count
+    return forget_operators()
 
-
-def _all_masked(mask) -> bool:
-    return mask is not None and not np.any(mask)
-
-
-def _zeros(options: dict) -> np.ndarray:
-    real = np.float64 if options["precision"] == "double" else np.float32
-    return np.zeros((options["npix_x"], options["npix_y"]), real)
-
-
-def _complex(precision: str):
-    return np.complex128 if precision == "double" else np.complex64
-
-
-def _facets(image: np.ndarray, count: int) -> tuple:
-    """``image`` cut into ``count`` blocks of rows (views), for the facet sums."""
-    return tuple(np.array_split(image, count, axis=0))
-
-
-def _imaged(operator, lock, vis, wgt) -> tuple:
-    """The operator's image of ``vis`` and the warnings it gave (none where the image is
-    zero: a part without data is no news; the caller warns for the set)."""
-    with lock, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        image = operator.vis2dirty(vis, wgt)
-    return image, frozenset(str(w.message) for w in caught) if np.any(image) else frozenset()
-
-
-def _image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets):
-    """One task of the rows split: the dirty image of one chunk, in facets, and its warnings."""
-    with naming(chunk):
-        if _all_masked(mask):                # nothing to image: no operator, no warning
-            return _facets(_zeros(options), facets) + (frozenset(),)
-        operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
-        image, said = _imaged(operator, lock, vis, wgt)
-        return _facets(image, facets) + (said,)
-
-
-def _vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
-    """One task of the rows split: the visibilities of one chunk predicted from the image."""
-    with naming(chunk):
-        if _all_masked(mask):
-            return np.zeros((len(uvw), len(freq)), _complex(options["precision"]))
-        operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
-        with lock:
-            return operator.dirty2vis(dirty, wgt)
-
-
-def _chunk_extent(chunk, uvw, freq, mask):
-    with naming(chunk):
-        return extent(uvw, freq, mask)
-
-
-def _chunk_counts(chunk, uvw, freq, mask, geometry):
-    with naming(chunk):
-        return plane_counts(uvw, freq, mask, geometry)
-
-
-def _chunk_selection(chunk, uvw, freq, mask, geometry, bounds) -> list:
-    """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`)."""
-    with naming(chunk):
-        return selection(uvw, freq, mask, geometry, bounds)
-
-
-def _chunk_values(chunk, vis, wgt, taken, threads: int) -> tuple:
-    """A chunk's weighted values for each slab, at its kept selection (on ``threads``
-    host threads); non-finite ones refused here, where the chunk is known."""
-    with naming(chunk):
-        return tuple(values_at(vis, wgt, flat, threads) for flat in taken)
-
-
-def _chunk_parts(chunk, uvw, freq, taken) -> tuple:
-    """A chunk's samples for each slab as `Part` s (rows, row and channel numbers)."""
-    with naming(chunk):
-        return tuple(parts_at(uvw, freq, taken))
-
-
-def _slab_points(*parts) -> SlabPoints:
-    """A slab task's points, kept on its worker (persisted) where operators are kept.  The
-    parts come as arguments, not in a list: Dask puts a task's worker annotation on every
-    task upstream of a list argument (the data's own), and a task tied so to a worker that
-    left waits for ever (`_prefer`)."""
-    return SlabPoints(list(parts))
-
-
-def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
-    """The slab task's operator over its planes: kept under its points' key, else built
-    from them (u, v, w in wavelengths: freq = c)."""
-    return _operator((points.key,), lambda: (points_of(points.parts), UNIT_FREQ, None), options, keep, geometry,
-                     slab.planes)
-
-
-def _image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, *values):
-    """One task of the planes split: the image of the taps on one slab's planes, from its
-    samples of its group of chunks (values: one array per chunk, as arguments: `_slab_points`
-    says why), in facets, and its warnings."""
-    with naming(slab):
-        operator, lock = _slab_operator(points, geometry, slab, options, keep)
-        image, said = _imaged(operator, lock, _joined(values, options["nthreads"])[:, None], None)
-        return _facets(image, facets) + (said,)
-
-
-def _joined(values: list, threads: int) -> np.ndarray:
-    """The values from a slab task's chunks as one array (copied on ``threads`` host threads)."""
-    if len(values) == 1:
-        return values[0]
-    out = np.empty(sum(len(v) for v in values), values[0].dtype)
-    start = 0
-    for v in values:
-        part = out[start:start + len(v)]
-        in_slices(max(1, threads), len(v), lambda r, part=part, v=v: np.copyto(part[r], v[r]))
-        start += len(v)
-    return out
-
-
-def _vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep):
-    """One task of the planes split: its samples' shares of the visibilities (the taps on
-    its planes, unweighted), one array per chunk of its group."""
-    with naming(slab):
-        operator, lock = _slab_operator(points, geometry, slab, options, keep)
-        with lock:
-            return split(operator.dirty2vis(dirty)[:, 0], points.parts)
-
-
-def _chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
-    """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
-    added at its samples in slab order, then weighted."""
-    with naming(chunk):
-        shares = [np.zeros(0, dtype) if share is None else share for share in shares]
-        return assemble(_chunk_shape(chunk), taken, shares, wgt, mask, dtype)
-
-
-def _add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return a + b
-
-
-def _said(*sets) -> frozenset:
-    return frozenset().union(*sets)
 
 
 # -- on the client ---------------------------------------------------------------------
@@ -485,8 +278,8 @@ def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall
         if found is not None:
             _layouts.move_to_end(key)
             return found
-    reduced = _task(geometry_of)([_task(_chunk_extent)(*piece) for piece in pieces], options)
-    geometry, *counts = compute(reduced, *[_task(_chunk_counts)(*piece, reduced) for piece in pieces],
+    reduced = _task(geometry_of)([_task(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
+    geometry, *counts = compute(reduced, *[_task(worker_tasks.chunk_counts)(*piece, reduced) for piece in pieces],
                                 stall_timeout=stall_timeout)
     bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count)
     tasks = [Slab(s, planes, group)
@@ -514,8 +307,8 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
     if layout.selections is not None:
         return layout.selections, layout.points
     g, count = layout.geometry, len(layout.bounds)
-    selections = [_task(_chunk_selection)(chunk, u, f, m, g, layout.bounds) for chunk, u, f, m in pieces]
-    parts = [dask.delayed(_chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
+    selections = [_task(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds) for chunk, u, f, m in pieces]
+    parts = [dask.delayed(worker_tasks.chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
              for (chunk, u, f, _), taken in zip(pieces, selections)]
     points = []
     for t, slab in enumerate(layout.tasks):
@@ -523,7 +316,7 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
             points.append(None)
             continue
         with prefer_worker(t, workers):
-            points.append(_task(_slab_points)(*[chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
+            points.append(_task(worker_tasks.slab_points)(*[chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
     if keep > 0:
         selections, points = dask.persist(selections, points)
         layout.selections, layout.points = selections, points
@@ -542,10 +335,11 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_time
     sums = []
     for f in range(facets):
         with prefer_worker(f, workers):
-            total = tree_sum([out[f] for out in outputs], _task(_add_images))
+            total = tree_sum([out[f] for out in outputs], _task(worker_tasks.add_images))
             sums.append(_task(deliver)(total, box, starts[f]) if box is not None else total)
     try:
-        *parts, said = compute(*sums, _task(_said)(*[out[facets] for out in outputs]), stall_timeout=stall_timeout)
+        *parts, said = compute(*sums, _task(worker_tasks.warnings_union)(*[out[facets] for out in outputs]),
+                               stall_timeout=stall_timeout)
     except BaseException:
         discard(box)
         raise
@@ -557,7 +351,7 @@ def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, worker
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            outputs.append(dask.delayed(_image_chunk, pure=False, nout=facets + 1)(
+            outputs.append(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
                 token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets))
     return outputs
 
@@ -572,14 +366,15 @@ def _slab_pieces(layout: ChunkLayout, uvw, freq, mask) -> list:
 def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets) -> list:
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
     count = len(slab_layout.bounds)
-    values = [dask.delayed(_chunk_values, pure=False, nout=count)(chunk, v, w, taken, max(1, options["nthreads"]))
+    threads = max(1, options["nthreads"])
+    values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads)
               for (chunk, _, _, _), v, w, taken in zip(pieces, vis_pieces, wgt_pieces, selections)]
     outputs = []
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
         with prefer_worker(t, workers):
-            outputs.append(dask.delayed(_image_slab, pure=False, nout=facets + 1)(
+            outputs.append(dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
                 points[t], slab_layout.geometry, slab, options, keep, facets,
                 *[chunk[slab.index] for chunk in values[slice(*slab.chunks)]]))
     return outputs
@@ -596,8 +391,9 @@ def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            task = _task(_vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk, options, keep)
-        pieces.append(da.from_delayed(task, shape=_chunk_shape(chunk), dtype=dtype))
+            task = _task(worker_tasks.vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk,
+                                                 options, keep)
+        pieces.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
     return pieces
 
 
@@ -611,18 +407,14 @@ def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dt
             continue
         a, b = slab.chunks
         with prefer_worker(t, workers):
-            out = dask.delayed(_vis_slab, pure=False, nout=b - a)(image, points[t], slab_layout.geometry, slab,
-                                                                  options, keep)
+            out = dask.delayed(worker_tasks.vis_slab, pure=False, nout=b - a)(
+                image, points[t], slab_layout.geometry, slab, options, keep)
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
-        task = _task(_chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype)
-        out.append(da.from_delayed(task, shape=_chunk_shape(chunk), dtype=dtype))
+        task = _task(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype)
+        out.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
     return out
-
-
-def _chunk_shape(chunk) -> tuple:
-    return chunk.rows[1] - chunk.rows[0], chunk.channels[1] - chunk.channels[0]
 
 
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
@@ -686,7 +478,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     real = np.float64 if options["precision"] == "double" else np.float32
     image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real, stall_timeout)
     if image is None:
-        image = _zeros(options)
+        image = worker_tasks.zeros_image(options)
     check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
                         precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
@@ -741,7 +533,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     options = _options(dirty.shape[0], dirty.shape[1], pixsize_x, pixsize_y, epsilon, do_wgridding, flip_u,
                        flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision, device,
                        nthreads, verbosity, tuning, deterministic)
-    dtype = _complex(precision)
+    dtype = worker_tasks.complex_dtype(precision)
     if vis is not None:
         check_output(vis, "vis", (layout.nrow, layout.nchan), dtype)
     stall_seconds(stall_timeout)

@@ -1,0 +1,247 @@
+"""What runs on the Dask workers for `clgrid.dask.wgridding`: the worker's kept
+`WGridder` s, and the tasks of both splits (the rows split's chunk images and
+predictions; the planes split's first pass over the chunks, each chunk's selections and
+values for the slabs, each slab's image or prediction, and a chunk's visibilities
+assembled from the slabs' shares).  The client builds the graph over these
+(`clgrid.dask.wgridding`); each task names its chunk or slab in errors
+(`clgrid.dask.chunks.naming`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .chunks import naming
+from .slabs import Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, values_at
+from ..device.host_threads import in_slices
+from ..imaging.wgridding import WGridder
+from ..planning.host import SPEED_OF_LIGHT
+
+__all__ = ["SlabPoints", "cached_wgridders", "forget_operators", "image_chunk", "vis_chunk", "chunk_extent",
+           "chunk_counts", "chunk_selection", "chunk_values", "chunk_parts", "slab_points", "image_slab",
+           "vis_slab", "chunk_assemble", "add_images", "warnings_union", "chunk_shape", "zeros_image",
+           "complex_dtype"]
+
+_operators: OrderedDict = OrderedDict()     # key -> (WGridder, its lock)
+_counts = {"made": 0, "reused": 0}
+_lock = threading.Lock()
+# a slab's operator takes its samples' u, v, w in wavelengths: one channel at c (a scale of 1)
+UNIT_FREQ = np.array([SPEED_OF_LIGHT])
+
+
+@dataclass
+class SlabPoints:
+    """One slab task's points as its worker keeps them: its parts from its chunks, in
+    order, without values (`Part`), and a key of its own (the worker's operator for them
+    is kept under it; made afresh whenever the points are, so a recomputed copy never
+    finds a stale operator)."""
+
+    parts: list
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def lengths(self) -> list:
+        return [len(p) for p in self.parts]
+
+
+
+
+def _operator(key, points, options: dict, keep: int, geometry=None, planes=None) -> tuple:
+    """The worker's `WGridder` kept under ``key`` (with the lock that serialises its
+    calls), else built from ``points()`` = (uvw, freq, mask) with the call's keywords,
+    ``geometry`` and ``planes``, and kept (the ``keep`` used last), or made for this
+    call only where ``keep`` is 0."""
+    key = key + (os.environ.get("CLGRID_DEVICE"),)
+    with _lock:
+        found = _operators.get(key)
+        if found is not None:
+            _operators.move_to_end(key)
+            _counts["reused"] += 1
+            return found
+    uvw, freq, mask = points()
+    kwargs = dict(options, tuning=None if options["tuning"] is None else dict(options["tuning"]))
+    if isinstance(kwargs["device"], tuple):
+        kwargs["device"] = list(kwargs["device"])
+    made = (WGridder(uvw, freq, mask=mask, geometry=geometry, planes=planes, **kwargs), threading.Lock())
+    with _lock:
+        _counts["made"] += 1
+        if keep > 0:
+            made = _operators.setdefault(key, made)
+            _operators.move_to_end(key)
+        while len(_operators) > keep:
+            _operators.popitem(last=False)
+    return made
+
+
+def _chunk_operator(token, chunk, uvw, freq, mask, options: dict, keep: int) -> tuple:
+    """A chunk's own operator (the rows split), kept under the call's token and the chunk."""
+    return _operator((token, chunk.index), lambda: (np.asarray(uvw), np.asarray(freq),
+                                                    None if mask is None else np.asarray(mask)), options, keep)
+
+
+
+def cached_wgridders() -> dict:
+    """This process's kept operators: how many it keeps, and how many it has made and
+    reused since the last `clgrid.dask.clear_wgridders` (``client.run(clgrid.dask.cached_wgridders)``)."""
+    with _lock:
+        return dict(_counts, kept=len(_operators))
+
+
+def forget_operators() -> int:
+    """Drop this process's kept operators and reset the counts; returns how many were dropped."""
+    with _lock:
+        count = len(_operators)
+        _operators.clear()
+        _counts.update(made=0, reused=0)
+    return count
+
+
+def _all_masked(mask) -> bool:
+    return mask is not None and not np.any(mask)
+
+
+def zeros_image(options: dict) -> np.ndarray:
+    real = np.float64 if options["precision"] == "double" else np.float32
+    return np.zeros((options["npix_x"], options["npix_y"]), real)
+
+
+def complex_dtype(precision: str):
+    return np.complex128 if precision == "double" else np.complex64
+
+
+def _facets(image: np.ndarray, count: int) -> tuple:
+    """``image`` cut into ``count`` blocks of rows (views), for the facet sums."""
+    return tuple(np.array_split(image, count, axis=0))
+
+
+def _imaged(operator, lock, vis, wgt) -> tuple:
+    """The operator's image of ``vis`` and the warnings it gave (none where the image is
+    zero: a part without data is no news; the caller warns for the set)."""
+    with lock, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        image = operator.vis2dirty(vis, wgt)
+    return image, frozenset(str(w.message) for w in caught) if np.any(image) else frozenset()
+
+
+def image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets):
+    """One task of the rows split: the dirty image of one chunk, in facets, and its warnings."""
+    with naming(chunk):
+        if _all_masked(mask):                # nothing to image: no operator, no warning
+            return _facets(zeros_image(options), facets) + (frozenset(),)
+        operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
+        image, said = _imaged(operator, lock, vis, wgt)
+        return _facets(image, facets) + (said,)
+
+
+def vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
+    """One task of the rows split: the visibilities of one chunk predicted from the image."""
+    with naming(chunk):
+        if _all_masked(mask):
+            return np.zeros((len(uvw), len(freq)), complex_dtype(options["precision"]))
+        operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
+        with lock:
+            return operator.dirty2vis(dirty, wgt)
+
+
+def chunk_extent(chunk, uvw, freq, mask):
+    with naming(chunk):
+        return extent(uvw, freq, mask)
+
+
+def chunk_counts(chunk, uvw, freq, mask, geometry):
+    with naming(chunk):
+        return plane_counts(uvw, freq, mask, geometry)
+
+
+def chunk_selection(chunk, uvw, freq, mask, geometry, bounds) -> list:
+    """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`)."""
+    with naming(chunk):
+        return selection(uvw, freq, mask, geometry, bounds)
+
+
+def chunk_values(chunk, vis, wgt, taken, threads: int) -> tuple:
+    """A chunk's weighted values for each slab, at its kept selection (on ``threads``
+    host threads); non-finite ones refused here, where the chunk is known."""
+    with naming(chunk):
+        return tuple(values_at(vis, wgt, flat, threads) for flat in taken)
+
+
+def chunk_parts(chunk, uvw, freq, taken) -> tuple:
+    """A chunk's samples for each slab as `Part` s (rows, row and channel numbers)."""
+    with naming(chunk):
+        return tuple(parts_at(uvw, freq, taken))
+
+
+def slab_points(*parts) -> SlabPoints:
+    """A slab task's points, kept on its worker (persisted) where operators are kept.  The
+    parts come as arguments, not in a list: Dask puts a task's worker annotation on every
+    task upstream of a list argument (the data's own), and a task tied so to a worker that
+    left waits for ever (`clgrid.dask.chunks.prefer_worker`)."""
+    return SlabPoints(list(parts))
+
+
+def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
+    """The slab task's operator over its planes: kept under its points' key, else built
+    from them (u, v, w in wavelengths: freq = c)."""
+    return _operator((points.key,), lambda: (points_of(points.parts), UNIT_FREQ, None), options, keep, geometry,
+                     slab.planes)
+
+
+def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, *values):
+    """One task of the planes split: the image of the taps on one slab's planes, from its
+    samples of its group of chunks (values: one array per chunk, as arguments: `slab_points`
+    says why), in facets, and its warnings."""
+    with naming(slab):
+        operator, lock = _slab_operator(points, geometry, slab, options, keep)
+        image, said = _imaged(operator, lock, _joined(values, options["nthreads"])[:, None], None)
+        return _facets(image, facets) + (said,)
+
+
+def _joined(values: list, threads: int) -> np.ndarray:
+    """The values from a slab task's chunks as one array (copied on ``threads`` host threads)."""
+    if len(values) == 1:
+        return values[0]
+    out = np.empty(sum(len(v) for v in values), values[0].dtype)
+    start = 0
+    for v in values:
+        part = out[start:start + len(v)]
+        in_slices(max(1, threads), len(v), lambda r, part=part, v=v: np.copyto(part[r], v[r]))
+        start += len(v)
+    return out
+
+
+def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep):
+    """One task of the planes split: its samples' shares of the visibilities (the taps on
+    its planes, unweighted), one array per chunk of its group."""
+    with naming(slab):
+        operator, lock = _slab_operator(points, geometry, slab, options, keep)
+        with lock:
+            return split(operator.dirty2vis(dirty)[:, 0], points.parts)
+
+
+def chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
+    """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
+    added at its samples in slab order, then weighted."""
+    with naming(chunk):
+        shares = [np.zeros(0, dtype) if share is None else share for share in shares]
+        return assemble(chunk_shape(chunk), taken, shares, wgt, mask, dtype)
+
+
+def add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+def warnings_union(*sets) -> frozenset:
+    return frozenset().union(*sets)
+
+
+
+def chunk_shape(chunk) -> tuple:
+    return chunk.rows[1] - chunk.rows[0], chunk.channels[1] - chunk.channels[0]
