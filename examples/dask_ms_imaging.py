@@ -8,21 +8,26 @@
 dask-ms (`daskms.xds_from_ms`) opens the MS lazily: each column is a dask array chunked
 along rows (and channels, with ``chunks={"row": ..., "chan": ...}``), and each chunk is
 read by the worker that images it, so the data never pass through this process.  The
-example takes pseudo Stokes I from the parallel hands, masks flagged samples and
-autocorrelations, and calls `clgrid.dask.vis2dirty` with the MS's uvw as they are:
+example takes pseudo Stokes I from the parallel hands, weighted by the MS's
+WEIGHT_SPECTRUM where it is defined, else WEIGHT (the smaller of the two hands' weights,
+as `clgrid image` and WSClean weigh a Stokes parameter formed of two correlations: natural
+weighting), masks flagged samples and autocorrelations, and calls
+`clgrid.dask.vis2dirty` with the MS's uvw as they are:
 Measurement Sets store uvw and visibilities in the relation clgrid's README describes
 ("Data conventions"), so ``flip_u=True, flip_v=True`` put a source where it is on the sky
 (x towards east, y towards north).
 
 Without an MS of your own, `write_ms` makes one with python-casacore: MeerKAT tracks
 (`clgrid.tools.datasets`), one unpolarised point source of 1 Jy off the phase centre, XX XY YX
-YY correlations, a few samples flagged.  The example then finds the source on its pixel
+YY correlations, a few samples flagged, and (``weights="random"``) random weights per row and
+correlation.  The example then finds the source on its pixel
 with a peak of 1 Jy/beam; tests/test_dask.py runs the same on a 2-worker cluster.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 
@@ -35,11 +40,14 @@ SPEED_OF_LIGHT = 299792458.0
 
 
 def write_ms(path: str, source: tuple, ntime: int = 60, nchan: int = 8, freq=(1.30e9, 1.40e9),
-             flagged: float = 0.05, seed: int = 0) -> dict:
+             flagged: float = 0.05, seed: int = 0, weights: str = "unit") -> dict:
     """A small MS at ``path``: MeerKAT's 64 dishes (2016 baselines, no autocorrelations)
     over ``ntime`` integrations of 8 hours, ``nchan`` channels, a 1 Jy point source at
-    ``source`` = (l, m) radians, about ``flagged`` of the samples flagged.  Returns what an
+    ``source`` = (l, m) radians, about ``flagged`` of the samples flagged, WEIGHT 1 (``weights=
+    "unit"``) or drawn from 0.1 to 2 per row and correlation (``"random"``).  Returns what an
     imager should find: ``{"l", "m", "freq"}``."""
+    if weights not in ("unit", "random"):
+        raise ValueError(f"weights must be 'unit' or 'random', got {weights!r}")
     from casacore.tables import default_ms, makearrcoldesc, maketabdesc, table
 
     layout = datasets.load_layout("meerkat")
@@ -68,7 +76,8 @@ def write_ms(path: str, source: tuple, ntime: int = 60, nchan: int = 8, freq=(1.
         ms.putcol("ANTENNA1", np.tile(ant1, ntime).astype(np.int32))
         ms.putcol("ANTENNA2", np.tile(ant2, ntime).astype(np.int32))
         ms.putcol("TIME", np.repeat(4.9e9 + np.arange(ntime) * 8 * 3600.0 / ntime, nbl))
-        ms.putcol("WEIGHT", np.ones((nrow, 4), np.float32))
+        ms.putcol("WEIGHT", np.ones((nrow, 4), np.float32) if weights == "unit"
+                  else rng.uniform(0.1, 2.0, (nrow, 4)).astype(np.float32))
         ms.putcol("SIGMA", np.ones((nrow, 4), np.float32))
     with table(f"{path}::SPECTRAL_WINDOW", readonly=False, ack=False) as spw:
         spw.addrows(1)
@@ -93,13 +102,19 @@ def write_ms(path: str, source: tuple, ntime: int = 60, nchan: int = 8, freq=(1.
 
 def read_ms(path: str, rows: int = 50_000, channels: int | None = None) -> dict:
     """The MS's first field and spectral window through dask-ms, lazily: ``uvw`` (nrow, 3)
-    metres, pseudo Stokes I ``vis`` (nrow, nchan) from the parallel hands, ``mask`` (1:
-    use; flags and autocorrelations out), chunked ``rows`` x ``channels``; ``freq`` (nchan,)
-    Hz as numpy."""
+    metres, pseudo Stokes I ``vis`` (nrow, nchan) from the parallel hands, its weights
+    ``wgt`` (nrow, nchan; float32: WEIGHT_SPECTRUM where defined, else WEIGHT, the smaller
+    of the hands'), ``mask`` (1: use; flags and autocorrelations out), chunked ``rows`` x
+    ``channels``; ``freq`` (nchan,) Hz as numpy."""
+    from casacore.tables import table
     from daskms import xds_from_ms, xds_from_table
 
+    with table(path, ack=False) as main_table:
+        spectrum = ("WEIGHT_SPECTRUM" in main_table.colnames() and main_table.nrows() > 0
+                    and main_table.iscelldefined("WEIGHT_SPECTRUM", 0))
     chunks = {"row": rows} if channels is None else {"row": rows, "chan": channels}
-    ms = xds_from_ms(path, columns=["UVW", "DATA", "FLAG", "ANTENNA1", "ANTENNA2"],
+    weight_column = "WEIGHT_SPECTRUM" if spectrum else "WEIGHT"
+    ms = xds_from_ms(path, columns=["UVW", "DATA", "FLAG", "ANTENNA1", "ANTENNA2", weight_column],
                      group_cols=["FIELD_ID", "DATA_DESC_ID"], chunks=chunks)[0]
     spw = xds_from_table(f"{path}::SPECTRAL_WINDOW")[0]
     pol = xds_from_table(f"{path}::POLARIZATION")[0]
@@ -111,20 +126,28 @@ def read_ms(path: str, rows: int = 50_000, channels: int | None = None) -> dict:
     hands = parallel[:2] if len(parallel) >= 2 else parallel[:1]
     vis = sum(data[..., h] for h in hands) / len(hands)
     cross = (ms.ANTENNA1.data != ms.ANTENNA2.data)[:, None]
-    mask = (~np.logical_or.reduce([flag[..., h] for h in hands]) & cross).astype(np.uint8)
-    return {"uvw": ms.UVW.data, "vis": vis, "mask": mask,
+    mask = (~functools.reduce(np.logical_or, [flag[..., h] for h in hands]) & cross).astype(np.uint8)
+    weight = ms[weight_column].data                        # (nrow, nchan, ncorr), or (nrow, ncorr)
+    wgt = functools.reduce(np.minimum, [weight[..., h] for h in hands]).astype(np.float32)
+    if not spectrum:                                       # one weight a row: the same for every channel
+        import dask.array as da
+
+        wgt = da.broadcast_to(wgt[:, None], vis.shape, chunks=vis.chunks)
+    return {"uvw": ms.UVW.data, "vis": vis, "wgt": wgt, "mask": mask,
             "freq": np.asarray(spw.CHAN_FREQ.data[0].compute(), np.float64)}
 
 
 def image(observation: dict, npix: int, pixsize: float, epsilon: float = 1e-4) -> np.ndarray:
     """`clgrid.dask.vis2dirty` of ``read_ms``'s arrays with w-gridding, in Jy/beam (divided by
-    the number of unmasked samples: natural weights); runs on the current Dask client."""
+    the sum of the unmasked samples' weights: natural weighting); runs on the current Dask
+    client."""
     import clgrid.dask
 
     dirty = clgrid.dask.vis2dirty(uvw=observation["uvw"], freq=observation["freq"], vis=observation["vis"],
-                                  mask=observation["mask"], npix_x=npix, npix_y=npix, pixsize_x=pixsize,
-                                  pixsize_y=pixsize, epsilon=epsilon, do_wgridding=True, flip_u=True, flip_v=True)
-    return dirty / float(observation["mask"].sum().compute())
+                                  wgt=observation["wgt"], mask=observation["mask"], npix_x=npix, npix_y=npix,
+                                  pixsize_x=pixsize, pixsize_y=pixsize, epsilon=epsilon, do_wgridding=True,
+                                  flip_u=True, flip_v=True)
+    return dirty / float((observation["wgt"] * observation["mask"]).sum(dtype=np.float64).compute())
 
 
 def main(argv=None):

@@ -544,9 +544,12 @@ def test_vis2dirty_arguments_are_refused_by_name(rng):
 
 
 @pytest.mark.slow
-def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng, tmp_path):
-    """examples/dask_ms_imaging.py: a simulated MS (python-casacore) read lazily by dask-ms in
-    rows and channels, imaged over the workers; its 1 Jy source lands on its pixel at 1 Jy/beam."""
+def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng, tmp_path, device_name):
+    """examples/dask_ms_imaging.py: a simulated MS (python-casacore) with random weights, read
+    lazily by dask-ms in rows and channels (flags and weights too: nothing computed on the
+    client), imaged over the workers; its 1 Jy source lands on its pixel at 1 Jy/beam, and
+    the image is `clgrid.vis2dirty`'s of the same MS read with python-casacore here (the
+    weights the smaller of XX's and YY's WEIGHT, flagged samples out)."""
     optional("daskms", "test")
     optional("casacore.tables", "test")
     import importlib.util
@@ -557,10 +560,26 @@ def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng,
     spec.loader.exec_module(example)
     pixsize, npix = np.deg2rad(1.5 / 3600.0), 128
     offset = rng.integers(-50, 51, 2)                      # pixels east and north of the centre
-    example.write_ms(str(tmp_path / "sim.ms"), source=tuple(offset * pixsize), ntime=20, nchan=4)
-    observation = example.read_ms(str(tmp_path / "sim.ms"), rows=15_000, channels=2)
-    assert observation["vis"].numblocks == (3, 2)
+    ms = str(tmp_path / "sim.ms")
+    truth = example.write_ms(ms, source=tuple(offset * pixsize), ntime=20, nchan=4, weights="random",
+                             seed=int(rng.integers(1 << 30)))
+    observation = example.read_ms(ms, rows=15_000, channels=2)
+    for name in ("uvw", "vis", "wgt", "mask"):
+        assert isinstance(observation[name], da.Array), name
+    assert observation["vis"].numblocks == (3, 2) and observation["wgt"].numblocks == (3, 2)
     dirty = example.image(observation, npix, pixsize)
     peak = np.unravel_index(np.argmax(dirty), dirty.shape)
     assert peak == tuple(npix // 2 + offset), (peak, offset)
     assert abs(dirty[peak] - 1.0) <= 1e-3
+
+    from casacore.tables import table
+    with table(ms, ack=False) as t:
+        uvw, data, flag, weight = (t.getcol(c) for c in ("UVW", "DATA", "FLAG", "WEIGHT"))
+    assert np.ptp(weight) > 1.0                               # the weights are not all alike
+    wgt = np.repeat(np.minimum(weight[:, 0], weight[:, 3])[:, None], data.shape[1], axis=1)
+    wgt[flag[..., 0] | flag[..., 3]] = 0
+    expected = clgrid.vis2dirty(uvw=uvw, freq=truth["freq"], vis=(data[..., 0] + data[..., 3]) / 2,
+                                wgt=wgt.astype(np.float32), npix_x=npix, npix_y=npix, pixsize_x=pixsize,
+                                pixsize_y=pixsize, epsilon=1e-4, do_wgridding=True, flip_u=True, flip_v=True,
+                                device=device_name) / wgt.sum(dtype=np.float64)
+    assert relative_error(dirty, expected) <= 1e-4
