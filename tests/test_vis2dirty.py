@@ -129,6 +129,9 @@ def test_all_masked_or_zero_weight_gives_zeros_and_a_warning(rng):
         with pytest.warns(UserWarning, match="zero"):
             image = clgrid.vis2dirty(**args, **extra)
         assert np.all(image == 0) and image.shape == (IMAGE["npix_x"], IMAGE["npix_y"])
+    with pytest.warns(clgrid.errors.EmptyInputWarning, match="every unmasked visibility times its weight is zero"):
+        image = clgrid.vis2dirty(**dict(args, vis=np.zeros_like(vis)), wgt=np.ones(vis.shape))
+    assert np.all(image == 0)
 
 
 @pytest.mark.parametrize("spread,fft,single", [("rows", "host", False),

@@ -343,8 +343,8 @@ class _Imaging:
             started = time.perf_counter()
             with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, warnings.catch_warnings():
                 # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
-                # image, rightly; the operator's warning speaks of weights, which are not zero here
-                warnings.filterwarnings("ignore", "clgrid: no visibility is unmasked with non-zero weight")
+                # image, rightly: no news here
+                warnings.filterwarnings("ignore", "clgrid: every unmasked visibility times its weight is zero")
                 dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
                                      progress=bar.update)
             dirty = np.ascontiguousarray(dirty.T)

@@ -27,7 +27,7 @@ import pyopencl as cl
 from ..device.codegen import build_program, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
-from ..errors import DeviceCapabilityError
+from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result, count_nonfinite
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
@@ -355,9 +355,12 @@ class ImagingEngine:
         check_finite_result(not_finite, f"the {np.dtype(self.real).name} image", self.precision,
                             double="complex128 visibilities")
 
-    def _zero_data_warning(self, what):
-        warnings.warn(f"clgrid: no visibility is unmasked with non-zero weight; {what} is zero",
-                      stacklevel=3)
+    def _zero_data_warning(self, what, kept: bool = False):
+        """`EmptyInputWarning`: nothing kept (every sample masked, of zero weight or off the
+        image's planes), or, ``kept``, every kept sample's weighted value zero."""
+        reason = ("every unmasked visibility times its weight is zero" if kept
+                  else "no visibility is unmasked with non-zero weight")
+        warnings.warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)
 
     # -- the operator ---------------------------------------------------------------------
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
@@ -384,7 +387,7 @@ class ImagingEngine:
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
         if nonzero == 0:
-            self._zero_data_warning("the image")
+            self._zero_data_warning("the image", kept=True)
             return np.zeros((g.npix_x, g.npix_y), self.real)
         if self.device_fft is not None:
             return self._vis2dirty_device(progress)

@@ -49,6 +49,7 @@ from functools import partial
 
 import numpy as np
 
+from ..errors import EmptyInputWarning
 from ..planning.host import SPEED_OF_LIGHT
 from ..operators.checks import check_finite_result, check_output, precision_of
 from .devices import add_in_order, check_devices, device_list, on_devices, queues_for, share_bytes
@@ -341,8 +342,9 @@ def _gathered_warnings(parts: int):
     said = {}
     for w in caught:
         said.setdefault((str(w.message), w.category), []).append(w)
+    nothing = sum(issubclass(w.category, EmptyInputWarning) for w in caught)
     for (message, category), ws in said.items():
-        if "no visibility is unmasked" in message and len(ws) < parts:
+        if issubclass(category, EmptyInputWarning) and nothing < parts:
             continue
         warnings.warn(message, category, stacklevel=3)
 
