@@ -16,7 +16,7 @@ What is timed (wall clock on the client, median of --repeats after a warm-up):
   (`clgrid.dask.slabs`), "rows" images each chunk on its own (the split before);
   ``--slab-samples`` too (default: the library's, as many as a chunk holds, which cuts
   the slabs with most samples into groups of chunks, each repeating their FFTs).  The
-  workers start without Dask's MALLOC_TRIM_THRESHOLD_ (README, "Beyond one machine"),
+  workers start without Dask's MALLOC_TRIM_THRESHOLD_ (docs/user-guide/dask.md),
   unless ``--dask-malloc-trim``.
 The workers share the same cores whatever their number (1 x 16 threads ... 8 x 2), so the
 ideal is T(n workers) = T(1 worker): ``speedup`` = T(1) / T(n) (1.0: nothing lost to the

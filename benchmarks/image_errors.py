@@ -3,7 +3,7 @@ seeds' W-projection tables, against a direct Fourier transform on a small wide-f
 with w.
 
 Error: relative L2 over the whole image, ||image - dft|| / ||dft||.  The direct transform
-is written here from the conventions in README.md:
+is written here from the conventions in docs/user-guide/conventions.md:
 
     vis2dirty, ducc0:  dft[x, y] = Re sum_k V_k exp(+2 pi i (u x + v y - w (n - 1))) / n
     W-projection:      dft[x, y] = Re sum_k V_k exp(+2 pi i (u x + v y - w (n - 1)))   (no / n)

@@ -62,7 +62,7 @@ def visibilities(rng, count):
     uvw = np.column_stack([rng.uniform(-uv_max, uv_max, (count, 2)), rng.uniform(-W_MAX, W_MAX, count)])
     vis = np.zeros(count, np.complex128)
     for l, m, s in sky():
-        # the data convention of clgrid.io and ducc0 (README "Conventions"): -w (n - 1)
+        # the data convention of clgrid.io and ducc0 (docs/user-guide/conventions.md): -w (n - 1)
         vis += s * np.exp(-2j * np.pi * (uvw[:, 0] * l + uvw[:, 1] * m - uvw[:, 2] * n_minus_1(l, m)))
     return uvw, vis
 

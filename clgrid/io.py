@@ -5,7 +5,7 @@ result is in the shapes `Gridder.grid` takes, so people can grid or benchmark th
 own data: ``Gridder.grid(d.uvw, d.vis, weights=d.weights, flags=d.flags, freqs=d.freqs)``,
 or image it: ``clgrid.vis2dirty(uvw=d.uvw.reshape(-1, 3), freq=d.freqs, vis=...)``.
 
-Sign convention (README "Data conventions"; tests/test_conventions.py simulates a point
+Sign convention (docs/user-guide/conventions.md, "The imaging operator's conventions"; tests/test_conventions.py simulates a point
 source from antenna positions to check it).  clgrid (like ducc0.wgridder) focuses a point
 source of flux S at direction (l, m), l towards east and m towards north, when
 ``V = S exp(-2 pi i (u l + v m - w (n - 1)))``.  pyuvdata's convention (``V_12 = <X_1^* X_2>``,

@@ -8,7 +8,7 @@ Two substitutions, so that pages need no upkeep when the package or its sources 
   without editing the page.
 - "seed 00N", the name the code and older notes give the source documents in
   ``/work/shared/seeds/``, becomes a link to that document's entry on the references page
-  (docs/references.md), wherever it is rendered: pages, included README sections and the
+  (docs/references.md), wherever it is rendered: pages, included BENCHMARKS sections and the
   docstrings shown in the API reference.
 """
 

@@ -13,8 +13,8 @@ WEIGHT_SPECTRUM where it is defined, else WEIGHT (the smaller of the two hands' 
 as `clgrid image` and WSClean weigh a Stokes parameter formed of two correlations: natural
 weighting), masks flagged samples and autocorrelations, and calls
 `clgrid.dask.vis2dirty` with the MS's uvw as they are:
-Measurement Sets store uvw and visibilities in the relation clgrid's README describes
-("Data conventions"), so ``flip_u=True, flip_v=True`` put a source where it is on the sky
+Measurement Sets store uvw and visibilities in the relation clgrid's user guide describes
+(docs/user-guide/conventions.md), so ``flip_u=True, flip_v=True`` put a source where it is on the sky
 (x towards east, y towards north).
 
 Without an MS of your own, `write_ms` makes one with python-casacore: MeerKAT tracks
@@ -55,7 +55,7 @@ def write_ms(path: str, source: tuple, ntime: int = 60, nchan: int = 8, freq=(1.
     declination = -0.5
     tracks = datasets.simulate_uvw(layout, declination=declination, hour_angles=np.linspace(-np.pi / 3, np.pi / 3,
                                                                                             ntime))
-    # rows time by time, as a correlator writes them; uvw as the MS stores them (README, "Data conventions")
+    # rows time by time, as a correlator writes them; uvw as the MS stores them (docs/user-guide/conventions.md)
     uvw = -tracks.transpose(1, 0, 2).reshape(-1, 3)
     nbl, nrow = ant1.size, ant1.size * ntime
     freqs = np.linspace(freq[0], freq[1], nchan)
@@ -165,7 +165,7 @@ def main(argv=None):
     from distributed import Client, LocalCluster
 
     # workers without Dask's MALLOC_TRIM_THRESHOLD_: with it, every large temporary (the host
-    # FFT makes some per call) is fresh pages, and the FFT takes longer (README)
+    # FFT makes some per call) is fresh pages, and the FFT takes longer (docs/user-guide/dask.md)
     no_trim = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
     with tempfile.TemporaryDirectory() as tmp, dask.config.set(no_trim), \
             LocalCluster(n_workers=a.workers, threads_per_worker=1, dashboard_address=None,

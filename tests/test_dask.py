@@ -5,7 +5,7 @@ the caller (within a time limit, not a hang); `vis2dirty` / `dirty2vis` with row
 channels chunked against `clgrid.vis2dirty` / `dirty2vis` and ducc0, and their adjointness.
 
 One cluster serves the module (starting one takes seconds); its workers get the device
-under test through ``CLGRID_DEVICE`` in their environment, the way README says to assign
+under test through ``CLGRID_DEVICE`` in their environment, the way the user guide (docs/user-guide/dask.md) says to assign
 devices, and every call passes ``device=None``.
 """
 

@@ -55,7 +55,7 @@ def test_point_source_peaks_at_its_pixel_with_its_flux(rng):
     l0, m0 = px * cell, py * cell
     n0 = np.sqrt(1 - l0 ** 2 - m0 ** 2)
     flux = 2.5
-    # the data convention of ducc0, vis2dirty and clgrid.io (README, "Data conventions")
+    # the data convention of ducc0, vis2dirty and clgrid.io (docs/user-guide/conventions.md)
     vis = flux * np.exp(-2j * np.pi * (uvw[:, 0] * l0 + uvw[:, 1] * m0 - uvw[:, 2] * (n0 - 1)))[:, None]
 
     def image(num_planes):

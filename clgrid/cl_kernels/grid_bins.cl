@@ -22,7 +22,7 @@
    the next point (whose cells may be other work-items').  No atomics, and 2W kernel
    evaluations per point.  (cuFINUFFT gives each thread a point and adds to shared memory
    with atomics; on the H100 that mapping, with Horner's rule per cell and NVIDIA's
-   red.shared, took 1.29 ms where this one takes 0.46 ms: clgrid/platforms/nvidia.toml.) */
+   red.shared, took about three times as long as this one: docs/benchmarks/kernels.md.) */
 #define BIN_U {{ bin_u }}
 #define BIN_V {{ bin_v }}
 #define TILE_U (BIN_U + SUPPORT - 1)

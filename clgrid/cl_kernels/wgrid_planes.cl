@@ -22,7 +22,7 @@
 /* sin and cos of 2 pi c for c in [-1/2, 1/2] cycles, by quarter turns and Taylor
    polynomials on [-pi/4, pi/4] (terms to x^17 in double, x^9 in single: truncation
    below 1e-19 and 2e-9): multiply-adds that vectorise, where a CPU runtime's sincos
-   costs tens of nanoseconds (measured 60 ns a pixel on PoCL). */
+   costs tens of nanoseconds a pixel (PoCL: docs/benchmarks/imaging.md). */
 inline real_t turn(const real_t c, real_t *cosine)
 {
     const real_t q = rint((real_t)4 * c);

@@ -18,7 +18,7 @@ same operator and programs, whichever copy of the stack it was sent.
 Devices: each worker resolves ``device`` itself (a name such as "pocl" or "gpu"); with
 ``device=None`` that is the worker's ``$CLGRID_DEVICE``, else its first GPU, else PoCL.
 Setting ``CLGRID_DEVICE`` in each worker's environment therefore assigns the devices
-(README, "Beyond one machine: Dask"); where it names several (comma-separated, as
+(docs/user-guide/dask.md, "One device per worker"); where it names several (comma-separated, as
 `assign_devices` does on a host with more devices than workers), `vis2dirty` /
 `dirty2vis` drive them all (`clgrid.WGridder` with a device list) and `grid` / `degrid`
 the first.
@@ -171,7 +171,7 @@ def assign_devices(client, device: str = "gpu") -> dict:
     gridding calls the first).  Returns ``{worker address: (spec, device names)}``.  Warns
     where a host has more workers than devices (they share).  A restarted worker starts
     from its environment again: call it again after restarts, or set ``CLGRID_DEVICE`` in
-    each worker's environment instead (README)."""
+    each worker's environment instead (docs/user-guide/dask.md)."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     hosts: dict = {}
     for address in sorted(workers):

@@ -2,9 +2,8 @@
 that makes it runs on the client's host (a `LocalCluster`, the workers of a many-GPU node
 beside their client), instead of through the worker's socket.
 
-Dask moves a task's result to the client through a socket: a 268 MB image (8192^2
-float32) took 0.24 s on the 2-core machine (about 1.1 GB/s), more than a tenth of what
-one GPU needs to make it.  Here the client makes a file of the result's size in
+Dask moves a task's result to the client through a socket: for a large image, a
+sizeable part of what one GPU needs to make it (docs/benchmarks/dask.md).  Here the client makes a file of the result's size in
 ``/dev/shm`` (its space reserved up front, so that a write into its mapping cannot fail),
 each task writes its rows into that file where it finds it (a file of a fresh random
 name exists only on the client's host) and returns None, and the client's array is the

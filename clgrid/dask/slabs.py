@@ -8,7 +8,7 @@ Why slabs of planes, not chunks of rows.  Imaging with w is spreading (each samp
 W x W x W taps, on the W planes from its first one) plus, per w-plane, an FFT of the
 padded grid and per-pixel work (crop, w phase, sum).  Rows span every w, so an operator
 per chunk of rows repeats every plane: n chunks did n times the FFTs and pixel work
-(BENCHMARKS.md: 8 workers on 16 cores were 3.5 times slower than 1).  Here every operator
+(on 16 cores, 8 workers took several times as long as 1: docs/benchmarks/dask.md).  Here every operator
 shares one `ImageGeometry` (`clgrid.imaging.geometry.choose_geometry` on the |w| range and number of
 samples reduced over all chunks first: `extent`), and the operator of slab s owns planes
 ``lo_s .. hi_s - 1`` (`WGridder(planes=...)`).  A sample with first plane g has taps on
@@ -23,9 +23,9 @@ planes g .. g + W - 1, so it can straddle slabs.  Two ways to split:
   the samples near a slab's edges, about 1 + (W - 1) / (planes per slab) times.
 
 The second is what `select` does: on CPUs the planes are the cost, and per-sample work is
-the cheap part.  Measured on 16 cores (BENCHMARKS.md): 8 workers 4.5 s where chunks of
-rows took 17.9 s; each plane is now done once, and what is left is that a plane's FFT and
-pixel passes are memory-bound, so processes sharing one machine's memory do not make
+the cheap part (on 16 cores, a fraction of the time chunks of rows took at 8 workers:
+docs/benchmarks/dask.md).  Each plane is now done once, and what is left is that a plane's
+FFT and pixel passes are memory-bound, so processes sharing one machine's memory do not make
 them faster.  Taking the samples from each chunk (one pass of comparisons, in place)
 rather than re-chunking the data by w (a sort of all samples) moves the same data.
 

@@ -41,7 +41,8 @@ with `clgrid.errors.ClusterStalledError` after ``stall_timeout`` seconds
 (`clgrid.dask.watch`).
 
 What is kept, and where (issue 28: a call that moved the points and tokenised them
-every time was 9 times slower on two GPU workers than one process on one GPU):
+every time was many times slower on two GPU workers than one process on one GPU:
+docs/benchmarks/dask.md):
 
 - On the client, per set of points (a token of the uvw and mask blocks' Dask keys,
   ``freq``, the keywords and the chunks): the first pass of the planes split (geometry,
@@ -69,8 +70,8 @@ Memory, with one thread per worker: a task holds one chunk (the rows split's ima
 the planes split's selection), or at most ``slab_samples`` samples (the planes split's
 imaging), and one operator's grid and the image it returns.  Dask starts workers with
 MALLOC_TRIM_THRESHOLD_=65536, which makes each large temporary fresh pages: the host
-FFT's temporaries then cost page faults every call (scipy's FFT took 2.2 times as long,
-ducc0's 1.2); README says how to start CPU workers without it.
+FFT's temporaries then cost page faults every call (docs/benchmarks/dask.md);
+docs/user-guide/dask.md says how to start CPU workers without it.
 """
 
 from __future__ import annotations

@@ -101,8 +101,8 @@ def kernel(program: cl.Program, name: str) -> cl.Kernel:
 
     A kernel object holds its arguments from setting them to enqueueing, so threads must
     not share one; but a new object per launch costs pyopencl an invoker lookup in its
-    on-disk cache (about 0.4 ms; 3.5 ms of a 4 M-visibility `Gridder.grid` on the H100
-    went there).  Within one thread, enqueueing captures the arguments, so reuse is safe."""
+    on-disk cache, a visible part of a whole `Gridder.grid` call
+    (docs/benchmarks/whole-calls.md).  Within one thread, enqueueing captures the arguments, so reuse is safe."""
     cache = getattr(_kernels, "cache", None)
     if cache is None:
         cache = _kernels.cache = {}

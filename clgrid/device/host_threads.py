@@ -2,9 +2,9 @@
 
 numpy releases the GIL in copies and elementwise loops on large arrays, so the library
 splits such work (staged copies to and from the device, the w-gridding operator's
-per-pixel passes on the host) over threads.  Starting threads for each pass cost 2 ms
-a thread, 0.13 s of a one-call `clgrid.vis2dirty` on 2 cores (32 passes); the pool's
-threads are started once and kept.  A second, small pool runs whole jobs beside the
+per-pixel passes on the host) over threads.  Starting threads for each pass cost a
+visible part of a one-call `clgrid.vis2dirty` on 2 cores (docs/benchmarks/imaging.md);
+the pool's threads are started once and kept.  A second, small pool runs whole jobs beside the
 caller (`in_background`: an upload while the device plans), so that their own splits
 can still use the first.
 """

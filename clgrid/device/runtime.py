@@ -29,13 +29,13 @@ _queues: dict = {}
 _contexts: dict = {}
 
 # NVIDIA's clEnqueueFillBuffer hangs or fails on fills of 2**31 bytes or more on Pascal
-# and Volta GPUs (pyopencl issue #395), so buffers are filled in pieces.  (On an H100,
-# driver 580.159, one fill of a 2.6 GB grid works.)
+# and Volta GPUs (pyopencl issue #395), so buffers are filled in pieces (an H100 has no
+# such limit: docs/benchmarks/large.md).
 FILL_PIECE_BYTES = 2 ** 30
-# NVIDIA's OpenCL reports a quarter of the memory as its largest buffer (21.25 GB on an
-# 80 GB H100, driver 580.159), but there a buffer past 8 GiB fails at its first use, by
-# a fill or by a kernel (8.5 GB worked; 8.7 GB failed with error -9999 and took the
-# context with it), so clgrid refuses such buffers up front.
+# NVIDIA's OpenCL reports a quarter of the memory as its largest buffer, but a buffer past
+# 8 GiB fails at its first use, by a fill or by a kernel, with error -9999 and the context
+# lost with it (an H100: docs/benchmarks/large.md, "NVIDIA buffers over 8 GiB"), so clgrid
+# refuses such buffers up front.
 NVIDIA_MAX_BUFFER_BYTES = 2 ** 33
 
 

@@ -1,17 +1,16 @@
 """Host arrays to and from a discrete device at the bus's speed, through pinned staging.
 
-A copy from a pageable numpy array runs at a fraction of what the bus carries: on the
-H100 machine (BENCHMARKS.md, ``benchmarks/transfers.py``) 7-8 GB/s pageable against
-54 GB/s from pinned (ALLOC_HOST_PTR, mapped) memory, and 3 GB/s into a fresh array
-whose pages fault in one by one.  So a `Staging` keeps two pinned buffers and moves
-an array piece by piece: a piece is copied between the caller's array and one
-pinned buffer on several host threads (numpy copies release the GIL: 42 GB/s on 16
-cores there) while the other buffer's piece crosses the bus.  Devices that share the
+A copy from a pageable numpy array runs at a fraction of what the bus carries from
+pinned (ALLOC_HOST_PTR, mapped) memory, and a copy into a fresh array slower still, its
+pages faulting in one by one (``benchmarks/transfers.py``; the figures:
+docs/benchmarks/whole-calls.md).  So a `Staging` keeps two pinned buffers and moves an
+array piece by piece: a piece is copied between the caller's array and one pinned
+buffer on several host threads (numpy copies release the GIL) while the other buffer's
+piece crosses the bus.  Devices that share the
 host's memory (CPUs: PoCL, Intel's runtime) gain nothing from it and copy directly.
 
 A result the library hands back (a grid, an image, visibilities) needs a new host array
-each call, and a fresh 134 MB grid cost 12.6 ms there: its page faults and the staged
-copy.  `host_empty` gives such arrays in pinned memory instead, recycled: a pinned block
+each call, and a fresh grid's page faults cost a visible part of a whole call.  `host_empty` gives such arrays in pinned memory instead, recycled: a pinned block
 goes back to its context's pool when the last array or view on it is dropped (as
 CuPy's pinned memory pool), so a loop that drops each call's result reuses two blocks,
 and the device writes into them at the bus's speed.  Pinning costs tens of
@@ -35,8 +34,8 @@ __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upl
 
 # Freed pinned blocks a context's pool keeps for reuse; beyond this they are unpinned.
 POOL_BYTES = 2 ** 30
-# Pieces of 64 MiB: each costs about 0.7 ms of thread dispatch on the H100 machine, so smaller
-# pieces lose more than the overlap gains (16 MiB: 32 ms for a whole grid() call, 64 MiB: 22 ms).
+# Pieces of 64 MiB: each piece costs a thread dispatch, so smaller pieces lose more than the
+# overlap gains (16 against 64 MiB pieces on an H100: docs/benchmarks/whole-calls.md).
 PIECE_BYTES = 64 * 2 ** 20
 _pool_lock = threading.Lock()
 

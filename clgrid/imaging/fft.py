@@ -77,8 +77,8 @@ HOST_FFT_LIBRARIES = ("auto", "scipy", "ducc0")
 
 def host_fft_library(choice: str) -> str:
     """The library behind a [wgridding] ``host_fft`` choice: "auto" is ducc0.fft where it
-    is installed (1.6x scipy.fft's speed on 2880^2 complex64, one axis, 2 threads here:
-    BENCHMARKS.md), else scipy.fft; "ducc0" without ducc0 installed is refused."""
+    is installed (faster than scipy.fft on CPUs: docs/benchmarks/imaging.md), else
+    scipy.fft; "ducc0" without ducc0 installed is refused."""
     if choice not in HOST_FFT_LIBRARIES:
         raise ValueError(f"tuning [wgridding] host_fft must be one of {HOST_FFT_LIBRARIES}, got {choice!r}")
     if choice == "scipy":

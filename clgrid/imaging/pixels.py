@@ -213,8 +213,8 @@ class PixelModel:
         its quadrants mirror the small grid) it is a view, strided backwards where they
         mirror it; else it is gathered into ``scratch`` (`scratch`).  Nothing is
         allocated: in a Dask worker (whose allocator gives every large temporary fresh
-        pages: distributed sets MALLOC_TRIM_THRESHOLD_) a temporary per run doubled the
-        time of a call (measured, 4096^2)."""
+        pages: distributed sets MALLOC_TRIM_THRESHOLD_) a temporary per run made a call
+        much slower (docs/benchmarks/dask.md)."""
         ix, iy = self.host.radial
         key = (cols.start, cols.stop)
         if key not in self._column_runs:

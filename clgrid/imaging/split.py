@@ -1,7 +1,8 @@
 """How one imaging operator's samples are shared out: between the devices of a
 ``WGridder(device=[...])`` and between the tasks of `clgrid.dask`.
 
-Two splits (the design and the measurements: README, "Several devices"):
+Two splits (the user guide: docs/user-guide/dask.md, "Several devices in one process"; the
+measurements: docs/benchmarks/dask.md):
 
 - by **slabs of w-planes** (``"planes"``): the stack of w-planes is cut into contiguous
   slabs of about equal work (`slab_bounds`), and each part takes the samples with a tap

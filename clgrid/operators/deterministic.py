@@ -19,7 +19,7 @@ rounding; with B up to 1e9 times a cell's magnitude this is below float32's own
 rounding (6e-8 relative).  In double precision the fixed point is the coarser of the
 two (about 4e-19 of B per addition).  Needs ``cl_khr_int64_base_atomics``; costs a
 fixed-point grid (16 bytes a complex cell) beside the float grid and the conversion
-pass (BENCHMARKS.md).  ``tiled`` keeps its tile sums in fixed point as well (twice the
+pass (docs/benchmarks/reliability.md).  ``tiled`` keeps its tile sums in fixed point as well (twice the
 local memory in single precision), because its device sort leaves the entries of a
 tile in an order that changes from run to run.  Strategies without atomics
 (``fpga``) are deterministic already and run unchanged.

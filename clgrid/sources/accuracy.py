@@ -143,8 +143,8 @@ _MIN_EPSILON = {"single": 1e-5, "double": 2e-13}
 # Measured 2-D and 3-D errors sit at about sqrt(d) times the 1-D figure; the factor keeps
 # the requested epsilon honoured with room for the data's own distribution.
 _SAFETY = 2.0
-# Relative rounding error of a gridded plane: measured 6.5e-7 in single precision on PoCL
-# (float atomics, float kernel values); double precision is near 1e-15.
+# Relative rounding error of a gridded plane, with a margin over the measured one (float
+# atomics, float kernel values: docs/benchmarks/imaging.md).
 _ROUNDING = {"single": 1e-6, "double": 2e-15}
 
 
@@ -202,8 +202,8 @@ class KernelChoice:
 def rms_amplification(support: int, beta: float, sigma: float) -> float:
     """How much the grid correction magnifies rounding on the grid, per axis: the RMS of
     c(0) / c(s) over the image, |s| <= 1 / (2 sigma) cycles per cell.  A kernel that falls
-    far at the image's edge divides rounding there by a small number (measured: single
-    precision with w lost a factor 100 to it at support 10, sigma 1.25)."""
+    far at the image's edge divides rounding there by a small number (single precision
+    with w lost two orders of magnitude to it: docs/benchmarks/imaging.md)."""
     s = np.linspace(-0.5 / sigma, 0.5 / sigma, 101)
     c = kernel_transform(s, support, beta)
     return float(np.sqrt(np.mean((kernel_transform(0.0, support, beta) / c) ** 2)))
@@ -269,8 +269,8 @@ def horner_coefficients(support: int, beta: float, degree: int | None = None) ->
     first tap sits ``frac`` cells from it (``frac`` in ``[-W/2, -W/2 + 1)``) has weight
     ``sum_d coef[d, j] z^(degree - d)`` with ``z = 2 frac + W - 1`` in ``[-1, 1)``.
     Fitted on Chebyshev nodes; the error, largest at the support's edge where the kernel
-    has a square-root kink, is below ``exp(-beta)`` there (measured 1.4e-6 at W = 7,
-    1e-14 at W = 14), under the kernel's own error in the table.
+    has a square-root kink, is below ``exp(-beta)`` there, under the kernel's own error in
+    the table (docs/benchmarks/kernels.md).
     """
     degree = support + 3 if degree is None else int(degree)
     return np.array(_horner(int(support), float(beta), degree))

@@ -97,7 +97,8 @@ class KernelStack(KernelSource):
     -----
     What accuracy a stack gives is measured, not promised:
     `clgrid.tools.stack_accuracy.stack_image_error` images random visibilities through it and
-    compares with a direct Fourier transform (BENCHMARKS.md, "Image errors").
+    compares with a direct Fourier transform (the figures: docs/benchmarks/imaging.md,
+    "Image errors against a direct Fourier transform").
     """
 
     planes: tuple

@@ -14,8 +14,9 @@ w, hence the w-plane and support, held over blocks of that many time steps
 (`baseline_order.hold_w`).  Its error grows with the block: on LOFAR HBA tracks shrunk
 to a 128^2 grid of a 15 degree field (60 s steps, 8 w-planes; the test
 ``test_time_block_holds_w_and_its_error_is_bounded``) the relative Frobenius error
-against the exact grid is about 2e-3 (at most 5e-3) for 2 steps and 8e-3 (at most
-1.3e-2) for 8; seed 000 measured 7.4e-3 for 10 steps of 30 s on SKA data.  Since
+against the exact grid stays below 1e-2 for 2 steps and 3e-2 for 8 (the test's bounds;
+the measured errors: docs/benchmarks/internals.md); seed 000 reports 7.4e-3 for 10 steps of 30 s on
+SKA data.  Since
 this strategy grids a changing support exactly at no extra cost, the option buys
 little speed here (benchmarks/moving_window.py measures it).
 """

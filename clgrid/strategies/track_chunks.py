@@ -6,8 +6,8 @@ cut into *chunks*: runs of one baseline and one small ``minor`` key, in that ord
 most ``max_length`` samples long.  The gridder's key is the support and the sign of w (a
 chunk is gridded with one window and one conjugation, exactly: seed 000 §8.1), the
 degridder's the channel (a track; its window as wide as the chunk's widest support).
-On LOFAR tracks the samples' order moves the gridder's window 3.7 times less often than
-channel by channel: a subband's channels lie within a cell or so.
+On LOFAR tracks the samples' order moves the gridder's window less often than channel
+by channel (a subband's channels lie within a cell or so: docs/benchmarks/internals.md).
 
 The chunk table's order is the consumer's (the strategy passes it):
 
@@ -17,11 +17,11 @@ The chunk table's order is the consumer's (the strategy passes it):
   work-groups, not longer ones).  The longest go first, so the kernel does not end on
   a few long work-groups started last (longest processing time first).  The narrowest
   supports make the longest chunks (|w| stays small, so the support holds), which
-  widest-first put last: the gridding kernel took 1.22 ms on the H100 so, against
-  1.01 ms with the former host order by count x width^2 and 0.98 ms longest first
-  (BENCHMARKS.md).  Counts are ranked in classes of 1/16 octave (`length_class`), so
-  the device sorts over a couple of hundred classes, not every count; quarter octaves
-  were 8 % slower than an exact count order with one support.
+  widest-first put last, and the gridding kernel took longer so than with the former
+  host order by count x width^2 or longest first (docs/benchmarks/internals.md, "The
+  moving window's chunks cut on the device").  Counts are ranked in classes of 1/16
+  octave (`length_class`), so the device sorts over a couple of hundred classes, not
+  every count; quarter octaves were slower than an exact count order with one support.
 - `WidestFirst`, the degridder's: it launches one window width at a time, so chunks of
   one support must be consecutive (``supports``, ``per_support``).
 

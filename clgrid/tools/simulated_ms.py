@@ -6,7 +6,7 @@ the next), ``UVW`` in metres and the data in the Measurement Set's relation
 
     V = sum_s S_s exp(+2 pi i (u l_s + v m_s + w (n_s - 1)) f / c)
 
-(the relation UVFITS and MS files share, README "Data conventions"), ``l`` towards east
+(the relation UVFITS and MS files share: docs/user-guide/conventions.md), ``l`` towards east
 and ``m`` towards north of the phase centre.  The subtables are those `default_ms` makes,
 so the ``FEED`` table is empty and ``OBSERVATION`` has no ``TELESCOPE_LOCATION`` column,
 as in MSs CASA writes.  Correlations are formed from each source's Stokes parameters with

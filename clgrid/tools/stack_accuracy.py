@@ -6,7 +6,7 @@ direct Fourier transform.
 table entry, nearest w-plane, a grid the size of the image) has no such parameter,
 and its error depends on its oversampling, its planes, its taper and on where in the
 image one looks (aliasing grows towards the edges: there is no padding).  So it is
-measured, the way `benchmarks/image_errors.py` makes the table in BENCHMARKS.md:
+measured, the way `benchmarks/image_errors.py` makes the table in docs/benchmarks/imaging.md:
 random visibilities over 80 % of the grid's uv range with w up to ``w_max``, gridded by
 the float64 reference gridder (`clgrid.reference`, which every device strategy matches
 to rounding), made into an image (`clgrid.imaging.dirty_image`) and compared at
