@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 
 from ..errors import HostMemoryError
+from ..sources.accuracy import float_taps_allowed
 from .geometry import ImageGeometry
 
-__all__ = ["host_memory_available", "engine_device_bytes", "host_image_bytes", "check_host_memory"]
+__all__ = ["host_memory_available", "engine_device_bytes", "engine_point_bytes", "host_image_bytes",
+           "check_host_memory", "HOST_PART_SAMPLES"]
 
 GiB = float(2 ** 30)
 # Host bytes per pixel of an operator's image for the host-side image work (engine.py, pixels.py: the
@@ -23,6 +25,10 @@ GiB = float(2 ** 30)
 # image and a running copy, the correction's factors, the output), in either precision;
 # benchmarks/host_memory.py measures it.
 HOST_IMAGE_BYTES_PER_PIXEL = 52
+# (row, channel) samples an engine on a CPU device plans and arranges at a time (its parts):
+# the plan in the caller's order beside its arrangement is then this many samples' worth,
+# small beside the points kept (benchmarks/host_memory.py; docs/benchmarks/large.md).
+HOST_PART_SAMPLES = 2 ** 21
 
 
 def host_memory_available() -> int | None:
@@ -45,13 +51,45 @@ def _sizes(precision: str) -> tuple:
     return (16, 8) if precision == "double" else (8, 4)
 
 
-def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: int) -> int:
-    """A model of one operator's device memory: its grid, and per sample the caller's values
-    and weights, the values in plan order, the plan (first cells, offsets, source index,
-    phase) and the kernel values of the "rows" spread (3 W reals: the largest part)."""
+def engine_point_bytes(precision: str, support: int, spread: str, float_taps: bool) -> int:
+    """Device bytes an engine keeps per kept point between calls: its arrangement (first
+    cells int4, source index, phase), its value in plan order, and its spread's own data:
+    the "rows" spread's 3 W kernel values (float where ``float_taps``), the others' offsets
+    (four reals)."""
     cplx, real = _sizes(precision)
-    per_sample = 3 * cplx + real + 16 + 4 * real + 4 + 3 * geometry.kernel.support * real
-    return geometry.nu * geometry.nv * cplx + num_samples * per_sample
+    own = 3 * support * (4 if float_taps else real) if spread == "rows" else 4 * real
+    return 16 + 4 + cplx + cplx + own
+
+
+def _part_setup_bytes(precision: str, support: int, spread: str, float_taps: bool) -> int:
+    """Device bytes per sample while one part is planned and arranged: the plan in the
+    caller's order (sample, first cells, offsets, phase), the sort's index and order, and
+    the arrangement with the spread's data (made before the plan is released)."""
+    cplx, real = _sizes(precision)
+    plan = 4 + 16 + 4 * real + cplx
+    return plan + 8 + 4 * real + engine_point_bytes(precision, support, spread, float_taps)
+
+
+def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: int, spread: str | None = None,
+                        part_samples: int | None = None, float_taps: bool | None = None) -> int:
+    """A model of one engine's peak device memory (`clgrid.imaging.engine.ImagingEngine`,
+    which says its own with ``device_bytes``): its grid; per sample what it keeps
+    (`engine_point_bytes`); the largest part's caller values and weights (they go through
+    one part at a time); and one part's planning and arranging on top.  ``spread``: the
+    engine's ("rows" on CPUs), None: the larger of a CPU's engine ("rows", parts of
+    `HOST_PART_SAMPLES`, float kernel values where the accuracy model allows) and a GPU's
+    (one part); ``part_samples``: samples a part holds (None: all); ``float_taps`` (None:
+    the accuracy model's `clgrid.sources.accuracy.float_taps_allowed`)."""
+    if spread is None:
+        return max(engine_device_bytes(geometry, precision, num_samples, "rows", HOST_PART_SAMPLES, float_taps),
+                   engine_device_bytes(geometry, precision, num_samples, "bins", None, float_taps))
+    if float_taps is None:
+        float_taps = float_taps_allowed(geometry.kernel, precision, 3 if geometry.do_wgridding else 2)
+    cplx, real = _sizes(precision)
+    support = geometry.kernel.support
+    part = num_samples if part_samples is None else min(num_samples, part_samples)
+    return (geometry.nu * geometry.nv * cplx + num_samples * engine_point_bytes(precision, support, spread, float_taps)
+            + part * (cplx + real + _part_setup_bytes(precision, support, spread, float_taps)))
 
 
 def host_image_bytes(npix_x: int, npix_y: int) -> int:
@@ -80,7 +118,7 @@ def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int
         parts["the per-facet image work" if faceted else "the image work"] = \
             max(host_image_bytes(g.npix_x, g.npix_y) for g in geometries)
     if geometries and device_is_host:
-        each = [engine_device_bytes(g, precision, num_samples) for g in geometries]
+        each = [engine_device_bytes(g, precision, num_samples, "rows", HOST_PART_SAMPLES) for g in geometries]
         parts["device buffers (in host memory)"] = sum(each) if together else max(each)
     need = sum(parts.values())
     if need > available:

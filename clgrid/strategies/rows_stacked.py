@@ -4,7 +4,13 @@ per grid row and no atomics (`StackedRowsGridding`), interpolation one work-item
 from the same values (`StackedRowsDegridding`).  On CPU devices float atomics are
 compare-and-swap loops; here nothing is atomic and the grid is the same bits every run.
 Plans are arranged by (first plane, first u cell): ``starts[g][u]`` is where the points with
-first plane g and first u cell u begin."""
+first plane g and first u cell u begin.
+
+The kernel values (3 W a point; on a CPU device, host memory) are kept in float where the
+engine allows it (``tap_single``: `clgrid.sources.accuracy.float_taps_allowed`) and used in
+the operator's precision; the arrangement's offsets are released once they are made.
+Evaluating them in the kernels instead (a point's values along u and w per visit, or per
+point and plane) kept less but spread 25-70% slower on PoCL (docs/benchmarks/large.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ class _StackedRows(StackedStrategy):
     template = "rows_stacked.cl"
     counts = ("rows_work_group",)
     work_group_parameters = ("rows_work_group",)
+    tap_single = False     # kernel values kept in float (the engine sets it where epsilon allows)
 
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
@@ -30,18 +37,33 @@ class _StackedRows(StackedStrategy):
     def layout(self) -> PlaneOrder:
         return PlaneOrder("rows", self.nu, self.nv)
 
+    @classmethod
+    def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size, kernels) -> dict:
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), tap_single=False)
+
+    def template_params(self, npol: int) -> dict:
+        return dict(super().template_params(npol), tap_single=bool(self.tap_single))
+
+    def tap_bytes(self) -> int:
+        """Device bytes a point's kernel values take (W along u, v and, with w, the planes;
+        float where ``tap_single``)."""
+        k = self.kernels
+        return (3 if k.use_w else 2) * k.width * (4 if self.tap_single else np.dtype(self.real_dtype).itemsize)
+
     def arrange(self, plan, npol: int = 1) -> PointPlan:
         """By (first plane, first u cell), with every point's kernel values (``extra["taps"]``:
-        W along u, W along v and, with w, W along the planes)."""
+        W along u, W along v and, with w, W along the planes); the offsets (``frac``), which
+        nothing else here reads, are released."""
         points = super().arrange(plan, npol)
-        k = self.kernels
-        taps = (3 if k.use_w else 2) * k.width
         n = max(points.num_vis, 1)
-        tap = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, n * taps * np.dtype(self.real_dtype).itemsize)
+        tap = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, n * self.tap_bytes())
         if points.num_vis:
             wg = self.tuning["rows_work_group"]
             self.program("compute_taps")(self.queue, (launch_size(points.num_vis, wg),), (wg,), points.frac, tap,
                                          np.int32(points.num_vis))
+            self.queue.finish()
+        points.frac.release()
+        points.frac = None
         points.extra["taps"] = tap
         return points
 
@@ -69,6 +91,7 @@ class StackedRowsDegridding(_StackedRows):
             return []
         wg = self.tuning["rows_work_group"]
         return [self.program("interp_taps")(
-            self.queue, (launch_size(count, wg),), (wg,), points.first, points.extra["taps"], grid_buffer, points.vis,
+            self.queue, (launch_size(count, wg),), (wg,), points.first, points.extra["taps"], grid_buffer,
+            points.vis,
             np.int32(self.nu), np.int32(self.nv), np.int32(plane), np.int32(start), np.int32(count),
             wait_for=wait_for)]
