@@ -95,12 +95,15 @@ class ImagingEngine:
     geometry : the `ImageGeometry` every part of the operator shares.
     planes : the w-planes this engine spreads, transforms and interpolates (a range).
     precision, divide_by_n, device, tuning, workers, deterministic : as `WGridder`'s.
+    epsilon : the accuracy asked for (None: not known): where it allows, the "rows" spread
+        keeps its kernel values in float (`clgrid.sources.accuracy.float_taps_allowed`).
     """
 
     def __init__(self, uvw, scale, keep, signs, geometry: ImageGeometry, planes: range, precision: str,
                  divide_by_n: bool, device=None, tuning: dict | None = None, workers: int = 1,
-                 deterministic: bool = False):
+                 deterministic: bool = False, epsilon: float | None = None):
         self.geometry = geometry
+        self.epsilon = epsilon
         self.planes = planes
         self.nrow, self.nchan = uvw.shape[0], scale.size
         self.shape = (self.nrow, self.nchan)
@@ -143,7 +146,7 @@ class ImagingEngine:
         self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
         # the rows spread keeps every point's kernel values: in float where epsilon allows
         float_taps = self.spread_mode == "rows" and float_taps_allowed(g.kernel, self.precision,
-                                                                       3 if g.do_wgridding else 2)
+                                                                       3 if g.do_wgridding else 2, self.epsilon)
         for strategy in (self.spreader, self.interpolator):
             strategy.stable = deterministic
             if self.spread_mode == "rows":

@@ -71,20 +71,23 @@ def _part_setup_bytes(precision: str, support: int, spread: str, float_taps: boo
 
 
 def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: int, spread: str | None = None,
-                        part_samples: int | None = None, float_taps: bool | None = None) -> int:
+                        part_samples: int | None = None, float_taps: bool | None = None,
+                        epsilon: float | None = None) -> int:
     """A model of one engine's peak device memory (`clgrid.imaging.engine.ImagingEngine`,
     which says its own with ``device_bytes``): its grid; per sample what it keeps
     (`engine_point_bytes`); the largest part's caller values and weights (they go through
     one part at a time); and one part's planning and arranging on top.  ``spread``: the
     engine's ("rows" on CPUs), None: the larger of a CPU's engine ("rows", parts of
-    `HOST_PART_SAMPLES`, float kernel values where the accuracy model allows) and a GPU's
-    (one part); ``part_samples``: samples a part holds (None: all); ``float_taps`` (None:
-    the accuracy model's `clgrid.sources.accuracy.float_taps_allowed`)."""
+    `HOST_PART_SAMPLES`) and a GPU's (one part); ``part_samples``: samples a part holds
+    (None: all); ``float_taps``: the rows spread's kernel values in float (None: where
+    `clgrid.sources.accuracy.float_taps_allowed` allows at ``epsilon``; no epsilon: in
+    the operator's precision, the larger)."""
     if spread is None:
-        return max(engine_device_bytes(geometry, precision, num_samples, "rows", HOST_PART_SAMPLES, float_taps),
-                   engine_device_bytes(geometry, precision, num_samples, "bins", None, float_taps))
+        return max(engine_device_bytes(geometry, precision, num_samples, "rows", HOST_PART_SAMPLES, float_taps,
+                                       epsilon),
+                   engine_device_bytes(geometry, precision, num_samples, "bins", None, float_taps, epsilon))
     if float_taps is None:
-        float_taps = float_taps_allowed(geometry.kernel, precision, 3 if geometry.do_wgridding else 2)
+        float_taps = float_taps_allowed(geometry.kernel, precision, 3 if geometry.do_wgridding else 2, epsilon)
     cplx, real = _sizes(precision)
     support = geometry.kernel.support
     part = num_samples if part_samples is None else min(num_samples, part_samples)

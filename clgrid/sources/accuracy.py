@@ -219,17 +219,19 @@ def expected_error(choice: KernelChoice, precision: str, ndim: int) -> float:
     return _SAFETY * math.sqrt(ndim) * choice.error_1d + _ROUNDING[precision] * amp
 
 
-def float_taps_allowed(choice: KernelChoice, precision: str, ndim: int) -> bool:
-    """Whether an operator of ``precision`` may keep its kernel values in float (4 bytes
-    each instead of 8: the CPUs' "rows" spread keeps 3 W of them per point): always in
-    single precision; in double where their rounding (float's unit roundoff, magnified by
-    the grid correction on each axis as the grid's rounding is) stays within a quarter of
-    the kernel's expected error, so that the kernel chosen for epsilon still reaches it.
-    The values are used in ``precision``; only their storage is float."""
+def float_taps_allowed(choice: KernelChoice, precision: str, ndim: int, epsilon: float | None = None) -> bool:
+    """Whether an operator of ``precision`` asked for ``epsilon`` may keep its kernel values
+    in float (4 bytes each instead of 8: the CPUs' "rows" spread keeps 3 W of them per
+    point): always in single precision; in double where the kernel's expected error plus
+    their rounding (float's unit roundoff, magnified by the grid correction on each axis
+    as the grid's rounding is) is still within ``epsilon`` (None: not known, no).  The
+    values are used in ``precision``; only their storage is float."""
     if precision == "single":
         return True
+    if epsilon is None:
+        return False
     amp = rms_amplification(choice.support, choice.beta, choice.sigma) ** ndim
-    return _FLOAT_TAP_ROUNDING * amp <= expected_error(choice, precision, ndim) / 4
+    return expected_error(choice, precision, ndim) + _FLOAT_TAP_ROUNDING * amp <= epsilon
 
 
 def _table_rows():
