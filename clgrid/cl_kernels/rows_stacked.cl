@@ -8,8 +8,9 @@
 /* For CPUs (tuning: [wgridding] spread = "rows"), where float
    atomics are compare-and-swap loops: every kernel value is computed once per operator
    into `tap` (W along u, W along v and, with w, W along the planes; in tap_t: float where
-   the operator's epsilon allows, clgrid/strategies/rows_stacked.py), and spreading is
-   owner-computes, one work-item per grid row, no atomics.  Visibilities are sorted by
+   the operator's epsilon allows, clgrid/strategies/rows_stacked.py), with its first cells
+   as an int2 `cell` (first v cell; first u cell + first plane * (nu + 1), the layout's key,
+   below 2^31), and spreading is owner-computes, one work-item per grid row, no atomics.  Visibilities are sorted by
    first plane, then first u cell; row_start[g][u] is where those with first plane g and
    first u cell u begin (row_start[g][nu] where they end). */
 {% if tap_single %}
@@ -24,11 +25,14 @@ typedef real_t tap_t;
 {% endif %}
 
 __kernel void compute_taps(__global const real4_t *restrict frac, __global tap_t *restrict tap,
-                           const int count)
+                           __global const int4 *restrict first, __global int2 *restrict cell,
+                           const int nu, const int count)
 {
     const int k = get_global_id(0);
     if (k >= count)
         return;
+    const int4 f = first[k];
+    cell[k] = (int2)(f.y, f.x + f.z * (nu + 1));
     const real4_t x = frac[k];
     real_t t[SUPPORT];
     __global tap_t *out = tap + (size_t)k * TAPS;
@@ -45,7 +49,7 @@ __kernel void compute_taps(__global const real4_t *restrict frac, __global tap_t
 {% endif %}
 }
 
-__kernel void spread_rows(__global const int4 *restrict first,
+__kernel void spread_rows(__global const int2 *restrict cell,
                           __global const tap_t *restrict tap,       /* [n][TAPS] */
                           __global const complex_t *restrict vis,
                           __global complex_t *grid,                  /* [NU][NV] */
@@ -73,7 +77,7 @@ __kernel void spread_rows(__global const int4 *restrict first,
 {% else %}
                 const complex_t v = vis[k] * (real_t)t[a];
 {% endif %}
-                const int iv = first[k].y;
+                const int iv = cell[k].x;
                 if (iv + SUPPORT <= nv) {
                     for (int b = 0; b < SUPPORT; ++b)
                         row[iv + b] += v * (real_t)t[SUPPORT + b];
@@ -87,7 +91,7 @@ __kernel void spread_rows(__global const int4 *restrict first,
 }
 
 /* Gather as `interp`, with the kernel values read from `tap`. */
-__kernel void interp_taps(__global const int4 *restrict first,
+__kernel void interp_taps(__global const int2 *restrict cell,
                           __global const tap_t *restrict tap,
                           __global const complex_t *restrict grid,
                           __global complex_t *vis,
@@ -97,7 +101,9 @@ __kernel void interp_taps(__global const int4 *restrict first,
     if (i >= count)
         return;
     const int k = start + i;
-    const int4 f = first[k];
+    const int2 c = cell[k];
+    const int fz = c.y / (nu + 1);
+    const int4 f = (int4)(c.y - fz * (nu + 1), c.x, fz, 0);
     __global const tap_t *t = tap + (size_t)k * TAPS;
     complex_t sum = (complex_t)(0, 0);
     int iu = f.x;

@@ -53,12 +53,13 @@ def _sizes(precision: str) -> tuple:
 
 def engine_point_bytes(precision: str, support: int, spread: str, float_taps: bool) -> int:
     """Device bytes an engine keeps per kept point between calls: its arrangement (first
-    cells int4, source index, phase), its value in plan order, and its spread's own data:
-    the "rows" spread's 3 W kernel values (float where ``float_taps``), the others' offsets
-    (four reals)."""
+    cells, source index, phase), its value in plan order, and its spread's own data: the
+    "rows" spread's 3 W kernel values (float where ``float_taps``) with its first cells in
+    an int2, the others' offsets (four reals) with first cells in an int4."""
     cplx, real = _sizes(precision)
-    own = 3 * support * (4 if float_taps else real) if spread == "rows" else 4 * real
-    return 16 + 4 + cplx + cplx + own
+    if spread == "rows":        # first cells packed in an int2, the kernel values
+        return 8 + 4 + cplx + cplx + 3 * support * (4 if float_taps else real)
+    return 16 + 4 + cplx + cplx + 4 * real
 
 
 def _part_setup_bytes(precision: str, support: int, spread: str, float_taps: bool) -> int:

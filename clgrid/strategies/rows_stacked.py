@@ -52,19 +52,24 @@ class _StackedRows(StackedStrategy):
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
         """By (first plane, first u cell), with every point's kernel values (``extra["taps"]``:
-        W along u, W along v and, with w, W along the planes); the offsets (``frac``), which
-        nothing else here reads, are released."""
+        W along u, W along v and, with w, W along the planes) and its first cells in an int2
+        (``extra["cell"]``: first v cell; first u cell + first plane * (nu + 1), below the
+        layout's key count, 2^31); the offsets and the int4 first cells (``frac``, ``first``),
+        which nothing else here reads, are released."""
         points = super().arrange(plan, npol)
         n = max(points.num_vis, 1)
-        tap = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, n * self.tap_bytes())
+        context, mf = self.queue.context, cl.mem_flags
+        tap = cl.Buffer(context, mf.READ_WRITE, n * self.tap_bytes())
+        cell = cl.Buffer(context, mf.READ_WRITE, n * 8)
         if points.num_vis:
             wg = self.tuning["rows_work_group"]
             self.program("compute_taps")(self.queue, (launch_size(points.num_vis, wg),), (wg,), points.frac, tap,
-                                         np.int32(points.num_vis))
+                                         points.first, cell, np.int32(self.nu), np.int32(points.num_vis))
             self.queue.finish()
-        points.frac.release()
-        points.frac = None
-        points.extra["taps"] = tap
+        for name in ("frac", "first"):
+            getattr(points, name).release()
+            setattr(points, name, None)
+        points.extra.update(taps=tap, cell=cell)
         return points
 
 
@@ -77,7 +82,7 @@ class StackedRowsGridding(_StackedRows):
             return []
         wg = self.tuning["rows_work_group"]
         return [self.program("spread_rows")(
-            self.queue, (launch_size(self.nu, wg),), (wg,), points.first, points.extra["taps"], points.vis,
+            self.queue, (launch_size(self.nu, wg),), (wg,), points.extra["cell"], points.extra["taps"], points.vis,
             grid_buffer, points.starts, np.int32(self.nu), np.int32(self.nv), np.int32(plane), wait_for=wait_for)]
 
 
@@ -91,7 +96,7 @@ class StackedRowsDegridding(_StackedRows):
             return []
         wg = self.tuning["rows_work_group"]
         return [self.program("interp_taps")(
-            self.queue, (launch_size(count, wg),), (wg,), points.first, points.extra["taps"], grid_buffer,
+            self.queue, (launch_size(count, wg),), (wg,), points.extra["cell"], points.extra["taps"], grid_buffer,
             points.vis,
             np.int32(self.nu), np.int32(self.nv), np.int32(plane), np.int32(start), np.int32(count),
             wait_for=wait_for)]
