@@ -103,7 +103,7 @@ def host_image_bytes(npix_x: int, npix_y: int) -> int:
 
 def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int, geometries: list,
                       device_is_host: bool, faceted: bool, available: int | None = None,
-                      together: bool = False) -> None:
+                      together: bool = False, epsilon: float | None = None) -> None:
     """Refuse, before any work, an operator the host cannot hold: the output image, the
     largest facet's (or the whole image's) host-side work, the visibilities dirty2vis
     returns (twice with facets: the sum and one facet's), and on a device that shares the
@@ -111,7 +111,8 @@ def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int
     ``geometries``: the operators' (one, or one per facet; none: the image and the
     visibilities only, what any way of imaging needs); ``together``: the operators are
     all kept at once (else one at a time); ``available``: bytes (None:
-    `host_memory_available`; unknown: no check)."""
+    `host_memory_available`; unknown: no check); ``epsilon``: each operator's (what its
+    kernel values' precision follows; None: the larger model)."""
     available = host_memory_available() if available is None else available
     if available is None:
         return
@@ -122,7 +123,8 @@ def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int
         parts["the per-facet image work" if faceted else "the image work"] = \
             max(host_image_bytes(g.npix_x, g.npix_y) for g in geometries)
     if geometries and device_is_host:
-        each = [engine_device_bytes(g, precision, num_samples, "rows", HOST_PART_SAMPLES) for g in geometries]
+        each = [engine_device_bytes(g, precision, num_samples, "rows", HOST_PART_SAMPLES, epsilon=epsilon)
+                for g in geometries]
         parts["device buffers (in host memory)"] = sum(each) if together else max(each)
     need = sum(parts.values())
     if need > available:
