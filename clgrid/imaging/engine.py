@@ -144,9 +144,10 @@ class ImagingEngine:
         spread_cls, interp_cls = SPREADS[self.spread_mode]
         self.spreader = spread_cls(self.queue, (g.nu, g.nv), source, self.precision, spread_tuning or None)
         self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
-        # the rows spread keeps every point's kernel values: in float where epsilon allows
-        float_taps = self.spread_mode == "rows" and float_taps_allowed(g.kernel, self.precision,
-                                                                       3 if g.do_wgridding else 2, self.epsilon)
+        # the rows spread keeps every point's kernel values: in double precision, in float
+        # where epsilon allows (in single they are float already)
+        float_taps = self.spread_mode == "rows" and self.precision == "double" and \
+            float_taps_allowed(g.kernel, self.precision, 3 if g.do_wgridding else 2, self.epsilon)
         for strategy in (self.spreader, self.interpolator):
             strategy.stable = deterministic
             if self.spread_mode == "rows":
