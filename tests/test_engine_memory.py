@@ -73,7 +73,7 @@ def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(
     assert live.peak <= engine.device_bytes(), (live.peak, engine.device_bytes())
     g = engine.geometry
     per_point = engine_point_bytes("double", g.kernel.support, "rows", True)
-    assert per_point == 8 + 4 + 16 + 16 + 3 * g.kernel.support * 4
+    assert per_point == 8 + 4 + 8 + 8 + 3 * g.kernel.support * 4
     held = max(part.held for part in engine._parts) * (16 + 8)
     tables = len(engine._parts) * 4 * (g.num_planes * (g.nu + 1) + 1)     # each part's row starts
     small = 1 << 16       # the tally, the phase placeholder, the kernels' argument buffers

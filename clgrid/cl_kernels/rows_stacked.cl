@@ -1,8 +1,9 @@
 {# Rows (clgrid/strategies/rows.py, the imaging operator's), for the w-stacking kernel source
     (source_stacked.cl): owner-computes, one work-item per grid row, no atomics.
-    Template variables: double, use_w, tap_single (the kernel values kept in float) and
-    source_stacked.cl's. #}
+    Template variables: double, use_w, tap_single (the kernel values kept in float),
+    value_single (value_types.cl) and source_stacked.cl's. #}
 {% include "complex.cl" %}
+{% include "value_types.cl" %}
 {% include "source_stacked.cl" %}
 
 /* For CPUs (tuning: [wgridding] spread = "rows"), where float
@@ -51,7 +52,7 @@ __kernel void compute_taps(__global const real4_t *restrict frac, __global tap_t
 
 __kernel void spread_rows(__global const int2 *restrict cell,
                           __global const tap_t *restrict tap,       /* [n][TAPS] */
-                          __global const complex_t *restrict vis,
+                          __global const value_t *restrict vis,
                           __global complex_t *grid,                  /* [NU][NV] */
                           __global const int *restrict row_start,    /* [planes][nu + 1] */
                           const int nu, const int nv, const int plane)
@@ -73,9 +74,9 @@ __kernel void spread_rows(__global const int2 *restrict cell,
             for (int k = rs[u0]; k < end; ++k) {
                 __global const tap_t *t = tap + (size_t)k * TAPS;
 {% if use_w %}
-                const complex_t v = vis[k] * ((real_t)t[a] * (real_t)t[2 * SUPPORT + plane - g]);
+                const complex_t v = AS_COMPLEX(vis[k]) * ((real_t)t[a] * (real_t)t[2 * SUPPORT + plane - g]);
 {% else %}
-                const complex_t v = vis[k] * (real_t)t[a];
+                const complex_t v = AS_COMPLEX(vis[k]) * (real_t)t[a];
 {% endif %}
                 const int iv = cell[k].x;
                 if (iv + SUPPORT <= nv) {
@@ -94,7 +95,7 @@ __kernel void spread_rows(__global const int2 *restrict cell,
 __kernel void interp_taps(__global const int2 *restrict cell,
                           __global const tap_t *restrict tap,
                           __global const complex_t *restrict grid,
-                          __global complex_t *vis,
+                          __global value_t *vis,
                           const int nu, const int nv, const int plane, const int start, const int count)
 {
     const int i = get_global_id(0);
@@ -122,8 +123,8 @@ __kernel void interp_taps(__global const int2 *restrict cell,
         sum += rsum * (real_t)t[a];
     }
 {% if use_w %}
-    vis[k] += sum * (real_t)t[2 * SUPPORT + plane - f.z];
+    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum * (real_t)t[2 * SUPPORT + plane - f.z]);
 {% else %}
-    vis[k] += sum;
+    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum);
 {% endif %}
 }

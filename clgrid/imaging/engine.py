@@ -152,6 +152,9 @@ class ImagingEngine:
             strategy.stable = deterministic
             if self.spread_mode == "rows":
                 strategy.tap_single = float_taps
+        # with them, each point's value and phase in plan order (value_types.cl)
+        self._float_values = float_taps
+        self._value_bytes = 8 if float_taps else np.dtype(self.complex).itemsize
         self.layout = self.spreader.layout()
         # where each w-plane holds taps: the host FFT's passes run there only (regions.py)
         self.regions = plane_regions(uvw, scale, keep, signs, g, self._workers) \
@@ -168,7 +171,8 @@ class ImagingEngine:
         held = max(part.held for part in self._parts)
         self._vis_held = cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize)
         self._wgt_held = cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize)
-        self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double")))
+        self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double",
+                                                   value_single=self._float_values)))
         self.device_fft = None
         if self.fft_mode == "mapped":
             self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft, g.npix_y)
@@ -233,7 +237,7 @@ class ImagingEngine:
             index = plan.sample.get()[:plan.num_kept]
         points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
-        values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)
+        values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
         return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
                                values=self.spreader.with_values(points, values))
@@ -588,7 +592,7 @@ class ImagingEngine:
             return out
         itemsize = np.dtype(self.complex).itemsize
         for part in self._parts:
-            fill_zeros(self.queue, part.values.vis, part.points.num_vis * itemsize, self.real)
+            fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
         if self.device_fft is not None:
             self._dirty2vis_device(dirty)
         else:

@@ -220,18 +220,19 @@ def expected_error(choice: KernelChoice, precision: str, ndim: int) -> float:
 
 
 def float_taps_allowed(choice: KernelChoice, precision: str, ndim: int, epsilon: float | None = None) -> bool:
-    """Whether an operator of ``precision`` asked for ``epsilon`` may keep its kernel values
-    in float (4 bytes each instead of 8: the CPUs' "rows" spread keeps 3 W of them per
-    point): always in single precision; in double where the kernel's expected error plus
-    their rounding (float's unit roundoff, magnified by the grid correction on each axis
-    as the grid's rounding is) is still within ``epsilon`` (None: not known, no).  The
-    values are used in ``precision``; only their storage is float."""
+    """Whether an operator of ``precision`` asked for ``epsilon`` may keep what it holds per
+    point in float (4 bytes a real instead of 8: the CPUs' "rows" spread keeps 3 W kernel
+    values, a value and a phase per point): always in single precision; in double where
+    the kernel's expected error plus their rounding (float's unit roundoff, twice: the
+    kernel values' and the value's with its phase, magnified by the grid correction on each
+    axis as the grid's rounding is) is still within ``epsilon`` (None: not known, no).
+    The arithmetic stays in ``precision``; only the storage is float."""
     if precision == "single":
         return True
     if epsilon is None:
         return False
     amp = rms_amplification(choice.support, choice.beta, choice.sigma) ** ndim
-    return expected_error(choice, precision, ndim) + _FLOAT_TAP_ROUNDING * amp <= epsilon
+    return expected_error(choice, precision, ndim) + 2 * _FLOAT_TAP_ROUNDING * amp <= epsilon
 
 
 def _table_rows():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 
 from ..planning.stacking import PlaneOrder, PointPlan
 from .stacked import StackedStrategy, launch_size
@@ -39,10 +40,12 @@ class _StackedRows(StackedStrategy):
 
     @classmethod
     def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size, kernels) -> dict:
-        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), tap_single=False)
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), tap_single=False,
+                    value_single=False)
 
     def template_params(self, npol: int) -> dict:
-        return dict(super().template_params(npol), tap_single=bool(self.tap_single))
+        single = bool(self.tap_single)
+        return dict(super().template_params(npol), tap_single=single, value_single=single)
 
     def tap_bytes(self) -> int:
         """Device bytes a point's kernel values take (W along u, v and, with w, the planes;
@@ -70,6 +73,11 @@ class _StackedRows(StackedStrategy):
             getattr(points, name).release()
             setattr(points, name, None)
         points.extra.update(taps=tap, cell=cell)
+        if self.tap_single and points.phase is not None and np.dtype(self.complex_dtype) == np.complex128:
+            # the phases in float too (value_types.cl), as the engine keeps the values
+            phase = cla.Array(self.queue, (n,), np.complex128, data=points.phase).astype(np.complex64)
+            points.phase.release()
+            points.phase = phase.data
         return points
 
 
