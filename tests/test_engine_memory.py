@@ -55,9 +55,10 @@ class LiveBuffers:
 def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(rng, monkeypatch):
     """A double-precision operator at epsilon 1e-6 in four parts: the buffers live at any
     moment of set-up, vis2dirty and dirty2vis stay within the engine's model; what it keeps
-    per point is the arrangement (first cells, source, phase), the value and the 3 W float
-    kernel values: no plan in the caller's order, no offsets, no caller's values of every
-    part (each regression here is 24 to 84 bytes a point, what issue 29's bound is made of)."""
+    per point is the arrangement (first cells in an int2, source, phase in float), the value
+    in float, 2 W + 1 float kernel values and one real: no plan in the caller's order, no
+    offsets, no caller's values of every part (each regression here is 24 to 84 bytes a
+    point, what issue 29's bound is made of)."""
     uvw, freq, vis, wgt = wide_field(rng, nrow=4000)
     live = LiveBuffers(monkeypatch)
     nsample = vis.size
@@ -73,7 +74,7 @@ def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(
     assert live.peak <= engine.device_bytes(), (live.peak, engine.device_bytes())
     g = engine.geometry
     per_point = engine_point_bytes("double", g.kernel.support, "rows", True)
-    assert per_point == 8 + 4 + 8 + 8 + 3 * g.kernel.support * 4
+    assert per_point == 8 + 4 + 8 + 8 + (2 * g.kernel.support + 1) * 4 + 8
     held = max(part.held for part in engine._parts) * (16 + 8)
     tables = len(engine._parts) * 4 * (g.num_planes * (g.nu + 1) + 1)     # each part's row starts
     small = 1 << 16       # the tally, the phase placeholder, the kernels' argument buffers

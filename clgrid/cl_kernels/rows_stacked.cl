@@ -8,7 +8,7 @@
 
 /* For CPUs (tuning: [wgridding] spread = "rows"), where float
    atomics are compare-and-swap loops: every kernel value is computed once per operator
-   into `tap` (W along u, W along v and, with w, W along the planes; in tap_t: float where
+   into `tap` (W along u, W along v and, with w, the one on the plane; in tap_t: float where
    the operator's epsilon allows, clgrid/strategies/rows_stacked.py), with its first cells
    as an int2 `cell` (first v cell; first u cell + first plane * (nu + 1), the layout's key,
    below 2^31), and spreading is owner-computes, one work-item per grid row, no atomics.  Visibilities are sorted by
@@ -19,15 +19,15 @@ typedef float tap_t;
 {% else %}
 typedef real_t tap_t;
 {% endif %}
-{% if use_w %}
-#define TAPS (3 * SUPPORT)
-{% else %}
+/* A point's values: W along u and W along v in `tap`; with w, its value on the plane being
+   spread in `wv` (tap_t), written per plane by plane_values from `wz` (the polynomial
+   argument of its first plane's value, real_t): one value kept rather than W, for one
+   evaluation per point and plane against its W x W cells' work. */
 #define TAPS (2 * SUPPORT)
-{% endif %}
 
 __kernel void compute_taps(__global const real4_t *restrict frac, __global tap_t *restrict tap,
-                           __global const int4 *restrict first, __global int2 *restrict cell,
-                           const int nu, const int count)
+                           __global real_t *restrict wz, __global const int4 *restrict first,
+                           __global int2 *restrict cell, const int nu, const int count)
 {
     const int k = get_global_id(0);
     if (k >= count)
@@ -44,14 +44,25 @@ __kernel void compute_taps(__global const real4_t *restrict frac, __global tap_t
     for (int j = 0; j < SUPPORT; ++j)
         out[SUPPORT + j] = (tap_t)t[j];
 {% if use_w %}
-    es_taps(t, x.z);
-    for (int j = 0; j < SUPPORT; ++j)
-        out[2 * SUPPORT + j] = (tap_t)t[j];
+    wz[k] = (real_t)2 * x.z + (real_t)(SUPPORT - 1);
 {% endif %}
+}
+
+/* The values on `plane` of the points start .. start + count - 1 (those with a tap on it). */
+__kernel void plane_values(__global const int2 *restrict cell, __global const real_t *restrict wz,
+                           __global tap_t *restrict wv, const int nu, const int plane, const int start,
+                           const int count)
+{
+    const int i = get_global_id(0);
+    if (i >= count)
+        return;
+    const int k = start + i;
+    wv[k] = (tap_t)es_piece(plane - cell[k].y / (nu + 1), wz[k]);
 }
 
 __kernel void spread_rows(__global const int2 *restrict cell,
                           __global const tap_t *restrict tap,       /* [n][TAPS] */
+                          __global const tap_t *restrict wv,        /* [n]: on the plane */
                           __global const value_t *restrict vis,
                           __global complex_t *grid,                  /* [NU][NV] */
                           __global const int *restrict row_start,    /* [planes][nu + 1] */
@@ -74,7 +85,7 @@ __kernel void spread_rows(__global const int2 *restrict cell,
             for (int k = rs[u0]; k < end; ++k) {
                 __global const tap_t *t = tap + (size_t)k * TAPS;
 {% if use_w %}
-                const complex_t v = AS_COMPLEX(vis[k]) * ((real_t)t[a] * (real_t)t[2 * SUPPORT + plane - g]);
+                const complex_t v = AS_COMPLEX(vis[k]) * ((real_t)t[a] * (real_t)wv[k]);
 {% else %}
                 const complex_t v = AS_COMPLEX(vis[k]) * (real_t)t[a];
 {% endif %}
@@ -91,9 +102,11 @@ __kernel void spread_rows(__global const int2 *restrict cell,
     }
 }
 
-/* Gather as `interp`, with the kernel values read from `tap`. */
+/* Gather as `interp`, with the kernel values along u and v read from `tap`, the one on
+   the plane evaluated. */
 __kernel void interp_taps(__global const int2 *restrict cell,
                           __global const tap_t *restrict tap,
+                          __global const real_t *restrict wz,
                           __global const complex_t *restrict grid,
                           __global value_t *vis,
                           const int nu, const int nv, const int plane, const int start, const int count)
@@ -123,7 +136,7 @@ __kernel void interp_taps(__global const int2 *restrict cell,
         sum += rsum * (real_t)t[a];
     }
 {% if use_w %}
-    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum * (real_t)t[2 * SUPPORT + plane - f.z]);
+    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum * es_piece(plane - f.z, wz[k]));
 {% else %}
     vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum);
 {% endif %}

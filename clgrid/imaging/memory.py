@@ -54,14 +54,15 @@ def _sizes(precision: str) -> tuple:
 def engine_point_bytes(precision: str, support: int, spread: str, float_taps: bool) -> int:
     """Device bytes an engine keeps per kept point between calls: its arrangement (first
     cells, source index, phase), its value in plan order, and its spread's own data: the
-    "rows" spread's 3 W kernel values with its first cells in an int2 (where ``float_taps``,
-    in double precision, the kernel values, the value and the phase in float), the others'
-    offsets (four reals) with first cells in an int4."""
+    "rows" spread's first cells in an int2, 2 W + 1 kernel values (W along u and v, the
+    one on the plane being spread) and the argument of its first plane's value (where
+    ``float_taps``, in double precision, the kernel values, the value and the phase in
+    float); the others' offsets (four reals) with first cells in an int4."""
     cplx, real = _sizes(precision)
-    if spread == "rows":        # first cells packed in an int2, the kernel values; value and phase in float too
-        if float_taps and precision == "double":
-            return 8 + 4 + 8 + 8 + 3 * support * 4
-        return 8 + 4 + cplx + cplx + 3 * support * real
+    if spread == "rows":        # first cells in an int2; 2 W + 1 kernel values and the plane's argument
+        single = float_taps and precision == "double"    # then the value and phase in float too
+        values = 8 + 8 if single else 2 * cplx
+        return 8 + 4 + values + (2 * support + 1) * (4 if single else real) + real
     return 16 + 4 + cplx + cplx + 4 * real
 
 

@@ -48,10 +48,11 @@ class _StackedRows(StackedStrategy):
         return dict(super().template_params(npol), tap_single=single, value_single=single)
 
     def tap_bytes(self) -> int:
-        """Device bytes a point's kernel values take (W along u, v and, with w, the planes;
-        float where ``tap_single``)."""
+        """Device bytes a point's kernel values take: W along u and v, with w the one on the
+        plane being spread (float where ``tap_single``) and its first plane's argument (a real)."""
         k = self.kernels
-        return (3 if k.use_w else 2) * k.width * (4 if self.tap_single else np.dtype(self.real_dtype).itemsize)
+        real = np.dtype(self.real_dtype).itemsize
+        return (2 * k.width + k.use_w) * (4 if self.tap_single else real) + (real if k.use_w else 0)
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
         """By (first plane, first u cell), with every point's kernel values (``extra["taps"]``:
@@ -62,17 +63,21 @@ class _StackedRows(StackedStrategy):
         points = super().arrange(plan, npol)
         n = max(points.num_vis, 1)
         context, mf = self.queue.context, cl.mem_flags
-        tap = cl.Buffer(context, mf.READ_WRITE, n * self.tap_bytes())
+        k, real = self.kernels, np.dtype(self.real_dtype).itemsize
+        size = 4 if self.tap_single else real
+        tap = cl.Buffer(context, mf.READ_WRITE, n * 2 * k.width * size)
+        wz = cl.Buffer(context, mf.READ_WRITE, (n if k.use_w else 1) * real)
+        wv = cl.Buffer(context, mf.READ_WRITE, (n if k.use_w else 1) * size)
         cell = cl.Buffer(context, mf.READ_WRITE, n * 8)
         if points.num_vis:
             wg = self.tuning["rows_work_group"]
             self.program("compute_taps")(self.queue, (launch_size(points.num_vis, wg),), (wg,), points.frac, tap,
-                                         points.first, cell, np.int32(self.nu), np.int32(points.num_vis))
+                                         wz, points.first, cell, np.int32(self.nu), np.int32(points.num_vis))
             self.queue.finish()
         for name in ("frac", "first"):
             getattr(points, name).release()
             setattr(points, name, None)
-        points.extra.update(taps=tap, cell=cell)
+        points.extra.update(taps=tap, wz=wz, wv=wv, cell=cell)
         if self.tap_single and points.phase is not None and np.dtype(self.complex_dtype) == np.complex128:
             # the phases in float too (value_types.cl), as the engine keeps the values
             phase = cla.Array(self.queue, (n,), np.complex128, data=points.phase).astype(np.complex64)
@@ -86,12 +91,21 @@ class StackedRowsGridding(_StackedRows):
 
     def grid(self, points: PointPlan, npol: int, grid_buffer, wait_for=None, plane: int = 0) -> list:
         """Enqueue the spreading of ``points`` (with their values) onto ``plane`` of the grid."""
-        if self.active(points, plane)[1] == 0:
+        start, count = self.active(points, plane)
+        if count == 0:
             return []
         wg = self.tuning["rows_work_group"]
-        return [self.program("spread_rows")(
-            self.queue, (launch_size(self.nu, wg),), (wg,), points.extra["cell"], points.extra["taps"], points.vis,
-            grid_buffer, points.starts, np.int32(self.nu), np.int32(self.nv), np.int32(plane), wait_for=wait_for)]
+        events = []
+        if self.kernels.use_w:          # the points' values on this plane, into their slot
+            events.append(self.program("plane_values")(
+                self.queue, (launch_size(count, wg),), (wg,), points.extra["cell"], points.extra["wz"],
+                points.extra["wv"], np.int32(self.nu), np.int32(plane), np.int32(start), np.int32(count),
+                wait_for=wait_for))
+        events.append(self.program("spread_rows")(
+            self.queue, (launch_size(self.nu, wg),), (wg,), points.extra["cell"], points.extra["taps"],
+            points.extra["wv"], points.vis, grid_buffer, points.starts, np.int32(self.nu), np.int32(self.nv), np.int32(plane),
+            wait_for=None if events else wait_for))
+        return events
 
 
 class StackedRowsDegridding(_StackedRows):
@@ -104,7 +118,8 @@ class StackedRowsDegridding(_StackedRows):
             return []
         wg = self.tuning["rows_work_group"]
         return [self.program("interp_taps")(
-            self.queue, (launch_size(count, wg),), (wg,), points.extra["cell"], points.extra["taps"], grid_buffer,
+            self.queue, (launch_size(count, wg),), (wg,), points.extra["cell"], points.extra["taps"],
+            points.extra["wz"], grid_buffer,
             points.vis,
             np.int32(self.nu), np.int32(self.nv), np.int32(plane), np.int32(start), np.int32(count),
             wait_for=wait_for)]
