@@ -237,6 +237,7 @@ class ImagingEngine:
             index = plan.sample.get()[:plan.num_kept]
         points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
+        points = self.spreader.settle(points)     # then the strategy's own per-point data
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
         return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,

@@ -54,13 +54,13 @@ class _StackedRows(StackedStrategy):
         real = np.dtype(self.real_dtype).itemsize
         return (2 * k.width + k.use_w) * (4 if self.tap_single else real) + (real if k.use_w else 0)
 
-    def arrange(self, plan, npol: int = 1) -> PointPlan:
-        """By (first plane, first u cell), with every point's kernel values (``extra["taps"]``:
-        W along u, W along v and, with w, W along the planes) and its first cells in an int2
-        (``extra["cell"]``: first v cell; first u cell + first plane * (nu + 1), below the
-        layout's key count, 2^31); the offsets and the int4 first cells (``frac``, ``first``),
-        which nothing else here reads, are released."""
-        points = super().arrange(plan, npol)
+    def settle(self, points: PointPlan) -> PointPlan:
+        """Every point's kernel values (``extra["taps"]``: W along u, W along v), with w the
+        argument of its first plane's value (``extra["wz"]``) and room for its value on the
+        plane being spread (``extra["wv"]``), and its first cells in an int2 (``extra["cell"]``:
+        first v cell; first u cell + first plane * (nu + 1), below the layout's key count,
+        2^31); the offsets and the int4 first cells (``frac``, ``first``), which nothing else
+        here reads, are released, and with float values the phases go to float too."""
         n = max(points.num_vis, 1)
         context, mf = self.queue.context, cl.mem_flags
         k, real = self.kernels, np.dtype(self.real_dtype).itemsize
