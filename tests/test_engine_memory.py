@@ -71,13 +71,13 @@ def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(
     image = op.vis2dirty(vis, wgt)
     dirty = rng.normal(size=image.shape)
     op.dirty2vis(dirty, wgt)
-    assert live.peak <= engine.device_bytes(), (live.peak, engine.device_bytes())
+    small = 1 << 16       # the tally, the phase placeholder, the kernels' argument buffers
+    assert live.peak <= engine.device_bytes() + small, (live.peak, engine.device_bytes())
     g = engine.geometry
     per_point = engine_point_bytes("double", g.kernel.support, "rows", True)
     assert per_point == 8 + 4 + 8 + 8 + (2 * g.kernel.support + 1) * 4 + 8
     held = max(part.held for part in engine._parts) * (16 + 8)
     tables = len(engine._parts) * 4 * (g.num_planes * (g.nu + 1) + 1)     # each part's row starts
-    small = 1 << 16       # the tally, the phase placeholder, the kernels' argument buffers
     assert kept <= g.nu * g.nv * 16 + engine.num_kept * per_point + held + tables + small, \
         (kept, engine.num_kept, per_point)
 

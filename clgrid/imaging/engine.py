@@ -33,7 +33,7 @@ from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.plan import plan_stacked
 from ..sources.accuracy import float_taps_allowed
-from .memory import HOST_PART_SAMPLES, engine_device_bytes
+from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision, read_only_buffer
@@ -238,6 +238,9 @@ class ImagingEngine:
         points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
         plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
         points = self.spreader.settle(points)     # then the strategy's own per-point data
+        if "CPU" in self.facts.type:               # the part's freed scratch back to the system
+            self.queue.finish()
+            return_freed_memory()
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
         return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,

@@ -10,6 +10,8 @@ measures them.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 
 from ..errors import HostMemoryError
@@ -17,7 +19,7 @@ from ..sources.accuracy import float_taps_allowed
 from .geometry import ImageGeometry
 
 __all__ = ["host_memory_available", "engine_device_bytes", "engine_point_bytes", "host_image_bytes",
-           "check_host_memory", "HOST_PART_SAMPLES"]
+           "check_host_memory", "HOST_PART_SAMPLES", "return_freed_memory"]
 
 GiB = float(2 ** 30)
 # Host bytes per pixel of an operator's image for the host-side image work (engine.py, pixels.py: the
@@ -47,6 +49,30 @@ def host_memory_available() -> int | None:
         return None
 
 
+def _libc():
+    try:
+        name = ctypes.util.find_library("c")
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def return_freed_memory() -> bool:
+    """Give the heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing): on a CPU device the OpenCL runtime allocates buffers with malloc, and a part's
+    planning scratch freed between the buffers kept stays resident otherwise (the heap's
+    holes: about 0.13 GiB of a 2 x 10^7-sample call, docs/benchmarks/large.md).  Whether it
+    could ask."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
 def _sizes(precision: str) -> tuple:
     return (16, 8) if precision == "double" else (8, 4)
 
@@ -67,9 +93,9 @@ def engine_point_bytes(precision: str, support: int, spread: str, float_taps: bo
 
 
 def _part_setup_bytes(precision: str, support: int, spread: str, float_taps: bool) -> int:
-    """Device bytes per sample while one part is planned and arranged: the plan in the
-    caller's order (sample, first cells, offsets, phase), the sort's index and order, and
-    the arrangement with the spread's data (made before the plan is released)."""
+    """Device bytes per sample while one part is planned and arranged, at most: the plan in
+    the caller's order (sample, first cells, offsets, phase), the sort's index and order,
+    and the arrangement (its offsets, and what the engine keeps of it)."""
     cplx, real = _sizes(precision)
     plan = 4 + 16 + 4 * real + cplx
     return plan + 8 + 4 * real + engine_point_bytes(precision, support, spread, float_taps)
@@ -79,9 +105,11 @@ def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: in
                         part_samples: int | None = None, float_taps: bool | None = None,
                         epsilon: float | None = None) -> int:
     """A model of one engine's peak device memory (`clgrid.imaging.engine.ImagingEngine`,
-    which says its own with ``device_bytes``): its grid; per sample what it keeps
-    (`engine_point_bytes`); the largest part's caller values and weights (they go through
-    one part at a time); and one part's planning and arranging on top.  ``spread``: the
+    which says its own with ``device_bytes``): its grid, and the larger of the last part's
+    set-up (the parts before it kept, `engine_point_bytes` a sample; this one planned and
+    arranged, `_part_setup_bytes`) and a call (every part kept, one part's caller values
+    and weights, which go through one part at a time), and the parts' tables of where each
+    plane's rows (or bins) begin.  ``spread``: the
     engine's ("rows" on CPUs), None: the larger of a CPU's engine ("rows", parts of
     `HOST_PART_SAMPLES`) and a GPU's (one part); ``part_samples``: samples a part holds
     (None: all); ``float_taps``: the rows spread's kernel values in float (None: where
@@ -96,8 +124,12 @@ def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: in
     cplx, real = _sizes(precision)
     support = geometry.kernel.support
     part = num_samples if part_samples is None else min(num_samples, part_samples)
-    return (geometry.nu * geometry.nv * cplx + num_samples * engine_point_bytes(precision, support, spread, float_taps)
-            + part * (cplx + real + _part_setup_bytes(precision, support, spread, float_taps)))
+    kept = engine_point_bytes(precision, support, spread, float_taps)
+    setup = (num_samples - part) * kept + part * _part_setup_bytes(precision, support, spread, float_taps)
+    call = num_samples * kept + part * (cplx + real)
+    # each part's table of where each (plane, row) begins, and the sort's counts and cursors
+    tables = (-(-num_samples // max(part, 1)) + 2) * 4 * (geometry.num_planes * (geometry.nu + 1) + 1)
+    return geometry.nu * geometry.nv * cplx + max(setup, call) + tables
 
 
 def host_image_bytes(npix_x: int, npix_y: int) -> int:
