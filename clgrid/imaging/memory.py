@@ -64,8 +64,7 @@ def return_freed_memory() -> bool:
     """Give the heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere
     nothing): on a CPU device the OpenCL runtime allocates buffers with malloc, and a part's
     planning scratch freed between the buffers kept stays resident otherwise (the heap's
-    holes: about 0.13 GiB of a 2 x 10^7-sample call, docs/benchmarks/large.md).  Whether it
-    could ask."""
+    holes, measured in docs/benchmarks/large.md).  Whether it could ask."""
     trim = getattr(_LIBC, "malloc_trim", None)
     if trim is None:
         return False

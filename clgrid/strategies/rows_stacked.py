@@ -6,11 +6,14 @@ compare-and-swap loops; here nothing is atomic and the grid is the same bits eve
 Plans are arranged by (first plane, first u cell): ``starts[g][u]`` is where the points with
 first plane g and first u cell u begin.
 
-The kernel values (3 W a point; on a CPU device, host memory) are kept in float where the
-engine allows it (``tap_single``: `clgrid.sources.accuracy.float_taps_allowed`) and used in
-the operator's precision; the arrangement's offsets are released once they are made.
-Evaluating them in the kernels instead (a point's values along u and w per visit, or per
-point and plane) kept less but spread 25-70% slower on PoCL (docs/benchmarks/large.md)."""
+What a point keeps (on a CPU device, host memory; `settle`, after the engine released the
+plan in the caller's order): W kernel values along u and W along v, with w the argument of
+its first plane's value, from which its value on each plane is written per plane
+(``plane_values``) and interpolation evaluates it, and its first cells in an int2.  The
+kernel values are kept in float where the engine allows it (``tap_single``:
+`clgrid.sources.accuracy.float_taps_allowed`; then the engine keeps the value and phase in
+float too) and used in the operator's precision.  Evaluating the values along u in the
+kernels as well kept less but spread slower on PoCL (docs/benchmarks/large.md)."""
 
 from __future__ import annotations
 
@@ -46,13 +49,6 @@ class _StackedRows(StackedStrategy):
     def template_params(self, npol: int) -> dict:
         single = bool(self.tap_single)
         return dict(super().template_params(npol), tap_single=single, value_single=single)
-
-    def tap_bytes(self) -> int:
-        """Device bytes a point's kernel values take: W along u and v, with w the one on the
-        plane being spread (float where ``tap_single``) and its first plane's argument (a real)."""
-        k = self.kernels
-        real = np.dtype(self.real_dtype).itemsize
-        return (2 * k.width + k.use_w) * (4 if self.tap_single else real) + (real if k.use_w else 0)
 
     def settle(self, points: PointPlan) -> PointPlan:
         """Every point's kernel values (``extra["taps"]``: W along u, W along v), with w the
@@ -103,8 +99,8 @@ class StackedRowsGridding(_StackedRows):
                 wait_for=wait_for))
         events.append(self.program("spread_rows")(
             self.queue, (launch_size(self.nu, wg),), (wg,), points.extra["cell"], points.extra["taps"],
-            points.extra["wv"], points.vis, grid_buffer, points.starts, np.int32(self.nu), np.int32(self.nv), np.int32(plane),
-            wait_for=None if events else wait_for))
+            points.extra["wv"], points.vis, grid_buffer, points.starts, np.int32(self.nu), np.int32(self.nv),
+            np.int32(plane), wait_for=None if events else wait_for))
         return events
 
 
