@@ -77,6 +77,7 @@ class ImagingOptions:
     epsilon: float = 1e-4
     precision: str | None = None
     device: object = None
+    weights_on: str = "auto"
     field_id: int = 0
     overwrite: bool = False
     history: tuple = field(default_factory=tuple)
@@ -147,6 +148,8 @@ def argument_errors(options: ImagingOptions) -> list:
         errors.append(f"--epsilon {options.epsilon:g} needs --precision double (single reaches 1e-5)")
     if options.beam_fit not in ("wsclean", "whole-box"):
         errors.append(f"--beam-fit must be wsclean or whole-box, got {options.beam_fit!r}")
+    if options.weights_on not in ("auto", "device", "host"):
+        errors.append(f"--weights-on must be auto, device or host, got {options.weights_on!r}")
     if options.precision not in (None, "single", "double"):
         errors.append(f"--precision must be single or double, got {options.precision!r}")
     folder = os.path.dirname(os.path.abspath(options.name))
@@ -245,6 +248,13 @@ class _Imaging:
         self.mfs = {p: np.zeros(shape) for p in pols} if self.several else None
         self.mfs_psf = np.zeros(shape) if self.several and options.make_psf else None
         self.shared = None
+        from .device_weighting import weights_device
+
+        try:
+            self.weights_device, where = weights_device(options.device, options.weights_on)
+        except ValueError as exc:
+            raise ImagingError(str(exc)) from None
+        say(f"  imaging weights on {where}")
         if options.mf_weighting and options.weight != "natural":
             self.shared = self._weight_grid()
             for g, group in enumerate(data.groups):
@@ -254,7 +264,7 @@ class _Imaging:
     def _weight_grid(self):
         o = self.options
         return WeightGrid(o.weight, self.nx, self.ny, self.scale, self.scale, o.robust, o.padding,
-                          o.super_weight, o.rank_filter, o.rank_filter_size)
+                          o.super_weight, o.rank_filter, o.rank_filter_size, device=self.weights_device)
 
     def _write(self, key, image, **extra):
         from . import fits
