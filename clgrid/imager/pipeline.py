@@ -349,7 +349,7 @@ class _Imaging:
             if self.mfs_psf is not None:
                 self.mfs_psf += psf * image_weight[first]
             del psf
-        for p in self.pols:
+        for index, p in enumerate(self.pols):
             started = time.perf_counter()
             with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, warnings.catch_warnings():
                 # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
@@ -357,6 +357,10 @@ class _Imaging:
                 warnings.filterwarnings("ignore", "clgrid: every unmasked visibility times its weight is zero")
                 dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
                                      progress=bar.update)
+            if index == len(self.pols) - 1:
+                # the operator's buffers (host memory on a CPU device) go before the last image
+                # is transposed and written, not after (it has no reference cycles: freed here)
+                del op
             dirty = np.ascontiguousarray(dirty.T)
             # divided by the sum of weights; with a PSF, also by its centre (WSClean's normalisation)
             dirty *= (psf_factor if o.make_psf else 1.0) / image_weight[p] if image_weight[p] else 0.0
