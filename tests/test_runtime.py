@@ -233,3 +233,29 @@ def test_kernel_objects_are_kept_per_thread(queue):
     thread.start()
     thread.join()
     assert other[0] is not mine and other[0].function_name == "scan_blocks"
+
+
+@pytest.mark.parametrize("shape", [7919, 2 * 2731, (5462, 3), (1, 13)])
+def test_launch_covers_sizes_without_small_factors_and_writes_nothing_beyond(queue, shape):
+    """`codegen.launch` rounds dimension 0 up to whole work-groups (sizes with no small
+    factors ran in groups of one or two items when the runtime chose): every id inside the
+    shape is written once, nothing beyond it (the kernel's bound check), poisoned buffer."""
+    source = """
+    __kernel void mark(__global int *out, const int n0, const int n1)
+    {
+        const int i = get_global_id(0), j = get_global_id(1);
+        if (i >= n0 || j >= n1)
+            return;
+        out[j * n0 + i] += 1 + i + n0 * j;
+    }"""
+    program = cl.Program(queue.context, source).build()
+    n0, n1 = (shape, 1) if np.ndim(shape) == 0 else shape
+    size = n0 * n1
+    poison = np.full(size + 600, -7, np.int32)
+    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=poison)
+    kernel = codegen.kernel(program, "mark")
+    codegen.launch(kernel, queue, shape, out, np.int32(n0), np.int32(n1)).wait()
+    got = np.empty_like(poison)
+    cl.enqueue_copy(queue, got, out)
+    np.testing.assert_array_equal(got[:size], -7 + 1 + np.arange(size))
+    np.testing.assert_array_equal(got[size:], -7)

@@ -17,11 +17,12 @@ import threading
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pyopencl as cl
 
 from ..errors import KernelBuildError
 
-__all__ = ["kernel_dir", "render", "build_program", "kernel"]
+__all__ = ["kernel_dir", "render", "build_program", "kernel", "launch", "LAUNCH_GROUP"]
 
 _programs: dict = {}
 _kernels = threading.local()
@@ -111,3 +112,30 @@ def kernel(program: cl.Program, name: str) -> cl.Kernel:
     if found is None:
         found = cache[key] = (cl.Kernel(program, name), program)    # the program kept alive with it
     return found[0]
+
+
+# work-items per work-group of a `launch` (dimension 0), where the kernel allows as many
+LAUNCH_GROUP = 256
+
+
+def launch(kernel_object: cl.Kernel, queue: cl.CommandQueue, shape, *args, wait_for=None) -> cl.Event:
+    """Enqueue ``kernel_object`` over at least ``shape`` work-items (an int or a tuple) in
+    work-groups of up to `LAUNCH_GROUP` items along dimension 0 and one along the others,
+    dimension 0's global size rounded up to whole work-groups.
+
+    For kernels that return for ids beyond their own bounds.  Left to choose (local size
+    NULL), an OpenCL runtime picks a divisor of the global size: for a size with no small
+    factors (an image side of 5462 = 2 x 2731, a prime count of samples), work-groups of one
+    or two items, tens of times slower (docs/benchmarks/large.md).
+
+    Returns
+    -------
+    pyopencl.Event
+        The launch's event.
+    """
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    allowed = kernel_object.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, queue.device)
+    group = max(1, min(LAUNCH_GROUP, int(allowed)))
+    first = max(1, -(-shape[0] // group)) * group
+    local = (group,) + (1,) * (len(shape) - 1)
+    return kernel_object(queue, (first,) + shape[1:], local, *args, wait_for=wait_for)

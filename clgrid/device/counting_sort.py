@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from .codegen import build_program, render, kernel as codegen_kernel
+from .codegen import build_program, launch, render, kernel as codegen_kernel
 from .runtime import fill_zeros
 from .scan import ExclusiveScan
 
@@ -45,10 +45,10 @@ class CountingSort:
             events.append(fill_zeros(self.queue, starts, 4 * (self.num_keys + 1), np.int32, wait_for))
         if n:
             count_keys, place = (codegen_kernel(self._program, name) for name in ("count_keys", "place"))
-            events.append(count_keys(self.queue, (n,), None, packed, np.int32(n), counts))
+            events.append(launch(count_keys, self.queue, n, packed, np.int32(n), counts))
             events += self._scan(counts, cursor, self.num_keys + 1)
             if starts is not None:
                 events.append(cl.enqueue_copy(self.queue, starts, cursor, byte_count=4 * (self.num_keys + 1)))
-            events.append(place(self.queue, (n,), None, packed, source, np.int32(n), cursor,
+            events.append(launch(place, self.queue, n, packed, source, np.int32(n), cursor,
                                 sorted_packed, sorted_source))
         return sorted_packed, sorted_source, events

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyopencl as cl
 
-from ..device.codegen import build_program, render
+from ..device.codegen import build_program, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
@@ -446,12 +446,12 @@ class ImagingEngine:
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 self._launch_spread(plane, [zero])
                 self.device_fft.backward(self._grid, **self._region_of(plane))
-                self._accumulate(q, (g.npix_y, g.npix_x), None, self._grid, self._image_acc, *self._pixel_args,
+                launch(self._accumulate, q, (g.npix_y, g.npix_x), self._grid, self._image_acc, *self._pixel_args,
                                  *self._plane_args(plane))
             if progress is not None:
                 q.finish()
                 progress(1)
-        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
+        launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         image = host_empty((g.npix_x, g.npix_y), self.real, self.staging)
         not_finite = np.empty(3, np.int32)
@@ -466,7 +466,7 @@ class ImagingEngine:
         g, q = self.geometry, self.queue
         upload(self.queue, np.asarray(dirty, self.real), self._image_acc, self.staging)
         fill_zeros(q, self._tally, 12, np.int32)
-        self._finish(q, (g.npix_y, g.npix_x), None, self._image_acc, self._image_out, *self._pixel_args,
+        launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         not_finite = np.empty(1, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
@@ -475,7 +475,7 @@ class ImagingEngine:
         for plane in self.planes:
             if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
-                self._load_plane(q, (g.npix_y, g.npix_x), None, self._image_out, *self._pixel_args, self._grid,
+                launch(self._load_plane, q, (g.npix_y, g.npix_x), self._image_out, *self._pixel_args, self._grid,
                                  *self._plane_args(plane))
                 self.device_fft.forward(self._grid, **self._region_of(plane))
                 self._launch_interp(plane)

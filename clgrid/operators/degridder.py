@@ -22,6 +22,7 @@ from ..errors import NonFiniteResultError
 from ..planning.plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
 from ..strategies import DEGRIDDING_METHODS, SPELLINGS
+from ..device.codegen import launch
 from ..device.host_threads import in_background
 from ..device.transfer import download, host_empty, to_device_array, upload
 from ..planning.values import ValueKernels
@@ -119,7 +120,7 @@ class Degridder(GridOperation):
             kernels = ValueKernels.of(self.queue.context, self.precision == "double", npol, target.dtype,
                                       "none", np.float32, flags is not None, plan.weight_sum.dtype)
             n = prepared.device_plan.num_vis
-            kernels.scatter(self.queue, (n,), None, prepared.device_plan.vis,
+            launch(kernels.scatter, self.queue, n, prepared.device_plan.vis,
                             None if flags is None else flags.data, prepared.device_plan.source, np.int32(n),
                             target.data)
         if isinstance(out, cla.Array):

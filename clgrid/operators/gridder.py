@@ -22,6 +22,7 @@ from .deterministic import FixedPointGrid
 from ..planning.plan import Plan
 from ..device.host_threads import in_background
 from .operation import GridOperation, PreparedVisibilities, kernel_seconds, rows_of, with_values
+from ..device.codegen import launch
 from ..device.runtime import fill_zeros
 from ..strategies import GRIDDING_METHODS, SPELLINGS
 from ..device.transfer import device_layout, download, host_empty, to_device_array
@@ -119,7 +120,7 @@ class Gridder(GridOperation):
         values = self.scratch("values", arranged.num_vis * npol * itemsize)
         bad = cla.to_device(queue, np.zeros(2, np.int32))
         n = arranged.num_vis
-        kernels.gather(queue, (n,), None, vis_d.data, None if weights_d is None else weights_d.data,
+        launch(kernels.gather, queue, n, vis_d.data, None if weights_d is None else weights_d.data,
                        None if flags_d is None else flags_d.data, arranged.source, np.int32(n), values,
                        bad.data, wait_for=wait_for)
         norm = np.array([kernels.norm(queue, plan.num_kept, plan.weight_sum.data, plan.sample.data,

@@ -29,7 +29,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from ..device.codegen import build_program, render, kernel as codegen_kernel
+from ..device.codegen import build_program, launch, render, kernel as codegen_kernel
 from ..device.reduction import DeviceSum
 from ..sources.tables import KernelStack, offset_range
 from .host import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wavelengths, plan_visibilities,
@@ -346,7 +346,7 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     weight_sum = cla.empty(queue, max(m, 1), np.float64)
     if m:
         planner.scan(kept.data, position.data, nsample)
-        planner.compact(queue, (nsample,), None, status.data, packed_all.data, position.data,
+        launch(planner.compact, queue, nsample, status.data, packed_all.data, position.data,
                         np.int32(nsample), supports.data, weight_sums.data,
                         np.int32(offset_range(kernels.oversample)),
                         sample.data, packed.data, support.data, weight_sum.data)
@@ -462,7 +462,7 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     phase = cla.empty(queue, max(m, 1), cplx) if g.has_phase else None
     if m:
         ExclusiveScan(queue)(kept.data, position.data, nsample)
-        codegen_kernel(program, "compact_stacked")(
-            queue, (nsample,), None, status.data, packed_all.data, position.data, uvw_d.data, scale_d.data,
+        launch(codegen_kernel(program, "compact_stacked"),
+            queue, nsample, status.data, packed_all.data, position.data, uvw_d.data, scale_d.data,
             stacking, sample.data, packed.data, fraction.data, None if phase is None else phase.data)
     return Plan(g, queue, (nrow,), nchan, counts, sample, packed, None, None, fraction=fraction, phase=phase)

@@ -18,7 +18,7 @@ import pyopencl as cl
 
 import pyopencl.array as cla
 
-from ..device.codegen import kernel as codegen_kernel
+from ..device.codegen import kernel as codegen_kernel, launch
 from ..device.counting_sort import CountingSort
 from .plan import stacked_program
 
@@ -132,8 +132,8 @@ def arrange(plan, layout: PlaneOrder, stable: bool = False) -> PointPlan:
     src_d = cl.Buffer(context, mf.READ_WRITE, 4 * m)
     phase_d = None if cplx is None else cl.Buffer(context, mf.READ_WRITE, np.dtype(cplx).itemsize * m)
     if n:
-        codegen_kernel(program, "take_stacked")(
-            queue, (n,), None, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
+        launch(codegen_kernel(program, "take_stacked"),
+            queue, n, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
             None if plan.phase is None else plan.phase.data, np.int32(n), np.int32(plan.values_by_position),
             first_d, frac_d, src_d, phase_d)
     plane_start = every_nth(queue, program, starts, layout.keys_per_plane, g.num_planes + 1).astype(np.int64)
@@ -144,7 +144,7 @@ def every_nth(queue, program, values: cl.Buffer, step: int, count: int) -> np.nd
     """``values[k * step]`` for k in [0, count), to the host (int32): a small download
     instead of the whole table."""
     out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4 * max(count, 1))
-    codegen_kernel(program, "every_nth")(queue, (count,), None, values, np.int32(step), np.int32(count), out)
+    launch(codegen_kernel(program, "every_nth"), queue, count, values, np.int32(step), np.int32(count), out)
     host = np.empty(count, np.int32)
     cl.enqueue_copy(queue, host, out)
     return host

@@ -30,6 +30,7 @@ from itertools import chain
 
 import numpy as np
 import pyopencl as cl
+from ..device.codegen import launch
 from ..device.counting_sort import CountingSort
 from ..device.reduction import DeviceSum
 from ..device.runtime import fill_zeros
@@ -262,8 +263,8 @@ class TiledGridding(Strategy):
 
     def _bucket(self, plan: TiledDevicePlan, npol: int, place: bool) -> cl.Event:
         items = -(-plan.num_vis // self.tuning["sort_run"])
-        return self.kernel("bucket_visibilities", npol)(
-            self.queue, (items,), None, plan.packed, plan.vis, self.device_kernels.supports,
+        return launch(self.kernel("bucket_visibilities", npol),
+            self.queue, items, plan.packed, plan.vis, self.device_kernels.supports,
             np.int32(plan.num_vis), plan.box, plan.tally, plan.untiled_tally, plan.entries,
             plan.entry_vis_bucket, plan.untiled_plan, plan.untiled_vis, np.int32(place))
 

@@ -45,7 +45,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from ..planning.baseline_order import baseline_length
-from ..device.codegen import build_program, kernel, render
+from ..device.codegen import build_program, kernel, launch, render
 from ..sources.tables import KernelStack
 from ..planning.host import Positions
 from ..device.scan import ExclusiveScan
@@ -247,7 +247,7 @@ class TrackChunker:
         # counts copied from zeros, not filled: Oclgrind reads fills as unset
         counts = cla.to_device(queue, np.zeros(num_keys + 1, np.int32))
         starts = cla.empty(queue, num_keys + 1, np.int32)
-        kernel(program, "count_keys")(queue, (n,), None, plan.packed.data, plan.sample.data, np.int32(n),
+        launch(kernel(program, "count_keys"), queue, n, plan.packed.data, plan.sample.data, np.int32(n),
                                       np.int32(length), np.int32(plan.nchan or 1), np.int32(num_minor),
                                       counts.data)
         scan(counts.data, starts.data, num_keys + 1)
@@ -259,12 +259,12 @@ class TrackChunker:
 
         chunks_of_key = cla.empty(queue, num_keys + 1, np.int32)
         chunk_starts = cla.empty(queue, num_keys + 1, np.int32)
-        kernel(program, "count_chunks")(queue, (num_keys + 1,), None, starts.data, np.int32(num_keys),
+        launch(kernel(program, "count_chunks"), queue, num_keys + 1, starts.data, np.int32(num_keys),
                                         np.int32(self.max_length), chunks_of_key.data)
         scan(chunks_of_key.data, chunk_starts.data, num_keys + 1)
         num_chunks = int(chunk_starts[num_keys].get())
         chunks = cla.empty(queue, (num_chunks, 4), np.int32)
-        kernel(program, "write_chunks")(queue, (num_chunks,), None, starts.data, chunk_starts.data,
+        launch(kernel(program, "write_chunks"), queue, num_chunks, starts.data, chunk_starts.data,
                                         np.int32(num_keys), np.int32(num_chunks), np.int32(self.max_length),
                                         packed.data, self.plane_supports, chunks.data)
 
@@ -298,9 +298,9 @@ class TrackChunker:
             # copied from zeros, though kernels write every entry: after a first cut in a
             # process, Oclgrind 21.10 takes a kernel's stores into a fresh buffer for unset
             tiles_of_chunk, first_row = (cla.to_device(queue, np.zeros(n + 1, np.int32)) for _ in range(2))
-            kernel(self.program, "count_tiles")(queue, (n + 1,), None, chunked.chunks, np.int32(n), table,
+            launch(kernel(self.program, "count_tiles"), queue, n + 1, chunked.chunks, np.int32(n), table,
                                                 tiles_of_chunk.data)
             scan(tiles_of_chunk.data, first_row.data, n + 1)
-            kernel(self.program, "expand_work")(queue, (n,), None, chunked.chunks, np.int32(n), table,
+            launch(kernel(self.program, "expand_work"), queue, n, chunked.chunks, np.int32(n), table,
                                                 first_row.data, work).wait()   # before any buffer goes (`on_device`)
         return work, total
