@@ -73,12 +73,34 @@ if run wgridding; then
 fi
 if run imager; then
   # clgrid image (issue 27) on a simulated 64.5 M-visibility MeerKAT MS into 4096^2, beside the
-  # same pipeline with ducc0.wgridder on every core standing in for WSClean (not installed here).
-  # Needs python-casacore and astropy (the ms extra) and ducc0; the MS (2.1 GB) is written to
-  # /tmp once (about a minute), not to $out.
-  python3 benchmarks/imager.py --case gpu "${gpu[@]}" --peers clgrid,ducc0 --repeats 3 \
-    --workdir "${TMPDIR:-/tmp}/clgrid-imager-bench" --json "$out/imager_gpu.json" 2>&1 | tail -40 \
-    | tee "$out/imager.txt"
+  # same pipeline with ducc0.wgridder on every core standing in for WSClean (not installed here),
+  # then the imaging weights alone, host threads against the device. Needs python-casacore and
+  # astropy (the ms extra) and ducc0; the MS (2.1 GB) is written to /tmp once (about a minute),
+  # not to $out. The part keeps to IMAGER_BUDGET_S seconds (default 480): imager.py starts no
+  # round that would pass it. A dry run at a small size, e.g. on PoCL:
+  #   IMAGER_DEVICE=pocl IMAGER_NTIME=20 IMAGER_NCHAN=4 IMAGER_SIZE=1024 bash benchmarks/gpu.sh /tmp/out imager
+  imager_started=$SECONDS
+  budget=${IMAGER_BUDGET_S:-480}
+  device=${IMAGER_DEVICE:-nvidia}
+  shrink=()
+  [ -n "${IMAGER_NTIME:-}" ] && shrink+=(--ntime "$IMAGER_NTIME")
+  [ -n "${IMAGER_NCHAN:-}" ] && shrink+=(--nchan "$IMAGER_NCHAN")
+  [ -n "${IMAGER_SIZE:-}" ] && shrink+=(--size "$IMAGER_SIZE")
+  if ! python3 -c "import casacore.tables, astropy, ducc0" 2>"$out/imager_missing.txt"; then
+    echo "imager: python-casacore, astropy or ducc0 missing (install the carried wheels):" \
+      "$(tail -1 "$out/imager_missing.txt")" | tee "$out/imager.txt"
+  else
+    # the weights benchmark goes last and takes about 30 s at most: the rest of the budget is imager.py's
+    python3 benchmarks/imager.py --case gpu --device "$device" --peers clgrid,ducc0 --repeats 3 "${shrink[@]}" \
+      --budget-s $((budget - 45)) --workdir "${TMPDIR:-/tmp}/clgrid-imager-bench" --json "$out/imager_gpu.json" \
+      2>&1 | tail -40 | tee "$out/imager.txt"
+    samples=64e6
+    [ -n "${IMAGER_NTIME:-}${IMAGER_NCHAN:-}" ] && samples=$((2016 * ${IMAGER_NTIME:-1000} * ${IMAGER_NCHAN:-32}))
+    python3 benchmarks/imaging_weights.py --device "$device" --samples "$samples" --channels "${IMAGER_NCHAN:-32}" \
+      --npix "${IMAGER_SIZE:-4096}" --repeats 3 --json "$out/imaging_weights_gpu.json" 2>&1 >/dev/null \
+      | tee -a "$out/imager.txt"
+  fi
+  echo "imager part: $((SECONDS - imager_started)) s of a budget of $budget s" | tee -a "$out/imager.txt"
 fi
 # Large images (issue 29), one case a part, each well inside 10 minutes (pyvkfft set up as
 # for "wgridding"): large_4k, large_8k, large_16k, large_32k, large_dsa, large_dsa_ducc0;

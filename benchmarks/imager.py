@@ -13,9 +13,15 @@ rotated from one round to the next:
 - ``wsclean``: ``wsclean -size N N -scale S -name NAME MS`` (WSClean 3.1's defaults: its
   w-stacking gridder, uniform weighting, Stokes I, CORRECTED_DATA where present);
 - ``wsclean-wgridder``: the same with ``-use-wgridder`` (ducc0's w-gridder inside WSClean);
-- ``ducc0``: clgrid image's own pipeline (reading, weighting, FITS) with ducc0.wgridder on
-  every core in place of `clgrid.WGridder`: the stand-in for WSClean where it is not
-  installed (the GPU machine), and a measure of what the device changes.
+- ``ducc0``: clgrid image's own pipeline (reading, weighting on the host threads, FITS)
+  with ducc0.wgridder on every core in place of `clgrid.WGridder`: the stand-in for
+  WSClean where it is not installed (the GPU machine), and a measure of what the device
+  changes.
+
+``--ntime``, ``--nchan`` and ``--size`` shrink a case (a dry run of the GPU case on a
+laptop; the MS is then written under a name that says so); ``--budget-s`` is the time the
+whole script may take: a round is not started when the rounds so far say it would not
+end in time (at least one round runs), and the report says how many ran.
 
 A peer that is not installed is left out and said so.  Each run goes through a small wrapper
 that measures its wall time and its peak resident memory (the child's ``ru_maxrss``, as
@@ -94,7 +100,9 @@ def commands(peer: str, ms: str, name: str, case: dict, device: str | None) -> l
             import ducc0  # noqa: F401
         except ImportError:
             return None
-        return [sys.executable, os.path.abspath(__file__), "--as-ducc0", *clgrid_args]
+        # the stand-in for WSClean computes its weights on the host, as WSClean does (and never
+        # loads an OpenCL runtime)
+        return [sys.executable, os.path.abspath(__file__), "--as-ducc0", *clgrid_args, "--weights-on", "host"]
     if shutil.which("wsclean") is None:
         return None
     extra = ["-use-wgridder"] if peer == "wsclean-wgridder" else []
@@ -166,8 +174,17 @@ def environment(device: str | None) -> dict:
             "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
 
 
-def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, device: str | None) -> dict:
-    ms = os.path.join(workdir, f"{label}.ms")
+def shrunk(label: str, case: dict, ntime=None, nchan=None, size=None) -> tuple:
+    """The case with ``--ntime``, ``--nchan``, ``--size`` applied, and its MS's file name
+    (the case's own unless the MS changes)."""
+    ms = dict(case["ms"], **{k: v for k, v in (("ntime", ntime), ("nchan", nchan)) if v})
+    name = label if ms == case["ms"] else f"{label}-t{ms['ntime']}-c{ms['nchan']}"
+    return dict(case, ms=ms, size=size or case["size"]), f"{name}.ms"
+
+
+def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, device: str | None,
+             ms_name: str | None = None, deadline: float = math.inf) -> dict:
+    ms = os.path.join(workdir, ms_name or f"{label}.ms")
     if not os.path.exists(ms):
         write_case_ms(ms, case)
     available = {p: commands(p, ms, os.path.join(workdir, f"{label}-{p}"), case, device) for p in peers}
@@ -178,7 +195,13 @@ def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, de
     times = {p: [] for p in runs}
     memory = {p: [] for p in runs}
     stages = []
+    longest_round = 0.0
+    rounds = 0
     for r in range(repeats):
+        if r and time.monotonic() + longest_round > deadline:
+            print(f"{label}: {r} of {repeats} rounds: another would pass --budget-s", file=sys.stderr)
+            break
+        started = time.monotonic()
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         for p in order:
             result = measure(available[p])
@@ -188,6 +211,8 @@ def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, de
                 stages.append(clgrid_stages(result["output"]))
             print(f"{label} round {r + 1}/{repeats}: {p} {result['wall']:.2f} s, "
                   f"{result['maxrss_kb'] / 1024:.0f} MiB", file=sys.stderr)
+        longest_round = max(longest_round, time.monotonic() - started)
+        rounds += 1
     summary = {}
     for p in runs:
         summary[p] = {"median_s": statistics.median(times[p]), "min_s": min(times[p]), "max_s": max(times[p]),
@@ -206,6 +231,7 @@ def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, de
                     summary[p]["image_difference_over_peak"] = difference
     return {"ms": {**case["ms"], "freq": list(case["ms"]["freq"]), "stations": 64, "layout": "meerkat"},
             "image": {"size": case["size"], "scale": case["scale"], "weight": "uniform", "pol": "I"},
+            "rounds": rounds,
             "left_out": missing, "peers": summary}
 
 
@@ -265,13 +291,28 @@ def main(argv=None) -> int:
     parser.add_argument("--device", help="clgrid's device (default: the default device)")
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "clgrid-imager-bench"))
     parser.add_argument("--json", help="also write the report here")
+    parser.add_argument("--ntime", type=int, help="integrations of each case's MS (default: the case's)")
+    parser.add_argument("--nchan", type=int, help="channels of each case's MS (default: the case's)")
+    parser.add_argument("--size", type=int, help="image side in pixels (default: the case's)")
+    parser.add_argument("--budget-s", type=float, default=math.inf,
+                        help="seconds the whole script may take (rounds are cut to fit; default: no limit)")
     args = parser.parse_args(argv)
+    for name in ("ntime", "nchan", "size", "repeats"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.size is not None and (args.size < 16 or args.size % 2):
+        parser.error(f"--size must be even and at least 16, got {args.size}")
+    if not args.budget_s > 0:
+        parser.error(f"--budget-s must be positive, got {args.budget_s}")
+    deadline = time.monotonic() + args.budget_s
     labels = {"cpu": ["compact", "wide", "large"], "all": list(CASES)}.get(args.case, [args.case])
     os.makedirs(args.workdir, exist_ok=True)
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     load_before = [round(v, 2) for v in os.getloadavg()]
-    results = {label: run_case(label, CASES[label], args.workdir, peers, args.repeats, args.device)
-               for label in labels}
+    results = {}
+    for label in labels:
+        case, ms_name = shrunk(label, CASES[label], args.ntime, args.nchan, args.size)
+        results[label] = run_case(label, case, args.workdir, peers, args.repeats, args.device, ms_name, deadline)
     print(table(results), file=sys.stderr)
     report({"environment": {**environment(args.device), "load_average_before": load_before}, "cases": results},
            args.json)

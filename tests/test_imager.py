@@ -194,11 +194,13 @@ def close(got, want, tolerance=1e-6):
 
 # -- the tests ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("weight", [["natural"], ["uniform"], ["briggs", "0"], ["briggs", "-1.5"]])
-def test_weighting_and_fluxes_match_a_direct_sum_with_wsclean_weights(observation, tmp_path, weight):
+@pytest.mark.parametrize("weight, weights_on", [(["natural"], "host"), (["uniform"], "host"),
+                                               (["uniform"], "device"), (["briggs", "0"], "device"),
+                                               (["briggs", "-1.5"], "host")])
+def test_weighting_and_fluxes_match_a_direct_sum_with_wsclean_weights(observation, tmp_path, weight, weights_on):
     ms = observation["linear"]
     assert run_cli(ms.path, "-o", tmp_path / "w", "--size", NX, NY, "--scale", SCALE, "--weight", *weight,
-                   *ACCURATE) == 0
+                   "--weights-on", weights_on, *ACCURATE) == 0
     got, header = image_of(tmp_path / "w-dirty.fits")
     t = read_table(ms.path)
     vis, w = formed(t, "I")
@@ -238,6 +240,113 @@ def test_weight_grid_against_the_cell_by_cell_formula(rng):
         length = np.sqrt((uvw ** 2).sum(axis=1))[:, None] * freqs / C
         assert applied.longest == pytest.approx(length[want != 0].max())
     assert weighting.padded_size(2048) == 2460 and weighting.padded_size(512) == 616
+
+
+def meerkat_tracks(rng, ntime=24, nchan=6):
+    """uvw (rows, 3) of MeerKAT's 2016 baselines over ``ntime`` integrations of a 6-hour
+    track, frequencies (nchan) at 1.3-1.4 GHz, and random float32 visibility weights with
+    20% zeros and the longest 1% of baselines pushed beyond the grid."""
+    from clgrid.tools import datasets
+
+    layout = datasets.load_layout("meerkat")
+    hours = np.linspace(-3, 3, ntime) * np.pi / 12 + rng.uniform(-0.01, 0.01)
+    uvw = datasets.simulate_uvw(layout, declination=rng.uniform(-1.2, -0.2), hour_angles=hours).reshape(-1, 3)
+    freqs = np.sort(rng.uniform(1.3e9, 1.4e9, nchan))
+    weights = (rng.uniform(0.1, 4.0, (uvw.shape[0], nchan)) * (rng.random((uvw.shape[0], nchan)) > 0.2))
+    far = np.sqrt((uvw ** 2).sum(axis=1)) > np.quantile(np.sqrt((uvw ** 2).sum(axis=1)), 0.99)
+    uvw[far, :2] *= 3
+    return uvw, freqs, weights.astype(np.float32)
+
+
+def poisoned_buffers(monkeypatch):
+    """Every OpenCL buffer made from here on (the device weights' density, imaging grid,
+    partial sums, uploads) starts as bytes 0xFF: NaN as floats, -1 as integers, so a
+    missed zeroing or write shows."""
+    import pyopencl as cl
+
+    made = cl.Buffer
+
+    def poisoned(context, flags, size=0, hostbuf=None):
+        buffer = made(context, flags, size, hostbuf) if hostbuf is not None else made(context, flags, size)
+        if hostbuf is None:
+            queue = cl.CommandQueue(context)
+            cl.enqueue_fill_buffer(queue, buffer, np.array([255], np.uint8), 0, buffer.size).wait()
+        return buffer
+
+    monkeypatch.setattr(cl, "Buffer", poisoned)
+
+
+@pytest.mark.parametrize("mode, robust, padding, super_weight, rank, mf", [
+    ("natural", 0, 1.2, 1, 3, False), ("uniform", 0, 1.2, 1, 3, False), ("briggs", 0.5, 1.2, 1, 3, True),
+    ("briggs", -1, 1.0, 2, 0, False), ("uniform", 0, 1.5, 1, 1.5, True)])
+def test_device_weights_equal_the_host_float64_twin(rng, monkeypatch, mode, robust, padding, super_weight, rank, mf):
+    """`WeightGrid(device=)` against the host threads on MeerKAT tracks: the same density
+    grid (to float64 rounding), the same cells (the same samples kept, ``used`` exactly),
+    the weights in the image to float32's last bit, the same sums; buffers poisoned.  With
+    ``mf`` (MF weighting), two calls to ``add``, the second with weights 50x larger, so
+    that the device's fixed-point units are coarsened between them."""
+    uvw, freqs, weights = meerkat_tracks(rng)
+    nx, ny, scale = 512, 384, math.radians(3 / 3600)
+    split = uvw.shape[0] // 2
+    if mf:
+        adds = [(uvw, freqs[:3], weights[:, :3]), (uvw[:split], freqs[3:], weights[:split, 3:] * np.float32(50))]
+        applies = [(freqs[:3], weights[:, :3]), (freqs[3:], weights[:, 3:] * np.float32(50))]
+    else:
+        adds, applies = [(uvw, freqs, weights)], [(freqs, weights)]
+    already = [rng.random(w.shape) < 0.05 for _, w in applies]        # `used` is or-ed into
+    results = {}
+    for device in (None, DEVICE):
+        if device is not None:
+            poisoned_buffers(monkeypatch)
+        grid = weighting.WeightGrid(mode, nx, ny, scale, scale, robust, padding, super_weight, rank, 16, device=device)
+        for points, f, w in adds:
+            grid.add(points, f, np.array(w, order="C"))
+        grid.finish()
+        got, used, applied = [], [], []
+        for (f, w), before in zip(applies, already):
+            values, mask = np.array(w, order="C"), before.copy()       # copies: apply works in place
+            applied.append(grid.apply(uvw, f, values, used=mask))
+            got.append(values)
+            used.append(mask)
+            assert np.array_equal(mask, before | (values != 0))
+        results[device] = (grid.grid.copy(), grid.total, used, got, applied)
+    host, dev = results[None], results[DEVICE]
+    assert np.isfinite(dev[0]).all()
+    np.testing.assert_allclose(dev[0], host[0], rtol=1e-12, atol=1e-12 * np.abs(host[0]).max())
+    assert dev[1] == pytest.approx(host[1], rel=1e-12)
+    for h_values, d_values, h_used, d_used, h_applied, d_applied in zip(host[3], dev[3], host[2], dev[2], host[4],
+                                                                        dev[4]):
+        assert np.array_equal(d_used, h_used)
+        np.testing.assert_allclose(d_values, h_values, rtol=3e-7, atol=0)
+        assert (d_values == 0).sum() == (h_values == 0).sum()
+        assert (d_applied.before, d_applied.kept) == (h_applied.before, h_applied.kept)
+        assert 0 < h_applied.kept < h_applied.before                           # some beyond the grid
+        assert d_applied.visibility_weight_sum == pytest.approx(h_applied.visibility_weight_sum, rel=1e-12)
+        assert d_applied.weight_sum == pytest.approx(h_applied.weight_sum, rel=1e-6)
+        assert d_applied.longest == pytest.approx(h_applied.longest, rel=1e-14)
+
+
+def test_where_the_imaging_weights_are_computed():
+    from clgrid.device.runtime import select_device
+    from clgrid.imager.device_weighting import weights_device
+
+    device = select_device(DEVICE)
+    assert weights_device(DEVICE, "host") == (None, "host threads (--weights-on host)")
+    chosen, why = weights_device(DEVICE, "device")
+    assert chosen == device and "--weights-on device" in why
+    chosen, why = weights_device(DEVICE, "auto")
+    assert (chosen is None) == (not device.type & cl_device_type_gpu()) and "auto" in why
+    with pytest.raises(ValueError, match="--weights-on must be one of auto, device, host"):
+        weights_device(DEVICE, "gpu")
+    with pytest.raises(TypeError, match="weights: the device path takes float32"):
+        weighting.WeightGrid("uniform", 64, 64, 1e-3, 1e-3, device=DEVICE).add(
+            np.zeros((4, 3)), np.array([1e8]), np.ones((4, 1)))
+
+
+def cl_device_type_gpu():
+    import pyopencl as cl
+
+    return cl.device_type.GPU
 
 
 @pytest.mark.filterwarnings("ignore:'datfix' made the change")
@@ -538,7 +647,8 @@ def test_wsclean_agrees_uniform_psf_channels_and_mfs(observation, tmp_path):
     ms = observation["linear"]
     common = ["-size", NX, NY, "-scale", SCALE, "-channels-out", 2, "-make-psf"]
     wsclean(*common, "-use-wgridder", "-wgridder-accuracy", "1e-5", "-name", "ws", ms.path, cwd=tmp_path)
-    assert run_cli(ms.path, "-name", tmp_path / "cl", *common, *ACCURATE) == 0
+    # the imaging weights on the device here (the other WSClean tests: the host's)
+    assert run_cli(ms.path, "-name", tmp_path / "cl", *common, "--weights-on", "device", *ACCURATE) == 0
     ours = sorted(p.name[3:] for p in tmp_path.glob("cl-*"))
     theirs = sorted(p.name[3:] for p in tmp_path.glob("ws-*") if not p.name.endswith("-image.fits"))
     assert ours == theirs == ["0000-dirty.fits", "0000-psf.fits", "0001-dirty.fits", "0001-psf.fits",

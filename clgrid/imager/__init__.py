@@ -4,6 +4,7 @@
 - `clgrid.imager.correlations`: Stokes parameters and correlations formed as WSClean forms them;
 - `clgrid.imager.weighting`: natural, uniform and Briggs imaging weights, WSClean's grid and
   rank filter (usable with `clgrid.vis2dirty`: multiply ``wgt`` by them);
+- `clgrid.imager.device_weighting`: the weights' passes over the samples on an OpenCL device;
 - `clgrid.imager.beam`: the beam fitted to the PSF;
 - `clgrid.imager.fits`: FITS files with WSClean's axes and keywords;
 - `clgrid.imager.pipeline`: the command's steps (`run`, `ImagingOptions`);

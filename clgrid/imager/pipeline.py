@@ -77,6 +77,7 @@ class ImagingOptions:
     epsilon: float = 1e-4
     precision: str | None = None
     device: object = None
+    weights_on: str = "auto"
     field_id: int = 0
     overwrite: bool = False
     history: tuple = field(default_factory=tuple)
@@ -147,6 +148,8 @@ def argument_errors(options: ImagingOptions) -> list:
         errors.append(f"--epsilon {options.epsilon:g} needs --precision double (single reaches 1e-5)")
     if options.beam_fit not in ("wsclean", "whole-box"):
         errors.append(f"--beam-fit must be wsclean or whole-box, got {options.beam_fit!r}")
+    if options.weights_on not in ("auto", "device", "host"):
+        errors.append(f"--weights-on must be auto, device or host, got {options.weights_on!r}")
     if options.precision not in (None, "single", "double"):
         errors.append(f"--precision must be single or double, got {options.precision!r}")
     folder = os.path.dirname(os.path.abspath(options.name))
@@ -245,6 +248,13 @@ class _Imaging:
         self.mfs = {p: np.zeros(shape) for p in pols} if self.several else None
         self.mfs_psf = np.zeros(shape) if self.several and options.make_psf else None
         self.shared = None
+        from .device_weighting import weights_device
+
+        try:
+            self.weights_device, where = weights_device(options.device, options.weights_on)
+        except ValueError as exc:
+            raise ImagingError(str(exc)) from None
+        say(f"  imaging weights on {where}")
         if options.mf_weighting and options.weight != "natural":
             self.shared = self._weight_grid()
             for g, group in enumerate(data.groups):
@@ -254,7 +264,7 @@ class _Imaging:
     def _weight_grid(self):
         o = self.options
         return WeightGrid(o.weight, self.nx, self.ny, self.scale, self.scale, o.robust, o.padding,
-                          o.super_weight, o.rank_filter, o.rank_filter_size)
+                          o.super_weight, o.rank_filter, o.rank_filter_size, device=self.weights_device)
 
     def _write(self, key, image, **extra):
         from . import fits
@@ -339,7 +349,7 @@ class _Imaging:
             if self.mfs_psf is not None:
                 self.mfs_psf += psf * image_weight[first]
             del psf
-        for p in self.pols:
+        for index, p in enumerate(self.pols):
             started = time.perf_counter()
             with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, warnings.catch_warnings():
                 # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
@@ -347,6 +357,10 @@ class _Imaging:
                 warnings.filterwarnings("ignore", "clgrid: every unmasked visibility times its weight is zero")
                 dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
                                      progress=bar.update)
+            if index == len(self.pols) - 1:
+                # the operator's buffers (host memory on a CPU device) go before the last image
+                # is transposed and written, not after (it has no reference cycles: freed here)
+                del op
             dirty = np.ascontiguousarray(dirty.T)
             # divided by the sum of weights; with a PSF, also by its centre (WSClean's normalisation)
             dirty *= (psf_factor if o.make_psf else 1.0) / image_weight[p] if image_weight[p] else 0.0

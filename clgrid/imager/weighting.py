@@ -21,6 +21,13 @@ x + 7, rows y - 8 .. y + 7, cut at the grid's edges) is lowered to that.  A samp
 in the image is its visibility weight times its cell's imaging weight.  WSClean grids
 each output channel's weights on its own grid unless MF weighting is on (one grid for all
 channels); `clgrid.imager.pipeline` does the same.
+
+Where the passes run: ``WeightGrid(..., device=D)`` sums the density and applies the
+weights on the OpenCL device ``D`` (`clgrid.imager.device_weighting`: the same cells, the
+density in 64-bit fixed point, the weights in the image the same float32 products);
+``device=None`` runs them on the host threads in float64, the reference the device path
+is tested against.  Turning the cell sums into imaging weights (``finish``) is a pass over
+the grid and runs on the host in float64 either way.
 """
 
 from __future__ import annotations
@@ -68,11 +75,15 @@ class WeightGrid:
         WSClean's ``-padding`` (1.2) and ``-super-weight`` (1).
     rank_filter, rank_filter_size : float, int
         WSClean's ``-weighting-rank-filter`` (3; below 1: off) and its window (16 cells).
+    device : optional
+        None: the passes over the samples on the host threads (float64).  Else the OpenCL
+        device that makes them (anything `clgrid.device.runtime.get_queue` takes;
+        `clgrid.imager.device_weighting`); the weights must then be float32.
     """
 
     def __init__(self, mode: str, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
                  robust: float = 0.0, padding: float = 1.2, super_weight: float = 1.0,
-                 rank_filter: float = 3.0, rank_filter_size: int = 16):
+                 rank_filter: float = 3.0, rank_filter_size: int = 16, device=None):
         if mode not in WEIGHT_MODES:
             raise ValueError(f"--weight must be one of {', '.join(WEIGHT_MODES)}, got {mode!r}")
         if not (super_weight > 0 and math.isfinite(super_weight)):
@@ -89,7 +100,15 @@ class WeightGrid:
         self.width, self.height = width + width % 2, height + height % 2
         self.pixsize_x, self.pixsize_y = float(pixsize_x), float(pixsize_y)
         self.rank_filter, self.rank_filter_size = float(rank_filter), int(rank_filter_size)
-        self.grid = np.zeros((self.height // 2, self.width), np.float64)   # [row y, column x]
+        self.on_device = None
+        if device is not None:
+            from .device_weighting import DeviceWeights
+
+            self.on_device = DeviceWeights(device, self.width, self.height // 2, self.width * self.pixsize_x,
+                                           self.height * self.pixsize_y)
+            self.grid = None                 # made at finish(), from the device's density
+        else:
+            self.grid = np.zeros((self.height // 2, self.width), np.float64)   # [row y, column x]
         self.threads = max(1, os.cpu_count() or 1)
         self.total = 0.0
         self.finished = False
@@ -121,6 +140,9 @@ class WeightGrid:
         metres and ``freqs`` (nchan,) Hz on the grid."""
         if self.finished:
             raise RuntimeError("WeightGrid.add after finish()")
+        if self.on_device is not None:
+            self.on_device.add(uvw, freqs, weights)
+            return
         flat = self.grid.reshape(-1)
         lock = threading.Lock()
 
@@ -140,6 +162,14 @@ class WeightGrid:
         if self.finished:
             raise RuntimeError("WeightGrid.finish called twice")
         self.finished = True
+        if self.on_device is not None:
+            self.grid = np.empty((self.height // 2, self.width), np.float64)
+            self.total = self.on_device.download_density(self.grid)
+        self._imaging_weights()
+        if self.on_device is not None:
+            self.on_device.set_imaging(self.grid)
+
+    def _imaging_weights(self) -> None:
         g = self.grid
         occupied = g != 0
         if self.mode == "natural":                    # 1 where a weight was gridded; the rank
@@ -199,6 +229,9 @@ class WeightGrid:
         result is not 0.  Returns what was kept (`Applied`)."""
         if not self.finished:
             raise RuntimeError("WeightGrid.apply before finish()")
+        if self.on_device is not None:
+            before, kept, visibility_sum, weight_sum, longest = self.on_device.apply(uvw, freqs, weights, used)
+            return Applied(before, kept, visibility_sum, weight_sum, longest)
         flat = self.grid.reshape(-1)
         freqs = np.asarray(freqs, np.float64)
         totals = Applied()

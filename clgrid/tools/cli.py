@@ -368,7 +368,7 @@ def image_options(args):
         padding=args.padding, data_column=args.data_column, polarizations=args.pol,
         channels_out=args.channels_out, make_psf=args.make_psf, beam_fit=args.beam_fit, do_wgridding=not args.no_w,
         divide_by_n=args.divide_by_n, epsilon=args.epsilon, precision=args.precision, device=args.device,
-        field_id=args.field, overwrite=args.overwrite,
+        weights_on=args.weights_on, field_id=args.field, overwrite=args.overwrite,
         history=("clgrid image " + " ".join(sys.argv[1:] if args.argv is None else args.argv),))
 
 
@@ -525,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--precision", choices=["single", "double"],
                    help="default: single for --epsilon >= 1e-5, else double")
     i.add_argument("--device", help="OpenCL device name to match (default: the default device)")
+    i.add_argument("--weights-on", choices=["auto", "device", "host"], default="auto",
+                   help="where the imaging weights' passes over the samples run: on the imaging device, "
+                        "on the host threads, or auto (the device where it is a GPU, else the host; default)")
     i.add_argument("--overwrite", action="store_true", help="replace existing output files")
     i.add_argument("--quiet", action="store_true", help="no progress bars")
     i.set_defaults(func=cmd_image)
