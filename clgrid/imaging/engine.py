@@ -497,7 +497,7 @@ class ImagingEngine:
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         download(self.queue, self._image_out, image, self.staging)
-        self._check_image(int(not_finite[0]))
+        self._check_image(int(not_finite[0]) + int(not_finite[1]))
         return image
 
     def _dirty2vis_device(self, dirty):
@@ -508,10 +508,15 @@ class ImagingEngine:
         fill_zeros(q, self._tally, 12, np.int32)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
-        not_finite = np.empty(1, np.int32)
+        not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
-        check_finite_result(int(not_finite[0]), "dirty divided by the grid correction", self.precision,
-                            double="a float64 image", inputs="the image")      # dirty is finite (checked)
+        if not_finite[0]:        # NaN or inf in the caller's image, or beyond the precision's range
+            if not np.all(np.isfinite(dirty)):
+                raise ValueError("dirty has NaN or infinite entries")
+            check_finite_result(int(not_finite[0]), f"dirty in {np.dtype(self.real).name}", self.precision,
+                                double="a float64 image", inputs="the image")
+        check_finite_result(int(not_finite[1]), "dirty divided by the grid correction", self.precision,
+                            double="a float64 image", inputs="the image")
         for plane in self.planes:
             if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -582,7 +587,7 @@ class ImagingEngine:
         dirty = np.asarray(dirty)
         g = self.geometry
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
-        if not np.all(np.isfinite(dirty)):
+        if self.device_fft is None and not np.all(np.isfinite(dirty)):     # the device counts its own
             raise ValueError("dirty has NaN or infinite entries")
         wgt = self._checked_wgt(wgt)
         with self._lock:

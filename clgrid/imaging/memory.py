@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from functools import lru_cache
 import os
 
 from ..errors import HostMemoryError
@@ -49,7 +50,10 @@ def host_memory_available() -> int | None:
         return None
 
 
+@lru_cache(maxsize=1)
 def _libc():
+    """The C library, looked up on first use (``find_library`` may run ``ldconfig``: not at
+    import), or None."""
     try:
         name = ctypes.util.find_library("c")
         return ctypes.CDLL(name) if name else None
@@ -57,15 +61,12 @@ def _libc():
         return None
 
 
-_LIBC = _libc()
-
-
 def return_freed_memory() -> bool:
     """Give the heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere
     nothing): on a CPU device the OpenCL runtime allocates buffers with malloc, and a part's
     planning scratch freed between the buffers kept stays resident otherwise (the heap's
     holes, measured in docs/benchmarks/large.md).  Whether it could ask."""
-    trim = getattr(_LIBC, "malloc_trim", None)
+    trim = getattr(_libc(), "malloc_trim", None)
     if trim is None:
         return False
     trim(0)
