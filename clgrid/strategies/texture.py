@@ -125,9 +125,6 @@ class TextureSampling:
         return extended(super().upload(positions, plan, npol), TextureDevicePlan,
                         position=read_only_buffer(self.queue.context, device_positions(positions)))
 
-    def kernel_arguments(self, plan: TextureDevicePlan) -> tuple:
-        return self.device_cube, plan.position
-
 
 class TextureGridding(TextureSampling, AtomicGridding):
     """Atomic gridding with interpolated weights."""
