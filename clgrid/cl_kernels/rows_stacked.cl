@@ -1,45 +1,69 @@
 {# Rows (clgrid/strategies/rows.py, the imaging operator's), for the w-stacking kernel source
     (source_stacked.cl): owner-computes, one work-item per grid row, no atomics.
-    Template variables: double, use_w and source_stacked.cl's. #}
+    Template variables: double, use_w, tap_single (the kernel values kept in float),
+    value_single (value_types.cl) and source_stacked.cl's. #}
 {% include "complex.cl" %}
+{% include "value_types.cl" %}
 {% include "source_stacked.cl" %}
 
 /* For CPUs (tuning: [wgridding] spread = "rows"), where float
    atomics are compare-and-swap loops: every kernel value is computed once per operator
-   into `tap`, and spreading is owner-computes, one work-item per grid row, no atomics.
-   Visibilities are sorted by first plane, then first u cell; row_start[g][u] is where
-   those with first plane g and first u cell u begin (row_start[g][nu] where they end). */
-{% if use_w %}
-#define TAPS (3 * SUPPORT)
+   into `tap` (W along u, W along v and, with w, the one on the plane; in tap_t: float where
+   the operator's epsilon allows, clgrid/strategies/rows_stacked.py), with its first cells
+   as an int2 `cell` (first v cell; first u cell + first plane * (nu + 1), the layout's key,
+   below 2^31), and spreading is owner-computes, one work-item per grid row, no atomics.  Visibilities are sorted by
+   first plane, then first u cell; row_start[g][u] is where those with first plane g and
+   first u cell u begin (row_start[g][nu] where they end). */
+{% if tap_single %}
+typedef float tap_t;
 {% else %}
-#define TAPS (2 * SUPPORT)
+typedef real_t tap_t;
 {% endif %}
+/* A point's values: W along u and W along v in `tap`; with w, its value on the plane being
+   spread in `wv` (tap_t), written per plane by plane_values from `wz` (the polynomial
+   argument of its first plane's value, real_t): one value kept rather than W, for one
+   evaluation per point and plane against its W x W cells' work. */
+#define TAPS (2 * SUPPORT)
 
-__kernel void compute_taps(__global const real4_t *restrict frac, __global real_t *restrict tap,
-                           const int count)
+__kernel void compute_taps(__global const real4_t *restrict frac, __global tap_t *restrict tap,
+                           __global real_t *restrict wz, __global const int4 *restrict first,
+                           __global int2 *restrict cell, const int nu, const int count)
 {
     const int k = get_global_id(0);
     if (k >= count)
         return;
+    const int4 f = first[k];
+    cell[k] = (int2)(f.y, f.x + f.z * (nu + 1));
     const real4_t x = frac[k];
     real_t t[SUPPORT];
-    __global real_t *out = tap + (size_t)k * TAPS;
+    __global tap_t *out = tap + (size_t)k * TAPS;
     es_taps(t, x.x);
     for (int j = 0; j < SUPPORT; ++j)
-        out[j] = t[j];
+        out[j] = (tap_t)t[j];
     es_taps(t, x.y);
     for (int j = 0; j < SUPPORT; ++j)
-        out[SUPPORT + j] = t[j];
+        out[SUPPORT + j] = (tap_t)t[j];
 {% if use_w %}
-    es_taps(t, x.z);
-    for (int j = 0; j < SUPPORT; ++j)
-        out[2 * SUPPORT + j] = t[j];
+    wz[k] = (real_t)2 * x.z + (real_t)(SUPPORT - 1);
 {% endif %}
 }
 
-__kernel void spread_rows(__global const int4 *restrict first,
-                          __global const real_t *restrict tap,       /* [n][TAPS] */
-                          __global const complex_t *restrict vis,
+/* The values on `plane` of the points start .. start + count - 1 (those with a tap on it). */
+__kernel void plane_values(__global const int2 *restrict cell, __global const real_t *restrict wz,
+                           __global tap_t *restrict wv, const int nu, const int plane, const int start,
+                           const int count)
+{
+    const int i = get_global_id(0);
+    if (i >= count)
+        return;
+    const int k = start + i;
+    wv[k] = (tap_t)es_piece(plane - cell[k].y / (nu + 1), wz[k]);
+}
+
+__kernel void spread_rows(__global const int2 *restrict cell,
+                          __global const tap_t *restrict tap,       /* [n][TAPS] */
+                          __global const tap_t *restrict wv,        /* [n]: on the plane */
+                          __global const value_t *restrict vis,
                           __global complex_t *grid,                  /* [NU][NV] */
                           __global const int *restrict row_start,    /* [planes][nu + 1] */
                           const int nu, const int nv, const int plane)
@@ -59,38 +83,42 @@ __kernel void spread_rows(__global const int4 *restrict first,
             const int u0 = iu - a < 0 ? iu - a + nu : iu - a;
             const int end = rs[u0 + 1];
             for (int k = rs[u0]; k < end; ++k) {
-                __global const real_t *t = tap + (size_t)k * TAPS;
+                __global const tap_t *t = tap + (size_t)k * TAPS;
 {% if use_w %}
-                const complex_t v = vis[k] * (t[a] * t[2 * SUPPORT + plane - g]);
+                const complex_t v = AS_COMPLEX(vis[k]) * ((real_t)t[a] * (real_t)wv[k]);
 {% else %}
-                const complex_t v = vis[k] * t[a];
+                const complex_t v = AS_COMPLEX(vis[k]) * (real_t)t[a];
 {% endif %}
-                const int iv = first[k].y;
+                const int iv = cell[k].x;
                 if (iv + SUPPORT <= nv) {
                     for (int b = 0; b < SUPPORT; ++b)
-                        row[iv + b] += v * t[SUPPORT + b];
+                        row[iv + b] += v * (real_t)t[SUPPORT + b];
                 } else {
                     for (int b = 0; b < SUPPORT; ++b)
-                        row[(iv + b) % nv] += v * t[SUPPORT + b];
+                        row[(iv + b) % nv] += v * (real_t)t[SUPPORT + b];
                 }
             }
         }
     }
 }
 
-/* Gather as `interp`, with the kernel values read from `tap`. */
-__kernel void interp_taps(__global const int4 *restrict first,
-                          __global const real_t *restrict tap,
+/* Gather as `interp`, with the kernel values along u and v read from `tap`, the one on
+   the plane evaluated. */
+__kernel void interp_taps(__global const int2 *restrict cell,
+                          __global const tap_t *restrict tap,
+                          __global const real_t *restrict wz,
                           __global const complex_t *restrict grid,
-                          __global complex_t *vis,
+                          __global value_t *vis,
                           const int nu, const int nv, const int plane, const int start, const int count)
 {
     const int i = get_global_id(0);
     if (i >= count)
         return;
     const int k = start + i;
-    const int4 f = first[k];
-    __global const real_t *t = tap + (size_t)k * TAPS;
+    const int2 c = cell[k];
+    const int fz = c.y / (nu + 1);
+    const int4 f = (int4)(c.y - fz * (nu + 1), c.x, fz, 0);
+    __global const tap_t *t = tap + (size_t)k * TAPS;
     complex_t sum = (complex_t)(0, 0);
     int iu = f.x;
     for (int a = 0; a < SUPPORT; ++a, ++iu) {
@@ -100,18 +128,16 @@ __kernel void interp_taps(__global const int4 *restrict first,
         complex_t rsum = (complex_t)(0, 0);
         if (f.y + SUPPORT <= nv) {
             for (int b = 0; b < SUPPORT; ++b)
-                rsum += row[f.y + b] * t[SUPPORT + b];
+                rsum += row[f.y + b] * (real_t)t[SUPPORT + b];
         } else {
             for (int b = 0; b < SUPPORT; ++b)
-                rsum += row[(f.y + b) % nv] * t[SUPPORT + b];
+                rsum += row[(f.y + b) % nv] * (real_t)t[SUPPORT + b];
         }
-        sum += rsum * t[a];
+        sum += rsum * (real_t)t[a];
     }
 {% if use_w %}
-    vis[k] += sum * t[2 * SUPPORT + plane - f.z];
+    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum * es_piece(plane - f.z, wz[k]));
 {% else %}
-    vis[k] += sum;
+    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum);
 {% endif %}
 }
-
-

@@ -1,15 +1,16 @@
 {# Values per call of the imaging operator (clgrid/imaging/engine.py): the caller's
     (nrow * nchan) visibilities gathered into a plan's order and back.
-    Template variables: double. #}
+    Template variables: double, value_single (value_types.cl). #}
 {% include "complex.cl" %}
+{% include "value_types.cl" %}
 
 /* The kept visibilities in plan order from the
    caller's (nrow * nchan) array, weighted, conjugated where the point moved to -uvw
    (src < 0: index -src - 1) and phase-shifted (centre and nshift); scatter_vis is its
    adjoint, into a zeroed (nrow * nchan) array. */
 __kernel void gather_vis(__global const complex_t *restrict vis_in, __global const real_t *restrict wgt,
-                         __global const int *restrict src, __global const complex_t *restrict phase,
-                         __global complex_t *restrict out, const int count, const int use_wgt,
+                         __global const int *restrict src, __global const phase_t *restrict phase,
+                         __global value_t *restrict out, const int count, const int use_wgt,
                          const int use_phase, __global int *restrict tally)
 {
     /* tally: [0] non-finite visibilities, [1] non-finite weights, [2] non-zero weighted
@@ -38,16 +39,16 @@ __kernel void gather_vis(__global const complex_t *restrict vis_in, __global con
         if (s < 0)
             v.y = -v.y;
         if (use_phase)
-            v = cmul(v, phase[k]);
-        out[k] = v;
+            v = cmul(v, AS_COMPLEX(phase[k]));
+        out[k] = AS_VALUE(v);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < 3 && seen[lid])
         atomic_add(&tally[lid], seen[lid]);
 }
 
-__kernel void scatter_vis(__global const complex_t *restrict values, __global const real_t *restrict wgt,
-                          __global const int *restrict src, __global const complex_t *restrict phase,
+__kernel void scatter_vis(__global const value_t *restrict values, __global const real_t *restrict wgt,
+                          __global const int *restrict src, __global const phase_t *restrict phase,
                           __global complex_t *restrict out, const int count, const int use_wgt,
                           const int use_phase, __global int *restrict tally)
 {
@@ -57,9 +58,9 @@ __kernel void scatter_vis(__global const complex_t *restrict values, __global co
         return;
     const int s = src[k];
     const int i = s < 0 ? -s - 1 : s;
-    complex_t v = values[k];
+    complex_t v = AS_COMPLEX(values[k]);
     if (use_phase)
-        v = cmul_conj(v, phase[k]);
+        v = cmul_conj(v, AS_COMPLEX(phase[k]));
     if (s < 0)
         v.y = -v.y;
     if (use_wgt) {

@@ -134,7 +134,8 @@ __kernel void accumulate(__global const complex_t *restrict grid, __global real_
 }
 
 /* out = image / the grid correction (the image made, or a dirty image to predict from,
-   once per call); *not_finite counts the image's NaN and infinite pixels. */
+   once per call); not_finite[0] counts the image's NaN and infinite pixels, not_finite[1]
+   the finite ones the division made infinite. */
 __kernel void finish(__global const real_t *restrict image, __global real_t *out, PIXEL_ARGS,
                      const int npix_x, const int npix_y, __global int *restrict not_finite)
 {
@@ -143,9 +144,12 @@ __kernel void finish(__global const real_t *restrict image, __global real_t *out
         return;
     const int i = ix * npix_y + iy;
     const real_t value = image[i];
+    const real_t scaled = value * SCALE(ix, iy, i);
     if (!isfinite(value))
         atomic_inc(not_finite);
-    out[i] = value * SCALE(ix, iy, i);
+    else if (!isfinite(scaled))
+        atomic_inc(not_finite + 1);
+    out[i] = scaled;
 }
 
 /* The adjoint of accumulate: the grid (zeroed before) gets scaled * exp(+2 pi i c) at

@@ -32,6 +32,8 @@ from ..operators.checks import check_finite_result, count_nonfinite
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.plan import plan_stacked
+from ..sources.accuracy import float_taps_allowed
+from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision, read_only_buffer
@@ -93,12 +95,15 @@ class ImagingEngine:
     geometry : the `ImageGeometry` every part of the operator shares.
     planes : the w-planes this engine spreads, transforms and interpolates (a range).
     precision, divide_by_n, device, tuning, workers, deterministic : as `WGridder`'s.
+    epsilon : the accuracy asked for (None: not known): where it allows, the "rows" spread
+        keeps its kernel values in float (`clgrid.sources.accuracy.float_taps_allowed`).
     """
 
     def __init__(self, uvw, scale, keep, signs, geometry: ImageGeometry, planes: range, precision: str,
                  divide_by_n: bool, device=None, tuning: dict | None = None, workers: int = 1,
-                 deterministic: bool = False):
+                 deterministic: bool = False, epsilon: float | None = None):
         self.geometry = geometry
+        self.epsilon = epsilon
         self.planes = planes
         self.nrow, self.nchan = uvw.shape[0], scale.size
         self.shape = (self.nrow, self.nchan)
@@ -139,8 +144,17 @@ class ImagingEngine:
         spread_cls, interp_cls = SPREADS[self.spread_mode]
         self.spreader = spread_cls(self.queue, (g.nu, g.nv), source, self.precision, spread_tuning or None)
         self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
+        # the rows spread keeps every point's kernel values: in double precision, in float
+        # where epsilon allows (in single they are float already)
+        float_taps = self.spread_mode == "rows" and self.precision == "double" and \
+            float_taps_allowed(g.kernel, self.precision, 3 if g.do_wgridding else 2, self.epsilon)
         for strategy in (self.spreader, self.interpolator):
             strategy.stable = deterministic
+            if self.spread_mode == "rows":
+                strategy.tap_single = float_taps
+        # with them, each point's value and phase in plan order (value_types.cl)
+        self._float_values = float_taps
+        self._value_bytes = 8 if float_taps else np.dtype(self.complex).itemsize
         self.layout = self.spreader.layout()
         # where each w-plane holds taps: the host FFT's passes run there only (regions.py)
         self.regions = plane_regions(uvw, scale, keep, signs, g, self._workers) \
@@ -148,12 +162,17 @@ class ImagingEngine:
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
+        self._part_samples = wparams["part_samples"] or self._samples_per_part()
         self._check_fits()
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
         self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic)
-                       for rows in _row_parts(self.nrow, self.nchan,
-                                              wparams["part_samples"] or self._samples_per_part())]
-        self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double")))
+                       for rows in _row_parts(self.nrow, self.nchan, self._part_samples)]
+        # the caller's values and weights go through one part at a time (gather_vis, scatter_vis)
+        held = max(part.held for part in self._parts)
+        self._vis_held = cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize)
+        self._wgt_held = cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize)
+        self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double",
+                                                   value_single=self._float_values)))
         self.device_fft = None
         if self.fft_mode == "mapped":
             self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft, g.npix_y)
@@ -167,19 +186,26 @@ class ImagingEngine:
             self._setup_planes(facts)
 
     # -- the points, in parts of rows that each fit the device's buffers -------------------
-    def _bytes_per_sample(self) -> int:
-        """Device bytes one (row, channel) sample takes at most: the caller's value and weight,
-        its plan (sample, packed, offsets, phase), its arrangement and value in plan order,
-        the planning and sorting scratch, and the rows spread's kernel values."""
-        real = np.dtype(self.real).itemsize
-        taps = 3 * self.geometry.kernel.support * real if self.spread_mode == "rows" else 0
-        return 3 * real + 2 * (4 + 16 + 4 * real + 2 * real) + 2 * real + 16 * 3 + taps
-
     def _samples_per_part(self) -> int:
         """(row, channel) samples a part may hold: within the largest buffer (a part's
-        largest array takes 4 reals or 16 bytes a sample)."""
+        largest array takes 4 reals or 16 bytes a sample) and, on a CPU device (its buffers
+        are host memory), at most `HOST_PART_SAMPLES`, so that planning and arranging a
+        part (the plan in the caller's order beside its arrangement) stays small beside
+        the points the engine keeps."""
         largest = max(16, 4 * np.dtype(self.real).itemsize)
-        return max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
+        samples = max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
+        if "CPU" in self.facts.type:
+            samples = min(samples, HOST_PART_SAMPLES)
+        return samples
+
+    def device_bytes(self, num_samples: int | None = None) -> int:
+        """This engine's peak device memory by `clgrid.imaging.memory.engine_device_bytes`
+        (its spread, parts and kernel values' precision), for ``num_samples`` samples (None:
+        its own)."""
+        samples = self.nrow * self.nchan if num_samples is None else num_samples
+        rows = self.spread_mode == "rows"
+        return engine_device_bytes(self.geometry, self.precision, samples, self.spread_mode, self._part_samples,
+                                   bool(self.spreader.tap_single) if rows else False)
 
     def _check_fits(self) -> None:
         """Refuse, naming the sizes, a grid or a set of points the device cannot hold."""
@@ -189,7 +215,7 @@ class ImagingEngine:
                 f"the padded grid of {g.nu}x{g.nv} {np.dtype(self.complex).name} needs "
                 f"{self._grid_bytes / 2**30:.2f} GiB in one buffer; {facts.name} allows "
                 f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
-        need = self._grid_bytes + self.nrow * self.nchan * self._bytes_per_sample()
+        need = self.device_bytes()
         if need > facts.global_memory * 0.9:
             raise DeviceCapabilityError(
                 f"{self.nrow * self.nchan} samples and the {g.nu}x{g.nv} grid need about {need / 2**30:.2f} GiB "
@@ -210,13 +236,15 @@ class ImagingEngine:
             plan.values_by_position = True
             index = plan.sample.get()[:plan.num_kept]
         points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
-        values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * np.dtype(self.complex).itemsize)
+        plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
+        points = self.spreader.settle(points)     # then the strategy's own per-point data
+        if "CPU" in self.facts.type:               # the part's freed scratch back to the system
+            self.queue.finish()
+            return_freed_memory()
+        values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
-        return SimpleNamespace(
-            rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
-            values=self.spreader.with_values(points, values),
-            vis_full=cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize),
-            wgt_full=cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize))
+        return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
+                               values=self.spreader.with_values(points, values))
 
     @property
     def plans(self) -> list:
@@ -273,23 +301,48 @@ class ImagingEngine:
         self._gather = cl.Kernel(program, "gather_vis")
         self._scatter = cl.Kernel(program, "scatter_vis")
 
-    def _data_launch(self, kernel, use_wgt):
-        """Gather or scatter every part; returns the tally (non-finite values, non-finite
-        weights, non-zero weighted values) of the kept visibilities."""
-        fill_zeros(self.queue, self._tally, 12, np.int32)
-        for part in self._parts:
-            p = part.points
-            if not p.num_vis:
-                continue
-            size = -(-p.num_vis // self._wg) * self._wg
-            source = part.vis_full if kernel is self._gather else part.values.vis
-            target = part.values.vis if kernel is self._gather else part.vis_full
-            phase = p.phase if p.phase is not None else self._no_phase
-            kernel(self.queue, (size,), (self._wg,), source, part.wgt_full, p.src, phase, target,
-                   np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
+    def _held_values(self, part, given, dtype) -> np.ndarray:
+        """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:
+        its rows, or only its kept samples (in plan order) where it picks them."""
+        mine = given[part.rows]
+        if part.index is not None:
+            mine = np.take(mine.reshape(-1), part.index)
+        return np.asarray(mine, dtype)
+
+    def _upload_held(self, part, vis, wgt) -> None:
+        """``part``'s share of ``vis`` and ``wgt`` (either may be None) to the held buffers, after
+        the last part's kernels (the queue is in order)."""
+        for given, dtype, buffer in ((wgt, self.real, self._wgt_held), (vis, self.complex, self._vis_held)):
+            if given is not None:
+                upload(self.queue, self._held_values(part, given, dtype), buffer, self.staging)
+
+    def _part_launch(self, kernel, part, use_wgt) -> None:
+        """Gather ``part``'s values from the held buffers into plan order, or scatter them back."""
+        p = part.points
+        if not p.num_vis:
+            return
+        size = -(-p.num_vis // self._wg) * self._wg
+        source = self._vis_held if kernel is self._gather else part.values.vis
+        target = part.values.vis if kernel is self._gather else self._vis_held
+        phase = p.phase if p.phase is not None else self._no_phase
+        kernel(self.queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
+               np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
+
+    def _tally_counts(self) -> np.ndarray:
+        """(non-finite values, non-finite weights, non-zero weighted values) of the last launches."""
         tally = np.empty(3, np.int32)
         cl.enqueue_copy(self.queue, tally, self._tally)
         return tally
+
+    def _gather_values(self, vis, wgt) -> np.ndarray:
+        """The caller's ``vis`` (and ``wgt``, or None: every weight 1) into each part's values in
+        plan order, one part at a time through the held buffers; the tally."""
+        fill_zeros(self.queue, self._tally, 12, np.int32)
+        for part in self._parts:
+            if part.points.num_vis:
+                self._upload_held(part, vis, wgt)
+                self._part_launch(self._gather, part, wgt is not None)
+        return self._tally_counts()
 
     def _checked_wgt(self, wgt):
         """``wgt`` as an array of the data's shape, or None: checked when called, also where
@@ -299,18 +352,6 @@ class ImagingEngine:
         wgt = np.asarray(wgt)
         self._check_values("wgt", wgt, self.shape)
         return wgt
-
-    def _upload_values(self, vis, wgt) -> bool:
-        """The caller's ``vis`` (and checked ``wgt``) to each part's buffers; False when there
-        is no ``wgt`` (every weight 1)."""
-        for part in self._parts:
-            for given, dtype, buffer in ((wgt, self.real, part.wgt_full), (vis, self.complex, part.vis_full)):
-                if given is not None:
-                    mine = given[part.rows]
-                    if part.index is not None:
-                        mine = np.take(mine.reshape(-1), part.index)
-                    upload(self.queue, np.asarray(mine, dtype), buffer, self.staging)
-        return wgt is not None
 
     def _launch_spread(self, plane: int, wait_for=None):
         """Spread this call's values onto ``plane`` of the grid, part by part; the last event
@@ -380,8 +421,7 @@ class ImagingEngine:
             return np.zeros((g.npix_x, g.npix_y), self.real)
         # the caller's array goes up as it is; the device picks, weights, conjugates and
         # phase-shifts the kept visibilities (gather_vis), and counts what is wrong
-        use_wgt = self._upload_values(vis, wgt)
-        bad_vis, bad_wgt, nonzero = self._data_launch(self._gather, use_wgt)
+        bad_vis, bad_wgt, nonzero = self._gather_values(vis, wgt)
         if bad_vis:
             raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
         if bad_wgt:
@@ -457,7 +497,7 @@ class ImagingEngine:
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         download(self.queue, self._image_out, image, self.staging)
-        self._check_image(int(not_finite[0]))
+        self._check_image(int(not_finite[0]) + int(not_finite[1]))
         return image
 
     def _dirty2vis_device(self, dirty):
@@ -468,10 +508,15 @@ class ImagingEngine:
         fill_zeros(q, self._tally, 12, np.int32)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
                      np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
-        not_finite = np.empty(1, np.int32)
+        not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
-        check_finite_result(int(not_finite[0]), "dirty divided by the grid correction", self.precision,
-                            double="a float64 image", inputs="the image")      # dirty is finite (checked)
+        if not_finite[0]:        # NaN or inf in the caller's image, or beyond the precision's range
+            if not np.all(np.isfinite(dirty)):
+                raise ValueError("dirty has NaN or infinite entries")
+            check_finite_result(int(not_finite[0]), f"dirty in {np.dtype(self.real).name}", self.precision,
+                                double="a float64 image", inputs="the image")
+        check_finite_result(int(not_finite[1]), "dirty divided by the grid correction", self.precision,
+                            double="a float64 image", inputs="the image")
         for plane in self.planes:
             if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -542,7 +587,7 @@ class ImagingEngine:
         dirty = np.asarray(dirty)
         g = self.geometry
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
-        if not np.all(np.isfinite(dirty)):
+        if self.device_fft is None and not np.all(np.isfinite(dirty)):     # the device counts its own
             raise ValueError("dirty has NaN or infinite entries")
         wgt = self._checked_wgt(wgt)
         with self._lock:
@@ -556,30 +601,31 @@ class ImagingEngine:
             return out
         itemsize = np.dtype(self.complex).itemsize
         for part in self._parts:
-            fill_zeros(self.queue, part.values.vis, part.points.num_vis * itemsize, self.real)
+            fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
         if self.device_fft is not None:
             self._dirty2vis_device(dirty)
         else:
             self._dirty2vis_host(dirty)
-        use_wgt = self._upload_values(None, wgt)
+        # each part's values scattered to its samples through the held buffers, then down
+        fill_zeros(self.queue, self._tally, 12, np.int32)
+        not_finite = 0
         for part in self._parts:
-            fill_zeros(self.queue, part.vis_full, part.held * itemsize, self.real)
-        bad_wgt = self._data_launch(self._scatter, use_wgt)[1]
-        if bad_wgt:
-            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        check_finite_result(sum(count_nonfinite(self.queue, part.vis_full, 2 * part.held, self.real)
-                                for part in self._parts),
-                            f"the {np.dtype(self.complex).name} visibilities", self.precision,
-                            double="a float64 image", inputs="the image or the weights")
-        for part in self._parts:
+            self._upload_held(part, None, wgt)
+            fill_zeros(self.queue, self._vis_held, part.held * itemsize, self.real)
+            self._part_launch(self._scatter, part, wgt is not None)
+            not_finite += count_nonfinite(self.queue, self._vis_held, 2 * part.held, self.real)
             if part.index is None:
-                download(self.queue, part.vis_full, out[part.rows], self.staging)
+                download(self.queue, self._vis_held, out[part.rows], self.staging)
                 continue
             picked = np.empty(part.index.size, self.complex)
-            download(self.queue, part.vis_full, picked, self.staging)
+            download(self.queue, self._vis_held, picked, self.staging)
             rows = out[part.rows].reshape(-1)
             rows[...] = 0
             rows[part.index] = picked
+        if self._tally_counts()[1]:
+            raise ValueError(f"wgt has NaN or infinite entries where not masked ({self._tally_counts()[1]})")
+        check_finite_result(not_finite, f"the {np.dtype(self.complex).name} visibilities", self.precision,
+                            double="a float64 image", inputs="the image or the weights")
         return out
 
 

@@ -305,8 +305,9 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
     else:
         layout = plan_facets(facets, whole, k, w_range, num_kept, device, limits, num_samples)
     geometries = [whole] if layout is None else layout[1]
+    each_epsilon = k["epsilon"] if layout is None else facet_epsilon(k["epsilon"], len(layout[0]), k["precision"])
     check_host_memory(k["npix_x"], k["npix_y"], k["precision"], num_samples, geometries,
-                      limits.shares_host_memory, layout is not None)
+                      limits.shares_host_memory, layout is not None, epsilon=each_epsilon)
     if layout is None:
         return None
     facet_list, geometries = layout
@@ -317,7 +318,7 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
     if keep and limits.shares_host_memory:
         try:
             check_host_memory(k["npix_x"], k["npix_y"], k["precision"], num_samples, geometries, True, True,
-                              together=True)
+                              together=True, epsilon=eps)
         except HostMemoryError:
             keep = False
     if verbosity:

@@ -177,7 +177,7 @@ class WGridder:
             return
         divide = bool(divide_by_n) and bool(do_wgridding)
         engine = dict(scale=scale, signs=signs, geometry=geometry, precision=precision, divide_by_n=divide,
-                      tuning=tuning, deterministic=bool(deterministic))
+                      tuning=tuning, deterministic=bool(deterministic), epsilon=float(epsilon))
         if devices is None:
             self.split = None
             self._rows = [slice(None)]

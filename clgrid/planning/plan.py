@@ -216,13 +216,33 @@ class Plan:
         """The strategy's order of this plan, made by ``arrange(plan)`` once per ``key``."""
         with self._lock:
             if key not in self._arranged:
+                if self.sample is None:
+                    raise RuntimeError("this plan's points were released after arranging (release_points): "
+                                       "it can be arranged no other way")
                 self._arranged[key] = arrange(self)
             return self._arranged[key]
+
+    def release_points(self) -> None:
+        """Free the per-point device arrays in the caller's order (``sample``, ``packed``,
+        ``fraction``, ``phase``, ``support``, ``weight_sum``) once the arrangements made so far
+        hold what their strategies read (the imaging operator keeps only its one arrangement:
+        on a CPU device these are host memory).  The counts stay; `host` and a new
+        arrangement are refused after it."""
+        with self._lock:
+            if self._positions is None and self.sample is not None:
+                self._positions = False
+            for name in ("sample", "packed", "fraction", "phase", "support", "weight_sum"):
+                array = getattr(self, name)
+                if array is not None and hasattr(array, "data") and array.size:
+                    array.data.release()
+                setattr(self, name, None)
 
     def host(self) -> Positions:
         """The kept positions as host arrays (downloaded once), for strategies that order
         on the host and for tests."""
         with self._lock:
+            if self._positions is False:
+                raise RuntimeError("this plan's points were released after arranging (release_points)")
             if self._positions is None:
                 self._positions = self._download()
             return self._positions

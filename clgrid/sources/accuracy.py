@@ -24,7 +24,8 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["es_kernel", "kernel_transform", "KernelChoice", "KERNEL_TABLE", "choose_kernel",
-           "min_epsilon", "MAX_SUPPORT", "expected_error", "rms_amplification", "horner_coefficients"]
+           "min_epsilon", "MAX_SUPPORT", "expected_error", "rms_amplification", "horner_coefficients",
+           "float_taps_allowed"]
 
 # (support, sigma, beta / support, measured 1-D relative L2 error); regenerate with
 # `python benchmarks/es_kernel_table.py --write` (it prints this list).
@@ -146,6 +147,8 @@ _SAFETY = 2.0
 # Relative rounding error of a gridded plane, with a margin over the measured one (float
 # atomics, float kernel values: docs/benchmarks/imaging.md).
 _ROUNDING = {"single": 1e-6, "double": 2e-15}
+# Relative rounding of one kernel value kept in float (float32's unit roundoff).
+_FLOAT_TAP_ROUNDING = 2.0 ** -24
 
 
 def min_epsilon(precision: str) -> float:
@@ -214,6 +217,22 @@ def expected_error(choice: KernelChoice, precision: str, ndim: int) -> float:
     (relative, per precision) magnified by the grid correction on each axis."""
     amp = rms_amplification(choice.support, choice.beta, choice.sigma) ** ndim
     return _SAFETY * math.sqrt(ndim) * choice.error_1d + _ROUNDING[precision] * amp
+
+
+def float_taps_allowed(choice: KernelChoice, precision: str, ndim: int, epsilon: float | None = None) -> bool:
+    """Whether an operator of ``precision`` asked for ``epsilon`` may keep what it holds per
+    point in float (4 bytes a real instead of 8: the CPUs' "rows" spread keeps 3 W kernel
+    values, a value and a phase per point): always in single precision; in double where
+    the kernel's expected error plus their rounding (float's unit roundoff, twice: the
+    kernel values' and the value's with its phase, magnified by the grid correction on each
+    axis as the grid's rounding is) is still within ``epsilon`` (None: not known, no).
+    The arithmetic stays in ``precision``; only the storage is float."""
+    if precision == "single":
+        return True
+    if epsilon is None:
+        return False
+    amp = rms_amplification(choice.support, choice.beta, choice.sigma) ** ndim
+    return expected_error(choice, precision, ndim) + 2 * _FLOAT_TAP_ROUNDING * amp <= epsilon
 
 
 def _table_rows():

@@ -75,6 +75,11 @@ class StackedStrategy(Strategy):
         order every run (a stable sort on the host)."""
         return arrange(plan, self.layout(), stable=self.stable)
 
+    def settle(self, points: PointPlan) -> PointPlan:
+        """What the strategy derives from its arrangement once the plan in the caller's order
+        is released (the imaging engine calls it once per arrangement; here: nothing)."""
+        return points
+
     def with_fraction(self, device_plan, plan):
         return device_plan           # the arrangement carries the offsets already
 
