@@ -4,6 +4,13 @@ machine.  Works with the flat layout of 494e1d1 and the layout by concern after 
 
 - ``tiled``: W-projection tiled gridding, 4 M MeerKAT-track visibilities, 7^2 kernels,
   4096^2 grid: device time of the kernels (median of --repeats after a warm-up);
+- the other W-projection distributions on the same workload, device time of the
+  strategy's kernels (each case is a strategy label of `clgrid.strategies.SPELLINGS`,
+  ``degrid_`` before a degridder's, ``_analytic`` after it for the analytic kernel source
+  of the same support, KernelStack.analytic(1e-5)): ``atomic``, ``moving_window``,
+  ``texture``, ``texture_moving_window``, ``degrid_gather``, ``degrid_texture``,
+  ``tiled_analytic``, ``atomic_analytic``, ``degrid_gather_analytic`` (issue 31t: the kernel
+  sources as template includes);
 - ``w4m``: vis2dirty / dirty2vis, 4 M visibilities with w, 4096^2, epsilon 1e-4, single:
   the operator's set-up, one call, and a kept operator's call (wall clock, medians);
 - ``flat4m``: the same points in 2-D (do_wgridding=False): the set-up, and a kept call;
@@ -11,6 +18,7 @@ machine.  Works with the flat layout of 494e1d1 and the layout by concern after 
   a kept operator's vis2dirty and dirty2vis, and one call of vis2dirty.
 
     PYTHONPATH=.baseline python3 benchmarks/engine_ab.py --device nvidia --json before.json
+    PYTHONPATH=. python3 benchmarks/engine_ab.py --device nvidia --cases tiled,atomic,moving_window,degrid_gather,texture,texture_moving_window,degrid_texture,tiled_analytic,atomic_analytic,degrid_gather_analytic
     PYTHONPATH=. python3 benchmarks/engine_ab.py --device nvidia --json after.json
 """
 
@@ -71,6 +79,41 @@ def tiled(device, repeats: int, scale: int) -> dict:
     return {"kernel_ms": float(np.median(times)), "min_ms": min(times)}
 
 
+PROJECTION = ("atomic", "moving_window", "texture", "texture_moving_window", "degrid_gather", "degrid_texture",
+              "tiled_analytic", "atomic_analytic", "degrid_gather_analytic")
+
+
+def projection(device, repeats: int, scale: int, case: str) -> dict:
+    """One W-projection strategy (``case``: see the module docstring) on the ``tiled`` case's
+    workload, its samples kept by baseline (the moving window needs them so): device time of
+    the strategy's kernels, median of ``repeats`` after a warm-up."""
+    from clgrid.strategies import spelling
+
+    work = make_workload("tracks", 4_000_000 // scale, 4096 // scale, 3)
+    degrid, label = case.startswith("degrid_"), case.removeprefix("degrid_")
+    analytic, label = label.endswith("_analytic"), label.removesuffix("_analytic")
+    kernels = clgrid.KernelStack.analytic(1e-5) if analytic else work.kernels
+    vis = work.vis.astype(np.complex64)
+    if degrid:
+        op = clgrid.Degridder(work.grid_size, work.cell_size, kernels, **spelling("degrid", label), device=device,
+                              on_dropped="ignore")
+        op.load_grid(work.random_grid())[2].wait()
+        prepared = op.prepare(work.uvw, vis.shape[-1])
+        skip = 0
+    else:
+        op = clgrid.Gridder(work.grid_size, work.cell_size, kernels, **spelling("grid", label), device=device,
+                            on_dropped="ignore")
+        prepared = op.prepare(work.uvw, vis)
+        skip = 1                                            # the grid's zeroing
+    cl.wait_for_events(op.execute(prepared))
+    times = []
+    for _ in range(repeats):
+        events = op.execute(prepared)[skip:]
+        cl.wait_for_events(events)
+        times.append(1e3 * kernel_seconds(events))
+    return {"kernel_ms": float(np.median(times)), "min_ms": min(times), "support": int(kernels.max_support)}
+
+
 def imaging(uvw, freq, npix: int, w: bool, device, repeats: int, one_call: int = 3, adjoint: bool = True) -> dict:
     uv_max = np.abs(uvw[:, :2]).max() * freq.max() / C
     pix = 0.9 / (2 * uv_max)
@@ -115,7 +158,12 @@ def main(argv=None) -> int:
     out = {"clgrid_file": clgrid.__file__}
     if "tiled" in cases:
         out["tiled"] = tiled(a.device, 9, k)
-    uvw4 = tracks(4_000_000 // k)
+    for case in PROJECTION:
+        if case in cases:
+            out[case] = projection(a.device, 9, k, case)
+    if not {"w4m", "flat4m", "w64m"} & set(cases):
+        cases = []
+    uvw4 = tracks(4_000_000 // k) if cases else None
     if "w4m" in cases:
         out["w4m"] = imaging(uvw4, np.array([1.4e9]), 4096 // k, True, a.device, a.repeats)
     if "flat4m" in cases:

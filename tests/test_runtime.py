@@ -99,8 +99,8 @@ def test_fp64_refused_by_name_on_a_device_without_it(queue):
 
 def test_rendered_source_maps_lines_back_to_templates():
     source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=2, oversample=4,
-                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False,
-                            analytic=False)
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, deterministic=False,
+                            source="source_table.cl", table_layout="compact")
     templates = {path.name: path.read_text().split("\n") for path in codegen.kernel_dir().glob("*.cl")}
     current, line = None, None
     checked = 0
@@ -141,9 +141,10 @@ def test_failed_build_source_never_follows_a_planted_symlink(queue, tmp_path, mo
 
 def test_build_error_names_template_line_and_saves_source(queue):
     source = codegen.render("grid_atomic.cl", double=False, atomic="cas", npol=1, oversample=4,
-                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, texture=False, deterministic=False,
-                            analytic=False)
-    broken = source.replace("const int s = support[p.plane];", "const int s = support[p.plane]")
+                            grid_size=64, wg_u=32, wg_v=4, groups_per_cu=8, deterministic=False,
+                            source="source_table.cl", table_layout="compact")
+    broken = source.replace("const size_t cell = row + p.grid_u + k;", "const size_t cell = row + p.grid_u + k")
+    assert broken != source
     with pytest.raises(clgrid.KernelBuildError) as info:
         codegen.build_program(queue.context, broken)
     message = str(info.value)
@@ -157,7 +158,7 @@ def test_build_error_names_template_line_and_saves_source(queue):
     assert template or rendered, message
     lines = ((codegen.kernel_dir() / "grid_atomic.cl").read_text() if template
              else open(saved.group(1)).read()).split("\n")
-    assert "support[p.plane]" in lines[int((template or rendered).group(1)) - 1]
+    assert "row + p.grid_u + k" in lines[int((template or rendered).group(1)) - 1]
 
 
 def test_tracks_from_a_real_layout_match_the_reference(queue, rng):

@@ -8,15 +8,10 @@
     finishes BATCH consecutive visibilities (sorted by w-plane and cell tile on the device)
     before one batched local-memory reduction; with sub-groups the team is a
     sub-group and each visibility is reduced in registers instead.
-    With texture, the weights are interpolated from the kernel cube
-    (texture_sample.cl): the kernel store is the cube and a visibility's taps are its
-    position, instead of the tables by offset and a table's place.  With an analytic
-    kernel source (clgrid/analytic_kernel.py) the store is the kernel's polynomials, copied
-    to local memory (es_horner.cl), a visibility's taps its exact offset from its cell, and
-    each weight is evaluated there.
+    The weights come from the kernel source `source` (source_table.cl in the by_offset
+    layout, source_texture.cl or source_analytic.cl: their per-point names).
     Template variables: double, npol, oversample, grid_size, lanes_per_vis,
-    teams_per_group, vis_per_batch, points_per_item, subgroups, texture, analytic (and
-    texture_sample.cl's or es_horner.cl's when set). #}
+    teams_per_group, vis_per_batch, points_per_item, subgroups, source (and the source's). #}
 {% include "complex.cl" %}
 {% if subgroups %}
 #pragma OPENCL EXTENSION cl_khr_subgroups : enable
@@ -32,36 +27,13 @@
 #define POINTS_PER_ITEM {{ points_per_item }}
 {% include "plan.cl" %}
 {% include "reduce.cl" %}
+{% include source %}
 
 {# Footprint half-width `s` and taps of visibility `i` (decoded as `p`), declared in place. #}
 {% macro footprint(i) %}
-{% if texture %}
-const tap_source taps = position[{{ i }}];
-const int s = footprint_support(taps);
-{% elif analytic %}
-const int s = support[p.plane];
-const tap_source taps = fraction[{{ i }}];
-{% else %}
-const int s = support[p.plane];
-const tap_source taps = taps_of(p, s, kernel_start[p.plane]);
-{% endif %}
+const int s = source_support(SOURCE_PASS p, {{ i }});
+const point_taps taps = point_taps_of(SOURCE_PASS p, s, {{ i }});
 {% endmacro %}
-{% if texture %}
-{% include "texture_sample.cl" %}
-#define KERNEL_STORE KERNEL_CUBE
-typedef float4 tap_source;
-#define TAP_WEIGHT(kernels, taps, j, k) texture_weight(kernels, taps, j, k)
-{% elif analytic %}
-{% include "es_horner.cl" %}
-#define KERNEL_STORE __local const real_t *restrict       /* the polynomials, es_coef_to_local */
-typedef complex_t tap_source;                               /* nearest cell - position, in cells */
-#define TAP_WEIGHT(kernels, taps, j, k) ((complex_t)(es_weight_in(kernels, (k) + (taps).x) * es_weight_in(kernels, (j) + (taps).y), 0))
-{% else %}
-{% include "kernel_taps.cl" %}
-#define KERNEL_STORE __global const complex_t *restrict
-typedef kernel_taps tap_source;
-#define TAP_WEIGHT(kernels, taps, j, k) kernels[tap_index(taps, j, k)]
-{% endif %}
 
 /* Footprint walk of one work-item: tap (j, k) and the row-major step to its next point. */
 typedef struct {
@@ -80,10 +52,10 @@ inline complex_t finish_sum(complex_t same, complex_t cross, int conjugate)
 }
 
 /* Add the products at the current tap, then step. */
-inline void gather_point(footprint_walk *w, tap_source taps, KERNEL_STORE kernels,
+inline void gather_point(footprint_walk *w, point_taps taps, SOURCE_STORE_TYPE kernels,
                          __global const complex_t *centre[NPOL], complex_t same[NPOL], complex_t cross[NPOL])
 {
-    const complex_t c = TAP_WEIGHT(kernels, taps, w->j, w->k);
+    const complex_t c = point_weight(kernels, taps, w->j, w->k);
     const int cell = w->j * GRID_SIZE + w->k;
     for (int pol = 0; pol < NPOL; ++pol) {
         const complex_t g = centre[pol][cell];
@@ -101,7 +73,7 @@ inline void gather_point(footprint_walk *w, tap_source taps, KERNEL_STORE kernel
 /* This work-item's share of visibility p: the footprint points lane, lane + lanes, ...
    in row-major order, POINTS_PER_ITEM of them per step so their loads are in flight
    together; its partial sum of grid * conj(weight) per polarisation goes to out. */
-inline void gather_share(planned_vis p, int s, tap_source taps, int lane, int lanes, KERNEL_STORE kernels,
+inline void gather_share(planned_vis p, int s, point_taps taps, int lane, int lanes, SOURCE_STORE_TYPE kernels,
                          __global const complex_t *restrict grid, complex_t out[NPOL])
 {
     __global const complex_t *centre[NPOL];       /* the visibility's cell, per polarisation */
@@ -124,17 +96,7 @@ inline void gather_share(planned_vis p, int s, tap_source taps, int lane, int la
 
 __kernel __attribute__((reqd_work_group_size(LANES * TEAMS, 1, 1)))
 void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], sorted or not */
-{% if texture %}
-                   KERNEL_CUBE kernels,                         /* quarter cube */
-                   __global const float4 *restrict position,    /* [num_vis] */
-{% elif analytic %}
-                   __global const complex_t *restrict fraction, /* [num_vis]: nearest cell - position */
-                   __global const int *restrict support,        /* [plane] */
-{% else %}
-                   __global const complex_t *restrict kernels,  /* tables by offset */
-                   __global const int *restrict kernel_start,   /* [plane] */
-                   __global const int *restrict support,        /* [plane] */
-{% endif %}
+                   SOURCE_ARGS
                    __global const complex_t *restrict grid,     /* [NPOL][GRID_SIZE][GRID_SIZE] */
                    __global complex_t *restrict vis,            /* [num_vis][NPOL], plan order */
                    const int num_vis)
@@ -145,10 +107,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
     const int passes = (num_vis + GROUP_VIS - 1) / GROUP_VIS;
     const int per_group = (passes + groups - 1) / groups;
     const int last_pass = min(passes, (group + 1) * per_group);
-{% if analytic %}
-    __local real_t coef[ES_COEFS];
-    es_coef_to_local(coef);
-{% endif %}
+    POINT_SETUP
 {% if subgroups %}
     /* one sub-group per visibility: reduced in registers, no barriers */
     const int lane = get_sub_group_local_id(), lanes = get_sub_group_size();
@@ -160,7 +119,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
             const planned_vis p = decode_plan(plan[i]);
             {{ footprint("i") }}
             complex_t acc[NPOL];
-            gather_share(p, s, taps, lane, lanes, {{ "coef" if analytic else "kernels" }}, grid, acc);
+            gather_share(p, s, taps, lane, lanes, SOURCE_STORE, grid, acc);
             for (int pol = 0; pol < NPOL; ++pol) {
                 const complex_t total = (complex_t)(sub_group_reduce_add(acc[pol].x),
                                                     sub_group_reduce_add(acc[pol].y));
@@ -181,7 +140,7 @@ void degrid_gather(__global const int4 *restrict plan,          /* [num_vis], so
             if (team_first + r < num_vis) {
                 const planned_vis p = decode_plan(plan[team_first + r]);
                 {{ footprint("team_first + r") }}
-                gather_share(p, s, taps, lane, LANES, {{ "coef" if analytic else "kernels" }}, grid, acc);
+                gather_share(p, s, taps, lane, LANES, SOURCE_STORE, grid, acc);
             }
             for (int pol = 0; pol < NPOL; ++pol)
                 partials[team][(r * NPOL + pol) * LANES + lane] = acc[pol];

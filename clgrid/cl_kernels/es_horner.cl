@@ -3,7 +3,7 @@
     (clgrid.sources.accuracy.horner_coefficients): Horner's rule instead of exp and sqrt, the same
     few multiply-adds for every tap, which vectorise.  Shared by the w-gridding operator
     (wgrid_analytic.cl) and the seeds' work distributions with an analytic kernel source
-    (clgrid/analytic_kernel.py), so both evaluate the very same kernel.
+    (source_analytic.cl), so both evaluate the very same kernel.
     Needs complex.cl's real_t.  Template variables: es_width (W), es_degree, es_coef
     ((es_degree + 1) x W), double. #}
 #define ES_WIDTH {{ es_width }}

@@ -19,13 +19,14 @@
     Template variables: double, atomic, npol, oversample, grid_size, offset_range,
     work_group_size, coarsen_u, coarsen_v, batch, flush ("atomic", or "plain": a
     debug build without atomics, wrong where work-groups meet, for timing only),
-    texture (and texture_sample.cl's when set).
+    source (and the source's).
 
-    With texture (clgrid/strategies/texture_moving_window.py), the weight of a tap is
-    interpolated from the kernel cube at the visibility's continuous position
-    (texture_sample.cl, staged with the visibility) instead of read from the offset
-    rows; a chunk's support is then the interpolated footprint S, so the window and
-    everything else stay as they are. #}
+    The weights come from the kernel source `source` (its per-window names): the
+    tables' offset rows (source_table.cl, KernelStack.offset_rows), or, for the texture
+    path (clgrid/strategies/texture_moving_window.py), the kernel cube sampled at the
+    visibility's continuous position (source_texture.cl, staged with the visibility); a
+    chunk's support is then the interpolated footprint S, so the window and everything
+    else stay as they are. #}
 {% include "common.cl" %}
 #define NPOL {{ npol }}
 #define OVERSAMPLE {{ oversample }}
@@ -36,9 +37,7 @@
 #define COARSEN_V {{ coarsen_v }}
 #define BATCH {{ batch }}
 {% include "plan.cl" %}
-{% if texture %}
-{% include "texture_sample.cl" %}
-{% endif %}
+{% include source %}
 
 /* Add a point's sums to the grid and clear them; conjugate when the chunk's w < 0
    (its visibilities were staged conjugated: vis * conj(c) = conj(conj(vis) * c)). */
@@ -66,44 +65,28 @@ inline void flush_sums(__global grid_real_t *grid, int cell, complex_t *sums, in
    lo - r.  Returned:
      x: r_u | r_v << 16 | moved << 31 (moved: the window differs from the previous one)
      y: flat grid cell of the subgrid origin
-     z: offset-row address of tap row 0 of this visibility's u offset, minus r_u
-     w: off_v - (r_v + S) * OVERSAMPLE, so that the kernel row is |w + e_v * OVERSAMPLE|
-   With texture, z and w are 0: the taps' weights come from the position. */
-inline int4 window_of(planned_vis p, int moved, int support, int width
-{%- if not texture %},
-                      __global const int *restrict kernel_start{% endif %})
+     z, w: the source's window_taps (for the tables' offset rows: where the rows of this
+           visibility's u offset start, and its v offset). */
+inline int4 window_of(SOURCE_PARAMS planned_vis p, int moved, int support, int width)
 {
     const int lo_u = p.grid_u - support, lo_v = p.grid_v - support;
     const int r_u = lo_u % width, r_v = lo_v % width;
+    const int2 taps = window_taps(SOURCE_PASS p, support, width, r_u, r_v);
     return (int4)(as_int((uint)r_u | (uint)r_v << 16 | (uint)moved << 31),
-                  (lo_v - r_v) * GRID_SIZE + lo_u - r_u,
-{% if texture %}
-                  0, 0);
-{% else %}
-                  kernel_start[p.plane] + (p.off_u + OFFSET_RANGE) * width - r_u,
-                  p.off_v - (r_v + support) * OVERSAMPLE);
-{% endif %}
+                  (lo_v - r_v) * GRID_SIZE + lo_u - r_u, taps.x, taps.y);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis], chunk order */
                         __global const complex_t *restrict vis,    /* [num_vis][NPOL], weighted */
-{% if texture %}
-                        KERNEL_CUBE cube,                          /* quarter cube */
-                        __global const float4 *restrict position,  /* [num_vis], chunk order */
-{% else %}
-                        __global const complex_t *restrict kernels,/* KernelStack.offset_rows() */
-                        __global const int *restrict kernel_start, /* [plane] */
-{% endif %}
+                        SOURCE_ARGS
                         __global const int4 *restrict chunks,      /* first, count, support, conjugate */
                         __global const int2 *restrict work,        /* [group]: chunk, tile */
                         __global grid_real_t *grid)                     /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
 {
     __local int4 windows[BATCH];
     __local complex_t staged[BATCH * NPOL];
-{% if texture %}
-    __local float4 where[BATCH];
-{% endif %}
+    WINDOW_LOCAL
 
     const int2 job = work[get_group_id(0)];
     const int4 chunk = chunks[job.x];
@@ -148,12 +131,8 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
         for (int t = get_local_id(0); t < n; t += WG_SIZE) {
             const int i = batch_first + t;
             const int moved = i == first || any(plan[i].xy != plan[i - 1].xy);
-{% if texture %}
-            windows[t] = window_of(decode_plan(plan[i]), moved, support, width);
-            where[t] = position[i];
-{% else %}
-            windows[t] = window_of(decode_plan(plan[i]), moved, support, width, kernel_start);
-{% endif %}
+            windows[t] = window_of(SOURCE_PASS decode_plan(plan[i]), moved, support, width);
+            WINDOW_STAGE(t, i)
 #pragma unroll
             for (int pol = 0; pol < NPOL; ++pol) {
                 complex_t v = vis[(size_t)i * NPOL + pol];
@@ -167,9 +146,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
         for (int i = 0; i < n; ++i) {    /* FOR time, chan: one staged visibility */
             const int4 window = windows[i];
             const int r_u = window.x & 0xffff, r_v = (window.x >> 16) & 0x7fff;
-{% if texture %}
-            const float4 at = where[i];
-{% endif %}
+            const window_point at = WINDOW_POINT(i);
             complex_t v[NPOL];
 #pragma unroll
             for (int pol = 0; pol < NPOL; ++pol)
@@ -183,11 +160,7 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
 #pragma unroll
             for (int b = 0; b < COARSEN_V; ++b) {
                 e_v[b] = my_v[b] + (my_v[b] < r_v ? width : 0);
-{% if texture %}
-                row[b] = e_v[b] - r_v - support;   /* the tap j of the point's row */
-{% else %}
-                row[b] = window.z + (int)abs(window.w + e_v[b] * OVERSAMPLE) * row_stride;
-{% endif %}
+                row[b] = window_row(window, e_v[b], r_v, support, row_stride);
             }
 
             /* IF the grid point changed THEN atomicAdd the sums, start new ones. */
@@ -211,12 +184,8 @@ void grid_moving_window(__global const int4 *restrict plan,        /* [num_vis],
 #pragma unroll
                 for (int a = 0; a < COARSEN_U; ++a)
                     if (active_u[a] && active_v[b]) {
-{% if texture %}
                         /* unconjugated: a chunk with w < 0 has its visibilities and sums conjugated */
-                        const complex_t c = texture_weight(cube, at, row[b], e_u[a] - r_u - support);
-{% else %}
-                        const complex_t c = kernels[row[b] + e_u[a]];
-{% endif %}
+                        const complex_t c = window_weight(SOURCE_STORE, at, row[b], e_u[a], r_u, support);
 #pragma unroll
                         for (int pol = 0; pol < NPOL; ++pol)
                             sums[b][a][pol] += cmul(v[pol], c);

@@ -22,18 +22,15 @@
    counter, caching one batch of visibilities in local memory at a time (seed 000
    §3.1-3.2), so dense tiles are shared out like any others.  The central box (seed
    003 §3.4) is this kernel launched a second time, over the central tiles' buckets.
-   Kernels are read in the u_rows layout (KernelStack.u_rows, seed 000 §4.1), so
-   neighbouring work-items read consecutive values; with an analytic kernel source
-   (analytic: clgrid/analytic_kernel.py) a tap's weight is evaluated where it is needed
-   (es_horner.cl) at its exact distance from the visibility, instead of read.
+   The weights come from the kernel source `source` (its per-tile names): tables in the
+   u_rows layout (source_table.cl; KernelStack.u_rows, seed 000 §4.1), so neighbouring
+   work-items read consecutive values, or the analytic kernel (source_analytic.cl), its
+   one-dimensional tap values evaluated once per visibility into local memory.
    In deterministic mode the tile's sums are 64-bit fixed point (tile_sum_t).
    Template variables: double, atomic, deterministic, npol, oversample, grid_size, mapping, regsz,
-   shmsz, footprint_unroll, wg_u, wg_v, analytic (and those of tile_grid.cl, tile_sort.cl and,
-   when analytic, es_horner.cl's and es_taps). #}
+   shmsz, footprint_unroll, wg_u, wg_v, source (and those of tile_grid.cl, tile_sort.cl and the
+   source). #}
 {% include "common.cl" %}
-{% if analytic %}
-{% include "es_horner.cl" %}
-{% endif %}
 #define NPOL {{ npol }}
 #define OVERSAMPLE {{ oversample }}
 #define GRID_SIZE {{ grid_size }}
@@ -47,6 +44,7 @@
 {% include "plan.cl" %}
 {% include "tile_grid.cl" %}
 {% include "tile_sort.cl" %}
+{% include source %}
 #define BATCH WG   /* visibilities cached in local memory at a time: one per work-item */
 
 /* One sorted entry (a visibility in one tile), prepared once for the whole work-group. */
@@ -56,38 +54,21 @@ typedef struct {
     int k0;                   /* tap k + support of the tile's first column */
     int j0;                   /* tap j + support of the tile's first row */
     int width;                /* 2 * support + 1: taps per side, and the length of a u_rows row */
-{% if analytic %}
-    int row0;                 /* tap k + support of the tile's first column (k0) */
-    int step;                 /* 1 */
-{% else %}
-    int row0;                 /* u_rows index of the tile's first column in quarter row 0 */
-    int step;                 /* +1 or -1: index step from a column to the next (off_u < 0 reads backwards) */
-    int off_v0;               /* off_v - support * OVERSAMPLE: quarter row of tap j is |off_v0 + (j + support) * OVERSAMPLE| */
-{% endif %}
+    tile_taps taps;           /* where the source finds the taps of the tile's columns */
 {% if mapping == "footprint" %}
     int cu0, cv0, cv1;        /* the footprint in the tile: columns cu0.., rows cv0..cv1 */
     int covered_u;            /* columns it covers */
     int rows_per_pass;        /* WG / covered_u: rows the work-group covers side by side */
     float inv_covered_u;      /* 1 / covered_u, to split a work-item number into (row, column) */
 {% endif %}
-{% if analytic %}
-    real_t d_u, d_v;          /* distance in cells of tap (-support, -support) from the visibility */
-{% endif %}
     complex_t re[NPOL], im[NPOL];   /* grid += (re . c, im . c) for kernel value c, conjugation folded in */
 } tile_visibility;
 
-inline tile_visibility prepare_visibility(tile_grid g, int4 packed, int2 vis_bucket,
-                                          __global const complex_t *restrict vis,
-{% if analytic %}
-                                          __global const complex_t *restrict fraction,
-{% else %}
-                                          __global const int *restrict kernel_start,
-                                          __global const int *restrict kernel_side,
-{% endif %}
-                                          __global const int *restrict support)
+inline tile_visibility prepare_visibility(SOURCE_PARAMS tile_grid g, int4 packed, int2 vis_bucket,
+                                          __global const complex_t *restrict vis)
 {
     const planned_vis p = decode_plan(packed);
-    const int s = support[p.plane];
+    const int s = source_support(SOURCE_PASS p, vis_bucket.x);
     const int2 origin = tile_origin(g, vis_bucket.y);
     tile_visibility t;
     t.bucket = vis_bucket.y;
@@ -96,18 +77,7 @@ inline tile_visibility prepare_visibility(tile_grid g, int4 packed, int2 vis_buc
     t.k0 = origin.x - p.grid_u + s;
     t.j0 = origin.y - p.grid_v + s;
     t.width = 2 * s + 1;
-{% if analytic %}
-    const complex_t f = fraction[vis_bucket.x];   /* nearest - position: tap k lies k + f cells off */
-    t.step = 1;
-    t.row0 = t.k0;
-    t.d_u = f.x - s;
-    t.d_v = f.y - s;
-{% else %}
-    t.step = p.off_u < 0 ? -1 : 1;
-    t.row0 = kernel_start[p.plane] + (int)abs(p.off_u) * kernel_side[p.plane] * t.width + s
-             + t.step * (origin.x - p.grid_u);
-    t.off_v0 = p.off_v - s * OVERSAMPLE;
-{% endif %}
+    t.taps = tile_taps_of(SOURCE_PASS p, s, t.width, origin.x, vis_bucket.x);
 {% if mapping == "footprint" %}
     t.cu0 = max(0, -t.k0);
     t.cv0 = max(0, -t.j0);
@@ -147,18 +117,9 @@ typedef complex_t tile_sum_t;
 #define flush_cell atomic_add_complex
 {% endif %}
 
-{% if analytic %}
-#define TAPS {{ es_taps }}   /* 2 * support + 1 */
-/* Kernel value of tap (jj, column) = (j, k) + support: the product of its u and v values,
-   evaluated once per visibility into batch_taps (2 TAPS Horner evaluations, not two per
-   cell: the taps' polynomials then differ between neighbouring work-items, whose reads
-   of them from constant memory would be serialised).  Used within the loop over the
-   batch's entries `e` only. */
-#define TAP(t, column, jj) ((complex_t)(batch_taps[e][column] * batch_taps[e][TAPS + (jj)], 0))
-{% else %}
-/* Kernel value of tap j (jj = j + support) in the column whose u_rows index (quarter row 0) is `column`. */
-#define TAP(t, column, jj) kernels[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (t).width]
-{% endif %}
+/* Kernel value of tap (jj, column) = (j, k) + support of entry e, in the column whose index
+   (tile_column) is `column`.  Used within the loop over the batch's entries `e` only. */
+#define TAP(t, column, jj) tile_weight(TILE_STORE(e), (t).taps, (t).width, column, jj)
 
 {% if mapping == "rows" %}
 /* A work-item's r-th row in local memory, laid out so that neighbouring work-items use neighbouring banks. */
@@ -207,13 +168,8 @@ __kernel __attribute__((reqd_work_group_size(WG_U, WG_V, 1)))
 void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or (!sort_copies_plan) the plan */
                 __global const int2 *restrict entry_vis_bucket,
                 __global const complex_t *restrict vis,          /* [num_vis][NPOL], weighted */
-{% if analytic %}
-                __global const complex_t *restrict fraction,     /* [num_vis]: nearest cell - position */
-{% else %}
-                __global const complex_t *restrict kernels,      /* KernelStack.u_rows() */
-                __global const int *restrict kernel_start, __global const int *restrict kernel_side,
-{% endif %}
-                __global const int *restrict support, __global const int *restrict box,
+                SOURCE_ARGS
+                __global const int *restrict box,
                 __global const int *restrict offsets,            /* bucket starts, from the prefix sum */
                 const int first_bucket, const int end_bucket,    /* grid the buckets [first, end) */
                 const int chunk,                                 /* entries taken from the counter at a time */
@@ -221,9 +177,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                 __global grid_real_t *grid)                           /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
 {
     __local tile_visibility batch[BATCH];
-{% if analytic %}
-    __local real_t batch_taps[BATCH][2 * TAPS];   /* an entry's kernel values along u, then along v */
-{% endif %}
+    TILE_LOCAL
     __local int chunk_first;
 {% if mapping == "footprint" %}
     __local tile_sum_t tile[NPOL * TILE_U * TILE_V];
@@ -271,15 +225,9 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
         for (int at = first; at < last; at += BATCH) {
             const int n = min(BATCH, last - at);
             if (lid < n) {
-                batch[lid] = prepare_visibility(g, entries[{{ "at + lid" if sort_copies_plan else "entry_vis_bucket[at + lid].x" }}],
-                                                entry_vis_bucket[at + lid], vis,
-                                                {{ "fraction" if analytic else "kernel_start, kernel_side" }}, support);
-{% if analytic %}
-                for (int k = 0; k < TAPS; ++k) {
-                    batch_taps[lid][k] = es_weight(batch[lid].d_u + k);
-                    batch_taps[lid][TAPS + k] = es_weight(batch[lid].d_v + k);
-                }
-{% endif %}
+                batch[lid] = prepare_visibility(SOURCE_PASS g, entries[{{ "at + lid" if sort_copies_plan else "entry_vis_bucket[at + lid].x" }}],
+                                                entry_vis_bucket[at + lid], vis);
+                TILE_STAGE(lid, batch[lid].taps)
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int e = 0; e < n; ++e) {
@@ -294,7 +242,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                 }
 {% if mapping == "rows" %}
                 if (IN_FOOTPRINT(t, t.k0, x)) {
-                    const int column = t.row0 + t.step * x;
+                    const int column = tile_column(t.taps, x);
 {% call(cell, row, column) owned_cells() %}
         if (IN_FOOTPRINT(t, t.j0, {{ row }})) {
             const complex_t c = TAP(t, column, t.j0 + {{ row }});
@@ -311,7 +259,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                 const int c = lid - r * t.covered_u;
                 if (r < t.rows_per_pass) {
                     const int u = t.cu0 + c;
-                    const int column = t.row0 + t.step * u;
+                    const int column = tile_column(t.taps, u);
                     for (int v = t.cv0 + r; v <= t.cv1; v += FOOTPRINT_UNROLL * t.rows_per_pass) {
                         complex_t k[FOOTPRINT_UNROLL];
                         #pragma unroll

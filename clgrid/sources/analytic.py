@@ -119,6 +119,17 @@ class AnalyticKernel(KernelSource):
     def peak(self) -> float:
         return float(self.weights(0.0)) ** 2
 
+    def device_source(self, interpolation: str = "nearest") -> str:
+        """``source_analytic.cl``: evaluated at the exact offsets, so nothing to interpolate."""
+        if interpolation != "nearest":
+            raise ValueError(f"an analytic kernel source is evaluated at each visibility's exact offset; "
+                             f"interpolation={interpolation!r} does not apply to it")
+        return "source_analytic.cl"
+
+    def kernel_arguments(self, reader, plan) -> tuple:
+        """Each visibility's offset from its cell, in the plan's order, and the supports."""
+        return plan.fraction, reader.device_kernels.supports
+
     def device_tables(self, layout: str) -> tuple:
         """No tables: the kernels evaluate the polynomials; a placeholder of each array."""
         return np.zeros(1, np.complex128), np.zeros(1, np.int32), np.ones(1, np.int32)

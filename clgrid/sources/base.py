@@ -8,10 +8,14 @@ On the host a source says where a visibility's taps are (``supports`` per plane,
 ``oversample`` of the plan's integer offsets, the w-planes: ``num_planes``, ``w_scale``),
 whether the plan must carry exact offsets (``evaluated``), the norm's weight sums, its
 largest weight (overflow bounds), the grid correction an image is divided by, and its
-float64 weights for the references.  On the device it is a template include defining the
-same few names for every work distribution (``template_parameters`` are its variables;
-``device_tables`` the arrays a table-reading kernel takes), so the distributions never ask
-which source they run with.
+float64 weights for the references.  On the device it is a template include
+(``device_source``: ``source_table.cl``, ``source_texture.cl`` or ``source_analytic.cl`` in
+``clgrid/cl_kernels/``) defining the same names for every work distribution: the kernel
+arguments it reads (``SOURCE_ARGS``, filled by ``kernel_arguments``), where a visibility's
+taps are (made once per visibility) and the weight of tap (j, k) (``source_table.cl``'s
+header lists them).  ``template_parameters`` are the include's variables, ``device_tables``
+the arrays a table-reading kernel takes; the distributions never ask which source they run
+with.
 """
 
 from __future__ import annotations
@@ -74,6 +78,20 @@ class KernelSource(abc.ABC):
     def template_parameters(self) -> dict:
         """The template variables of the source's device include (none for tables)."""
         return {}
+
+    @abc.abstractmethod
+    def device_source(self, interpolation: str = "nearest") -> str:
+        """The template include (in ``clgrid/cl_kernels/``) that reads this source's weights
+        on the device when a strategy reads them with ``interpolation`` ("nearest" or
+        "linear"); a `ValueError` naming the interpolation where the source has none."""
+
+    @abc.abstractmethod
+    def kernel_arguments(self, reader, plan) -> tuple:
+        """The device arrays the include's ``SOURCE_ARGS`` declare, in their order, for the
+        strategy ``reader`` (its ``interpolation``, and what it uploaded: ``device_kernels``,
+        a `clgrid.strategies.base.DeviceKernelStack` in its layout, or ``device_cube``) and
+        its arranged ``plan`` (a `clgrid.strategies.base.DevicePlan`: ``fraction``,
+        ``position``)."""
 
     @abc.abstractmethod
     def device_tables(self, layout: str) -> tuple:

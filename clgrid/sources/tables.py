@@ -29,6 +29,9 @@ import numpy as np
 
 from .base import KernelSource, grid_to_image
 
+# the device include that reads a table stack, by how a strategy reads it (KernelStack.device_source)
+INTERPOLATED_SOURCES = {"nearest": "source_table.cl", "linear": "source_texture.cl"}
+
 __all__ = ["KernelStack", "quarter_size", "offset_range", "check_oversample"]
 
 
@@ -398,6 +401,18 @@ class KernelStack(KernelSource):
     @property
     def peak(self) -> float:
         return max(max(float(np.abs(p.real).max()), float(np.abs(p.imag).max())) for p in self.planes)
+
+    def device_source(self, interpolation: str = "nearest") -> str:
+        """``source_table.cl`` (nearest samples) or ``source_texture.cl`` (linear interpolation)."""
+        if interpolation not in INTERPOLATED_SOURCES:
+            raise ValueError(f"interpolation must be one of {sorted(INTERPOLATED_SOURCES)}, got {interpolation!r}")
+        return INTERPOLATED_SOURCES[interpolation]
+
+    def kernel_arguments(self, reader, plan) -> tuple:
+        """The cube and the positions (linear), or the tables in the reader's layout."""
+        if reader.interpolation == "linear":
+            return reader.device_cube, plan.position
+        return reader.device_kernels.arguments()
 
     def device_tables(self, layout: str) -> tuple:
         """The stack in ``layout``: `compact`, `by_offset` or `u_rows`."""

@@ -18,14 +18,6 @@ class AtomicGridding(Strategy):
         """Any order will do: the plan as it is, no copy."""
         return DevicePlan(plan.packed.data, None, plan.num_kept, plan.sample.data)
 
-    def kernel_arguments(self, plan: DevicePlan) -> tuple:
-        """What the kernel reads its weights from: the compacted quarters, or for an analytic
-        kernel source each visibility's offset from its cell."""
-        k = self.device_kernels
-        if plan.fraction is not None:
-            return plan.fraction, k.supports
-        return k.values, k.starts, k.sides, k.supports
-
     def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into ``grid_buffer``; returns the event, in a list."""
         t = self.tuning

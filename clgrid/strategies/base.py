@@ -68,13 +68,14 @@ def extended(device_plan: DevicePlan, cls, **extra) -> DevicePlan:
 @dataclass
 class DeviceKernelStack:
     """A `KernelStack` on the device in one precision and one layout, named by the
-    `KernelStack` method that makes it (``compact``, ``by_offset``, ``u_rows``); layouts
-    without per-plane sides have ``sides`` None."""
+    `KernelStack` method that makes it (``compact``, ``by_offset``, ``u_rows``,
+    ``offset_rows``); layouts without per-plane sides have ``sides`` None, and
+    ``offset_rows`` (whose kernels take a support per chunk) ``supports`` None."""
 
     values: cl.Buffer
     starts: cl.Buffer
     sides: cl.Buffer | None
-    supports: cl.Buffer
+    supports: cl.Buffer | None
 
     @classmethod
     def upload(cls, context, kernels: KernelStack, complex_dtype, layout: str = "compact"
@@ -84,6 +85,11 @@ class DeviceKernelStack:
                    read_only_buffer(context, starts),
                    read_only_buffer(context, sides[0]) if sides else None,
                    read_only_buffer(context, kernels.supports.astype(np.int32)))
+
+    def arguments(self) -> tuple:
+        """The arrays of its layout in the order ``source_table.cl``'s ``SOURCE_ARGS`` declare
+        them: values, starts, sides (where the layout has them), supports (where it has them)."""
+        return tuple(a for a in (self.values, self.starts, self.sides, self.supports) if a is not None)
 
 
 def analytic_spellings() -> str:
@@ -105,7 +111,7 @@ class Strategy:
     name = ""
     template = ""
     atomics = True             # whether the kernels use float atomics (64-bit ones in double precision)
-    kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack)
+    kernel_layout = "compact"  # how the kernel stack lies on the device (DeviceKernelStack; source_table.cl)
     counts: tuple = ()         # tuning parameters that count things, so must be >= 1
     work_group_parameters = ("wg_u", "wg_v")  # the tuning parameters that set `local_size`
     interpolation = "nearest"  # kernel weights: nearest samples, or "linear" (clgrid.sources.interpolation)
@@ -216,10 +222,14 @@ class Strategy:
         """The template variables: everything a program of this strategy is specialised for."""
         cls.check_kernel_source(kernels)
         params = {k: v for k, v in tuning.items() if k not in HOST_ONLY_TUNING}
-        analytic = kernels.evaluated
         return dict(params, double=precision == "double", npol=npol, oversample=kernels.oversample,
-                    grid_size=grid_size, texture=cls.interpolation == "linear", deterministic=False,
-                    analytic=analytic, **kernels.template_parameters())
+                    grid_size=grid_size, deterministic=False, source=kernels.device_source(cls.interpolation),
+                    table_layout=cls.kernel_layout, **kernels.template_parameters())
+
+    def kernel_arguments(self, plan: DevicePlan) -> tuple:
+        """What the kernel reads its weights from, as its source's ``SOURCE_ARGS`` declare it
+        (`clgrid.sources.base.KernelSource.kernel_arguments`)."""
+        return self.kernels.kernel_arguments(self, plan)
 
     def grid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the gridding of ``plan`` into the zeroed ``grid_buffer``; returns the events."""

@@ -78,14 +78,6 @@ class GatherDegridding(Strategy):
         return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels),
                     subgroups=tuning["reduction"] == "subgroup")
 
-    def kernel_arguments(self, plan: DevicePlan) -> tuple:
-        """What the kernel reads its weights from: the tables by offset, or for an analytic
-        kernel source each visibility's offset from its cell."""
-        k = self.device_kernels
-        if plan.fraction is not None:
-            return plan.fraction, k.supports
-        return k.values, k.starts, k.supports
-
     def degrid(self, plan: DevicePlan, npol: int, grid_buffer, wait_for=None) -> list:
         """Enqueue the degridding of ``plan`` from ``grid_buffer``; returns the events."""
         t = self.tuning

@@ -32,7 +32,7 @@ import pyopencl as cl
 
 from ..planning.baseline_order import hold_w, track_shape
 from ..sources.tables import offset_range
-from .base import Strategy, extended, read_only_buffer
+from .base import DeviceKernelStack, Strategy, extended, read_only_buffer
 from .track_chunks import ChunkedPlan, LongestFirst, SupportAndSign, TrackChunker
 
 FLUSHES = ("atomic", "plain")
@@ -57,6 +57,7 @@ class MovingWindowGridding(Strategy):
 
     name = "moving_window"
     template = "grid_moving_window.cl"
+    kernel_layout = "offset_rows"
     counts = ("work_group_size", "coarsen_u", "coarsen_v", "batch", "chunk_visibilities", "arrange_wg")
 
     def __init__(self, queue, grid_size, kernels, precision, tuning=None, binary=None):
@@ -81,14 +82,12 @@ class MovingWindowGridding(Strategy):
                              f"is above {int(np.sqrt(2 ** 31 - 1))}")
 
     @cached_property
-    def offset_rows(self) -> tuple:
-        """`KernelStack.offset_rows` on the device (values, row starts), uploaded when first read."""
+    def device_kernels(self) -> DeviceKernelStack:
+        """`KernelStack.offset_rows` on the device (values, row starts; no sides, and no
+        supports: a chunk carries its own), uploaded when first read."""
         values, starts = self.kernels.offset_rows(self.complex_dtype)
-        return read_only_buffer(self.queue.context, values), read_only_buffer(self.queue.context, starts)
-
-    def kernel_arguments(self, plan) -> tuple:
-        """What the kernel reads its weights from: the offset rows."""
-        return self.offset_rows
+        context = self.queue.context
+        return DeviceKernelStack(read_only_buffer(context, values), read_only_buffer(context, starts), None, None)
 
     work_group_parameters = ("work_group_size",)
 

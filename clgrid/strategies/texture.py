@@ -4,7 +4,8 @@ position of every footprint cell, instead of the nearest oversampled sample of t
 nearest w-plane (semantics: `clgrid.sources.interpolation`).
 
 The work distributions are atomic gridding and gather degridding, unchanged; only
-the weight of a tap differs (``texture`` in their templates).  The tuning's
+the weight of a tap differs (their templates include ``source_texture.cl``, the name
+`KernelStack.device_source` gives for linear interpolation).  The tuning's
 ``sampler`` picks the image ("image": the texture unit interpolates) or a buffer
 interpolated in the kernel ("software": devices without images or without float
 images, FPGA emulation); a device that cannot do "image" falls back to "software"
@@ -124,9 +125,6 @@ class TextureSampling:
     def upload(self, positions: Positions, plan, npol: int) -> TextureDevicePlan:
         return extended(super().upload(positions, plan, npol), TextureDevicePlan,
                         position=read_only_buffer(self.queue.context, device_positions(positions)))
-
-    def kernel_arguments(self, plan: TextureDevicePlan) -> tuple:
-        return self.device_cube, plan.position
 
 
 class TextureGridding(TextureSampling, AtomicGridding):

@@ -4,8 +4,8 @@ Romein's moving window (`clgrid.strategies.moving_window`, seed 004 §4-5) with 
 weights of `clgrid.strategies.texture` (seed 004 §4.1): each tap's weight is the
 kernel cube sampled at the visibility's continuous (u, v, w) position, by the
 texture unit or in software (tuning ``sampler``), instead of the nearest sample of
-the nearest w-plane.  Same kernel as the moving window (``texture`` in
-``grid_moving_window.cl``).  Planned with ``interpolation="linear"``, a visibility's
+the nearest w-plane.  Same kernel as the moving window (``grid_moving_window.cl``
+with ``source_texture.cl``).  Planned with ``interpolation="linear"``, a visibility's
 support is its footprint S (the larger support of the two w-planes interpolated),
 so chunks, cut where the support changes, never mix footprints.
 """

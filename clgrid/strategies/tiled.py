@@ -165,7 +165,7 @@ class TiledGridding(Strategy):
         analytic = self.kernels.evaluated
         words = (15 if t["mapping"] == "footprint" else 9) - analytic   # tile_visibility's ints (and float)
         header = words * 4
-        if analytic:   # no off_v0; d_u and d_v after the ints
+        if analytic:   # tile_taps without off_v0, with d_u and d_v: the same size as after the ints
             real_size = np.dtype(self.real_dtype).itemsize
             header = -(-header // real_size) * real_size + 2 * real_size
         entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
@@ -292,12 +292,10 @@ class TiledGridding(Strategy):
                       "windows": (self.windows_base, self.num_buckets)}[part]
         local = self.local_size()
         groups = t["groups_per_cu"] * self.facts.compute_units
-        k = self.device_kernels
-        weights = (plan.fraction,) if plan.fraction is not None else (k.values, k.starts, k.sides)
         return [self._zero(plan.taken[part], 4), self.kernel("grid_tiles", npol)(
             self.queue, (groups * local[0], local[1]), local,
             plan.entries if t["sort_copies_plan"] else plan.packed, plan.entry_vis_bucket, plan.vis,
-            *weights, k.supports, plan.box, plan.offsets, np.int32(first), np.int32(end),
+            *self.kernel_arguments(plan), plan.box, plan.offsets, np.int32(first), np.int32(end),
             np.int32(t["central_chunk"] if part == "central box" else t["chunk"]), plan.taken[part], grid_buffer)]
 
     def enqueue_untiled(self, plan: TiledDevicePlan, npol: int, grid_buffer) -> list:
