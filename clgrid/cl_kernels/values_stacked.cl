@@ -52,7 +52,8 @@ __kernel void scatter_vis(__global const value_t *restrict values, __global cons
                           __global complex_t *restrict out, const int count, const int use_wgt,
                           const int use_phase, __global int *restrict tally)
 {
-    /* tally[1]: non-finite weights among the kept visibilities. */
+    /* tally[0]: kept visibilities whose value is not finite (the sums overflowed);
+       tally[1]: non-finite weights among them. */
     const int k = get_global_id(0);
     if (k >= count)
         return;
@@ -69,5 +70,7 @@ __kernel void scatter_vis(__global const value_t *restrict values, __global cons
             atomic_inc(&tally[1]);
         v *= w;
     }
+    if (!isfinite(v.x) || !isfinite(v.y))
+        atomic_inc(&tally[0]);
     out[i] = v;
 }

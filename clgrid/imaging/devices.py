@@ -137,12 +137,31 @@ def on_devices(calls: list) -> list:
     return results
 
 
-def add_in_order(parts: list, workers: int = 1) -> np.ndarray:
+def add_in_order(parts: list, workers: int = 1) -> tuple:
     """``parts[0] + parts[1] + ...`` in this order, into ``parts[0]`` (row shares on
-    ``workers`` host threads): the same bits whatever the threads."""
+    ``workers`` host threads): the same bits whatever the threads.
+
+    Returns
+    -------
+    sum : numpy.ndarray
+        ``parts[0]``, holding the sum.
+    not_finite : int
+        How many of the sum's entries are inf or NaN (real and imaginary parts counted
+        apart), counted in the same pass while each share is in cache: the callers'
+        overflow check, without a second pass over the whole array.
+    """
     out = parts[0]
-    if len(parts) == 1:
-        return out
+    counts = []
+
+    def rows(r):
+        share = out[r]
+        for part in parts[1:]:
+            np.add(share, part[r], out=share)
+        reals = share.view(share.real.dtype) if np.iscomplexobj(share) else share
+        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+
+    in_slices(workers, out.shape[0], rows)
+    return out, sum(counts)
 
     def rows(r):
         for part in parts[1:]:

@@ -28,7 +28,7 @@ from ..device.codegen import build_program, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
-from ..operators.checks import check_finite_result, count_nonfinite
+from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.plan import plan_stacked
@@ -608,12 +608,10 @@ class ImagingEngine:
             self._dirty2vis_host(dirty)
         # each part's values scattered to its samples through the held buffers, then down
         fill_zeros(self.queue, self._tally, 12, np.int32)
-        not_finite = 0
         for part in self._parts:
             self._upload_held(part, None, wgt)
             fill_zeros(self.queue, self._vis_held, part.held * itemsize, self.real)
-            self._part_launch(self._scatter, part, wgt is not None)
-            not_finite += count_nonfinite(self.queue, self._vis_held, 2 * part.held, self.real)
+            self._part_launch(self._scatter, part, wgt is not None)       # counts what overflowed
             if part.index is None:
                 download(self.queue, self._vis_held, out[part.rows], self.staging)
                 continue
@@ -622,9 +620,10 @@ class ImagingEngine:
             rows = out[part.rows].reshape(-1)
             rows[...] = 0
             rows[part.index] = picked
-        if self._tally_counts()[1]:
-            raise ValueError(f"wgt has NaN or infinite entries where not masked ({self._tally_counts()[1]})")
-        check_finite_result(not_finite, f"the {np.dtype(self.complex).name} visibilities", self.precision,
+        not_finite, bad_wgt, _ = self._tally_counts()
+        if bad_wgt:
+            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities", self.precision,
                             double="a float64 image", inputs="the image or the weights")
         return out
 

@@ -279,8 +279,8 @@ class WGridder:
         with _gathered_warnings(len(self.engines)):
             images = on_devices([partial(e.vis2dirty, vis[r], None if wgt is None else wgt[r], report)
                                  for e, r, report in zip(self.engines, self._rows, reports)])
-        image = add_in_order(images, self._workers)
-        check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the devices' "
+        image, not_finite = add_in_order(images, self._workers)
+        check_finite_result(not_finite, f"the {image.dtype} image (the devices' "
                             f"parts summed)", self.precision, double="complex128 visibilities")
         return image
 
@@ -298,8 +298,8 @@ class WGridder:
             parts = on_devices([partial(e.dirty2vis, dirty, None if wgt is None else wgt[r])
                                 for e, r in zip(self.engines, self._rows)])
         if self.split == "planes":
-            vis = add_in_order(parts, self._workers)
-            check_finite_result(np.count_nonzero(~np.isfinite(vis)), f"the {vis.dtype} visibilities (the devices' "
+            vis, not_finite = add_in_order(parts, self._workers)
+            check_finite_result(not_finite, f"the {vis.dtype} visibilities (the devices' "
                                 f"parts summed)", self.precision, double="a float64 image", inputs="the image")
             return vis
         out = np.zeros(self.shape, parts[0].dtype)       # rows no device took (none kept) stay zero

@@ -1,0 +1,81 @@
+"""Where a reused call of an operator over several devices goes, device by device: the
+wall seconds of each step of each engine's `dirty2vis` / `vis2dirty` (from the engines'
+threads) and of the host's sum, on the "large" set of `devices.py` (64 M visibilities
+into 8192^2, slabs of w-planes), against one device in the same run.
+
+    python3 benchmarks/split_profile.py --devices nvidia
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+
+import clgrid
+from clgrid.imaging import devices as imaging_devices
+from clgrid.imaging import engine as imaging_engine
+from devices import SETS, expand, make_set
+
+STEPS = {imaging_engine.ImagingEngine: ["dirty2vis", "vis2dirty", "_dirty2vis_device", "_vis2dirty_device", "_upload_held", "_part_launch",
+                                        "_tally_counts", "_gather_values"],
+         imaging_engine: ["download", "count_nonfinite", "host_empty"],
+         imaging_devices: ["add_in_order"]}
+
+
+def wrap(times):
+    for owner, names in STEPS.items():
+        for name in names:
+            original = getattr(owner, name, None)
+            if original is None:
+                continue
+
+            def timed(*args, __original=original, __name=name, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return __original(*args, **kwargs)
+                finally:
+                    times[(threading.get_ident(), __name)].append(time.perf_counter() - start)
+
+            setattr(owner, name, timed)
+    import clgrid.imaging.wgridding as w
+    w.add_in_order = imaging_devices.add_in_order
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--devices", nargs="+", default=["nvidia"])
+    p.add_argument("--set", default="large", choices=tuple(SETS))
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    data = make_set(*SETS[a.set])
+    devices = expand(a.devices)
+    times = defaultdict(list)
+    wrap(times)
+    for devs in ([devices[0]], devices):
+        op = clgrid.WGridder(data["uvw"], data["freq"], data["npix"], data["npix"], data["pix"], data["pix"], 1e-4,
+                             do_wgridding=True, precision="single", device=devs if len(devs) > 1 else devs[0],
+                             split="planes" if len(devs) > 1 else "auto")
+        dirty = op.vis2dirty(data["vis"])
+        op.dirty2vis(dirty)
+        for name, call in (("vis2dirty", lambda: op.vis2dirty(data["vis"])), ("dirty2vis", lambda: op.dirty2vis(dirty))):
+            times.clear()
+            walls = []
+            for _ in range(a.repeats):
+                start = time.perf_counter()
+                call()
+                walls.append(time.perf_counter() - start)
+            print(f"{len(devs)} device(s) {name}: {np.median(walls):.4f} s (median of {a.repeats})")
+            threads = sorted({t for t, _ in times})
+            for i, t in enumerate(threads):
+                steps = {n: round(float(np.sum(v)) / a.repeats, 4) for (tt, n), v in times.items() if tt == t}
+                print(f"   thread {i}: {steps}")
+        del op
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
