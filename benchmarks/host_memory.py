@@ -13,53 +13,15 @@ CPU device, PoCL, those are host memory too).
 """
 
 import argparse
-import collections
 import os
 import sys
 import time
-import traceback
-import weakref
 
-import numpy as np
-import pyopencl as cl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from large_images import HostPeak, pixel_size, tracks  # noqa: E402
 from report import report  # noqa: E402
-
-
-class BufferSites:
-    """clgrid's device buffers, live bytes by the clgrid line that made them, at their peak."""
-
-    def __init__(self):
-        self.live, self.peak, self.at_peak = {}, 0, {}
-        original, sites = cl.Buffer, self
-
-        class Tracked(original):
-            def __init__(self, context, flags, size=0, hostbuf=None):
-                if hostbuf is None:
-                    super().__init__(context, flags, size)
-                else:
-                    super().__init__(context, flags, size, hostbuf)
-                    size = size or np.asarray(hostbuf).nbytes
-                frames = [f for f in traceback.extract_stack()[:-1] if "clgrid" in f.filename
-                          and "benchmarks" not in f.filename]
-                site = f"{frames[-1].filename.split('clgrid/')[-1]}:{frames[-1].lineno}" if frames else "?"
-                key = id(self)
-                sites.live[key] = (site, int(size))
-                total = sum(s for _, s in sites.live.values())
-                if total > sites.peak:
-                    sites.peak = total
-                    sites.at_peak = collections.Counter()
-                    for name, s in sites.live.values():
-                        sites.at_peak[name] += s
-                weakref.finalize(self, sites.live.pop, key, None)
-
-            def release(self):
-                sites.live.pop(id(self), None)
-                super().release()
-
-        cl.Buffer = Tracked
+from clgrid.tools.buffers import BufferTracker  # noqa: E402
 
 
 def main(argv=None):
@@ -73,7 +35,7 @@ def main(argv=None):
     p.add_argument("--facets", default=None, help='"FxF" (default: clgrid\'s choice)')
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    sites = BufferSites()
+    sites = BufferTracker(sites=True).install()
     import clgrid
 
     uvw, freq, vis = tracks(a.num_vis, 1.4e9, single=a.single)

@@ -46,10 +46,10 @@ import tempfile
 import threading
 import time
 import tracemalloc
-import weakref
 
 import numpy as np
-import pyopencl as cl
+
+from clgrid.tools.buffers import BufferTracker
 
 CASES = {"4k": (4096, 4_000_000), "8k": (8192, 64_000_000), "16k": (16384, 16_000_000),
          "dsa": (17500, 400_000_000), "32k": (32768, 4_000_000)}
@@ -88,37 +88,6 @@ def pixel_size(uvw, freq) -> float:
 
 
 # -- memory --------------------------------------------------------------------------
-class DeviceBuffers:
-    """clgrid's device buffers: every pyopencl Buffer made from now on, live bytes and their
-    peak (the class is replaced in pyopencl's namespace, so clgrid's calls make these)."""
-
-    def __init__(self):
-        self.live, self.peak = {}, 0
-        original = cl.Buffer
-        tracker = self
-
-        class Tracked(original):
-            def __init__(self, context, flags, size=0, hostbuf=None):
-                if hostbuf is None:
-                    super().__init__(context, flags, size)
-                else:
-                    super().__init__(context, flags, size, hostbuf)
-                    size = size or np.asarray(hostbuf).nbytes
-                key = id(self)
-                tracker.live[key] = int(size)
-                tracker.peak = max(tracker.peak, sum(tracker.live.values()))
-                weakref.finalize(self, tracker.live.pop, key, None)
-
-            def release(self):
-                tracker.live.pop(id(self), None)
-                super().release()
-
-        cl.Buffer = Tracked
-
-    def reset(self):
-        self.peak = sum(self.live.values())
-
-
 class GpuMemory:
     """The GPU's used memory (nvidia-smi), sampled every 0.2 s while running: its peak less
     its value at start, or None without nvidia-smi."""
@@ -347,7 +316,7 @@ def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from report import report
 
-    buffers = DeviceBuffers()
+    buffers = BufferTracker().install()
     t = time.perf_counter()
     uvw, freq, vis = tracks(a.num_vis, a.freq, single=a.single)
     pix = pixel_size(uvw, freq)

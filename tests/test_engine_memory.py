@@ -4,52 +4,19 @@ vis2dirty call's peak) against its own model, `clgrid.imaging.memory.engine_devi
 made and released; and the float kernel values that keep it small against ducc0."""
 
 import os
-import weakref
 
-import numpy as np
-import pyopencl as cl
 import pytest
 
 import clgrid
 from clgrid.imaging.memory import engine_point_bytes
 from clgrid.sources.accuracy import choose_kernel, float_taps_allowed
+from clgrid.tools.buffers import BufferTracker
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 from conftest import relative_error  # noqa: E402
 from test_vis2dirty import IMAGE, wide_field  # noqa: E402
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
-
-
-class LiveBuffers:
-    """Every pyopencl Buffer made while installed (pyopencl.array's too): live bytes, their
-    peak, and a mark (the live bytes at a moment)."""
-
-    def __init__(self, monkeypatch):
-        self.live, self.peak = {}, 0
-        original, tracker = cl.Buffer, self
-
-        class Tracked(original):
-            def __init__(self, context, flags, size=0, hostbuf=None):
-                if hostbuf is None:
-                    super().__init__(context, flags, size)
-                else:
-                    super().__init__(context, flags, size, hostbuf)
-                    size = size or np.asarray(hostbuf).nbytes
-                key = id(self)
-                tracker.live[key] = int(size)
-                tracker.peak = max(tracker.peak, tracker.now)
-                weakref.finalize(self, tracker.live.pop, key, None)
-
-            def release(self):
-                tracker.live.pop(id(self), None)
-                super().release()
-
-        monkeypatch.setattr(cl, "Buffer", Tracked)
-
-    @property
-    def now(self) -> int:
-        return sum(self.live.values())
 
 
 def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(rng, monkeypatch):
@@ -60,7 +27,7 @@ def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(
     offsets, no caller's values of every part (each regression here is 24 to 84 bytes a
     point, what issue 29's bound is made of)."""
     uvw, freq, vis, wgt = wide_field(rng, nrow=4000)
-    live = LiveBuffers(monkeypatch)
+    live = BufferTracker().install(monkeypatch)
     nsample = vis.size
     op = clgrid.WGridder(uvw, freq, epsilon=1e-6, do_wgridding=True, device=DEVICE, precision="double",
                          tuning={"part_samples": nsample // 4 + 1, "spread": "rows"}, sigma_min=2.0, **IMAGE)

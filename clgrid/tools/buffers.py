@@ -1,0 +1,92 @@
+"""Every pyopencl Buffer made while a `BufferTracker` is installed: the live bytes, their
+peak and, where asked, the clgrid line that made each (for the memory benchmarks and
+tests: on a CPU device the buffers are host memory)."""
+
+from __future__ import annotations
+
+import collections
+import traceback
+import weakref
+
+import numpy as np
+import pyopencl as cl
+
+__all__ = ["BufferTracker"]
+
+
+class BufferTracker:
+    """Counts the bytes of every ``pyopencl.Buffer`` made after `install` (pyopencl.array's
+    too: the class is replaced in pyopencl's namespace), until each is released or
+    collected.
+
+    Parameters
+    ----------
+    sites : bool
+        Also record which clgrid line made each buffer (`at_peak`: bytes by line at the
+        peak); costs a stack walk per buffer.
+
+    Attributes
+    ----------
+    peak : int
+        The most bytes live at once since `install` or the last `reset`.
+    at_peak : collections.Counter
+        With ``sites``: the live bytes by the clgrid line that made them, at the peak.
+    """
+
+    def __init__(self, sites: bool = False):
+        self.sites = sites
+        self.live: dict = {}
+        self.peak = 0
+        self.at_peak = collections.Counter()
+
+    @property
+    def now(self) -> int:
+        """The bytes live now."""
+        return sum(size for _, size in self.live.values())
+
+    def reset(self) -> None:
+        """Start a new peak from the bytes live now."""
+        self.peak = self.now
+
+    def install(self, monkeypatch=None) -> "BufferTracker":
+        """Replace ``pyopencl.Buffer`` by a counting subclass (through pytest's
+        ``monkeypatch`` where given, so that a test undoes it); returns self."""
+        original, tracker = cl.Buffer, self
+
+        class Tracked(original):
+            def __init__(self, context, flags, size=0, hostbuf=None):
+                if hostbuf is None:
+                    super().__init__(context, flags, size)
+                else:
+                    super().__init__(context, flags, size, hostbuf)
+                    size = size or np.asarray(hostbuf).nbytes
+                tracker._made(id(self), int(size))
+                weakref.finalize(self, tracker.live.pop, id(self), None)
+
+            def release(self):
+                tracker.live.pop(id(self), None)
+                super().release()
+
+        if monkeypatch is not None:
+            monkeypatch.setattr(cl, "Buffer", Tracked)
+        else:
+            cl.Buffer = Tracked
+        return self
+
+    def _made(self, key: int, size: int) -> None:
+        site = _clgrid_site() if self.sites else None
+        self.live[key] = (site, size)
+        total = self.now
+        if total > self.peak:
+            self.peak = total
+            if self.sites:
+                self.at_peak = collections.Counter()
+                for name, s in self.live.values():
+                    self.at_peak[name] += s
+
+
+def _clgrid_site() -> str:
+    """``module:line`` of the innermost clgrid frame (outside the tooling) on the stack."""
+    frames = [f for f in traceback.extract_stack()[:-1] if "clgrid" in f.filename
+              and "benchmarks" not in f.filename and "tools/buffers" not in f.filename]
+    return f"{frames[-1].filename.split('clgrid/')[-1]}:{frames[-1].lineno}" if frames else "?"
