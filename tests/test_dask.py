@@ -584,6 +584,21 @@ def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng,
                                 device=device_name) / wgt.sum(dtype=np.float64)
     assert relative_error(dirty, expected) <= 1e-4
 
+    # --weight briggs 0: imaging weights made on the workers, as the library's WeightGrid
+    from clgrid.imager.weighting import WeightGrid
+    briggs = example.image(observation, npix, pixsize, weight="briggs", robust=0.0)
+    assert np.unravel_index(np.argmax(briggs), briggs.shape) == peak and abs(briggs[peak] - 1.0) <= 1e-3
+    grid = WeightGrid("briggs", npix, npix, pixsize, pixsize, robust=0.0)
+    wgt = wgt.astype(np.float32)
+    grid.add(uvw, truth["freq"], wgt)
+    grid.finish()
+    grid.apply(uvw, truth["freq"], wgt)
+    expected = clgrid.vis2dirty(uvw=uvw, freq=truth["freq"], vis=(data[..., 0] + data[..., 3]) / 2, wgt=wgt,
+                                npix_x=npix, npix_y=npix, pixsize_x=pixsize, pixsize_y=pixsize, epsilon=1e-4,
+                                do_wgridding=True, flip_u=True, flip_v=True,
+                                device=device_name) / wgt.sum(dtype=np.float64)
+    assert relative_error(briggs, expected) <= 1e-4 and relative_error(briggs, dirty) > 1e-2
+
 
 @pytest.mark.parametrize("mode, robust", [("natural", 0.0), ("uniform", 0.0), ("briggs", 0.0)])
 def test_imaging_weights_on_the_cluster_image_as_the_library_weights(client, rng, device_name, mode, robust):
