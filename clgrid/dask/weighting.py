@@ -222,9 +222,9 @@ def imaging_weights(uvw, freq, weights=None, mask=None, *, mode: str = "uniform"
     mask = _as_dask("mask", mask, chunks, shape)
 
     threads = max(1, int(nthreads))
-    uvw_blocks = uvw.to_delayed().reshape(-1)
-    weight_blocks = None if weights is None else weights.to_delayed()
-    mask_blocks = None if mask is None else mask.to_delayed()
+    uvw_blocks = uvw.to_delayed(optimize_graph=False).reshape(-1)
+    weight_blocks = None if weights is None else weights.to_delayed(optimize_graph=False)
+    mask_blocks = None if mask is None else mask.to_delayed(optimize_graph=False)
     row_edges, chan_edges = np.cumsum((0,) + chunks[0]), np.cumsum((0,) + chunks[1])
     cells, blocks = [], []
     for i in range(len(chunks[0])):
