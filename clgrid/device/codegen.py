@@ -126,7 +126,7 @@ def launch(kernel_object: cl.Kernel, queue: cl.CommandQueue, shape, *args, wait_
     For kernels that return for ids beyond their own bounds.  Left to choose (local size
     NULL), an OpenCL runtime picks a divisor of the global size: for a size with no small
     factors (an image side of 5462 = 2 x 2731, a prime count of samples), work-groups of one
-    or two items, tens of times slower (docs/benchmarks/large.md).
+    or two items (what that costs: docs/benchmarks/large.md).
 
     Returns
     -------
