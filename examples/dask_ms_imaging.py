@@ -11,8 +11,9 @@ read by the worker that images it, so the data never pass through this process. 
 example takes pseudo Stokes I from the parallel hands, weighted by the MS's
 WEIGHT_SPECTRUM where it is defined, else WEIGHT (the smaller of the two hands' weights,
 as `clgrid image` and WSClean weigh a Stokes parameter formed of two correlations: natural
-weighting), masks flagged samples and autocorrelations, and calls
-`clgrid.dask.vis2dirty` with the MS's uvw as they are:
+weighting; ``--weight uniform`` or ``--weight briggs R`` turn them into imaging weights with
+`clgrid.dask.imaging_weights`, as ``clgrid image --weight`` does), masks flagged samples and
+autocorrelations, and calls `clgrid.dask.vis2dirty` with the MS's uvw as they are:
 Measurement Sets store uvw and visibilities in the relation clgrid's user guide describes
 (docs/user-guide/conventions.md), so ``flip_u=True, flip_v=True`` put a source where it is on the sky
 (x towards east, y towards north).
@@ -137,17 +138,36 @@ def read_ms(path: str, rows: int = 50_000, channels: int | None = None) -> dict:
             "freq": np.asarray(spw.CHAN_FREQ.data[0].compute(), np.float64)}
 
 
-def image(observation: dict, npix: int, pixsize: float, epsilon: float = 1e-4) -> np.ndarray:
+def image(observation: dict, npix: int, pixsize: float, epsilon: float = 1e-4, weight: str = "natural",
+          robust: float = 0.0) -> np.ndarray:
     """`clgrid.dask.vis2dirty` of ``read_ms``'s arrays with w-gridding, in Jy/beam (divided by
-    the sum of the unmasked samples' weights: natural weighting); runs on the current Dask
-    client."""
+    the sum of the weights the image was made with); runs on the current Dask client.
+    ``weight``: "natural" (the MS's weights as they are), "uniform" or "briggs" (with
+    ``robust``): imaging weights from `clgrid.dask.imaging_weights`, as ``clgrid image
+    --weight`` computes them, made on the workers chunk by chunk."""
     import clgrid.dask
 
+    wgt = observation["wgt"]
+    if weight != "natural":
+        wgt = clgrid.dask.imaging_weights(observation["uvw"], observation["freq"], wgt, observation["mask"],
+                                          mode=weight, robust=robust, npix_x=npix, npix_y=npix, pixsize_x=pixsize,
+                                          pixsize_y=pixsize)
     dirty = clgrid.dask.vis2dirty(uvw=observation["uvw"], freq=observation["freq"], vis=observation["vis"],
-                                  wgt=observation["wgt"], mask=observation["mask"], npix_x=npix, npix_y=npix,
+                                  wgt=wgt, mask=observation["mask"], npix_x=npix, npix_y=npix,
                                   pixsize_x=pixsize, pixsize_y=pixsize, epsilon=epsilon, do_wgridding=True,
                                   flip_u=True, flip_v=True)
-    return dirty / float((observation["wgt"] * observation["mask"]).sum(dtype=np.float64).compute())
+    return dirty / float((wgt * observation["mask"]).sum(dtype=np.float64).compute())
+
+
+def weighting(parser, values: list) -> tuple:
+    """``--weight``'s values as ``(mode, robust)``, as ``clgrid image`` reads them."""
+    mode, *rest = [v.lower() for v in values]
+    if mode not in ("natural", "uniform", "briggs") or len(rest) != (mode == "briggs"):
+        parser.error(f"--weight must be natural, uniform or briggs ROBUST, got {' '.join(values)}")
+    try:
+        return mode, float(rest[0]) if rest else 0.0
+    except ValueError:
+        parser.error(f"--weight briggs: the robustness must be a number, got {rest[0]!r}")
 
 
 def main(argv=None):
@@ -160,7 +180,10 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=50_000, help="rows per chunk")
     p.add_argument("--channels", type=int, default=None, help="channels per chunk (default: all)")
     p.add_argument("--device", default=os.environ.get("CLGRID_DEVICE", "pocl"), help="each worker's device")
+    p.add_argument("--weight", nargs="+", default=["natural"], metavar="MODE",
+                   help="natural (default), uniform or briggs ROBUST, as clgrid image --weight")
     a = p.parse_args(argv)
+    weight, robust = weighting(p, a.weight)
     import dask
     from distributed import Client, LocalCluster
 
@@ -184,7 +207,8 @@ def main(argv=None):
             pixsize = 1.0 / (3.0 * 2.0 * longest)
         print(f"{uvw.shape[0]:,} rows x {observation['freq'].size} channels in {uvw.numblocks[0]} x "
               f"{observation['vis'].numblocks[1]} chunks; {a.npix}^2 pixels of {np.rad2deg(pixsize) * 3600:.2f}\"")
-        dirty = image(observation, a.npix, pixsize)
+        dirty = image(observation, a.npix, pixsize, weight=weight, robust=robust)
+        print(f"{weight}{f' {robust:g}' if weight == 'briggs' else ''} weighting")
         ix, iy = np.unravel_index(np.argmax(dirty), dirty.shape)
         print(f"peak {dirty[ix, iy]:.3f} Jy/beam at pixel ({ix}, {iy}): l = {(ix - a.npix // 2) * pixsize:.5f}, "
               f"m = {(iy - a.npix // 2) * pixsize:.5f} rad")

@@ -583,3 +583,42 @@ def test_measurement_set_read_by_dask_ms_is_imaged_over_the_cluster(client, rng,
                                 pixsize_y=pixsize, epsilon=1e-4, do_wgridding=True, flip_u=True, flip_v=True,
                                 device=device_name) / wgt.sum(dtype=np.float64)
     assert relative_error(dirty, expected) <= 1e-4
+
+    # --weight briggs 0: imaging weights made on the workers, as the library's WeightGrid
+    from clgrid.imager.weighting import WeightGrid
+    briggs = example.image(observation, npix, pixsize, weight="briggs", robust=0.0)
+    assert np.unravel_index(np.argmax(briggs), briggs.shape) == peak and abs(briggs[peak] - 1.0) <= 1e-3
+    grid = WeightGrid("briggs", npix, npix, pixsize, pixsize, robust=0.0)
+    wgt = wgt.astype(np.float32)
+    grid.add(uvw, truth["freq"], wgt)
+    grid.finish()
+    grid.apply(uvw, truth["freq"], wgt)
+    expected = clgrid.vis2dirty(uvw=uvw, freq=truth["freq"], vis=(data[..., 0] + data[..., 3]) / 2, wgt=wgt,
+                                npix_x=npix, npix_y=npix, pixsize_x=pixsize, pixsize_y=pixsize, epsilon=1e-4,
+                                do_wgridding=True, flip_u=True, flip_v=True,
+                                device=device_name) / wgt.sum(dtype=np.float64)
+    assert relative_error(briggs, expected) <= 1e-4 and relative_error(briggs, dirty) > 1e-2
+
+
+@pytest.mark.parametrize("mode, robust", [("natural", 0.0), ("uniform", 0.0), ("briggs", 0.0)])
+def test_imaging_weights_on_the_cluster_image_as_the_library_weights(client, rng, device_name, mode, robust):
+    """`clgrid.dask.imaging_weights` on the 2 workers (MeerKAT tracks, rows and channels
+    chunked) equal `WeightGrid` on the whole data to float64 rounding of the cell sums (the
+    float32 weights: to their last bit), and `clgrid.dask.vis2dirty` with them images as
+    `clgrid.vis2dirty` with the library's weights, within epsilon."""
+    from test_dask_weighting import GRID, library, tracks
+
+    uvw, freqs, weights, mask = tracks(rng, ntime=6, nchan=4, dtype=np.float32)
+    expected = library(uvw, freqs, weights, mask, mode, robust=robust)
+    chunks = (5000, 2)                     # 3 x 2 chunks, the last row block short
+    wgt = cd.imaging_weights(da.from_array(uvw, chunks=(chunks[0], 3)), freqs, da.from_array(weights, chunks=chunks),
+                             da.from_array(mask, chunks=chunks), mode=mode, robust=robust, **GRID)
+    np.testing.assert_allclose(wgt.compute(), expected, rtol=2.4e-7, atol=0)
+    vis = (rng.normal(size=weights.shape) + 1j * rng.normal(size=weights.shape)).astype(np.complex64)
+    image = dict(GRID, epsilon=1e-4, do_wgridding=True, flip_v=True)
+    used = (expected != 0).astype(np.uint8)         # beyond the weight grid: out of the image too
+    dirty = cd.vis2dirty(uvw=da.from_array(uvw, chunks=(chunks[0], 3)), freq=freqs,
+                         vis=da.from_array(vis, chunks=chunks), wgt=wgt, mask=da.from_array(used, chunks=chunks),
+                         device=None, **image)
+    reference = clgrid.vis2dirty(uvw=uvw, freq=freqs, vis=vis, wgt=expected, mask=used, device=device_name, **image)
+    assert relative_error(dirty, reference) <= 1e-5

@@ -57,6 +57,7 @@ from . import watch
 from .watch import compute
 from .tasks import cached_wgridders
 from .wgridding import clear_wgridders, dirty2vis, vis2dirty
+from .weighting import imaging_weights
 from ..operators.checks import check_finite_result
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning
@@ -66,7 +67,7 @@ from ..sources.tables import KernelStack
 from ..operators.operation import BYTES_PER_SAMPLE
 from ..device.runtime import devices, matching_devices
 
-__all__ = ["grid", "degrid", "vis2dirty", "dirty2vis", "compute", "assign_devices", "clear_cache", "cached_operators",
+__all__ = ["grid", "degrid", "vis2dirty", "dirty2vis", "imaging_weights", "compute", "assign_devices", "clear_cache", "cached_operators",
            "cached_plans", "cached_wgridders", "kernel_token", "tree_sum"]
 
 CACHED_OPERATORS = 8        # per worker process: each holds a device grid and its programs

@@ -157,6 +157,29 @@ class WeightGrid:
 
         self._in_blocks(uvw.shape[0], len(freqs), block)
 
+    def cell_sums(self, uvw, freqs, weights) -> tuple:
+        """The density step of `add` for one block of samples, without adding it to the grid:
+        ``(cells, sums, total)``, the flat indices of the cells the samples' non-zero weights
+        fall in (sorted, each once), each cell's sum of those weights (float64, added in
+        sample order) and their total.  `add_cell_sums` of it equals `add` of the block to
+        float64 rounding; blocks' sums add (`clgrid.dask.imaging_weights` sums its chunks'
+        this way).  On the calling thread, whatever the grid's ``device``."""
+        cells = self._cells(np.asarray(uvw, np.float64), freqs).reshape(-1)
+        values = np.asarray(weights).reshape(-1)
+        keep = (cells >= 0) & (values != 0)
+        cells, values = cells[keep], values[keep].astype(np.float64)
+        unique, where = np.unique(cells, return_inverse=True)
+        return unique, np.bincount(where.reshape(-1), weights=values, minlength=unique.size), float(values.sum())
+
+    def add_cell_sums(self, cells, sums, total: float) -> None:
+        """Add `cell_sums`' result (of this grid's geometry) to the grid (host grids only)."""
+        if self.finished:
+            raise RuntimeError("WeightGrid.add_cell_sums after finish()")
+        if self.on_device is not None:
+            raise ValueError("add_cell_sums adds to a host grid (device=None)")
+        np.add.at(self.grid.reshape(-1), cells, sums)
+        self.total += total
+
     def finish(self) -> None:
         """Turn the cell sums into imaging weights (module docstring); once."""
         if self.finished:
