@@ -22,44 +22,15 @@ uses (`WeightGrid(device=None)`) sums in float64, and the result is to match it.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 import dask
 import dask.array as da
 
 from .chunks import Chunk, chunk_sizes, naming
-from ..imager.weighting import WEIGHT_MODES, WeightGrid
+from ..imager.weighting import WeightGrid, check_weighting
 
 __all__ = ["imaging_weights"]
-
-
-def _spec(mode, npix_x, npix_y, pixsize_x, pixsize_y, robust, padding, super_weight, rank_filter,
-          rank_filter_size) -> dict:
-    """`WeightGrid`'s keywords, checked (ValueError naming the argument)."""
-    if mode not in WEIGHT_MODES:
-        raise ValueError(f"mode must be one of {', '.join(map(repr, WEIGHT_MODES))}, got {mode!r}")
-    for name, value in (("npix_x", npix_x), ("npix_y", npix_y)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    for name, value in (("pixsize_x", pixsize_x), ("pixsize_y", pixsize_y)):
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"{name} must be a positive number of radians, got {value!r}")
-    if int(rank_filter_size) != rank_filter_size or rank_filter_size < 1:
-        raise ValueError(f"rank_filter_size must be a positive integer, got {rank_filter_size!r}")
-    if not (super_weight > 0 and math.isfinite(super_weight)):
-        raise ValueError(f"super_weight must be a positive number, got {super_weight!r}")
-    if not (padding >= 1 and math.isfinite(padding)):
-        raise ValueError(f"padding must be a number >= 1, got {padding!r}")
-    if not math.isfinite(robust):
-        raise ValueError(f"robust must be finite, got {robust!r}")
-    if not math.isfinite(rank_filter):
-        raise ValueError(f"rank_filter must be finite (below 1: off), got {rank_filter!r}")
-    return dict(mode=mode, npix_x=int(npix_x), npix_y=int(npix_y), pixsize_x=float(pixsize_x),
-                pixsize_y=float(pixsize_y), robust=float(robust), padding=float(padding),
-                super_weight=float(super_weight), rank_filter=float(rank_filter),
-                rank_filter_size=int(rank_filter_size))
 
 
 def _host_grid(spec: dict, threads: int) -> WeightGrid:
@@ -187,7 +158,7 @@ def imaging_weights(uvw, freq, weights=None, mask=None, *, mode: str = "uniform"
     channel group.  Normalise the image by the sum of the returned weights
     (``wgt.sum()``), as `clgrid image` does.
     """
-    spec = _spec(mode, npix_x, npix_y, pixsize_x, pixsize_y, robust, padding, super_weight, rank_filter,
+    spec = check_weighting(mode, npix_x, npix_y, pixsize_x, pixsize_y, robust, padding, super_weight, rank_filter,
                  rank_filter_size)
     freq = np.asarray(freq, np.float64).reshape(-1)
     if freq.size == 0 or not np.all(np.isfinite(freq) & (freq > 0)):

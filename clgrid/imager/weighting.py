@@ -41,7 +41,7 @@ import numpy as np
 
 from ..device.host_threads import in_slices
 
-__all__ = ["WEIGHT_MODES", "Applied", "WeightGrid", "padded_size"]
+__all__ = ["WEIGHT_MODES", "Applied", "WeightGrid", "check_weighting", "padded_size"]
 
 SPEED_OF_LIGHT = 299792458.0
 WEIGHT_MODES = ("natural", "uniform", "briggs")
@@ -53,6 +53,35 @@ def padded_size(npix: int, padding: float = 1.2) -> int:
     """WSClean's padded image side: ``ceil(npix * padding)`` rounded up to a multiple of 4."""
     n = int(math.ceil(npix * padding))
     return n + (4 - n % 4) % 4
+
+
+def check_weighting(mode, npix_x, npix_y, pixsize_x, pixsize_y, robust=0.0, padding=1.2, super_weight=1.0,
+                    rank_filter=3.0, rank_filter_size=16) -> dict:
+    """`WeightGrid`'s keywords checked, a ValueError naming the one that is wrong; returns
+    them as a dict of plain numbers (what `WeightGrid` and `clgrid.dask.imaging_weights`
+    take)."""
+    if mode not in WEIGHT_MODES:
+        raise ValueError(f"mode must be one of {', '.join(map(repr, WEIGHT_MODES))}, got {mode!r}")
+    for name, value in (("npix_x", npix_x), ("npix_y", npix_y)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    for name, value in (("pixsize_x", pixsize_x), ("pixsize_y", pixsize_y)):
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a positive number of radians, got {value!r}")
+    if int(rank_filter_size) != rank_filter_size or rank_filter_size < 1:
+        raise ValueError(f"rank_filter_size must be a positive integer, got {rank_filter_size!r}")
+    if not (super_weight > 0 and math.isfinite(super_weight)):
+        raise ValueError(f"super_weight must be a positive number, got {super_weight!r}")
+    if not (padding >= 1 and math.isfinite(padding)):
+        raise ValueError(f"padding must be a number >= 1, got {padding!r}")
+    if not math.isfinite(robust):
+        raise ValueError(f"robust must be finite, got {robust!r}")
+    if not math.isfinite(rank_filter):
+        raise ValueError(f"rank_filter must be finite (below 1: off), got {rank_filter!r}")
+    return dict(mode=mode, npix_x=int(npix_x), npix_y=int(npix_y), pixsize_x=float(pixsize_x),
+                pixsize_y=float(pixsize_y), robust=float(robust), padding=float(padding),
+                super_weight=float(super_weight), rank_filter=float(rank_filter),
+                rank_filter_size=int(rank_filter_size))
 
 
 class WeightGrid:
@@ -84,16 +113,8 @@ class WeightGrid:
     def __init__(self, mode: str, npix_x: int, npix_y: int, pixsize_x: float, pixsize_y: float,
                  robust: float = 0.0, padding: float = 1.2, super_weight: float = 1.0,
                  rank_filter: float = 3.0, rank_filter_size: int = 16, device=None):
-        if mode not in WEIGHT_MODES:
-            raise ValueError(f"--weight must be one of {', '.join(WEIGHT_MODES)}, got {mode!r}")
-        if not (super_weight > 0 and math.isfinite(super_weight)):
-            raise ValueError(f"--super-weight must be a positive number, got {super_weight}")
-        if not (padding >= 1 and math.isfinite(padding)):
-            raise ValueError(f"padding must be >= 1, got {padding}")
-        if not math.isfinite(robust):
-            raise ValueError(f"the Briggs robustness must be finite, got {robust}")
-        if rank_filter_size < 1:
-            raise ValueError(f"--weighting-rank-filter-size must be >= 1, got {rank_filter_size}")
+        check_weighting(mode, npix_x, npix_y, pixsize_x, pixsize_y, robust, padding, super_weight, rank_filter,
+                        rank_filter_size)
         self.mode, self.robust = mode, float(robust)
         width = int(round(padded_size(npix_x, padding) / super_weight))
         height = int(round(padded_size(npix_y, padding) / super_weight))
