@@ -50,5 +50,5 @@ class CountingSort:
             if starts is not None:
                 events.append(cl.enqueue_copy(self.queue, starts, cursor, byte_count=4 * (self.num_keys + 1)))
             events.append(launch(place, self.queue, n, packed, source, np.int32(n), cursor,
-                                sorted_packed, sorted_source))
+                                 sorted_packed, sorted_source))
         return sorted_packed, sorted_source, events

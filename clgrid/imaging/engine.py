@@ -487,12 +487,12 @@ class ImagingEngine:
                 self._launch_spread(plane, [zero])
                 self.device_fft.backward(self._grid, **self._region_of(plane))
                 launch(self._accumulate, q, (g.npix_y, g.npix_x), self._grid, self._image_acc, *self._pixel_args,
-                                 *self._plane_args(plane))
+                       *self._plane_args(plane))
             if progress is not None:
                 q.finish()
                 progress(1)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
-                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+               np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         image = host_empty((g.npix_x, g.npix_y), self.real, self.staging)
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
@@ -507,7 +507,7 @@ class ImagingEngine:
         upload(self.queue, np.asarray(dirty, self.real), self._image_acc, self.staging)
         fill_zeros(q, self._tally, 12, np.int32)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
-                     np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+               np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         if not_finite[0]:        # NaN or inf in the caller's image, or beyond the precision's range
@@ -521,7 +521,7 @@ class ImagingEngine:
             if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
                 launch(self._load_plane, q, (g.npix_y, g.npix_x), self._image_out, *self._pixel_args, self._grid,
-                                 *self._plane_args(plane))
+                       *self._plane_args(plane))
                 self.device_fft.forward(self._grid, **self._region_of(plane))
                 self._launch_interp(plane)
 

@@ -121,8 +121,8 @@ class Degridder(GridOperation):
                                       "none", np.float32, flags is not None, plan.weight_sum.dtype)
             n = prepared.device_plan.num_vis
             launch(kernels.scatter, self.queue, n, prepared.device_plan.vis,
-                            None if flags is None else flags.data, prepared.device_plan.source, np.int32(n),
-                            target.data)
+                   None if flags is None else flags.data, prepared.device_plan.source, np.int32(n),
+                   target.data)
         if isinstance(out, cla.Array):
             return out
         result = (host_empty(shape, dtype, self.staging) if out is None

@@ -121,8 +121,8 @@ class Gridder(GridOperation):
         bad = cla.to_device(queue, np.zeros(2, np.int32))
         n = arranged.num_vis
         launch(kernels.gather, queue, n, vis_d.data, None if weights_d is None else weights_d.data,
-                       None if flags_d is None else flags_d.data, arranged.source, np.int32(n), values,
-                       bad.data, wait_for=wait_for)
+               None if flags_d is None else flags_d.data, arranged.source, np.int32(n), values,
+               bad.data, wait_for=wait_for)
         norm = np.array([kernels.norm(queue, plan.num_kept, plan.weight_sum.data, plan.sample.data,
                                       None if weights_d is None else weights_d.data,
                                       None if flags_d is None else flags_d.data, np.int32(p)).get()

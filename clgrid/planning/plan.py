@@ -367,9 +367,9 @@ def _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample
     if m:
         planner.scan(kept.data, position.data, nsample)
         launch(planner.compact, queue, nsample, status.data, packed_all.data, position.data,
-                        np.int32(nsample), supports.data, weight_sums.data,
-                        np.int32(offset_range(kernels.oversample)),
-                        sample.data, packed.data, support.data, weight_sum.data)
+               np.int32(nsample), supports.data, weight_sums.data,
+               np.int32(offset_range(kernels.oversample)),
+               sample.data, packed.data, support.data, weight_sum.data)
     return Plan(geometry, queue, leading, nchan, tally, sample, packed, support, weight_sum,
                 pol_flags=pol_flags, planned_on="device", fraction=fraction)
 
@@ -483,6 +483,6 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     if m:
         ExclusiveScan(queue)(kept.data, position.data, nsample)
         launch(codegen_kernel(program, "compact_stacked"),
-            queue, nsample, status.data, packed_all.data, position.data, uvw_d.data, scale_d.data,
-            stacking, sample.data, packed.data, fraction.data, None if phase is None else phase.data)
+               queue, nsample, status.data, packed_all.data, position.data, uvw_d.data, scale_d.data,
+               stacking, sample.data, packed.data, fraction.data, None if phase is None else phase.data)
     return Plan(g, queue, (nrow,), nchan, counts, sample, packed, None, None, fraction=fraction, phase=phase)

@@ -133,9 +133,9 @@ def arrange(plan, layout: PlaneOrder, stable: bool = False) -> PointPlan:
     phase_d = None if cplx is None else cl.Buffer(context, mf.READ_WRITE, np.dtype(cplx).itemsize * m)
     if n:
         launch(codegen_kernel(program, "take_stacked"),
-            queue, n, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
-            None if plan.phase is None else plan.phase.data, np.int32(n), np.int32(plan.values_by_position),
-            first_d, frac_d, src_d, phase_d)
+               queue, n, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
+               None if plan.phase is None else plan.phase.data, np.int32(n), np.int32(plan.values_by_position),
+               first_d, frac_d, src_d, phase_d)
     plane_start = every_nth(queue, program, starts, layout.keys_per_plane, g.num_planes + 1).astype(np.int64)
     return PointPlan(first_d, frac_d, src_d, phase_d, starts, plane_start, n, plan.planned_on)
 

@@ -86,7 +86,7 @@ class BinsGridding(StackedStrategy):
         first_job = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         program_kernel = self.program
         launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(k.num_planes),
-                                       np.int32(k.width if k.use_w else 1), pieces)
+               np.int32(k.width if k.use_w else 1), pieces)
         ExclusiveScan(self.queue)(pieces, first_job, n + 1)
         jobs = every_nth(self.queue, stacked_program(context, plan.geometry, plan.geometry.do_wgridding,
                                                      self.precision == "double"),

@@ -264,9 +264,9 @@ class TiledGridding(Strategy):
     def _bucket(self, plan: TiledDevicePlan, npol: int, place: bool) -> cl.Event:
         items = -(-plan.num_vis // self.tuning["sort_run"])
         return launch(self.kernel("bucket_visibilities", npol),
-            self.queue, items, plan.packed, plan.vis, self.device_kernels.supports,
-            np.int32(plan.num_vis), plan.box, plan.tally, plan.untiled_tally, plan.entries,
-            plan.entry_vis_bucket, plan.untiled_plan, plan.untiled_vis, np.int32(place))
+                      self.queue, items, plan.packed, plan.vis, self.device_kernels.supports,
+                      np.int32(plan.num_vis), plan.box, plan.tally, plan.untiled_tally, plan.entries,
+                      plan.entry_vis_bucket, plan.untiled_plan, plan.untiled_vis, np.int32(place))
 
     def _zero(self, buffer, nbytes) -> cl.Event:
         return fill_zeros(self.queue, buffer, nbytes, np.int32)

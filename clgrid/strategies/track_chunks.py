@@ -248,8 +248,8 @@ class TrackChunker:
         counts = cla.to_device(queue, np.zeros(num_keys + 1, np.int32))
         starts = cla.empty(queue, num_keys + 1, np.int32)
         launch(kernel(program, "count_keys"), queue, n, plan.packed.data, plan.sample.data, np.int32(n),
-                                      np.int32(length), np.int32(plan.nchan or 1), np.int32(num_minor),
-                                      counts.data)
+               np.int32(length), np.int32(plan.nchan or 1), np.int32(num_minor),
+               counts.data)
         scan(counts.data, starts.data, num_keys + 1)
         cursor = starts.copy()
         packed, source = cla.empty(queue, (n, 4), np.int32), cla.empty(queue, n, np.int32)
@@ -260,13 +260,13 @@ class TrackChunker:
         chunks_of_key = cla.empty(queue, num_keys + 1, np.int32)
         chunk_starts = cla.empty(queue, num_keys + 1, np.int32)
         launch(kernel(program, "count_chunks"), queue, num_keys + 1, starts.data, np.int32(num_keys),
-                                        np.int32(self.max_length), chunks_of_key.data)
+               np.int32(self.max_length), chunks_of_key.data)
         scan(chunks_of_key.data, chunk_starts.data, num_keys + 1)
         num_chunks = int(chunk_starts[num_keys].get())
         chunks = cla.empty(queue, (num_chunks, 4), np.int32)
         launch(kernel(program, "write_chunks"), queue, num_chunks, starts.data, chunk_starts.data,
-                                        np.int32(num_keys), np.int32(num_chunks), np.int32(self.max_length),
-                                        packed.data, self.plane_supports, chunks.data)
+               np.int32(num_keys), np.int32(num_chunks), np.int32(self.max_length),
+               packed.data, self.plane_supports, chunks.data)
 
         blocks, classes = -(-num_chunks // self.block), self.order.num_classes
         class_counts = cla.to_device(queue, np.zeros(classes * blocks + 1, np.int32))
@@ -299,8 +299,8 @@ class TrackChunker:
             # process, Oclgrind 21.10 takes a kernel's stores into a fresh buffer for unset
             tiles_of_chunk, first_row = (cla.to_device(queue, np.zeros(n + 1, np.int32)) for _ in range(2))
             launch(kernel(self.program, "count_tiles"), queue, n + 1, chunked.chunks, np.int32(n), table,
-                                                tiles_of_chunk.data)
+                   tiles_of_chunk.data)
             scan(tiles_of_chunk.data, first_row.data, n + 1)
             launch(kernel(self.program, "expand_work"), queue, n, chunked.chunks, np.int32(n), table,
-                                                first_row.data, work).wait()   # before any buffer goes (`on_device`)
+                   first_row.data, work).wait()   # before any buffer goes (`on_device`)
         return work, total
