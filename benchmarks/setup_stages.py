@@ -1,36 +1,48 @@
-"""Where an imaging operator's set-up goes, stage by stage: each stage's wall time with the
-queue drained before and after it, so that the device work a stage enqueues is counted in
-that stage (the whole set-up is also timed undisturbed).  4 M MeerKAT-track visibilities,
-epsilon 1e-4, single, in 2-D (7168^2) and with w (4096^2), as `setup_profile.py`.
+"""Where an imaging operator's set-up goes, stage by stage, with uvw on the host and on the
+device (issue 31: "an operator's set-up for 4 M points in 2-D <= 5 ms"), and the 4 M /
+4096^2 with-w one call and reused vis2dirty; for this tree and, with ``--baseline``, a
+baseline tree in the same run (each in its own process, in turn).
 
-    python3 benchmarks/setup_stages.py --device nvidia
+4 M MeerKAT-track visibilities, epsilon 1e-4, single, in 2-D (7168^2) and with w (4096^2),
+as `setup_profile.py`.  Set-up: the median wall time of ``--repeats`` `clgrid.WGridder`
+constructions (after two), queue finished; "device uvw": uvw given as a
+`pyopencl.array.Array` already on the device (a tree without that prints n/a).  Stages:
+each stage's wall time with the queue drained before and after it, so that the device
+work a stage enqueues is counted in that stage (nesting as indentation).
 
-Stages nest (a part's planning holds the uvw upload and the classification); the table
-prints each stage's median over the repeats, with its nesting depth as indentation.
+    mkdir .ab0 && git archive 713513d clgrid | tar x -C .ab0
+    python3 benchmarks/setup_stages.py --device nvidia --repeats 15 --baseline .ab0
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
-import clgrid
-from clgrid.device.runtime import get_queue
-from engine_ab import C, tracks
+HERE = Path(__file__).resolve().parent
 
-# (module, attribute, label): callables wrapped by a drained timer
+# (module, attribute, label): callables wrapped by a drained timer (missing ones are skipped)
 STAGES = [
     ("clgrid.imaging.wgridding", "check_devices", "check devices"),
-    ("clgrid.imaging.wgridding", "abs_w_range", "w range"),
+    ("clgrid.imaging.wgridding", "abs_w_range", "w range (host)"),
+    ("clgrid.imaging.wgridding", "device_w_range", "w range (device)"),
     ("clgrid.imaging.wgridding", "choose_geometry", "geometry"),
+    ("clgrid.imaging.wgridding", "faceted_operator", "facets"),
     ("clgrid.imaging.wgridding", "ImagingEngine", "engine"),
     ("clgrid.imaging.engine", "PixelModel", "pixel model"),
     ("clgrid.imaging.engine.ImagingEngine", "_make_part", "part"),
     ("clgrid.imaging.engine", "plan_stacked", "plan"),
+    ("clgrid.imaging.engine", "plan_arranged", "plan and arrange (fused)"),
     ("clgrid.planning.plan", "upload", "uvw upload"),
+    ("clgrid.planning.fused", "upload", "uvw upload"),
     ("clgrid.planning.plan", "stacked_program", "planning program"),
     ("clgrid.planning.plan", "ExclusiveScan", "scan (make)"),
     ("clgrid.planning.stacking", "CountingSort", "counting sort (make)"),
@@ -38,6 +50,7 @@ STAGES = [
     ("clgrid.strategies.stacked", "arrange", "arrange (sort, take)"),
     ("clgrid.planning.stacking", "every_nth", "table download"),
     ("clgrid.strategies.bins", "every_nth", "jobs download"),
+    ("clgrid.planning.fused", "read_tables", "tables download"),
     ("clgrid.imaging.engine.ImagingEngine", "_setup_data", "values kernels"),
     ("clgrid.imaging.engine.ImagingEngine", "_setup_planes", "plane kernels"),
     ("clgrid.imaging.engine", "DeviceFFT", "device FFT"),
@@ -76,43 +89,122 @@ def wrap_stages(queue, times: dict, depth: list):
         setattr(owner, name, timed)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None)
-    p.add_argument("--rows", type=int, default=4_000_000)
-    p.add_argument("--repeats", type=int, default=5)
-    a = p.parse_args(argv)
+def _median_ms(make, repeats: int, warm: int = 2) -> tuple:
+    for _ in range(warm):
+        make()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        make()
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times)), 1e3 * min(times)
+
+
+def measure(a) -> dict:
+    """This process's clgrid (whichever is first on the path): every figure, as a dict."""
+    import pyopencl.array as cla
+
+    import clgrid
+    from clgrid.device.runtime import get_queue
+    from engine_ab import C, tracks
+
+    out = {"clgrid": clgrid.__file__, "setup": {}, "stages": {}}
     uvw = tracks(a.rows)
     freq = np.array([1.4e9])
     pix = 0.9 / (2 * np.abs(uvw[:, :2]).max() * freq.max() / C)
     queue = get_queue(a.device)
-    for w, npix in ((False, 7168), (True, 4096)):
-        kw = dict(uvw=uvw, freq=freq, npix_x=npix, npix_y=npix, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4,
-                  do_wgridding=w, precision="single", device=queue, nthreads=16)
-        for _ in range(2):
+    out["device"] = queue.device.name.strip()
+    uvw_d = cla.to_device(queue, uvw)
+    times, depth = defaultdict(list), []
+    cases = [("2-D", False, 7168), ("with w", True, 4096)]
+    for label, w, npix in cases:
+        for where, points in (("host uvw", uvw), ("device uvw", uvw_d)):
+            kw = dict(uvw=points, freq=freq, npix_x=npix, npix_y=npix, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4,
+                      do_wgridding=w, precision="single", device=queue, nthreads=16)
+            key = f"{label}, {where}"
+            try:
+                out["setup"][key] = _median_ms(lambda: clgrid.WGridder(**kw).queue.finish(), a.repeats)
+            except Exception as exc:             # a tree without device uvw
+                out["setup"][key] = f"n/a ({type(exc).__name__}: {str(exc)[:80]})"
+    # the stages, drained (after the undisturbed figures: the wrappers stay)
+    wrap_stages(queue, times, depth)
+    for label, w, npix in cases:
+        for where, points in (("host uvw", uvw), ("device uvw", uvw_d)):
+            kw = dict(uvw=points, freq=freq, npix_x=npix, npix_y=npix, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4,
+                      do_wgridding=w, precision="single", device=queue, nthreads=16)
+            key = f"{label}, {where}"
+            if not isinstance(out["setup"][key], tuple):
+                continue
             clgrid.WGridder(**kw).queue.finish()
-        whole = []
-        for _ in range(a.repeats):
-            start = time.perf_counter()
-            clgrid.WGridder(**kw).queue.finish()
-            whole.append(time.perf_counter() - start)
-        print(f"do_wgridding={w} npix={npix} rows={a.rows}: set-up {1e3 * np.median(whole):.1f} ms "
-              f"(median of {a.repeats}; min {1e3 * min(whole):.1f})")
-        times, depth = defaultdict(list), []
-        if not getattr(main, "_wrapped", False):
-            wrap_stages(queue, times, depth)
-            main._wrapped = True
-            main._times = times
-        main._times.clear()
-        drained = []
-        for _ in range(a.repeats):
-            start = time.perf_counter()
-            clgrid.WGridder(**kw).queue.finish()
-            drained.append(time.perf_counter() - start)
-        print(f"  drained between stages: {1e3 * np.median(drained):.1f} ms")
-        for (level, label), ts in main._times.items():
-            per_call = np.asarray(ts).reshape(a.repeats, -1).sum(axis=1) if len(ts) % a.repeats == 0 else ts
-            print(f"  {'  ' * level}{label:<24s} {1e3 * np.median(per_call):8.2f} ms  ({len(ts)} calls)")
+            times.clear()
+            drained = _median_ms(lambda: clgrid.WGridder(**kw).queue.finish(), a.repeats, warm=0)
+            rows = [("drained between stages", 0, drained[0], a.repeats)]
+            for (level, stage), ts in times.items():
+                per_call = np.asarray(ts).reshape(a.repeats, -1).sum(axis=1) if len(ts) % a.repeats == 0 else ts
+                rows.append((stage, level, 1e3 * float(np.median(per_call)), len(ts)))
+            out["stages"][key] = rows
+    # the 4 M / 4096^2 with-w calls (stages unwrapped would be better; the wrappers cost only
+    # in set-up, and the calls' set-up is the one call's)
+    rng = np.random.default_rng(1)
+    vis = (rng.normal(size=(len(uvw), 1)) + 1j * rng.normal(size=(len(uvw), 1))).astype(np.complex64)
+    kw = dict(freq=freq, npix_x=4096, npix_y=4096, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4, do_wgridding=True,
+              device=queue, nthreads=16)
+    op = clgrid.WGridder(uvw=uvw, precision="single", **kw)
+    out["reused vis2dirty"] = _median_ms(lambda: op.vis2dirty(vis), a.repeats)
+    out["one call vis2dirty, host uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw, vis=vis, **kw), a.calls)
+    try:
+        out["one call vis2dirty, device uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw_d, vis=vis, **kw), a.calls)
+    except Exception as exc:
+        out["one call vis2dirty, device uvw"] = f"n/a ({type(exc).__name__})"
+    return out
+
+
+def show(name: str, out: dict, repeats: int) -> None:
+    print(f"== {name}: {out['clgrid']} on {out['device']}")
+    print(f"set-up, 4 M points (median of {repeats} after 2; min):")
+    for key, value in out["setup"].items():
+        text = f"{value[0]:8.2f} ms  (min {value[1]:.2f})" if isinstance(value, (list, tuple)) else value
+        print(f"  {key:<22s} {text}")
+    for key, rows in out["stages"].items():
+        print(f"stages, {key} (each drained; median per set-up):")
+        for stage, level, ms, calls in rows:
+            print(f"  {'  ' * level}{stage:<30s} {ms:8.2f} ms  ({calls} calls)")
+    print("4 M / 4096^2 with w, single:")
+    for key in ("reused vis2dirty", "one call vis2dirty, host uvw", "one call vis2dirty, device uvw"):
+        value = out[key]
+        text = f"{value[0]:8.2f} ms  (min {value[1]:.2f})" if isinstance(value, (list, tuple)) else value
+        print(f"  {key:<32s} {text}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None)
+    p.add_argument("--rows", type=int, default=4_000_000)
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--calls", type=int, default=7, help="one calls timed (median)")
+    p.add_argument("--baseline", default=None, help="a tree holding clgrid/ to measure too, e.g. .ab0")
+    p.add_argument("--json", default=None)
+    p.add_argument("--one-tree", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.one_tree:
+        sys.path.insert(0, str(HERE))
+        print("RESULT " + json.dumps(measure(a)))
+        return 0
+    trees = [("this tree", str(HERE.parent))] + ([("baseline", str(Path(a.baseline).resolve()))] if a.baseline else [])
+    results = {}
+    for name, tree in trees:
+        env = dict(os.environ, PYTHONPATH=tree + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        args = [sys.executable, __file__, "--one-tree", "--rows", str(a.rows), "--repeats", str(a.repeats),
+                "--calls", str(a.calls)] + (["--device", a.device] if a.device else [])
+        run = subprocess.run(args, env=env, capture_output=True, text=True)
+        lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+        if run.returncode or not lines:
+            print(f"== {name} ({tree}) failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+            continue
+        results[name] = json.loads(lines[-1][len("RESULT "):])
+        show(name, results[name], a.repeats)
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
     return 0
 
 

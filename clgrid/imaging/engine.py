@@ -31,7 +31,7 @@ from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
-from ..planning.plan import plan_stacked
+from ..planning.plan import as_host, plan_stacked
 from ..sources.accuracy import float_taps_allowed
 from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
@@ -88,7 +88,8 @@ class ImagingEngine:
 
     Parameters
     ----------
-    uvw : (nrow, 3) float64 metres.
+    uvw : (nrow, 3) float64 metres, on the host or a `pyopencl.array.Array` on the device's
+        context (planned there, `clgrid.planning.device_points`).
     scale : (nchan,) float64, frequency / c.
     keep : (nrow, nchan) bool, or None: the samples to image.
     signs : the flips, +1 or -1 per axis.
@@ -157,8 +158,9 @@ class ImagingEngine:
         self._value_bytes = 8 if float_taps else np.dtype(self.complex).itemsize
         self.layout = self.spreader.layout()
         # where each w-plane holds taps: the host FFT's passes run there only (regions.py)
-        self.regions = plane_regions(uvw, scale, keep, signs, g, self._workers) \
-            if g.do_wgridding and self.fft_mode in ("host", "mapped") else None
+        self.regions = None
+        if g.do_wgridding and self.fft_mode in ("host", "mapped"):     # (device uvw: read back for it)
+            self.regions = plane_regions(as_host(uvw), scale, keep, signs, g, self._workers)
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
