@@ -31,6 +31,7 @@ from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
+from ..planning.fused import plan_arranged
 from ..planning.plan import as_host, plan_stacked
 from ..sources.accuracy import float_taps_allowed
 from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
@@ -227,18 +228,29 @@ class ImagingEngine:
     def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic) -> SimpleNamespace:
         """The points of ``rows``: planned, arranged for the spread, with their buffers."""
         g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
-        plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
-                            fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
-                            on_host=deterministic, planes=self.planes)
         nsample = (rows.stop - rows.start) * self.nchan
-        # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
-        # picks theirs, in plan order, instead of sending every sample each call
-        index = None
-        if plan.num_kept < SPARSE_SHARE * nsample:
-            plan.values_by_position = True
-            index = plan.sample.get()[:plan.num_kept]
-        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
-        plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
+        if self.spreader.arranges_by_layout and not (deterministic or self.spreader.stable) and self.facts.fp64:
+            # planned straight into the spread's order (clgrid.planning.fused); few of the
+            # rows' samples kept: the values go by position, picked by the host (index)
+            plan, points, index = plan_arranged(
+                self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs, fold=g.do_wgridding,
+                double=self.precision == "double", layout=self.layout, staging=self.staging, planes=self.planes,
+                sparse_share=SPARSE_SHARE)
+            points = plan.keep_arranged(self.spreader.arrangement_key(), self.spreader.add_tables(points, g))
+            points.extra.pop("ready").wait()            # the tables' copies back (one wait, often done)
+            points.plane_start = points.plane_start.astype(np.int64)
+        else:
+            plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
+                                fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
+                                on_host=deterministic, planes=self.planes)
+            # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
+            # picks theirs, in plan order, instead of sending every sample each call
+            index = None
+            if plan.num_kept < SPARSE_SHARE * nsample:
+                plan.values_by_position = True
+                index = plan.sample.get()[:plan.num_kept]
+            points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
+            plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
         points = self.spreader.settle(points)     # then the strategy's own per-point data
         if "CPU" in self.facts.type:               # the part's freed scratch back to the system
             self.queue.finish()

@@ -223,6 +223,13 @@ class Plan:
                 self._arranged[key] = arrange(self)
             return self._arranged[key]
 
+    def keep_arranged(self, key, arrangement):
+        """Keep ``arrangement`` as this plan's order ``key`` (made elsewhere:
+        `clgrid.planning.fused.plan_arranged`); returns it."""
+        with self._lock:
+            self._arranged[key] = arrangement
+            return arrangement
+
     def release_points(self) -> None:
         """Free the per-point device arrays in the caller's order (``sample``, ``packed``,
         ``fraction``, ``phase``, ``support``, ``weight_sum``) once the arrangements made so far
@@ -230,7 +237,7 @@ class Plan:
         on a CPU device these are host memory).  The counts stay; `host` and a new
         arrangement are refused after it."""
         with self._lock:
-            if self._positions is None and self.sample is not None:
+            if self._positions is None:
                 self._positions = False
             for name in ("sample", "packed", "fraction", "phase", "support", "weight_sum"):
                 array = getattr(self, name)

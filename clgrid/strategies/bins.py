@@ -72,11 +72,14 @@ class BinsGridding(StackedStrategy):
         return PlaneOrder("bins", self.nu, self.nv, self.tuning["bin_u"], self.tuning["bin_v"])
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
-        """By (first plane, bin), with each plane's work-groups: (bin, piece) for every piece
-        of at most ``bins_subproblem`` of the points with a tap on the plane whose first cell
-        is in the bin, listed on the device; ``extra["jobs"][p]`` (host) is where plane p's
-        begin, the last entry where they end."""
-        points = super().arrange(plan, npol)
+        """By (first plane, bin), with each plane's work-groups (`add_tables`)."""
+        return self.add_tables(super().arrange(plan, npol), plan.geometry)
+
+    def add_tables(self, points: PointPlan, geometry) -> PointPlan:
+        """``points`` (arranged by (first plane, bin) for ``geometry``) with each plane's work-groups: (bin,
+        piece) for every piece of at most ``bins_subproblem`` of the points with a tap on the
+        plane whose first cell is in the bin, listed on the device; ``extra["jobs"][p]``
+        (host) is where plane p's begin, the last entry where they end."""
         k, bins = self.kernels, self.layout().keys_per_plane
         n = k.num_planes * bins
         if n >= 2 ** 31 - 1:
@@ -88,7 +91,7 @@ class BinsGridding(StackedStrategy):
         launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(k.num_planes),
                np.int32(k.width if k.use_w else 1), pieces)
         ExclusiveScan(self.queue)(pieces, first_job, n + 1)
-        jobs = every_nth(self.queue, stacked_program(context, plan.geometry, plan.geometry.do_wgridding,
+        jobs = every_nth(self.queue, stacked_program(context, geometry, geometry.do_wgridding,
                                                      self.precision == "double"),
                          first_job, bins, k.num_planes + 1)
         table = cl.Buffer(context, mf.READ_WRITE, 8 * max(int(jobs[-1]), 1))

@@ -34,6 +34,9 @@ class StackedStrategy(Strategy):
     atomics = False
     work_group_parameters = ()
     stable = False     # arrange in the same order every run (deterministic images)
+    # `arrange` is the layout's order (`clgrid.planning.stacking.arrange`) then `add_tables`:
+    # the imaging engine may plan straight into that order (`clgrid.planning.fused`)
+    arranges_by_layout = True
 
     @classmethod
     def check_kernel_source(cls, kernels) -> None:
@@ -74,6 +77,12 @@ class StackedStrategy(Strategy):
         """``plan`` in `layout`'s order (by first plane, then place); with ``stable`` the same
         order every run (a stable sort on the host)."""
         return arrange(plan, self.layout(), stable=self.stable)
+
+    def add_tables(self, points: PointPlan, geometry) -> PointPlan:
+        """What the strategy's kernels read beside the points arranged in `layout`'s order for
+        ``geometry`` (`arrange` adds it; the imaging engine's fused planning,
+        `clgrid.planning.fused`, calls it itself; here: nothing)."""
+        return points
 
     def settle(self, points: PointPlan) -> PointPlan:
         """What the strategy derives from its arrangement once the plan in the caller's order
