@@ -83,13 +83,14 @@ def test_fused_planning_arranges_the_points_of_the_two_step_planning(rng, spread
             assert np.array_equal(mine[name][a], theirs[name][b]), name
 
 
-@pytest.mark.parametrize("wgrid,precision", [(True, "double"), (False, "single"), (True, "single")])
-def test_wgridder_plans_device_uvw_as_host_uvw(rng, wgrid, precision):
+@pytest.mark.parametrize("wgrid,precision,spread", [(True, "double", "rows"), (False, "single", "bins"),
+                                                    (True, "single", "bins")])
+def test_wgridder_plans_device_uvw_as_host_uvw(rng, wgrid, precision, spread):
     uvw, freq, vis, wgt = wide_field(rng, nrow=1200)
     mask = (rng.uniform(size=vis.shape) > 0.1).astype(np.uint8)
     q = clgrid.device.runtime.get_queue(DEVICE)
     kw = dict(freq=freq, epsilon=1e-5, do_wgridding=wgrid, mask=mask, center_y=0.02, flip_u=True,
-              precision=precision, **IMAGE)
+              precision=precision, tuning={"spread": spread}, **IMAGE)
     host = clgrid.WGridder(uvw, device=DEVICE, **kw)
     device = clgrid.WGridder(cla.to_device(q, uvw), **dict(kw, freq=cla.to_device(q, freq)))   # device=: uvw's queue
     assert device.geometry == host.geometry and device.engine.num_kept == host.engine.num_kept
@@ -101,9 +102,10 @@ def test_wgridder_plans_device_uvw_as_host_uvw(rng, wgrid, precision):
     assert relative_error(device.vis2dirty(vis, wgt), host.vis2dirty(vis, wgt)) < tol
     assert relative_error(device.dirty2vis(dirty, wgt), host.dirty2vis(dirty, wgt)) < tol
     # the one call too; deterministic (planned on the host: the device array read back): bit-identical
-    call = dict(freq=freq, vis=vis, wgt=wgt, epsilon=1e-5, do_wgridding=wgrid, mask=mask, device=q, **IMAGE)
+    call = dict(freq=freq, vis=vis, wgt=wgt, epsilon=1e-5, do_wgridding=wgrid, mask=mask, device=q,
+                tuning={"spread": spread}, **IMAGE)
     assert relative_error(clgrid.vis2dirty(uvw=cla.to_device(q, uvw), **call), clgrid.vis2dirty(uvw=uvw, **call)) < tol
-    same = dict(kw, deterministic=True)
+    same = dict(kw, deterministic=True, tuning={"spread": "rows"})
     assert np.array_equal(clgrid.WGridder(cla.to_device(q, uvw), device=q, **same).vis2dirty(vis, wgt),
                           clgrid.WGridder(uvw, device=q, **same).vis2dirty(vis, wgt))
 
@@ -138,6 +140,12 @@ def test_device_uvw_the_planner_cannot_read_is_refused_naming_it(rng):
         clgrid.WGridder(cla.to_device(q, uvw.reshape(100, 3, 3)), **kw)
     with pytest.raises(ValueError, match="uvw on the device must be C-contiguous"):
         clgrid.WGridder(cla.to_device(q, uvw)[::2], **kw)
+    for axis, w in ((1, False), (2, True)):     # by the planner in 2-D (its counts back first or last), the w range
+        bad = uvw.copy()
+        bad[5, axis] = np.nan
+        for mask in (None, np.ones((300, 2), bool)):
+            with pytest.raises(ValueError, match="uvw has NaN"):
+                clgrid.WGridder(cla.to_device(q, bad), **dict(kw, do_wgridding=w, mask=mask))
     with pytest.raises(ValueError, match="uvw is a device array: .* names several"):
         clgrid.WGridder(cla.to_device(q, uvw), **dict(kw, device=[q, q]))
     # the W-projection operators' planning: the same checks

@@ -236,9 +236,8 @@ class ImagingEngine:
                 self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs, fold=g.do_wgridding,
                 double=self.precision == "double", layout=self.layout, staging=self.staging, planes=self.planes,
                 sparse_share=SPARSE_SHARE)
-            points = plan.keep_arranged(self.spreader.arrangement_key(), self.spreader.add_tables(points, g))
-            points.extra.pop("ready").wait()            # the tables' copies back (one wait, often done)
-            points.plane_start = points.plane_start.astype(np.int64)
+            points = self.spreader.add_tables(points, g).wait_ready()     # the set-up's one wait
+            plan.keep_arranged(self.spreader.arrangement_key(), points)
         else:
             plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
                                 fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,

@@ -10,9 +10,12 @@ key and ranks each point within its key (one atomic increment); a scan of the ke
 gives where each key's run starts; a second pass writes every kept point at its key's
 start plus its rank.  The arithmetic is plan_positions.cl's (bit-identical to the float64
 host twin `clgrid.planning.host.stacked_positions`); the order within a key is the
-atomics', as the counting sort's.  One host read after the first pass (the counts: sizes
-and errors); where each plane's run starts is copied back without waiting (the caller
-waits once, with its own tables: `PointPlan.ready`).
+atomics', as the counting sort's.  Nothing is waited for here where every sample is
+kept (nothing masked, every plane planned: the counts are known, or uvw is refused):
+the counts and where each plane's run starts come back without waiting, and the
+caller waits once, with its strategy's tables (`PointPlan.wait_ready`, which also
+refuses uvw with NaN); otherwise the counts are read after the first pass (they size
+the points).
 
 Devices without fp64 and ``stable`` arrangements (deterministic images) keep the two-step
 path.
@@ -34,23 +37,11 @@ from .stacking import PlaneOrder, PointPlan, _key_expression
 
 __all__ = ["plan_arranged"]
 
-_scans: dict = {}      # (context, thread) -> ExclusiveScan: scratch reused between set-ups
-
-
 def _program(context, geometry, layout: PlaneOrder, fold: bool, double: bool) -> cl.Program:
     g = geometry
     return build_program(context, render("plan_arranged.cl", stacked=True, double=double, use_w=g.do_wgridding,
                                          fold=fold, support=g.kernel.support, num_planes=g.num_planes,
                                          key=_key_expression(layout)))
-
-
-def _scan(queue) -> ExclusiveScan:
-    import threading
-
-    key = (queue.int_ptr, threading.get_ident())
-    if key not in _scans:
-        _scans[key] = ExclusiveScan(queue)
-    return _scans[key]
 
 
 def plan_arranged(queue, geometry, uvw, scale, keep, signs, fold: bool, double: bool, layout: PlaneOrder,
@@ -62,8 +53,10 @@ def plan_arranged(queue, geometry, uvw, scale, keep, signs, fold: bool, double: 
     under ``arrangement_key`` by the caller), its per-point arrays released.  Where fewer
     than ``sparse_share`` of the samples are kept, the values go by position
     (``plan.values_by_position``) and ``index`` (host int32, read with the tables) is the
-    sample of each point in this order; else ``index`` is None.  ``points.ready`` is the
-    event after which ``points.plane_start`` (and ``index``) hold their values."""
+    sample of each point in this order; else ``index`` is None.  ``points.extra["ready"]`` is the
+    event after which ``points.plane_start``, ``index`` and ``plan.counts`` hold their
+    values: call ``points.wait_ready()`` (it also refuses uvw with NaN or infinities where
+    that was not known before)."""
     g, context = geometry, queue.context
     real = np.float64 if double else np.float32
     cplx = np.complex128 if double else np.complex64
@@ -98,16 +91,25 @@ def plan_arranged(queue, geometry, uvw, scale, keep, signs, fold: bool, double: 
         launch(codegen_kernel(program, "classify_keyed"), queue, nsample, uvw_d.data, scale_d.data,
                None if keep_d is None else keep_d.data, stacking, np.int32(planes.start), np.int32(planes.stop),
                key, rank, key_counts, tally_d)
-    cl.enqueue_copy(queue, tally, tally_d)                    # the one wait: sizes and errors
-    found = dict(zip(STATUSES, (int(c) for c in tally)))
-    if found["not_finite"]:
-        raise ValueError(f"uvw has NaN or infinite entries ({found['not_finite']} unmasked samples)")
-    if found["beyond_kernel_stack"]:
-        raise RuntimeError(f"clgrid internal error: {found['beyond_kernel_stack']} points' w-planes fall outside "
-                           f"the stack")
-    m = found["kept"]
-    counts = {"kept": m, "flagged": found["flagged"], "off_grid": 0, "beyond_kernel_stack": 0,
-              "elsewhere": found["elsewhere"]}
+    counts = {"kept": nsample, "flagged": 0, "off_grid": 0, "beyond_kernel_stack": 0, "elsewhere": 0}
+
+    def check_counts():
+        """The counts to the plan; uvw that cannot be planned refused."""
+        found = dict(zip(STATUSES, (int(c) for c in tally)))
+        if found["not_finite"]:
+            raise ValueError(f"uvw has NaN or infinite entries ({found['not_finite']} unmasked samples)")
+        if found["beyond_kernel_stack"] or found["off_grid"]:
+            raise RuntimeError(f"clgrid internal error: {found['beyond_kernel_stack'] + found['off_grid']} points' "
+                               f"taps fall outside the grid or the stack of w-planes")
+        counts.update(kept=found["kept"], flagged=found["flagged"], elsewhere=found["elsewhere"])
+
+    # every sample is kept (or uvw is refused) where nothing is masked and every plane is
+    # planned: then the counts come back with the tables, at the end; else they size the points
+    every_kept = keep is None and planes == range(g.num_planes)
+    cl.enqueue_copy(queue, tally, tally_d, is_blocking=not every_kept)
+    if not every_kept:
+        check_counts()
+    m = counts["kept"]
     by_position = m < sparse_share * nsample
     size = max(m, 1)
     first = cl.Buffer(context, mf.READ_WRITE, 16 * size)
@@ -115,23 +117,21 @@ def plan_arranged(queue, geometry, uvw, scale, keep, signs, fold: bool, double: 
     src = cl.Buffer(context, mf.READ_WRITE, 4 * size)
     phase = cl.Buffer(context, mf.READ_WRITE, np.dtype(cplx).itemsize * size) if g.has_phase else None
     sample = cl.Buffer(context, mf.READ_WRITE, 4 * size) if by_position else None
-    _scan(queue)(key_counts, starts, num_keys + 1)            # entry num_keys is 0: starts ends with m
+    scan = ExclusiveScan.of(queue)
+    scan(key_counts, starts, num_keys + 1)            # entry num_keys is 0: starts ends with m
     if m:
         launch(codegen_kernel(program, "place_keyed"), queue, nsample, uvw_d.data, scale_d.data, stacking, key,
                rank, starts, np.int32(by_position), first, frac, src, phase, sample)
     # where each plane's run starts, and the samples in this order, back without waiting
-    step, count = layout.keys_per_plane, g.num_planes + 1
-    plane_starts = cl.Buffer(context, mf.READ_WRITE, 4 * count)
-    launch(codegen_kernel(program, "every_nth"), queue, count, starts, np.int32(step), np.int32(count), plane_starts)
-    plane_start = np.empty(count, np.int32)
-    ready = cl.enqueue_copy(queue, plane_start, plane_starts, is_blocking=False)
+    plane_start = np.empty(g.num_planes + 1, np.int32)
+    ready = scan.every_nth(starts, layout.keys_per_plane, g.num_planes + 1, plane_start)
     index = None
     if by_position:
         index = np.empty(m, np.int32)
         if m:
             ready = cl.enqueue_copy(queue, index, sample, is_blocking=False)
     points = PointPlan(first, frac, src, phase, starts, plane_start, m, "device")
-    points.extra["ready"] = ready
+    points.extra.update(ready=ready, after_ready=[] if not every_kept else [check_counts])
     plan = Plan(g, queue, (nrow,), nchan, counts, None, None, None, None, planned_on="device")
     plan.values_by_position = by_position
     plan.release_points()
