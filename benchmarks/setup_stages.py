@@ -55,7 +55,24 @@ STAGES = [
     ("clgrid.imaging.engine.ImagingEngine", "_setup_planes", "plane kernels"),
     ("clgrid.imaging.engine", "DeviceFFT", "device FFT"),
     ("clgrid.imaging.engine", "plane_regions", "plane regions"),
+    # within the fused planning and the bins' tables: each kernel and scan, drained
+    ("clgrid.strategies.bins.BinsGridding", "add_tables", "bins tables"),
+    ("clgrid.planning.stacking.PointPlan", "wait_ready", "wait for the tables"),
+    ("clgrid.device.scan.ExclusiveScan", "__call__", "scan"),
+    ("clgrid.planning.fused", "launch", None),
+    ("clgrid.strategies.bins", "launch", None),
+    ("clgrid.device.scan", "launch", None),
 ]
+
+
+def _label(label, args) -> str:
+    """A stage's label; None: a `launch`, named by its kernel."""
+    if label is not None:
+        return label
+    try:
+        return f"kernel {args[0].function_name}"
+    except Exception:
+        return "kernel"
 
 
 def wrap_stages(queue, times: dict, depth: list):
@@ -64,11 +81,11 @@ def wrap_stages(queue, times: dict, depth: list):
 
     for where, name, label in STAGES:
         try:
-            if where.endswith(("ImagingEngine", "BinsGridding")):
+            try:
+                owner = importlib.import_module(where)
+            except ImportError:                       # module.Class
                 module, cls_name = where.rsplit(".", 1)
                 owner = getattr(importlib.import_module(module), cls_name)
-            else:
-                owner = importlib.import_module(where)
         except (ImportError, AttributeError):
             continue
         original = getattr(owner, name, None)
@@ -77,6 +94,7 @@ def wrap_stages(queue, times: dict, depth: list):
 
         def timed(*args, __original=original, __label=label, **kwargs):
             queue.finish()
+            __label = _label(__label, args)
             depth.append(__label)
             start = time.perf_counter()
             try:

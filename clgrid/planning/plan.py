@@ -277,7 +277,7 @@ class _Planner:
         program = build_program(queue.context, render("plan_positions.cl", stacked=False))
         self.classify = codegen_kernel(program, "classify")
         self.compact = codegen_kernel(program, "compact")
-        self.scan = ExclusiveScan(queue)
+        self.scan = ExclusiveScan.of(queue)
 
 
 def _device_uvw(queue, uvw, staging) -> cla.Array:
@@ -490,7 +490,7 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     fraction = cla.empty(queue, (max(m, 1), 4), real)
     phase = cla.empty(queue, max(m, 1), cplx) if g.has_phase else None
     if m:
-        ExclusiveScan(queue)(kept.data, position.data, nsample)
+        ExclusiveScan.of(queue)(kept.data, position.data, nsample)
         launch(codegen_kernel(program, "compact_stacked"),
                queue, nsample, status.data, packed_all.data, position.data, uvw_d.data, scale_d.data,
                stacking, sample.data, packed.data, fraction.data, None if phase is None else phase.data)
