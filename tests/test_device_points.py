@@ -110,6 +110,18 @@ def test_wgridder_plans_device_uvw_as_host_uvw(rng, wgrid, precision, spread):
                           clgrid.WGridder(uvw, device=q, **same).vis2dirty(vis, wgt))
 
 
+def test_device_uvw_in_parts_of_rows(rng):
+    """Beyond one part (forced ``part_samples``) each part's rows are a slice of the device
+    array at an offset: planned as the host's parts."""
+    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
+    q = clgrid.device.runtime.get_queue(DEVICE)
+    kw = dict(freq=freq, epsilon=1e-5, do_wgridding=True, device=q, tuning={"part_samples": 777}, **IMAGE)
+    host, device = clgrid.WGridder(uvw, **kw), clgrid.WGridder(cla.to_device(q, uvw), **kw)
+    assert len(device.plans) == len(host.plans) == 3
+    assert [p.num_kept for p in device.plans] == [p.num_kept for p in host.plans]
+    assert relative_error(device.vis2dirty(vis, wgt), host.vis2dirty(vis, wgt)) < 1e-12
+
+
 def test_device_w_range_is_the_hosts(rng):
     uvw, freq, _, _ = wide_field(rng, nrow=5000)
     q = clgrid.device.runtime.get_queue(DEVICE)
