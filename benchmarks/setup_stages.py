@@ -1,7 +1,8 @@
 """Where an imaging operator's set-up goes, stage by stage, with uvw on the host and on the
 device (issue 31: "an operator's set-up for 4 M points in 2-D <= 5 ms"), and the 4 M /
 4096^2 with-w one call and reused vis2dirty; for this tree and, with ``--baseline``, a
-baseline tree in the same run (each in its own process, in turn).
+baseline tree in the same run (each in its own process, in turn, the baseline first; each
+prints as it goes, with the seconds elapsed).
 
 4 M MeerKAT-track visibilities, epsilon 1e-4, single, in 2-D (7168^2) and with w (4096^2),
 as `setup_profile.py`.  Set-up: the median wall time of ``--repeats`` `clgrid.WGridder`
@@ -11,7 +12,7 @@ each stage's wall time with the queue drained before and after it, so that the d
 work a stage enqueues is counted in that stage (nesting as indentation).
 
     mkdir .ab0 && git archive 713513d clgrid | tar x -C .ab0
-    python3 benchmarks/setup_stages.py --device nvidia --repeats 15 --baseline .ab0
+    python3 benchmarks/setup_stages.py --device nvidia --repeats 15 --stage-repeats 5 --baseline .ab0
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -118,13 +120,23 @@ def _median_ms(make, repeats: int, warm: int = 2) -> tuple:
     return 1e3 * float(np.median(times)), 1e3 * min(times)
 
 
+def _text(value) -> str:
+    return f"{value[0]:8.2f} ms  (min {value[1]:.2f})" if isinstance(value, (list, tuple)) else str(value)
+
+
 def measure(a) -> dict:
-    """This process's clgrid (whichever is first on the path): every figure, as a dict."""
+    """This process's clgrid (whichever is first on the path): every figure, printed as it
+    comes (a run cut short keeps what it printed) and returned as a dict."""
     import pyopencl.array as cla
 
     import clgrid
     from clgrid.device.runtime import get_queue
     from engine_ab import C, tracks
+
+    began = time.perf_counter()
+
+    def say(text: str) -> None:
+        print(f"{text}", flush=True)
 
     out = {"clgrid": clgrid.__file__, "setup": {}, "stages": {}}
     uvw = tracks(a.rows)
@@ -132,9 +144,11 @@ def measure(a) -> dict:
     pix = 0.9 / (2 * np.abs(uvw[:, :2]).max() * freq.max() / C)
     queue = get_queue(a.device)
     out["device"] = queue.device.name.strip()
+    say(f"== {out['clgrid']} on {out['device']} ({a.rows} points made in {time.perf_counter() - began:.1f} s)")
     uvw_d = cla.to_device(queue, uvw)
     times, depth = defaultdict(list), []
     cases = [("2-D", False, 7168), ("with w", True, 4096)]
+    say(f"set-up, {a.rows} points (median of {a.repeats} after 2; min):")
     for label, w, npix in cases:
         for where, points in (("host uvw", uvw), ("device uvw", uvw_d)):
             kw = dict(uvw=points, freq=freq, npix_x=npix, npix_y=npix, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4,
@@ -144,7 +158,29 @@ def measure(a) -> dict:
                 out["setup"][key] = _median_ms(lambda: clgrid.WGridder(**kw).queue.finish(), a.repeats)
             except Exception as exc:             # a tree without device uvw
                 out["setup"][key] = f"n/a ({type(exc).__name__}: {str(exc)[:80]})"
-    # the stages, drained (after the undisturbed figures: the wrappers stay)
+            say(f"  {key:<22s} {_text(out['setup'][key])}   [{time.perf_counter() - began:.0f} s]")
+    # the 4 M / 4096^2 with-w calls (before the stage wrappers)
+    rng = np.random.default_rng(1)
+    vis = (rng.normal(size=(len(uvw), 1)) + 1j * rng.normal(size=(len(uvw), 1))).astype(np.complex64)
+    kw = dict(freq=freq, npix_x=4096, npix_y=4096, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4, do_wgridding=True,
+              device=queue, nthreads=16)
+    say("4 M / 4096^2 with w, single (median after 2; min):")
+    op = clgrid.WGridder(uvw=uvw, precision="single", **kw)
+    out["reused vis2dirty"] = _median_ms(lambda: op.vis2dirty(vis), a.repeats)
+    say(f"  {'reused vis2dirty':<32s} {_text(out['reused vis2dirty'])}")
+    del op
+    out["one call vis2dirty, host uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw, vis=vis, **kw), a.calls)
+    say(f"  {'one call vis2dirty, host uvw':<32s} {_text(out['one call vis2dirty, host uvw'])}")
+    try:
+        out["one call vis2dirty, device uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw_d, vis=vis, **kw),
+                                                           a.calls)
+    except Exception as exc:
+        out["one call vis2dirty, device uvw"] = f"n/a ({type(exc).__name__})"
+    say(f"  {'one call vis2dirty, device uvw':<32s} {_text(out['one call vis2dirty, device uvw'])}"
+        f"   [{time.perf_counter() - began:.0f} s]")
+    if not a.stage_repeats:
+        return out
+    # the stages, drained (last: the wrappers stay)
     wrap_stages(queue, times, depth)
     for label, w, npix in cases:
         for where, points in (("host uvw", uvw), ("device uvw", uvw_d)):
@@ -155,43 +191,17 @@ def measure(a) -> dict:
                 continue
             clgrid.WGridder(**kw).queue.finish()
             times.clear()
-            drained = _median_ms(lambda: clgrid.WGridder(**kw).queue.finish(), a.repeats, warm=0)
-            rows = [("drained between stages", 0, drained[0], a.repeats)]
+            n = a.stage_repeats
+            drained = _median_ms(lambda: clgrid.WGridder(**kw).queue.finish(), n, warm=0)
+            rows = [("drained between stages", 0, drained[0], n)]
             for (level, stage), ts in times.items():
-                per_call = np.asarray(ts).reshape(a.repeats, -1).sum(axis=1) if len(ts) % a.repeats == 0 else ts
+                per_call = np.asarray(ts).reshape(n, -1).sum(axis=1) if len(ts) % n == 0 else ts
                 rows.append((stage, level, 1e3 * float(np.median(per_call)), len(ts)))
             out["stages"][key] = rows
-    # the 4 M / 4096^2 with-w calls (stages unwrapped would be better; the wrappers cost only
-    # in set-up, and the calls' set-up is the one call's)
-    rng = np.random.default_rng(1)
-    vis = (rng.normal(size=(len(uvw), 1)) + 1j * rng.normal(size=(len(uvw), 1))).astype(np.complex64)
-    kw = dict(freq=freq, npix_x=4096, npix_y=4096, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4, do_wgridding=True,
-              device=queue, nthreads=16)
-    op = clgrid.WGridder(uvw=uvw, precision="single", **kw)
-    out["reused vis2dirty"] = _median_ms(lambda: op.vis2dirty(vis), a.repeats)
-    out["one call vis2dirty, host uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw, vis=vis, **kw), a.calls)
-    try:
-        out["one call vis2dirty, device uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw_d, vis=vis, **kw), a.calls)
-    except Exception as exc:
-        out["one call vis2dirty, device uvw"] = f"n/a ({type(exc).__name__})"
+            say(f"stages, {key} (each drained; median of {n} set-ups)   [{time.perf_counter() - began:.0f} s]:")
+            for stage, level, ms, calls in rows:
+                say(f"  {'  ' * level}{stage:<30s} {ms:8.2f} ms  ({calls} calls)")
     return out
-
-
-def show(name: str, out: dict, repeats: int) -> None:
-    print(f"== {name}: {out['clgrid']} on {out['device']}")
-    print(f"set-up, 4 M points (median of {repeats} after 2; min):")
-    for key, value in out["setup"].items():
-        text = f"{value[0]:8.2f} ms  (min {value[1]:.2f})" if isinstance(value, (list, tuple)) else value
-        print(f"  {key:<22s} {text}")
-    for key, rows in out["stages"].items():
-        print(f"stages, {key} (each drained; median per set-up):")
-        for stage, level, ms, calls in rows:
-            print(f"  {'  ' * level}{stage:<30s} {ms:8.2f} ms  ({calls} calls)")
-    print("4 M / 4096^2 with w, single:")
-    for key in ("reused vis2dirty", "one call vis2dirty, host uvw", "one call vis2dirty, device uvw"):
-        value = out[key]
-        text = f"{value[0]:8.2f} ms  (min {value[1]:.2f})" if isinstance(value, (list, tuple)) else value
-        print(f"  {key:<32s} {text}")
 
 
 def main(argv=None) -> int:
@@ -199,28 +209,30 @@ def main(argv=None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--rows", type=int, default=4_000_000)
     p.add_argument("--repeats", type=int, default=15)
-    p.add_argument("--calls", type=int, default=7, help="one calls timed (median)")
+    p.add_argument("--calls", type=int, default=5, help="one calls timed (median)")
+    p.add_argument("--stage-repeats", type=int, default=5, help="drained set-ups for the stage split (0: none)")
     p.add_argument("--baseline", default=None, help="a tree holding clgrid/ to measure too, e.g. .ab0")
     p.add_argument("--json", default=None)
-    p.add_argument("--one-tree", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--one-tree", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one_tree:
         sys.path.insert(0, str(HERE))
-        print("RESULT " + json.dumps(measure(a)))
+        Path(a.one_tree).write_text(json.dumps(measure(a)))
         return 0
-    trees = [("this tree", str(HERE.parent))] + ([("baseline", str(Path(a.baseline).resolve()))] if a.baseline else [])
+    # the baseline first (shorter: it has no device uvw), then this tree
+    trees = ([("baseline", str(Path(a.baseline).resolve()))] if a.baseline else []) + [("this tree", str(HERE.parent))]
     results = {}
     for name, tree in trees:
+        print(f"=== {name}: {tree}", flush=True)
         env = dict(os.environ, PYTHONPATH=tree + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        args = [sys.executable, __file__, "--one-tree", "--rows", str(a.rows), "--repeats", str(a.repeats),
-                "--calls", str(a.calls)] + (["--device", a.device] if a.device else [])
-        run = subprocess.run(args, env=env, capture_output=True, text=True)
-        lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-        if run.returncode or not lines:
-            print(f"== {name} ({tree}) failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+        target = Path(tempfile.mkdtemp()) / "result.json"
+        args = [sys.executable, __file__, "--one-tree", str(target), "--rows", str(a.rows), "--repeats",
+                str(a.repeats), "--calls", str(a.calls), "--stage-repeats", str(a.stage_repeats)] + \
+            (["--device", a.device] if a.device else [])
+        if subprocess.run(args, env=env).returncode or not target.is_file():
+            print(f"=== {name} failed", flush=True)
             continue
-        results[name] = json.loads(lines[-1][len("RESULT "):])
-        show(name, results[name], a.repeats)
+        results[name] = json.loads(target.read_text())
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     return 0
