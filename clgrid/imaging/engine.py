@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyopencl as cl
 
-from ..device.codegen import build_program, launch, render
+from ..device.codegen import build_program, kernel as codegen_kernel, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
@@ -284,9 +284,7 @@ class ImagingEngine:
         source = render("wgrid_planes.cl", double=self.precision == "double", use_w=g.do_wgridding,
                         phase_double=phase_double)
         program = build_program(ctx, source)
-        self._accumulate = cl.Kernel(program, "accumulate")
-        self._finish = cl.Kernel(program, "finish")
-        self._load_plane = cl.Kernel(program, "load_plane")
+        self._planes_program = program        # its kernels: _accumulate, _finish, _load_plane
 
         def copy(a, dtype):
             return read_only_buffer(ctx, np.asarray(a, dtype))
@@ -305,14 +303,21 @@ class ImagingEngine:
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._npix_bytes = npix_bytes
 
+    # The engine's own kernels, one object per calling thread (codegen.kernel), kept across
+    # operators: a new pyopencl Kernel per set-up reads its invoker from pyopencl's on-disk cache.
+    _gather = property(lambda self: codegen_kernel(self._values_program, "gather_vis"))
+    _scatter = property(lambda self: codegen_kernel(self._values_program, "scatter_vis"))
+    _accumulate = property(lambda self: codegen_kernel(self._planes_program, "accumulate"))
+    _finish = property(lambda self: codegen_kernel(self._planes_program, "finish"))
+    _load_plane = property(lambda self: codegen_kernel(self._planes_program, "load_plane"))
+
     def _setup_data(self, program):
         """The kernels that pick the kept values in plan order (weighted, conjugated where the
         point moved, phase-shifted) and put them back, and their tally."""
         ctx, mf = self.queue.context, cl.mem_flags
         self._tally = cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
         self._no_phase = cl.Buffer(ctx, mf.READ_ONLY, np.dtype(self.complex).itemsize)
-        self._gather = cl.Kernel(program, "gather_vis")
-        self._scatter = cl.Kernel(program, "scatter_vis")
+        self._values_program = program        # its kernels: _gather, _scatter
 
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:

@@ -89,7 +89,7 @@ class BinsGridding(StackedStrategy):
         reach = k.width if k.use_w else 1
         pieces = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         first_job = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
-        program_kernel = self.program
+        program_kernel = self.set_up_kernel
         launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(k.num_planes),
                np.int32(reach), pieces)
         scan = ExclusiveScan.of(self.queue)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 
+from ..device.codegen import kernel as codegen_kernel
+from ..errors import KernelBuildError
 from ..sources.analytic import StackedKernel
 from ..planning.stacking import PlaneOrder, PointPlan, arrange
 from .base import Strategy
@@ -103,6 +105,19 @@ class StackedStrategy(Strategy):
 
     def program(self, name: str):
         return self.kernel(name, 1)
+
+    def set_up_kernel(self, name: str):
+        """Kernel ``name`` for a launch enqueued now, in the calling thread (the tables
+        `add_tables` makes): one object per thread and program, kept across operators
+        (`clgrid.device.codegen.kernel`; a new pyopencl Kernel reads its invoker from
+        pyopencl's on-disk cache, a visible part of a set-up).  A program from a binary, or
+        one whose build fails (the atomic path's fallback), goes through `program`."""
+        if not self.binary:
+            try:
+                return codegen_kernel(self._build(1), name)
+            except KernelBuildError:
+                pass
+        return self.program(name)
 
 
 def check_plane(plane: int, kernels: StackedKernel) -> int:
