@@ -114,7 +114,9 @@ class StackedStrategy(Strategy):
         one whose build fails (the atomic path's fallback), goes through `program`."""
         if not self.binary:
             try:
-                return codegen_kernel(self._build(1), name)
+                if getattr(self, "_set_up_program", None) is None:
+                    self._set_up_program = self._build(1)
+                return codegen_kernel(self._set_up_program, name)
             except KernelBuildError:
                 pass
         return self.program(name)
