@@ -17,7 +17,7 @@ from . import bench
 from . import compare
 from ..device.binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
 from ..sources.tables import KernelStack, quarter_size
-from ..device.runtime import device_facts, devices, get_queue, select_device
+from ..device.runtime import device_facts, devices, get_queue, open_only_drivers_for, select_device
 from ..device.tuning import format_entry, matching_entries
 from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING
 from ..sources.accuracy import choose_kernel
@@ -537,6 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
+    if argv is None and args.command == "image" and args.device:
+        # run as the program, one device for the whole process: the OpenCL drivers that cannot
+        # give it are not opened (their memory: docs/benchmarks/imaging.md)
+        open_only_drivers_for(args.device)
     if getattr(args, "method", None) is None and args.command == "bench" and not args.compare:
         args.method = bench.benchmark_methods()
     if getattr(args, "precision", None) is None and args.command == "bench":
