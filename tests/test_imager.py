@@ -13,7 +13,7 @@ import socket
 import numpy as np
 import pytest
 
-from conftest import optional
+from conftest import optional, poisoned_buffers
 
 optional("casacore.tables", "ms")
 fits = optional("astropy.io.fits", "ms")
@@ -256,24 +256,6 @@ def meerkat_tracks(rng, ntime=24, nchan=6):
     far = np.sqrt((uvw ** 2).sum(axis=1)) > np.quantile(np.sqrt((uvw ** 2).sum(axis=1)), 0.99)
     uvw[far, :2] *= 3
     return uvw, freqs, weights.astype(np.float32)
-
-
-def poisoned_buffers(monkeypatch):
-    """Every OpenCL buffer made from here on (the device weights' density, imaging grid,
-    partial sums, uploads) starts as bytes 0xFF: NaN as floats, -1 as integers, so a
-    missed zeroing or write shows."""
-    import pyopencl as cl
-
-    made = cl.Buffer
-
-    def poisoned(context, flags, size=0, hostbuf=None):
-        buffer = made(context, flags, size, hostbuf) if hostbuf is not None else made(context, flags, size)
-        if hostbuf is None:
-            queue = cl.CommandQueue(context)
-            cl.enqueue_fill_buffer(queue, buffer, np.array([255], np.uint8), 0, buffer.size).wait()
-        return buffer
-
-    monkeypatch.setattr(cl, "Buffer", poisoned)
 
 
 @pytest.mark.parametrize("mode, robust, padding, super_weight, rank, mf", [
