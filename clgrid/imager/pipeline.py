@@ -2,15 +2,18 @@
 
 The steps, each printed as it is taken:
 
-1. Check the arguments and the output paths (`argument_errors`), open the MS and check it
-   can give what is asked (column, polarisations, channels): every error is raised here,
-   before the data are read.
-2. Read the MS once, a block of rows at a time (`clgrid.imager.ms`), forming each
-   polarisation asked for (`clgrid.imager.correlations`), with a progress bar.
+1. Check the arguments and the output paths (`argument_errors`), open the MSs and check
+   they can give what is asked (column, polarisations, channels, one phase centre): every
+   error is raised here, before the data are read.
+2. Read each spectral window of each MS once, a block of rows at a time
+   (`clgrid.imager.ms`), forming each polarisation asked for
+   (`clgrid.imager.correlations`), with a progress bar; `--channels-out` divides the
+   windows' channels as WSClean does (`clgrid.imager.ms.output_channels`).
 3. Choose the pixel and image size from the data where not given (`clgrid.imager.defaults`).
 4. For each output channel (``--channels-out``): the imaging weights
    (`clgrid.imager.weighting`, from the first polarisation's visibility weights, as
-   WSClean), one `clgrid.WGridder` for the channel's points (planned once), then the PSF
+   WSClean; one grid over every window in the channel), one `clgrid.WGridder` per window
+   for the channel's points (planned once; the windows' images added), then the PSF
    (with ``--make-psf``) and each polarisation's image from it.  An image is divided by
    its sum of weights; with a PSF, the PSF is scaled to 1 at its centre and the images by
    the same factor (WSClean does both); the beam is fitted to the PSF (`clgrid.imager.beam`).
