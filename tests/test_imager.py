@@ -671,3 +671,30 @@ def test_as_close_to_wsclean_default_gridder_as_its_own_w_gridder(observation, t
     stack, w_gridder, ours = (image_of(tmp_path / f"{n}-dirty.fits")[0] for n in ("stack", "wg", "cl"))
     theirs = np.abs(w_gridder - stack).max()
     assert np.abs(ours - stack).max() <= 1.01 * theirs + 1e-5 * np.abs(stack).max()
+
+
+@pytest.mark.parametrize("pols", ["I", "XX", "IQUV", "yy"])
+def test_whole_cells_and_strided_slices_read_the_same(observation, tmp_path, monkeypatch, pols):
+    """`MeasurementSet.read` reads whole cells where they hold at most twice the correlations
+    needed (faster in casacore) and strided slices otherwise: the same visibilities, weights
+    and counts, with WEIGHT_SPECTRUM (the fixture's: random, 5% flags, autocorrelations) and
+    with WEIGHT alone, in blocks that do not divide the rows."""
+    from clgrid.imager import ms as reading
+
+    plain = simulate.write_ms(str(tmp_path / "weight.ms"), observation["linear"].sources, stations=10, ntime=5,
+                              nchan=3, freq=(70e6, 80e6), weights="random", flag_fraction=0.1)
+    for path in (observation["linear"].path, observation["circular"].path, plain.path):
+        with reading.open_ms(path) as ms:
+            if not all(p in ms.correlations for p in parse_polarizations(pols) if len(p) == 2):
+                continue
+            groups = reading.channel_groups(ms.freqs, 2 if ms.freqs.size > 2 else 1)
+            got = {}
+            for factor in (2, 0):
+                monkeypatch.setattr(reading, "WHOLE_CELLS_UP_TO", factor)
+                got[factor] = ms.read(parse_polarizations(pols), groups, block_rows=37)
+        a, b = got[2], got[0]
+        assert np.array_equal(a.uvw, b.uvw) and a.counts == b.counts and a.time_range == b.time_range
+        for p in a.vis:
+            for g in range(len(groups)):
+                assert np.array_equal(a.vis[p][g], b.vis[p][g]) and np.array_equal(a.wgt[p][g], b.wgt[p][g])
+                assert np.count_nonzero(a.wgt[p][g]) > 0

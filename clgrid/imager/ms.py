@@ -39,6 +39,10 @@ _REQUIRED_COLUMNS = ("UVW", "ANTENNA1", "ANTENNA2", "FLAG", "TIME")
 _REQUIRED_TABLES = ("SPECTRAL_WINDOW", "POLARIZATION", "DATA_DESCRIPTION", "FIELD")
 # about this many samples (row x channel x correlation) read at a time
 _BLOCK_SAMPLES = 1 << 20
+# whole cells (every correlation) are read where they hold at most this many times the
+# correlations needed: casacore copies a strided slice several times slower than a whole
+# cell (docs/benchmarks/imaging.md, "Reading the MS"); 0 reads slices always
+WHOLE_CELLS_UP_TO = 2
 
 
 class MSError(ValueError):
@@ -317,6 +321,10 @@ class MeasurementSet:
         step = (needed[1] - needed[0]) if len(needed) > 1 else 1
         if any(b - a != step for a, b in zip(needed, needed[1:])):
             step = 1                                  # not evenly spaced: read the whole range
+        ncorr_all = len(self.bands[band].correlations)
+        whole = ncorr_all <= WHOLE_CELLS_UP_TO * len(range(lo, hi + 1, step))
+        if whole:
+            lo, hi, step = 0, ncorr_all - 1, 1
         picked = list(range(lo, hi + 1, step))
         local = {p: Recipe(r.polarization, tuple(picked.index(i) for i in r.indices), r.coefficients)
                  for p, r in recipes.items()}
@@ -339,12 +347,17 @@ class MeasurementSet:
         for index, start in enumerate(range(0, nrow, block_rows)):
             n = min(block_rows, nrow - start)
             b = buffers[index % 2]
-            main.getcolslicenp(self.data_column, b.data[:n], blc, trc, inc, start, n)
-            main.getcolslicenp("FLAG", b.flags[:n], blc, trc, inc, start, n)
-            if spectrum:
-                main.getcolslicenp("WEIGHT_SPECTRUM", b.weights[:n], blc, trc, inc, start, n)
+            if whole:
+                main.getcolnp(self.data_column, b.data[:n], start, n)
+                main.getcolnp("FLAG", b.flags[:n], start, n)
+                main.getcolnp(self.weight_column, b.weights[:n], start, n)
             else:
-                main.getcolslicenp("WEIGHT", b.weights[:n], [lo], [hi], [step], start, n)
+                main.getcolslicenp(self.data_column, b.data[:n], blc, trc, inc, start, n)
+                main.getcolslicenp("FLAG", b.flags[:n], blc, trc, inc, start, n)
+                if spectrum:
+                    main.getcolslicenp("WEIGHT_SPECTRUM", b.weights[:n], blc, trc, inc, start, n)
+                else:
+                    main.getcolslicenp("WEIGHT", b.weights[:n], [lo], [hi], [step], start, n)
             main.getcolnp("UVW", uvw[start:start + n], start, n)
             main.getcolnp("ANTENNA1", b.ant1[:n], start, n)
             main.getcolnp("ANTENNA2", b.ant2[:n], start, n)
