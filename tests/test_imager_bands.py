@@ -181,4 +181,10 @@ def test_mss_that_cannot_be_combined_are_refused_by_name_before_reading(bands, t
                    "--quiet") == 2
     assert "--channels-out must be between 1 and the distinct channels of all spectral windows: 6" in \
         capsys.readouterr().err
+    # a polarisation one of them cannot form
+    circular = simulate.write_ms(str(tmp_path / "circular.ms"), [simulate.PointSource(0.0, 0.0, 1.0)], stations=12,
+                                 ntime=6, nchan=3, freq=BANDS["high"], hours=4, correlations="circular")
+    assert run_cli(low, circular.path, "-o", tmp_path / "x", "--size", NX, NY, "--scale", SCALE, "--pol", "XX",
+                   "--quiet") == 2
+    assert f"clgrid image: {circular.path}: " in capsys.readouterr().err
     assert not list(tmp_path.glob("x*"))

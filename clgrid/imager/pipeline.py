@@ -246,7 +246,7 @@ def _same_phase_centre(opened) -> None:
 
 def _read(options, pols, say, quiet):
     """Steps 1 and 2: open the MSs (every error here), read each band of each once."""
-    from .ms import open_ms, output_channels
+    from .ms import MSError, open_ms, output_channels
 
     opened = []
     try:
@@ -254,7 +254,14 @@ def _read(options, pols, say, quiet):
             opened.append(open_ms(path, options.data_column, options.field_id))
         _same_phase_centre(opened)
         bands = [(ms, b) for ms in opened for b in range(len(ms.bands))]
-        recipes = [ms.recipes(pols, b) for ms, b in bands]       # an MS that cannot form a pol: refused now
+        recipes = []
+        for ms, b in bands:                           # an MS that cannot form a pol: refused now, by name
+            try:
+                recipes.append(ms.recipes(pols, b))
+            except MSError as exc:
+                if len(opened) == 1 or str(exc).startswith(ms.path):
+                    raise
+                raise MSError(f"{ms.path}: {exc}") from None
         outputs = output_channels([(ms.bands[b].freqs, ms.bands[b].widths) for ms, b in bands],
                                   options.channels_out)
         for ms in opened:
