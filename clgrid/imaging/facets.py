@@ -307,7 +307,8 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
     geometries = [whole] if layout is None else layout[1]
     each_epsilon = k["epsilon"] if layout is None else facet_epsilon(k["epsilon"], len(layout[0]), k["precision"])
     check_host_memory(k["npix_x"], k["npix_y"], k["precision"], num_samples, geometries,
-                      limits.shares_host_memory, layout is not None, epsilon=each_epsilon)
+                      limits.shares_host_memory, layout is not None, epsilon=each_epsilon,
+                      device_memory=limits.global_memory)
     if layout is None:
         return None
     facet_list, geometries = layout
