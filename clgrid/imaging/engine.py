@@ -80,6 +80,11 @@ def _route_tuning(tuning, facts) -> tuple:
 SPARSE_SHARE = 0.5
 
 
+def _size(nbytes: int) -> str:
+    """Bytes in GiB, or MiB below a tenth of one."""
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2 ** 30 / 10 else f"{nbytes / 2**20:.1f} MiB"
+
+
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
     """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
     rows = max(1, samples // max(nchan, 1))
@@ -170,8 +175,12 @@ class ImagingEngine:
         self._part_samples = wparams["part_samples"] or self._samples_per_part()
         self._check_fits()
         self.streamed, self._stream = None, None
-        if self.device_bytes() > facts.global_memory * DEVICE_SHARE:
-            self._setup_stream(uvw, scale, keep, signs, deterministic)
+        limit = facts.global_memory * DEVICE_SHARE
+        if self.device_bytes() > limit:
+            # smaller parts first (a smaller set-up beside the points kept), else streamed
+            every, self._part_samples = self.device_bytes(), self._stream_part_samples()
+            if self.device_bytes() > limit:
+                self._setup_stream(uvw, scale, keep, signs, deterministic, every)
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
         if self._stream is None:
             self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic)
@@ -230,7 +239,14 @@ class ImagingEngine:
                 f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
 
     # -- points beyond the device: streamed through it, slab by slab of w-planes ---------
-    def _setup_stream(self, uvw, scale, keep, signs, deterministic) -> None:
+    def _stream_part_samples(self) -> int:
+        """Samples of a part whose set-up takes at most a quarter of the device's share."""
+        per_sample = stream_sample_bytes(self.precision, self.geometry.kernel.support, self.spread_mode,
+                                         self._float_values)
+        quarter = int(self.facts.global_memory * DEVICE_SHARE) // 4
+        return int(min(self._part_samples, max(self.nchan, quarter // per_sample)))
+
+    def _setup_stream(self, uvw, scale, keep, signs, deterministic, every: int) -> None:
         """Points that do not fit the device at once (`device_bytes` beyond `DEVICE_SHARE` of
         it): a schedule of slabs of w-planes (`clgrid.imaging.stream`), each slab's points
         planned when a call reaches it and released after it, re-planned every call; said
@@ -238,17 +254,14 @@ class ImagingEngine:
         and one part's set-up alone do not fit."""
         facts, g = self.facts, self.geometry
         limit = int(facts.global_memory * DEVICE_SHARE)
-        spread, taps = self.spread_mode, bool(getattr(self.spreader, "tap_single", False))
+        spread, taps = self.spread_mode, self._float_values
         device_fft = self.fft_mode == "vkfft"
 
         def model(part):
             return engine_stream_bytes(g, self.precision, part, -(-self.nrow * self.nchan // part), spread, taps,
                                        device_fft)
 
-        every = self.device_bytes()
-        # parts small enough that one part's set-up takes at most a quarter of the device
-        per_sample = stream_sample_bytes(self.precision, g.kernel.support, spread, taps)
-        part = int(min(self._part_samples, max(self.nchan, (limit // 4) // per_sample)))
+        part = self._part_samples
         fixed, point = model(part)
         capacity = (limit - fixed) // point
         if capacity < 1:
@@ -269,10 +282,10 @@ class ImagingEngine:
         most = max(min(slab.points, capacity) for slab in slabs)
         groups = sum(len(slab.groups) for slab in slabs)
         self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True,
-                                        device_bytes=fixed + most * point, capacity=int(capacity))
+                                        device_bytes=fixed + most * point, capacity=int(capacity), every_point=every)
         warnings.warn(
-            f"clgrid: {self.nrow * self.nchan} samples' points need about {every / 2**30:.2f} GiB on the "
-            f"device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: they are streamed through it in "
+            f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
+            f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
             f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",
             StreamedWarning, stacklevel=4)
 
