@@ -39,12 +39,12 @@ from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision, read_only_buffer
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
-from .geometry import ImageGeometry
+from .geometry import GRID_CELL_LIMIT, ImageGeometry
 from .pixels import PixelModel, pixel_blocks
 from .regions import plane_regions
-from .stream import stream_schedule
+from .stream import KEY_LIMIT, max_slab_planes, slab_geometry, stream_schedule
 
-__all__ = ["ImagingEngine", "SPREADS"]
+__all__ = ["ImagingEngine", "SPREADS", "check_grid"]
 
 SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
 # the share of a device's global memory an engine's buffers may take; beyond it, its points
@@ -83,6 +83,22 @@ SPARSE_SHARE = 0.5
 def _size(nbytes: int) -> str:
     """Bytes in GiB, or MiB below a tenth of one."""
     return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2 ** 30 / 10 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def check_grid(geometry: ImageGeometry, complex_dtype, facts) -> None:
+    """Refuse, naming the sizes, a padded grid beyond one buffer of the device (``facts``:
+    `clgrid.device.runtime.device_facts`) or with more cells than the kernels' 32-bit cell
+    indices count (`GRID_CELL_LIMIT`)."""
+    g, itemsize = geometry, np.dtype(complex_dtype).itemsize
+    if g.nu * g.nv > GRID_CELL_LIMIT:
+        raise DeviceCapabilityError(
+            f"the padded grid of {g.nu}x{g.nv} has {g.nu * g.nv} cells; the kernels index at most "
+            f"{GRID_CELL_LIMIT} (32-bit): image in facets")
+    if g.nu * g.nv * itemsize > facts.max_allocation:
+        raise DeviceCapabilityError(
+            f"the padded grid of {g.nu}x{g.nv} {np.dtype(complex_dtype).name} needs "
+            f"{g.nu * g.nv * itemsize / 2**30:.2f} GiB in one buffer; {facts.name} allows "
+            f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
 
 
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
@@ -174,6 +190,7 @@ class ImagingEngine:
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
         self._part_samples = wparams["part_samples"] or self._samples_per_part()
         self._check_fits()
+        self._max_planes = max_slab_planes(g, self.layout.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
         self.streamed, self._stream = None, None
         limit = facts.global_memory * DEVICE_SHARE
         if self.device_bytes() > limit:
@@ -182,9 +199,12 @@ class ImagingEngine:
             if self.device_bytes() > limit:
                 self._setup_stream(uvw, scale, keep, signs, deterministic, every)
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
-        if self._stream is None:
-            self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic)
-                           for rows in _row_parts(self.nrow, self.nchan, self._part_samples)]
+        if self._stream is None:      # (a stack of more sort keys than 32 bits count: arranged in slabs)
+            slabs = [self.planes] if self._max_planes is None else \
+                [range(lo, min(lo + self._max_planes, self.planes.stop))
+                 for lo in range(self.planes.start, self.planes.stop, self._max_planes)]
+            self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic, planes)
+                           for planes in slabs for rows in _row_parts(self.nrow, self.nchan, self._part_samples)]
             held = max(part.held for part in self._parts)
         else:
             self._parts, held = [], max(1, self._part_samples // max(self.nchan, 1)) * self.nchan
@@ -231,12 +251,7 @@ class ImagingEngine:
 
     def _check_fits(self) -> None:
         """Refuse, naming the sizes, a grid the device cannot hold in one buffer."""
-        facts, g = self.facts, self.geometry
-        if self._grid_bytes > facts.max_allocation:
-            raise DeviceCapabilityError(
-                f"the padded grid of {g.nu}x{g.nv} {np.dtype(self.complex).name} needs "
-                f"{self._grid_bytes / 2**30:.2f} GiB in one buffer; {facts.name} allows "
-                f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
+        check_grid(self.geometry, self.complex, self.facts)
 
     # -- points beyond the device: streamed through it, slab by slab of w-planes ---------
     def _stream_part_samples(self) -> int:
@@ -269,7 +284,8 @@ class ImagingEngine:
                 f"the {g.nu}x{g.nv} grid and one part of {part} samples' set-up need about {fixed / 2**30:.2f} GiB "
                 f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: image in facets or "
                 f"in single precision")
-        slabs, touch, kept = stream_schedule(uvw, scale, keep, g, self.planes, capacity, self._workers)
+        slabs, touch, kept = stream_schedule(uvw, scale, keep, g, self.planes, capacity, self._workers,
+                                             self._max_planes)
         self._part_samples = part
         self._stream = slabs
         self._sources = (uvw, scale, keep, signs, deterministic)
@@ -291,11 +307,15 @@ class ImagingEngine:
 
     def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None) -> SimpleNamespace:
         """The points of ``rows`` with a tap on ``planes`` (None: the engine's): planned,
-        arranged for the spread, with their buffers."""
-        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+        arranged for the spread, with their buffers.  Where ``planes`` are fewer than the
+        stack, in the slab's own geometry (`clgrid.imaging.stream.slab_geometry`): the part's
+        planes count from its ``base``."""
+        ctx, mf = self.queue.context, cl.mem_flags
+        planes = self.planes if planes is None else planes
+        g, base = slab_geometry(self.geometry, planes)
         plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
                             fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
-                            on_host=deterministic, planes=self.planes if planes is None else planes)
+                            on_host=deterministic, planes=range(planes.start - base, planes.stop - base))
         nsample = (rows.stop - rows.start) * self.nchan
         # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
         # picks theirs, in plan order, instead of sending every sample each call
@@ -312,7 +332,7 @@ class ImagingEngine:
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
         return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
-                               values=self.spreader.with_values(points, values))
+                               values=self.spreader.with_values(points, values), planes=planes, base=base)
 
     @property
     def plans(self) -> list:
@@ -335,7 +355,8 @@ class ImagingEngine:
         """Whether any point has a tap on ``plane``."""
         if self._stream is not None:
             return bool(self._touch[plane])
-        return any(self.spreader.active(part.points, plane)[1] for part in self._parts)
+        return any(self.spreader.active(part.points, plane - part.base)[1] for part in self._parts
+                   if plane in part.planes)
 
     # a streaming engine's call: which slab's group of points is on the device
     def _stream_begin(self, direction: str, vis, wgt, out) -> None:
@@ -483,7 +504,8 @@ class ImagingEngine:
             if at is not None:
                 self._stream_enter(*at)
             for part in self._parts:
-                events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane)
+                if plane in part.planes:
+                    events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane - part.base)
         return events[-1] if events else None
 
     def stage_seconds(self, direction: str) -> float:
@@ -493,10 +515,12 @@ class ImagingEngine:
         with self._lock:
             for plane in self.planes:
                 for part in self._parts:
+                    if plane not in part.planes:
+                        continue
                     if direction == "grid":
-                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane)
+                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane - part.base)
                     else:
-                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane)
+                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane - part.base)
             cl.wait_for_events(events)
         return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
 
@@ -507,7 +531,8 @@ class ImagingEngine:
             if at is not None:
                 self._stream_enter(*at)
             for part in self._parts:
-                events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane)
+                if plane in part.planes:
+                    events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane - part.base)
         return events[-1] if events else None
 
     def _check_values(self, name, a, shape, complex_ok: bool = False):
@@ -788,9 +813,11 @@ class ImagingEngine:
                 self._dirty2vis_device(dirty)
             else:
                 self._dirty2vis_host(dirty)
-            if self._stream is None:
+            if self._stream is None:      # (slabs of a large key space: a sample's share in each, added)
                 fill_zeros(self.queue, self._values_tally, 12, np.int32)
-                self._scatter_parts(out, wgt, add=False)
+                if self._max_planes is not None:
+                    out[...] = 0
+                self._scatter_parts(out, wgt, add=self._max_planes is not None)
             else:
                 self._stream_leave()
         finally:
