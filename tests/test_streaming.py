@@ -182,3 +182,23 @@ def test_visibilities_beyond_one_pocl_buffer_and_the_device_are_streamed(rng):
     assert got["streamed"] and got["warned"] and "streamed through it" in got["warned"][0]
     assert got["peak"] <= got["global_memory"] * 0.9
     assert got["image_error"] <= 1e-5 and got["vis_error"] <= 1e-5
+
+
+def test_no_buffer_passes_the_largest_the_device_allows(rng, monkeypatch):
+    """A 1 MiB largest buffer and epsilon 1e-12 in double: the "rows" spread keeps 2 W = 32
+    doubles a point, so its parts are cut by those, not by the plan's 16 bytes a sample."""
+    uvw, freq, vis, wgt, mask = many_channels(rng, nrow=1500)
+    largest = 1 << 20
+    real = engine_module.device_facts
+    monkeypatch.setattr(engine_module, "device_facts",
+                        lambda device: dataclasses.replace(real(device), max_allocation=largest))
+    live = BufferTracker().install(monkeypatch)
+    sizes, made = [], live._made
+    monkeypatch.setattr(live, "_made", lambda key, size: (sizes.append(size), made(key, size)))
+    args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-12, do_wgridding=True, **IMAGE)
+    op = clgrid.WGridder(device=DEVICE, tuning={"spread": "rows"}, **args)
+    assert op.engine.geometry.kernel.support >= 12 and len(op.plans) > 1
+    image = op.vis2dirty(vis, wgt)
+    assert max(sizes) <= largest, max(sizes)
+    ducc = {k: v for k, v in args.items() if k != "epsilon"}
+    assert relative_error(image, ducc0_wgridder.vis2dirty(vis=vis, wgt=wgt, epsilon=1e-12, **ducc)) <= 1e-11

@@ -228,11 +228,15 @@ class ImagingEngine:
     # -- the points, in parts of rows that each fit the device's buffers -------------------
     def _samples_per_part(self) -> int:
         """(row, channel) samples a part may hold: within the largest buffer (a part's
-        largest array takes 4 reals or 16 bytes a sample) and, on a CPU device (its buffers
+        largest array takes 4 reals or 16 bytes a sample, the "rows" spread's kernel values
+        2 W values a point) and, on a CPU device (its buffers
         are host memory), at most `HOST_PART_SAMPLES`, so that planning and arranging a
         part (the plan in the caller's order beside its arrangement) stays small beside
         the points the engine keeps."""
         largest = max(16, 4 * np.dtype(self.real).itemsize)
+        if self.spread_mode == "rows":          # its kernel values: 2 W a point (rows_stacked.settle)
+            tap = 4 if self._float_values or self.precision == "single" else 8
+            largest = max(largest, 2 * self.geometry.kernel.support * tap)
         samples = max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
         if "CPU" in self.facts.type:
             samples = min(samples, HOST_PART_SAMPLES)
