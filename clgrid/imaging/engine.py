@@ -311,12 +311,14 @@ class ImagingEngine:
 
     def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None) -> SimpleNamespace:
         """The points of ``rows`` with a tap on ``planes`` (None: the engine's): planned,
-        arranged for the spread, with their buffers.  Where ``planes`` are fewer than the
-        stack, in the slab's own geometry (`clgrid.imaging.stream.slab_geometry`): the part's
-        planes count from its ``base``."""
+        arranged for the spread, with their buffers.  Where the stack's sort keys pass 32
+        bits (``_max_planes``), in the slab's own geometry
+        (`clgrid.imaging.stream.slab_geometry`): the part's planes count from its ``base``."""
         ctx, mf = self.queue.context, cl.mem_flags
         planes = self.planes if planes is None else planes
-        g, base = slab_geometry(self.geometry, planes)
+        # a slab's own geometry only where the stack's keys need it: otherwise the whole
+        # stack's, whose plane positions are the schedule's to the bit (split.first_planes)
+        g, base = slab_geometry(self.geometry, planes) if self._max_planes is not None else (self.geometry, 0)
         plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
                             fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
                             on_host=deterministic, planes=range(planes.start - base, planes.stop - base))
