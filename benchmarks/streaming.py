@@ -87,7 +87,8 @@ def main(argv=None):
     res = dict(npix=a.npix, num_vis=a.num_vis, freq=a.freq, epsilon=a.epsilon, single=a.single,
                nthreads=a.nthreads, device=kept.engine.facts.name, share=a.share, grid=[g.nu, g.nv],
                planes=g.num_planes, support=g.kernel.support, kept_bytes=kept.engine.device_bytes(),
-               streamed=vars(s), row_parts=parts, kept_setup_s=float(np.median(setup)), date=time.strftime("%Y-%m-%d %H:%M:%S"))
+               streamed=vars(s), row_parts=parts, kept_setup_s=float(np.median(setup)),
+               date=time.strftime("%Y-%m-%d %H:%M:%S"))
     kw = dict(uvw=uvw, freq=freq, pixsize_x=pix, pixsize_y=pix, epsilon=a.epsilon, do_wgridding=True,
               nthreads=a.nthreads)
     runs = {"kept_vis2dirty": lambda: kept.vis2dirty(vis), "kept_dirty2vis": lambda: kept.dirty2vis(dirty),

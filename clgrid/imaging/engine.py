@@ -307,7 +307,7 @@ class ImagingEngine:
             f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
             f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
             f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",
-            StreamedWarning, stacklevel=4)
+            StreamedWarning, stacklevel=5)        # the WGridder call
 
     def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None) -> SimpleNamespace:
         """The points of ``rows`` with a tap on ``planes`` (None: the engine's): planned,

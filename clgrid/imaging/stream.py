@@ -2,7 +2,9 @@
 (`stream_schedule`): the w-planes cut into slabs, in order, each slab's points planned
 when the plane loop reaches it and released after it; a plane whose own points do not
 fit is taken in groups of rows, one after the other onto the same grid before its FFT.
-Why this order (and not parts of rows, each with every plane's FFT): docs/design/streaming.md.
+And the slabs a stack of w-planes is arranged in where its sort keys pass 32 bits
+(`max_slab_planes`, `slab_geometry`).  Why this order (and not parts of rows, each with
+every plane's FFT), and the 32-bit indices: docs/design/streaming.md.
 """
 
 from __future__ import annotations
@@ -80,11 +82,12 @@ def plane_touch_counts(counts: np.ndarray, support: int) -> np.ndarray:
 
 def stream_schedule(uvw, scale, keep, geometry: ImageGeometry, planes: range, capacity: int,
                     workers: int = 1, max_planes: int | None = None) -> tuple:
-    """``(slabs, touch, kept)``: the `StreamSlab` s that cover ``planes`` in order, each as many
-    planes as hold at most ``capacity`` points (kept samples with a tap on the slab), and
+    """``(slabs, touch, kept)``: the `StreamSlab` s that cover ``planes`` in order, each of as
+    many planes as hold at most ``capacity`` points (kept samples with a tap on the slab);
     ``touch`` (num_planes,), the kept samples with a tap on each plane (where it is 0, the
-    plane has nothing to spread), and ``kept``, the kept samples with a tap on ``planes``.  A plane whose points do not fit is a slab of its own,
-    its rows cut into groups of at most ``capacity`` points (a group holds one row at least).
+    plane has nothing to spread); ``kept``, the kept samples with a tap on ``planes``.  A
+    plane whose points do not fit is a slab of its own, its rows cut into groups of at most
+    ``capacity`` points (a group holds one row at least).
     ``max_planes``: the most planes a slab may have (None: any; `max_slab_planes`).
     ``uvw``/``scale``/``keep``: as the planning's (the first planes are its arithmetic,
     `clgrid.imaging.split.first_planes`)."""
@@ -100,7 +103,8 @@ def stream_schedule(uvw, scale, keep, geometry: ImageGeometry, planes: range, ca
     slabs, lo, nrow = [], planes.start, uvw.shape[0]
     while lo < planes.stop:
         hi = lo + 1
-        while hi < planes.stop and points(lo, hi + 1) <= capacity and (max_planes is None or hi - lo < max_planes):
+        while hi < planes.stop and points(lo, hi + 1) <= capacity and \
+                (max_planes is None or hi - lo < max_planes):
             hi += 1
         n = points(lo, hi)
         groups = (slice(0, nrow),) if n <= capacity else _row_groups(first, lo, support, capacity)
