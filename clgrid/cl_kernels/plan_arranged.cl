@@ -51,10 +51,10 @@ __kernel void classify_keyed(__global const double *restrict uvw, __global const
                 double first_w;
                 const int2 c = first_taps(g, u, v, w, &frac, &first_w);
 {% if use_w %}
-                if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
+                if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
+                    s = ELSEWHERE;      /* first: a slab's geometry holds its own points only */
+                else if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
                     s = BEYOND_STACK;
-                else if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
-                    s = ELSEWHERE;
 {% endif %}
                 if (s == KEPT) {
                     k = key_of((int4)(c.x, c.y, 0, (int)first_w));

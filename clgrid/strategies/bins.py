@@ -82,7 +82,8 @@ class BinsGridding(StackedStrategy):
         once `PointPlan.wait_ready` (the copy back is not waited for here; the table is
         sized for the most pieces the points can make)."""
         k, bins = self.kernels, self.layout().keys_per_plane
-        n = k.num_planes * bins
+        num_planes = points.plane_start.size - 1       # the plan's stack (a slab's, where it has one)
+        n = num_planes * bins
         if n >= 2 ** 31 - 1:
             raise ValueError(f"{n} (plane, bin) pairs overflow 32-bit counts: use larger bins")
         context, mf = self.queue.context, cl.mem_flags
@@ -90,7 +91,7 @@ class BinsGridding(StackedStrategy):
         pieces = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         first_job = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         program_kernel = self.set_up_kernel
-        launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(k.num_planes),
+        launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(num_planes),
                np.int32(reach), pieces)
         scan = ExclusiveScan.of(self.queue)
         scan(pieces, first_job, n + 1)
@@ -99,8 +100,8 @@ class BinsGridding(StackedStrategy):
         most = reach * points.num_vis // self.tuning["bins_subproblem"] + min(n, reach * points.num_vis) + 1
         table = cl.Buffer(context, mf.READ_WRITE, 8 * most)
         launch(program_kernel("list_jobs"), self.queue, n, pieces, first_job, np.int32(n), table)
-        jobs = np.empty(k.num_planes + 1, np.int32)
-        points.extra["ready"] = scan.every_nth(first_job, bins, k.num_planes + 1, jobs)
+        jobs = np.empty(num_planes + 1, np.int32)
+        points.extra["ready"] = scan.every_nth(first_job, bins, num_planes + 1, jobs)
         points.extra.setdefault("after_ready", []).append(lambda: points.extra.update(jobs=jobs.tolist()))
         points.extra.update(subproblems=table)
         return points
