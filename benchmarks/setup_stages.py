@@ -146,11 +146,18 @@ def measure(a) -> dict:
     out["device"] = queue.device.name.strip()
     say(f"== {out['clgrid']} on {out['device']} ({a.rows} points made in {time.perf_counter() - began:.1f} s)")
     uvw_d = cla.to_device(queue, uvw)
+    try:                                   # a tree without device uvw: not tried (its numpy would read the
+        import clgrid.planning.device_points  # noqa: F401   array one element at a time: minutes)
+        kinds = (("device uvw", uvw_d), ("host uvw", uvw))
+    except ImportError:
+        kinds = (("host uvw", uvw),)
+        for label in ("2-D", "with w"):
+            out["setup"][f"{label}, device uvw"] = "n/a (this tree takes no device uvw)"
     times, depth = defaultdict(list), []
     cases = [("2-D", False, 7168), ("with w", True, 4096)]
     say(f"set-up, {a.rows} points (median of {a.repeats} after 2; min):")
     for label, w, npix in cases:
-        for where, points in (("host uvw", uvw), ("device uvw", uvw_d)):
+        for where, points in kinds:
             kw = dict(uvw=points, freq=freq, npix_x=npix, npix_y=npix, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4,
                       do_wgridding=w, precision="single", device=queue, nthreads=16)
             key = f"{label}, {where}"
@@ -171,11 +178,11 @@ def measure(a) -> dict:
     del op
     out["one call vis2dirty, host uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw, vis=vis, **kw), a.calls)
     say(f"  {'one call vis2dirty, host uvw':<32s} {_text(out['one call vis2dirty, host uvw'])}")
-    try:
+    if len(kinds) > 1:
         out["one call vis2dirty, device uvw"] = _median_ms(lambda: clgrid.vis2dirty(uvw=uvw_d, vis=vis, **kw),
                                                            a.calls)
-    except Exception as exc:
-        out["one call vis2dirty, device uvw"] = f"n/a ({type(exc).__name__})"
+    else:
+        out["one call vis2dirty, device uvw"] = "n/a (this tree takes no device uvw)"
     say(f"  {'one call vis2dirty, device uvw':<32s} {_text(out['one call vis2dirty, device uvw'])}"
         f"   [{time.perf_counter() - began:.0f} s]")
     if not a.stage_repeats:
@@ -183,11 +190,11 @@ def measure(a) -> dict:
     # the stages, drained (last: the wrappers stay)
     wrap_stages(queue, times, depth)
     for label, w, npix in cases:
-        for where, points in (("host uvw", uvw), ("device uvw", uvw_d)):
+        for where, points in kinds:
             kw = dict(uvw=points, freq=freq, npix_x=npix, npix_y=npix, pixsize_x=pix, pixsize_y=pix, epsilon=1e-4,
                       do_wgridding=w, precision="single", device=queue, nthreads=16)
             key = f"{label}, {where}"
-            if not isinstance(out["setup"][key], tuple):
+            if not isinstance(out["setup"][key], tuple) or (a.stage_cases and key not in a.stage_cases):
                 continue
             clgrid.WGridder(**kw).queue.finish()
             times.clear()
@@ -211,10 +218,13 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--calls", type=int, default=5, help="one calls timed (median)")
     p.add_argument("--stage-repeats", type=int, default=5, help="drained set-ups for the stage split (0: none)")
+    p.add_argument("--stage-cases", default="", help="the cases split into stages, separated by ';' "
+                   "(e.g. '2-D, device uvw'; default: all)")
     p.add_argument("--baseline", default=None, help="a tree holding clgrid/ to measure too, e.g. .ab0")
     p.add_argument("--json", default=None)
     p.add_argument("--one-tree", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    a.stage_cases = [c.strip() for c in a.stage_cases.split(";") if c.strip()]
     if a.one_tree:
         sys.path.insert(0, str(HERE))
         Path(a.one_tree).write_text(json.dumps(measure(a)))
@@ -227,7 +237,8 @@ def main(argv=None) -> int:
         env = dict(os.environ, PYTHONPATH=tree + os.pathsep + os.environ.get("PYTHONPATH", ""))
         target = Path(tempfile.mkdtemp()) / "result.json"
         args = [sys.executable, __file__, "--one-tree", str(target), "--rows", str(a.rows), "--repeats",
-                str(a.repeats), "--calls", str(a.calls), "--stage-repeats", str(a.stage_repeats)] + \
+                str(a.repeats), "--calls", str(a.calls), "--stage-repeats", str(a.stage_repeats),
+                "--stage-cases", ";".join(a.stage_cases)] + \
             (["--device", a.device] if a.device else [])
         if subprocess.run(args, env=env).returncode or not target.is_file():
             print(f"=== {name} failed", flush=True)
