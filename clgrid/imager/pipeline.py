@@ -58,7 +58,9 @@ class ImagingOptions:
     ``ms`` one path or a sequence of paths (imaged together, as WSClean images several
     MSs: one phase centre); ``scale`` in radians; ``size`` (nx, ny); ``polarizations`` as given to ``--pol``
     (``"I"``, ``"IQUV"``, ``"xx,yy"``) or a tuple of names; ``precision`` None picks single
-    precision for ``epsilon >= 1e-5``, else double."""
+    precision for ``epsilon >= 1e-5``, else double; ``readers`` the processes that read each
+    MS (``--parallel-reading``; None: `clgrid.imager.ms.reader_count` chooses, 1: this
+    process)."""
 
     ms: object
     name: str
@@ -83,6 +85,7 @@ class ImagingOptions:
     device: object = None
     weights_on: str = "auto"
     field_id: int = 0
+    readers: int | None = None
     overwrite: bool = False
     history: tuple = field(default_factory=tuple)
 
@@ -148,6 +151,8 @@ def argument_errors(options: ImagingOptions) -> list:
         errors.append(f"--super-weight must be a positive number, got {options.super_weight}")
     if options.rank_filter_size < 1:
         errors.append(f"--weighting-rank-filter-size must be >= 1, got {options.rank_filter_size}")
+    if options.readers is not None and options.readers < 1:
+        errors.append(f"--parallel-reading must be >= 1 (1: read in this process), got {options.readers}")
     if options.channels_out < 1:
         errors.append(f"--channels-out must be >= 1, got {options.channels_out}")
     if not (0 < options.epsilon < 1):
@@ -282,11 +287,14 @@ def _read(options, pols, say, quiet):
         started = time.perf_counter()
         parts = []
         counts = {"autocorrelation rows": 0, "flagged rows": 0}
+        readers_used = 1
         total = sum(ms.bands[b].nrow for ms, b in bands)
         with _progress(total, "reading", "row", quiet) as bar:
             for k, (ms, b) in enumerate(bands):
                 band = ms.bands[b]
-                data = ms.read(pols, [o.slices[k] for o in outputs], progress=bar.update, band=b)
+                data = ms.read(pols, [o.slices[k] for o in outputs], progress=bar.update, band=b,
+                               readers=options.readers)
+                readers_used = max(readers_used, data.readers)
                 label = ms.path + (f" spectral window {band.spectral_window}" if len(ms.bands) > 1 else "")
                 parts.append(_Part(label, data, band.freqs.copy(), band.widths.copy()))
                 for key in counts:
@@ -298,7 +306,8 @@ def _read(options, pols, say, quiet):
     finally:
         for ms in opened:
             ms.close()
-    say(f"  read in {time.perf_counter() - started:.2f} s; left out: {counts['autocorrelation rows']} "
+    by = f" by {readers_used} reader processes" if readers_used > 1 else ""
+    say(f"  read in {time.perf_counter() - started:.2f} s{by}; left out: {counts['autocorrelation rows']} "
         f"autocorrelation row(s), {counts['flagged rows']} flagged row(s) (FLAG_ROW)")
     return parts, outputs, meta
 
@@ -532,7 +541,18 @@ class _Imaging:
 def _warm_up(options, size) -> None:
     """Open the device and build the imaging programs on a few points while the MS is read
     (the first operator of a process spends most of a second there); the real operator then
-    finds them built.  Any error is left for the real operator to raise."""
+    finds them built.  Any error is left for the real operator to raise.  Then imports the
+    FITS writer (astropy.io.fits: some tenths of a second), which the run needs at its end."""
+    try:
+        _warm_device(options, size)
+    finally:
+        try:
+            from astropy.io import fits  # noqa: F401
+        except ImportError:
+            pass
+
+
+def _warm_device(options, size) -> None:
     from .. import WGridder
 
     try:
