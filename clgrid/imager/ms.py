@@ -171,7 +171,9 @@ class Visibilities:
     ``wgt[pol][g]`` float32, each (nrow, nchan of group g), the polarisation formed from the
     correlations (`clgrid.imager.correlations`) and its visibility weight (0: not used);
     ``groups`` the channel slices; ``time_range`` (first, last) TIME in MJD seconds;
-    ``counts`` what was left out and why; ``readers`` the processes that read them."""
+    ``counts`` what was left out and why; ``readers`` the processes that read them and
+    ``reader_peak`` the largest peak resident memory of one of them (bytes; 0 for this
+    process)."""
 
     uvw: np.ndarray
     vis: dict
@@ -180,6 +182,7 @@ class Visibilities:
     time_range: tuple
     counts: dict = field(default_factory=dict)
     readers: int = 1
+    reader_peak: int = 0
 
 
 class MeasurementSet:
@@ -381,9 +384,10 @@ class MeasurementSet:
         if readers > 1:
             from .parallel_reading import read_in_processes
 
-            uvw, vis, wgt, counts, first, last = read_in_processes(
+            uvw, vis, wgt, counts, first, last, reader_peak = read_in_processes(
                 self.path, self._band_queries[band], spec, nrow, list(recipes), readers, progress)
         else:
+            reader_peak = 0
             uvw = np.empty((nrow, 3), np.float64)
             vis = {p: [np.empty((nrow, g.stop - g.start), np.complex64) for g in groups] for p in recipes}
             wgt = {p: [np.empty((nrow, g.stop - g.start), np.float32) for g in groups] for p in recipes}
@@ -392,7 +396,7 @@ class MeasurementSet:
         counts = {"rows": nrow, **counts}
         if nrow == 0:
             first = last = float("nan")
-        return Visibilities(uvw, vis, wgt, list(groups), (first, last), counts, readers)
+        return Visibilities(uvw, vis, wgt, list(groups), (first, last), counts, readers, reader_peak)
 
     def close(self) -> None:
         for t in [self._main] + self._tables:

@@ -195,7 +195,7 @@ def worker_main() -> int:
     """A reader process: the job as JSON on stdin (``path``, ``queries``: TaQL conditions
     selecting the band's rows, ``spec``, ``start``, ``stop``, ``fd``, ``size``, ``layout``);
     writes its rows into the shared memory ``fd``, prints ``progress N`` after each block
-    and ``done {json}`` (counts, first and last TIME) at the end."""
+    and ``done {json}`` (counts, first and last TIME, its peak resident memory) at the end."""
     job = json.loads(sys.stdin.readline())
     from casacore.tables import table
 
@@ -214,7 +214,10 @@ def worker_main() -> int:
     counts, first, last = read_rows(rows, RowSpec.from_json(job["spec"]), job["start"], job["stop"], uvw, vis, wgt,
                                     progress)
     del uvw, vis, wgt
-    out.write("done " + json.dumps({"counts": counts, "first": first, "last": last}) + "\n")
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024     # Linux: KiB
+    out.write("done " + json.dumps({"counts": counts, "first": first, "last": last, "peak_bytes": peak}) + "\n")
     out.flush()
     return 0
 

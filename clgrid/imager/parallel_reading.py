@@ -59,7 +59,8 @@ def _layout(nrow: int, pols, widths) -> tuple:
 def read_in_processes(path: str, queries, spec: RowSpec, nrow: int, pols, readers: int, progress=None) -> tuple:
     """Rows ``0..nrow`` of the MS at ``path`` (the rows the TaQL conditions ``queries``
     select, in order) read by ``readers`` processes as ``spec`` says; returns ``(uvw, vis,
-    wgt, counts, first TIME, last TIME)`` as `clgrid.imager.ms.MeasurementSet.read` forms
+    wgt, counts, first TIME, last TIME, the largest peak resident memory of a reader in
+    bytes)`` as `clgrid.imager.ms.MeasurementSet.read` forms
     them.  ``progress(n)`` is called (in this process) as blocks are read.  A reader that
     fails raises RuntimeError with its error output; the others are stopped."""
     widths = [b - a for a, b in spec.groups]
@@ -84,7 +85,7 @@ def read_in_processes(path: str, queries, spec: RowSpec, nrow: int, pols, reader
         for key in counts:
             counts[key] += r["counts"][key]
         first, last = min(first, r["first"]), max(last, r["last"])
-    return uvw, vis, wgt, counts, first, last
+    return uvw, vis, wgt, counts, first, last, max(r["peak_bytes"] for r in results)
 
 
 def _run(jobs: list, fd: int, progress) -> list:

@@ -289,7 +289,7 @@ def _read(options, pols, say, quiet):
         started = time.perf_counter()
         parts = []
         counts = {"autocorrelation rows": 0, "flagged rows": 0}
-        readers_used = 1
+        readers_used, reader_peak = 1, 0
         total = sum(ms.bands[b].nrow for ms, b in bands)
         with _progress(total, "reading", "row", quiet) as bar:
             for k, (ms, b) in enumerate(bands):
@@ -297,6 +297,7 @@ def _read(options, pols, say, quiet):
                 data = ms.read(pols, [o.slices[k] for o in outputs], progress=bar.update, band=b,
                                readers=options.readers)
                 readers_used = max(readers_used, data.readers)
+                reader_peak = max(reader_peak, data.reader_peak)
                 label = ms.path + (f" spectral window {band.spectral_window}" if len(ms.bands) > 1 else "")
                 parts.append(_Part(label, data, band.freqs.copy(), band.widths.copy()))
                 for key in counts:
@@ -308,7 +309,8 @@ def _read(options, pols, say, quiet):
     finally:
         for ms in opened:
             ms.close()
-    by = f" by {readers_used} reader processes" if readers_used > 1 else ""
+    by = f" by {readers_used} reader processes (peak {reader_peak / 2 ** 20:.0f} MiB each at most)" \
+        if readers_used > 1 else ""
     say(f"  read in {time.perf_counter() - started:.2f} s{by}; left out: {counts['autocorrelation rows']} "
         f"autocorrelation row(s), {counts['flagged rows']} flagged row(s) (FLAG_ROW)")
     return parts, outputs, meta
