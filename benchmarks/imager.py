@@ -129,7 +129,8 @@ def clgrid_stages(output: str) -> dict:
     import re
 
     stages = {}
-    for key, pattern in (("opened", r"opened in ([0-9.]+) s"), ("read", r"read in ([0-9.]+) s"), ("weights", r"weights in ([0-9.]+) s"),
+    for key, pattern in (("opened", r"opened in ([0-9.]+) s"), ("read", r"read in ([0-9.]+) s"),
+                         ("weights", r"weights in ([0-9.]+) s"),
                          ("planned", r"planned in ([0-9.]+) s"), ("imaged", r"imaged in ([0-9.]+) s"),
                          ("written", r"wrote \S+ in ([0-9.]+) s"), ("reader_peak_mib", r"peak ([0-9]+) MiB each"),
                          ("run", r"file\(s\) in ([0-9.]+) s")):
