@@ -251,7 +251,7 @@ def _same_phase_centre(opened) -> None:
 
 def _read(options, pols, say, quiet):
     """Steps 1 and 2: open the MSs (every error here), read each band of each once."""
-    from .ms import MSError, open_ms, output_channels
+    from .ms import MSError, open_ms, output_channels, reader_count
 
     opened = []
     opening = time.perf_counter()
@@ -286,6 +286,12 @@ def _read(options, pols, say, quiet):
                 if line not in shown:
                     shown.add(line)
                     say(f"  {line}")
+        if any(reader_count(options.readers, band.nrow * band.freqs.size * len(band.correlations)) > 1
+               for band in (ms.bands[b] for ms, b in bands)):
+            # reader processes read a large MS: this process waits meanwhile, and the FITS
+            # writer's import (astropy, some tenths of a second) is done then, not at the end
+            # (not for small MSs: its ~90 MiB would then count in the imaging's peak memory)
+            threading.Thread(target=_import_fits_writer, daemon=True).start()
         started = time.perf_counter()
         parts = []
         counts = {"autocorrelation rows": 0, "flagged rows": 0}
@@ -557,21 +563,17 @@ def _transposed(image, dtype):
     return out
 
 
+def _import_fits_writer() -> None:
+    try:
+        from astropy.io import fits  # noqa: F401
+    except ImportError:
+        pass
+
+
 def _warm_up(options, size) -> None:
     """Open the device and build the imaging programs on a few points while the MS is read
     (the first operator of a process spends most of a second there); the real operator then
-    finds them built.  Any error is left for the real operator to raise.  Then imports the
-    FITS writer (astropy.io.fits: some tenths of a second), which the run needs at its end."""
-    try:
-        _warm_device(options, size)
-    finally:
-        try:
-            from astropy.io import fits  # noqa: F401
-        except ImportError:
-            pass
-
-
-def _warm_device(options, size) -> None:
+    finds them built.  Any error is left for the real operator to raise."""
     from .. import WGridder
 
     try:
