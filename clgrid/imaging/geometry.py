@@ -14,9 +14,15 @@ from ..device.host_threads import in_slices
 from ..sources.accuracy import KernelChoice, choose_kernel
 
 __all__ = ["ImageGeometry", "choose_geometry", "imaging_work", "image_fields", "flip_signs", "abs_w_range",
-           "check_geometry", "plane_range", "n_minus_one_range", "recentre_tilt", "MIN_NPIX"]
+           "check_geometry", "plane_range", "n_minus_one_range", "recentre_tilt", "MIN_NPIX",
+           "GRID_CELL_LIMIT"]
 
 MIN_NPIX = 16
+
+
+# cells of a padded grid (and so pixels of an image) that the kernels index with 32-bit
+# integers; beyond it an image is made in facets
+GRID_CELL_LIMIT = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
