@@ -14,7 +14,10 @@ column is chosen as WSClean chooses it: ``CORRECTED_DATA`` where the MS has one,
 straight into its output arrays: memory is the output (8 + 4 bytes a visibility per
 polarisation, 24 bytes a row of uvw) plus one block.  Autocorrelations, flagged samples,
 rows with ``FLAG_ROW`` and non-finite data get weight 0.  Rows of field ``field`` only
-(WSClean's default, field 0).  An MS whose rows use several spectral windows or
+(WSClean's default, field 0).  A large MS on a machine of several cores is read by
+several processes at once, each a range of rows, into shared memory (``readers``,
+`reader_count`, `clgrid.imager.parallel_reading`): the same loop
+(`clgrid.imager.ms_rows`), the same values.  An MS whose rows use several spectral windows or
 polarisation setups (``DATA_DESC_ID``) has one `Band` each, read one at a time
 (``read(..., band=b)``), each with its own channel frequencies and correlations;
 `output_channels` divides the channels of every band of every MS among the output
@@ -24,6 +27,7 @@ channels as WSClean does.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,10 +66,11 @@ def reader_count(readers: int | None, samples: int) -> int:
     given (>= 1); for None, one per core this process may use when there are at least
     ``READER_MIN_CORES`` and ``READER_FROM_SAMPLES`` samples, each reader at least
     ``READER_MIN_SAMPLES``, else 1 (this process).  Always 1 where shared memory for the
-    readers is not available (``os.memfd_create``: Linux)."""
+    readers is not available (``os.memfd_create``: Linux) or no interpreter can be started
+    (``sys.executable`` empty)."""
     if readers is not None and int(readers) < 1:
         raise MSError(f"--parallel-reading must be >= 1 reader, got {readers}")
-    if not hasattr(os, "memfd_create"):
+    if not hasattr(os, "memfd_create") or not sys.executable:
         return 1
     if readers is not None:
         return int(readers)
