@@ -130,7 +130,7 @@ def clgrid_stages(output: str) -> dict:
 
     stages = {}
     for key, pattern in (("opened", r"opened in ([0-9.]+) s"), ("read", r"read in ([0-9.]+) s"),
-                         ("weights", r"weights in ([0-9.]+) s"),
+                         ("weights", r"weights in ([0-9.]+) s"), ("device_wait", r"waited ([0-9.]+) s for"),
                          ("planned", r"planned in ([0-9.]+) s"), ("imaged", r"imaged in ([0-9.]+) s"),
                          ("written", r"wrote \S+ in ([0-9.]+) s"), ("reader_peak_mib", r"peak ([0-9]+) MiB each"),
                          ("run", r"file\(s\) in ([0-9.]+) s")):

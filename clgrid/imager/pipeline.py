@@ -616,7 +616,11 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
     if (size[0] * scale / 2) ** 2 + (size[1] * scale / 2) ** 2 >= 1:
         raise ImagingError(f"--size {size[0]} {size[1]} with pixels of {math.degrees(scale):.4g} deg reaches "
                            f"past the horizon")
+    waiting = time.perf_counter()
     warming.join()
+    waited = time.perf_counter() - waiting
+    if waited >= 0.01:
+        say(f"  waited {waited:.2f} s for the device's set-up (begun while the MS was read)")
     imaging = _Imaging(options, pols, parts, outputs, meta, scale, size, say, quiet)
     say(f"  weighting {imaging.weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
         f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "
