@@ -226,7 +226,8 @@ def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, de
                       "peak_mib_median": statistics.median(memory[p]), "peak_mib_max": max(memory[p]),
                       "runs_s": [round(t, 3) for t in times[p]]}
     for p, found in stages.items():
-        summary[p]["stages_median_s"] = {k: statistics.median(s[k] for s in found if k in s) for k in found[0]}
+        keys = dict.fromkeys(k for s in found for k in s)         # a stage some runs print (device_wait)
+        summary[p]["stages_median_s"] = {k: statistics.median(s.get(k, 0.0) for s in found) for k in keys}
     if "clgrid" in summary:
         for p in runs:
             if p != "clgrid":
