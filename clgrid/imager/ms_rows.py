@@ -191,6 +191,19 @@ def views(buffer, layout: dict) -> tuple:
     return uvw, vis, wgt
 
 
+def _peak_bytes() -> int:
+    """This process's peak resident memory since it started its program: VmHWM (not
+    ``ru_maxrss``, which keeps the peak of the process it was forked from across exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def worker_main() -> int:
     """A reader process: the job as JSON on stdin (``path``, ``queries``: TaQL conditions
     selecting the band's rows, ``spec``, ``start``, ``stop``, ``fd``, ``size``, ``layout``);
@@ -214,10 +227,8 @@ def worker_main() -> int:
     counts, first, last = read_rows(rows, RowSpec.from_json(job["spec"]), job["start"], job["stop"], uvw, vis, wgt,
                                     progress)
     del uvw, vis, wgt
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024     # Linux: KiB
-    out.write("done " + json.dumps({"counts": counts, "first": first, "last": last, "peak_bytes": peak}) + "\n")
+    done = {"counts": counts, "first": first, "last": last, "peak_bytes": _peak_bytes()}
+    out.write("done " + json.dumps(done) + "\n")
     out.flush()
     return 0
 
