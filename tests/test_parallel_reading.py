@@ -78,9 +78,12 @@ def test_readers_read_what_one_process_reads(made, pols):
             one = ms.read(polarizations, groups, block_rows=11, band=band, readers=1)
             assert one.readers == 1
             for readers in (2, 5):
-                several = ms.read(polarizations, groups, block_rows=11, band=band, readers=readers)
+                rows, begun = [], []
+                several = ms.read(polarizations, groups, block_rows=11, band=band, readers=readers,
+                                  progress=rows.append, begun=lambda: begun.append(1))
                 assert several.readers == readers
                 same(one, several)
+                assert sum(rows) == b.nrow and begun == [1]   # the progress bar's rows, all of them
             assert one.counts["autocorrelation rows"] > 0 and one.counts["flagged rows"] > 0
             assert one.uvw.shape[0] == b.nrow and 0 < b.nrow < ms.nrow
             for p in polarizations:

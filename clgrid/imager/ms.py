@@ -357,13 +357,14 @@ class MeasurementSet:
             raise MSError(f"{self.path}{several}: {exc}" if several else str(exc)) from None
 
     def read(self, polarizations, groups, block_rows: int | None = None, progress=None,
-             band: int = 0, readers: int | None = None) -> Visibilities:
+             band: int = 0, readers: int | None = None, begun=None) -> Visibilities:
         """One pass over the rows of band ``band`` (see the module docstring).  ``groups``:
         slices of the band's channels (`channel_groups`, or an `OutputChannel`'s slice of
         it; an empty slice gives arrays of no channel); ``progress(n)`` is called after each
         block with its row count.  ``readers``: processes reading disjoint ranges of rows
         (`clgrid.imager.parallel_reading`; same values as one); None chooses
-        (`reader_count`), 1 reads in this process."""
+        (`reader_count`), 1 reads in this process.  ``begun()``, where given, is called
+        once the reading has begun (the readers launched; at once for this process)."""
         recipes = self.recipes(polarizations, band)
         main, nrow, nchan = self._band_tables[band], self.bands[band].nrow, self.bands[band].freqs.size
         needed = sorted({i for r in recipes.values() for i in r.indices})
@@ -390,8 +391,10 @@ class MeasurementSet:
             from .parallel_reading import read_in_processes
 
             uvw, vis, wgt, counts, first, last, reader_peak = read_in_processes(
-                self.path, self._band_queries[band], spec, nrow, list(recipes), readers, progress)
+                self.path, self._band_queries[band], spec, nrow, list(recipes), readers, progress, begun)
         else:
+            if begun is not None:
+                begun()
             reader_peak = 0
             uvw = np.empty((nrow, 3), np.float64)
             vis = {p: [np.empty((nrow, g.stop - g.start), np.complex64) for g in groups] for p in recipes}

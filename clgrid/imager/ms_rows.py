@@ -19,6 +19,7 @@ import json
 import mmap
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
@@ -207,7 +208,8 @@ def _peak_bytes() -> int:
 def worker_main() -> int:
     """A reader process: the job as JSON on stdin (``path``, ``queries``: TaQL conditions
     selecting the band's rows, ``spec``, ``start``, ``stop``, ``fd``, ``size``, ``layout``);
-    writes its rows into the shared memory ``fd``, prints ``progress N`` after each block
+    writes its rows into the shared memory ``fd``, prints ``progress N`` (rows read since
+    the last such line, a line every tenth of a second at most)
     and ``done {json}`` (counts, first and last TIME, its peak resident memory) at the end."""
     job = json.loads(sys.stdin.readline())
     from casacore.tables import table
@@ -219,14 +221,21 @@ def worker_main() -> int:
     shared = mmap.mmap(job["fd"], job["size"])
     uvw, vis, wgt = views(shared, job["layout"])
     out = sys.stdout
+    said = {"rows": 0, "at": time.monotonic()}
 
-    def progress(n):
-        out.write(f"progress {n}\n")
-        out.flush()
+    def progress(n):                                  # a line every tenth of a second at most
+        said["rows"] += n
+        now = time.monotonic()
+        if now - said["at"] >= 0.1:
+            out.write(f"progress {said['rows']}\n")
+            out.flush()
+            said["rows"], said["at"] = 0, now
 
     counts, first, last = read_rows(rows, RowSpec.from_json(job["spec"]), job["start"], job["stop"], uvw, vis, wgt,
                                     progress)
     del uvw, vis, wgt
+    if said["rows"]:
+        out.write(f"progress {said['rows']}\n")
     done = {"counts": counts, "first": first, "last": last, "peak_bytes": _peak_bytes()}
     out.write("done " + json.dumps(done) + "\n")
     out.flush()

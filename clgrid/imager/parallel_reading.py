@@ -56,12 +56,14 @@ def _layout(nrow: int, pols, widths) -> tuple:
     return layout, max(offset, _ALIGN)
 
 
-def read_in_processes(path: str, queries, spec: RowSpec, nrow: int, pols, readers: int, progress=None) -> tuple:
+def read_in_processes(path: str, queries, spec: RowSpec, nrow: int, pols, readers: int, progress=None,
+                      begun=None) -> tuple:
     """Rows ``0..nrow`` of the MS at ``path`` (the rows the TaQL conditions ``queries``
     select, in order) read by ``readers`` processes as ``spec`` says; returns ``(uvw, vis,
     wgt, counts, first TIME, last TIME, the largest peak resident memory of a reader in
     bytes)`` as `clgrid.imager.ms.MeasurementSet.read` forms
-    them.  ``progress(n)`` is called (in this process) as blocks are read.  A reader that
+    them.  ``progress(n)`` is called (in this process) as blocks are read, ``begun()`` once
+    every reader is launched.  A reader that
     fails raises RuntimeError with its error output; the others are stopped."""
     widths = [b - a for a, b in spec.groups]
     layout, size = _layout(nrow, pols, widths)
@@ -73,7 +75,7 @@ def read_in_processes(path: str, queries, spec: RowSpec, nrow: int, pols, reader
         jobs = [{"path": os.path.abspath(path), "queries": list(queries), "spec": spec_json(spec),
                  "start": int(a), "stop": int(b), "fd": fd, "size": size, "layout": layout}
                 for a, b in zip(bounds[:-1], bounds[1:])]
-        results = _run(jobs, fd, progress)
+        results = _run(jobs, fd, progress, begun)
         # mapped here once the readers are done, its pages filled in one call (not a fault each)
         shared = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
     finally:
@@ -88,7 +90,7 @@ def read_in_processes(path: str, queries, spec: RowSpec, nrow: int, pols, reader
     return uvw, vis, wgt, counts, first, last, max(r["peak_bytes"] for r in results)
 
 
-def _run(jobs: list, fd: int, progress) -> list:
+def _run(jobs: list, fd: int, progress, begun=None) -> list:
     """Start one reader per job, pass on their progress, return their results in order."""
     processes, errors = [], []
     selector = selectors.DefaultSelector()
@@ -98,24 +100,30 @@ def _run(jobs: list, fd: int, progress) -> list:
             err = tempfile.TemporaryFile()
             errors.append(err)
             proc = subprocess.Popen([sys.executable, "-c", _PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=err, pass_fds=(fd,), text=True)
+                                    stderr=err, pass_fds=(fd,))
             processes.append(proc)
-            proc.stdin.write(json.dumps(job) + "\n")
+            proc.stdin.write(json.dumps(job).encode() + b"\n")
             proc.stdin.close()
             selector.register(proc.stdout, selectors.EVENT_READ, index)
+        if begun is not None:
+            begun()
         open_pipes = len(processes)
+        pending = [b""] * len(processes)            # each reader's output not yet a whole line
         while open_pipes:
             for key, _ in selector.select():
                 index = key.data
-                line = key.fileobj.readline()
-                if not line:
+                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                if not chunk:
                     selector.unregister(key.fileobj)
                     open_pipes -= 1
-                elif line.startswith("progress "):
-                    if progress is not None:
-                        progress(int(line.split()[1]))
-                elif line.startswith("done "):
-                    results[index] = json.loads(line[5:])
+                    continue
+                *lines, pending[index] = (pending[index] + chunk).split(b"\n")
+                for line in lines:
+                    if line.startswith(b"progress "):
+                        if progress is not None:
+                            progress(int(line.split()[1]))
+                    elif line.startswith(b"done "):
+                        results[index] = json.loads(line[5:])
         for index, (proc, job) in enumerate(zip(processes, jobs)):
             code = proc.wait()
             if code != 0 or results[index] is None:

@@ -249,8 +249,20 @@ def _same_phase_centre(opened) -> None:
         raise ImagingError("\n".join(errors))
 
 
-def _read(options, pols, say, quiet):
-    """Steps 1 and 2: open the MSs (every error here), read each band of each once."""
+def _once(fn):
+    """``fn`` as a callable that calls it on its first call only."""
+    called = []
+
+    def call():
+        if not called:
+            called.append(True)
+            fn()
+    return call
+
+
+def _read(options, pols, say, quiet, begun=None):
+    """Steps 1 and 2: open the MSs (every error here), read each band of each once;
+    ``begun()`` is called once the first read has begun (its reader processes launched)."""
     from .ms import MSError, open_ms, output_channels, reader_count
 
     opened = []
@@ -301,7 +313,7 @@ def _read(options, pols, say, quiet):
             for k, (ms, b) in enumerate(bands):
                 band = ms.bands[b]
                 data = ms.read(pols, [o.slices[k] for o in outputs], progress=bar.update, band=b,
-                               readers=options.readers)
+                               readers=options.readers, begun=begun)
                 readers_used = max(readers_used, data.readers)
                 reader_peak = max(reader_peak, data.reader_peak)
                 label = ms.path + (f" spectral window {band.spectral_window}" if len(ms.bands) > 1 else "")
@@ -599,8 +611,12 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
     pols = options.pols()
     started = time.perf_counter()
     warming = threading.Thread(target=_warm_up, args=(options, options.size), daemon=True)
-    warming.start()
-    parts, outputs, meta = _read(options, pols, say, quiet)
+    # the device's set-up starts once the MSs are open and their reading has begun (reader
+    # processes launched): it holds the interpreter's lock in long driver calls, which would
+    # hold up the opening and the launches on the critical path
+    start_warming = _once(warming.start)
+    parts, outputs, meta = _read(options, pols, say, quiet, begun=start_warming)
+    start_warming()
     first = pols[0]
     weights = [np.concatenate([part.data.wgt[first][g] for g in range(len(outputs))], axis=1)
                if len(outputs) > 1 else part.data.wgt[first][0] for part in parts]
