@@ -461,9 +461,9 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     seen = []                                 # (slab, chunks, samples per part) of each task
 
     def counted(function):
-        def task(*args):                      # (points, geometry, slab, ..., *values) or (image, points, ...)
+        def task(*args):                      # (points, geometry, slab, ..., places, *values) or (image, points, ...)
             slab = args[2] if function.__name__ == "image_slab" else args[3]
-            sizes = [len(v) for v in args[6:]] if function.__name__ == "image_slab" else args[1].lengths
+            sizes = [len(v) for v in args[7:]] if function.__name__ == "image_slab" else args[1].lengths
             seen.append((slab.index, slab.chunks, sizes))
             return function(*args)
         task.__name__ = function.__name__

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..device.host_threads import in_slices
 
-__all__ = ["DropBox", "open_box", "deliver", "collect", "discard"]
+__all__ = ["DropBox", "open_box", "deliver", "region", "collect", "discard"]
 
 SHARED_MEMORY = "/dev/shm"
 COPY_THREADS = 16
@@ -72,6 +72,18 @@ def deliver(rows: np.ndarray, box: DropBox | None, start: int):
               lambda r: np.copyto(part[r], rows[r]))
     del part, target
     return None
+
+
+def region(box: DropBox | None, start: int, shape: tuple):
+    """In a task: rows ``start`` onwards (``shape``) of the client's file, writable, where
+    this host has it; else None."""
+    if box is None or not os.path.exists(box.path):
+        return None
+    try:
+        target = np.memmap(box.path, dtype=np.dtype(box.dtype), mode="r+", shape=box.shape)
+    except (OSError, ValueError):
+        return None
+    return target[start:start + shape[0]]
 
 
 def collect(box: DropBox | None, parts: list, starts: list) -> np.ndarray:

@@ -83,7 +83,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import chunks as chunking, tasks as worker_tasks
+from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
 from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, shared, tree_sum, workers_to_prefer
 from .delivery import collect, deliver, discard, open_box
@@ -324,11 +324,16 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
     return selections, points
 
 
-def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None) -> tuple:
+def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None, shared=None,
+            threads: int = 1) -> tuple:
     """The image (``shape``, ``dtype``) from the imaging tasks' outputs (``facets`` facets
     and the warnings each): facet f summed pairwise by task number on worker f, and handed
     to the client through shared memory where worker f is on its host
-    (`clgrid.dask.delivery`), else gathered; all facets at once."""
+    (`clgrid.dask.delivery`), else gathered; all facets at once.  With ``shared`` (the
+    call's `clgrid.dask.exchange` prefix: every worker on the client's host), each facet
+    is one task that reads the parts from shared memory and adds them into the client's
+    file (`clgrid.dask.tasks.sum_facet`: the same order, the same bits); else a tree of
+    additions through Dask."""
     if not outputs:
         return None, frozenset()
     box = open_box(shape, dtype) if workers else None
@@ -336,6 +341,9 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_time
     sums = []
     for f in range(facets):
         with prefer_worker(f, workers):
+            if shared is not None:
+                sums.append(_task(worker_tasks.sum_facet)(box, starts[f], threads, *[out[f] for out in outputs]))
+                continue
             total = tree_sum([out[f] for out in outputs], _task(worker_tasks.add_images))
             sums.append(_task(deliver)(total, box, starts[f]) if box is not None else total)
     try:
@@ -347,13 +355,23 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_time
     return collect(box, parts, starts), said
 
 
-def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets) -> list:
+def _places(shared, task: int, facets: int, workers) -> tuple | None:
+    """Where imaging task ``task`` leaves each facet in shared memory: a file for a facet
+    summed on another worker than the task's (by `prefer_worker`), None for its own."""
+    if shared is None:
+        return None
+    n = len(workers)
+    return tuple(None if task % n == f % n else exchange.place(shared, f"i{task}-{f}") for f in range(facets))
+
+
+def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared=None) -> list:
     outputs = []
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
             outputs.append(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
-                token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets))
+                token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
+                _places(shared, chunk.index, facets, workers)))
     return outputs
 
 
@@ -364,19 +382,38 @@ def _slab_pieces(layout: ChunkLayout, uvw, freq, mask) -> list:
                     layout.pieces(mask)))
 
 
-def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets) -> list:
+def _value_targets(slab_layout, shared) -> list | None:
+    """Per chunk, per slab: where in shared memory the chunk's values for that slab go
+    (its imaging task's file, at the chunk's place after the group's earlier chunks, and
+    how many), None for a slab task without samples; None without ``shared``."""
+    if shared is None:
+        return None
+    sizes, count = slab_layout.sizes, len(slab_layout.bounds)
+    targets = [[None] * count for _ in sizes]
+    for t, slab in enumerate(slab_layout.tasks):
+        if not _busy(slab_layout, slab):
+            continue
+        offset = 0
+        for i in range(*slab.chunks):
+            targets[i][slab.index] = (exchange.place(shared, f"v{t}"), offset, sizes[i][slab.index])
+            offset += sizes[i][slab.index]
+    return targets
+
+
+def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets, shared=None) -> list:
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
-    values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads)
-              for (chunk, _, _, _), v, w, taken in zip(pieces, vis_pieces, wgt_pieces, selections)]
+    targets = _value_targets(slab_layout, shared) or [None] * len(pieces)
+    values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads, target)
+              for (chunk, _, _, _), v, w, taken, target in zip(pieces, vis_pieces, wgt_pieces, selections, targets)]
     outputs = []
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
         with prefer_worker(t, workers):
             outputs.append(dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
-                points[t], slab_layout.geometry, slab, options, keep, facets,
+                points[t], slab_layout.geometry, slab, options, keep, facets, _places(shared, t, facets, workers),
                 *[chunk[slab.index] for chunk in values[slice(*slab.chunks)]]))
     return outputs
 
@@ -467,17 +504,23 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
     cap = _slab_samples(slab_samples, layout)
     facets = _facet_count(workers, options)
-    if split == "rows":
-        token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
-        outputs = _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets)
-    else:
-        pieces = _slab_pieces(layout, uvw, freq, mask)
-        token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
-        slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
-        outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep, workers,
-                               facets)
-    real = np.float64 if options["precision"] == "double" else np.float32
-    image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real, stall_timeout)
+    # several workers all on this host: values and facets pass through shared memory
+    shared = exchange.prefix(chunking.client(), workers) if workers and len(workers) > 1 else None
+    try:
+        if split == "rows":
+            token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
+            outputs = _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared)
+        else:
+            pieces = _slab_pieces(layout, uvw, freq, mask)
+            token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
+            slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
+            outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
+                                   workers, facets, shared)
+        real = np.float64 if options["precision"] == "double" else np.float32
+        image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real, stall_timeout,
+                              shared, max(1, options["nthreads"]))
+    finally:
+        exchange.remove(shared)
     if image is None:
         image = worker_tasks.zeros_image(options)
     check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
