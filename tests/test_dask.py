@@ -346,9 +346,10 @@ def test_a_major_cycle_moves_only_values_and_rebuilds_lost_operators_from_kept_p
 
 
 def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path):
-    """A worker on the client's host writes its facet into the client's file in /dev/shm
-    (none left behind); a task that does not find the file (another host) returns its rows,
-    and the client joins both."""
+    """A worker on the client's host writes its facet into the client's file in /dev/shm,
+    the values and partial images pass through files there too (`clgrid.dask.exchange`),
+    kept for the next call on the same points and removed by `clear_cache`; a task that
+    does not find the file (another host) returns its rows, and the client joins both."""
     from clgrid.dask import delivery
 
     before = set(os.listdir(delivery.SHARED_MEMORY)) if os.path.isdir(delivery.SHARED_MEMORY) else set()
@@ -356,9 +357,21 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, **IMAGE)
     image = cd.vis2dirty(vis=blocks(vis), **common)
-    assert relative_error(image, clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask,
-                                                  epsilon=1e-4, do_wgridding=True, **IMAGE)) <= 1e-6
+    expected = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
+                                do_wgridding=True, **IMAGE)
+    assert relative_error(image, expected) <= 1e-6
     if os.path.isdir(delivery.SHARED_MEMORY):
+        made = {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} - before
+        assert any(f.startswith("clgrid-x-") for f in made)              # values and partial images
+        other = rng.normal(size=vis.shape) + 1j * rng.normal(size=vis.shape)
+        again = cd.vis2dirty(vis=blocks(other.astype(np.complex64)), **common)      # the same files, new values
+        assert {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} - before == made
+        assert relative_error(again, clgrid.vis2dirty(vis=other.astype(np.complex64), uvw=uvw, freq=WIDE_FREQS,
+                                                      wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True,
+                                                      **IMAGE)) <= 1e-6
+        assert relative_error(image, expected) <= 1e-6                    # the first image is the caller's
+        client.run(cd.clear_cache)
+        cd.clear_cache()
         assert {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} <= before
     whole = rng.normal(size=(10, 4)).astype(np.float32)
     box = delivery.open_box(whole.shape, whole.dtype)

@@ -14,32 +14,48 @@ copy instead of three, and no pickling.  Several producers may fill one file at 
 own regions (each chunk its values' place in its slab's file), so the consumer maps one
 array without joining them.
 
-Every file of a call is named under the call's `prefix`, made on the client; the client
-removes them all once the call is over (`remove`), whatever happened, and the workers'
-mappings keep their memory until dropped.  A producer that cannot make its file
-(``/dev/shm`` full, absent) returns its array instead, and the consumers take either.
-`prefix` is None (nothing shared) unless the client and every worker share the host (the
-same boot of the same machine, asked once per set of workers).
+The files and the mappings are kept: making a file's pages (``posix_fallocate``) and
+mapping them cost several times the copy itself (a fresh 256 MB file about 0.2 s on the
+2-core machine, its copy 0.01 s: docs/benchmarks/dask.md), so a major cycle's calls on
+the same points reuse one set of files.  They are named under a `prefix` that the client
+makes from the points' token (`clgrid.dask.wgridding`'s) and keeps for the last
+``KEPT_PREFIXES`` sets of points; the client removes a set's files when it drops it
+(`forget`, `clgrid.dask.clear_cache`, the client's exit), and each worker keeps its
+mappings (`_region`) until their file is gone or replaced (checked at each use), so
+their memory goes then.  Two calls on the same points at once would share the files:
+the client runs them one after the other (`using`).  A producer that cannot make its
+file (``/dev/shm`` full, absent) returns its array instead, and the consumers take
+either.  `prefix` is None (nothing shared) unless the client and every worker share the
+host (the same boot of the same machine, asked once per set of workers).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import glob
+import hashlib
 import mmap
 import os
 import socket
 import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..device.host_threads import in_slices
 
-__all__ = ["Shared", "prefix", "place", "write_into", "share", "read", "readable", "remove", "host_identity"]
+__all__ = ["Shared", "prefix", "using", "forget", "release", "region_of", "place", "write_into", "share", "read", "readable", "remove",
+           "host_identity"]
 
 SHARED_MEMORY = "/dev/shm"
+KEPT_PREFIXES = 8            # sets of points whose files the client keeps
+KEPT_MAPS = 256              # mappings each process keeps
 _hosts: dict = {}            # on the client: (client id, worker addresses) -> all on this host
+_prefixes: OrderedDict = OrderedDict()     # on the client: kept prefix -> the lock its calls take
+_maps: OrderedDict = OrderedDict()         # in any process: (path, offset, bytes, writable) -> (array, inode)
 _lock = threading.Lock()
 
 
@@ -66,9 +82,10 @@ def host_identity() -> tuple:
     return socket.gethostname(), boot, os.path.isdir(SHARED_MEMORY) and hasattr(os, "posix_fallocate")
 
 
-def prefix(client, workers: list | None) -> str | None:
-    """A fresh path prefix in shared memory for one call's files, or None where some worker
-    (or the client) is elsewhere, or there is no shared memory."""
+def prefix(client, workers: list | None, token: str) -> str | None:
+    """The path prefix in shared memory of the files for the points ``token`` (kept, with
+    the last ``KEPT_PREFIXES`` others; the oldest's files removed), or None where some
+    worker (or the client) is elsewhere, or there is no shared memory."""
     if client is None or not workers:
         return None
     key = (client.id, tuple(workers))
@@ -85,7 +102,36 @@ def prefix(client, workers: list | None) -> str | None:
             _hosts[key] = together
             while len(_hosts) > 16:
                 _hosts.pop(next(iter(_hosts)))
-    return os.path.join(SHARED_MEMORY, f"clgrid-x-{uuid.uuid4().hex}") if together else None
+    if not together:
+        return None
+    name = hashlib.sha1(f"{client.id}|{token}".encode()).hexdigest()[:24]
+    path = os.path.join(SHARED_MEMORY, f"clgrid-x-{os.getpid()}-{name}")
+    with _lock:
+        _prefixes.setdefault(path, threading.Lock())
+        _prefixes.move_to_end(path)
+        dropped = [_prefixes.popitem(last=False)[0] for _ in range(max(0, len(_prefixes) - KEPT_PREFIXES))]
+    for old in dropped:
+        remove(old)
+    return path
+
+
+def using(call_prefix: str | None):
+    """On the client: a context in which one call uses the files of ``call_prefix`` (calls
+    on the same points wait for each other)."""
+    if call_prefix is None:
+        return contextlib.nullcontext()
+    with _lock:
+        lock = _prefixes.setdefault(call_prefix, threading.Lock())
+    return lock
+
+
+def forget() -> None:
+    """On the client: remove the files of every kept set of points."""
+    with _lock:
+        paths = list(_prefixes)
+        _prefixes.clear()
+    for path in paths:
+        remove(path)
 
 
 def place(call_prefix: str | None, name: str) -> str | None:
@@ -93,22 +139,62 @@ def place(call_prefix: str | None, name: str) -> str | None:
     return None if call_prefix is None else f"{call_prefix}-{name}"
 
 
-def _mapped(path: str, offset_bytes: int, nbytes: int, writable: bool):
-    """(mmap, the region's start in it) for ``nbytes`` at ``offset_bytes`` of ``path``; the
-    file made and its region reserved where ``writable``."""
+def region_of(path: str, offset_bytes: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` at ``offset_bytes`` of the existing file ``path``, writable, as a uint8
+    array over a mapping this process keeps (`clgrid.dask.delivery`'s boxes)."""
+    return _region(path, offset_bytes, nbytes, True, make=False)
+
+
+def release() -> None:
+    """Drop this process's kept mappings."""
+    with _lock:
+        _maps.clear()
+
+
+def _region(path: str, offset_bytes: int, nbytes: int, writable: bool, make: bool = True) -> np.ndarray:
+    """``nbytes`` at ``offset_bytes`` of the file ``path`` as a uint8 array over a mapping
+    this process keeps (made, and the file and its region made first where ``writable``
+    and ``make``, on first use or when the file was replaced or removed)."""
+    make = make and writable
+    key = (path, offset_bytes, nbytes, writable)
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        if not make:
+            raise
+        found = None
+    with _lock:
+        kept = _maps.get(key)
+        if kept is not None and found is not None and kept[1] == (found.st_dev, found.st_ino):
+            _maps.move_to_end(key)
+            return kept[0]
+        for other in [k for k, (_, ino) in _maps.items() if _gone(k[0], ino)]:
+            del _maps[other]
     granularity = mmap.ALLOCATIONGRANULARITY
     start = offset_bytes - offset_bytes % granularity
-    flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
-    fd = os.open(path, flags, 0o600)
+    fd = os.open(path, (os.O_RDWR | (os.O_CREAT if make else 0)) if writable else os.O_RDONLY, 0o600)
     try:
-        if writable:
+        if make:
             os.posix_fallocate(fd, offset_bytes, nbytes)
-        populate = getattr(mmap, "MAP_POPULATE", 0)
-        m = mmap.mmap(fd, offset_bytes - start + nbytes, flags=mmap.MAP_SHARED | populate,
+        stat = os.fstat(fd)
+        m = mmap.mmap(fd, offset_bytes - start + nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                       prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0), offset=start)
     finally:
         os.close(fd)
-    return m, offset_bytes - start
+    array = np.frombuffer(m, np.uint8, nbytes, offset_bytes - start)
+    with _lock:
+        _maps[key] = (array, (stat.st_dev, stat.st_ino))
+        while len(_maps) > KEPT_MAPS:
+            _maps.popitem(last=False)
+    return array
+
+
+def _gone(path: str, ino: tuple) -> bool:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return True
+    return (found.st_dev, found.st_ino) != ino
 
 
 def write_into(path: str | None, offset: int, shape: tuple, dtype, fill):
@@ -119,13 +205,11 @@ def write_into(path: str | None, offset: int, shape: tuple, dtype, fill):
     count = int(np.prod(shape))
     if path is not None and count:
         try:
-            m, at = _mapped(path, offset * dtype.itemsize, count * dtype.itemsize, True)
+            room = _region(path, offset * dtype.itemsize, count * dtype.itemsize, True)
         except (OSError, ValueError):
-            m = None
-        if m is not None:
-            out = np.frombuffer(m, dtype, count, at).reshape(shape)
-            fill(out)
-            del out, m                        # unmapped when the last view goes
+            room = None
+        if room is not None:
+            fill(room.view(dtype).reshape(shape))
             return Shared(path, int(offset), count, dtype.str, tuple(int(n) for n in shape))
     out = np.empty(shape, dtype)
     fill(out)
@@ -147,14 +231,15 @@ def _copy(out: np.ndarray, array: np.ndarray, threads: int) -> None:
 
 
 def read(shared) -> np.ndarray:
-    """A `Shared` region as a read-only array (the mapping, no copy); anything else as it is."""
+    """A `Shared` region as a read-only array (over a kept mapping, no copy); anything else
+    as it is."""
     if not isinstance(shared, Shared):
         return shared
     dtype = np.dtype(shared.dtype)
     if shared.count == 0:
         return np.empty(shared.shape or (0,), dtype)
-    m, at = _mapped(shared.path, shared.offset * dtype.itemsize, shared.count * dtype.itemsize, False)
-    return np.frombuffer(m, dtype, shared.count, at).reshape(shared.shape or (shared.count,))
+    room = _region(shared.path, shared.offset * dtype.itemsize, shared.count * dtype.itemsize, False)
+    return room.view(dtype).reshape(shared.shape or (shared.count,))
 
 
 def readable(parts: list) -> np.ndarray | None:
@@ -172,7 +257,8 @@ def readable(parts: list) -> np.ndarray | None:
 
 
 def remove(call_prefix: str | None) -> None:
-    """On the client: remove every file of the call (their memory goes with the last mapping)."""
+    """On the client: remove every file under ``call_prefix`` (their memory goes with the
+    last mapping: the workers drop theirs at their next use of shared memory)."""
     if call_prefix is None:
         return
     for path in glob.glob(glob.escape(call_prefix) + "-*"):
@@ -180,3 +266,6 @@ def remove(call_prefix: str | None) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+atexit.register(forget)

@@ -243,23 +243,30 @@ def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, 
         return _shared_facets(image, facets, places, options) + (said,)
 
 
-def sum_facet(box, start: int, threads: int, *parts):
+def sum_facet(box, start: int, threads: int, *parts) -> tuple:
     """One facet of the image: the imaging tasks' parts of it (arrays, or `Shared`) added
     pairwise by task number (`clgrid.dask.chunks.tree_sum`'s order: the same bits as its
     tree of `add_images`), on ``threads`` host threads, written into the client's
-    ``box`` at row ``start`` where this host has it (then None), else returned."""
+    ``box`` at row ``start`` where this host has it (then None), else returned; with how
+    many of its pixels are not finite, and whether any is non-zero (counted as they are
+    written, so the client need not pass over the image again)."""
     arrays = [exchange.read(p) for p in parts]
     out = region(box, start, arrays[0].shape)
     target = out if out is not None else np.empty(arrays[0].shape, arrays[0].dtype)
+    bad, nonzero, lock = [0], [False], threading.Lock()
 
     def rows(r):
         level = [a[r] for a in arrays]
         while len(level) > 1:
             level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
         target[r] = level[0]
+        found, some = int(np.count_nonzero(~np.isfinite(target[r]))), bool(np.any(target[r]))
+        with lock:
+            bad[0] += found
+            nonzero[0] = nonzero[0] or some
 
     in_slices(max(1, threads), target.shape[0], rows)
-    return None if out is not None else target
+    return None if out is not None else target, bad[0], nonzero[0]
 
 
 def _joined(values: list, threads: int) -> np.ndarray:

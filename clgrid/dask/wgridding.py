@@ -86,7 +86,7 @@ import numpy as np
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
 from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, shared, tree_sum, workers_to_prefer
-from .delivery import collect, deliver, discard, open_box
+from .delivery import collect, deliver, discard, forget_boxes, kept_box
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .tasks import forget_operators
 from ..operators.checks import check_finite_result, check_output, precision_of
@@ -130,6 +130,9 @@ def clear_wgridders() -> int:
     (`clgrid.dask.clear_cache` does too); returns how many operators were dropped."""
     with _lock:
         _layouts.clear()
+    exchange.forget()
+    exchange.release()
+    forget_boxes()
     return forget_operators()
 
 
@@ -325,18 +328,18 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
 
 
 def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None, shared=None,
-            threads: int = 1) -> tuple:
-    """The image (``shape``, ``dtype``) from the imaging tasks' outputs (``facets`` facets
-    and the warnings each): facet f summed pairwise by task number on worker f, and handed
-    to the client through shared memory where worker f is on its host
-    (`clgrid.dask.delivery`), else gathered; all facets at once.  With ``shared`` (the
-    call's `clgrid.dask.exchange` prefix: every worker on the client's host), each facet
-    is one task that reads the parts from shared memory and adds them into the client's
-    file (`clgrid.dask.tasks.sum_facet`: the same order, the same bits); else a tree of
-    additions through Dask."""
+            threads: int = 1, out=None) -> tuple:
+    """The image (``shape``, ``dtype``; into ``out`` where given) from the imaging tasks'
+    outputs (``facets`` facets and the warnings each): facet f summed pairwise by task
+    number on worker f, and handed to the client through shared memory where worker f
+    is on its host (`clgrid.dask.delivery`, a box kept for later calls), else gathered;
+    all facets at once.  With ``shared`` (the call's `clgrid.dask.exchange` prefix: every
+    worker on the client's host), each facet is one task that reads the parts from
+    shared memory and adds them into the client's box (`clgrid.dask.tasks.sum_facet`:
+    the same order, the same bits); else a tree of additions through Dask."""
     if not outputs:
-        return None, frozenset()
-    box = open_box(shape, dtype) if workers else None
+        return None, frozenset(), None
+    box = kept_box(shape, dtype) if workers else None
     starts = [int(s) for s in np.cumsum([0] + [len(r) for r in np.array_split(np.arange(shape[0]), facets)])[:-1]]
     sums = []
     for f in range(facets):
@@ -352,7 +355,11 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_time
     except BaseException:
         discard(box)
         raise
-    return collect(box, parts, starts), said
+    counts = None
+    if shared is not None:                   # (rows or None, non-finite pixels, any non-zero) per facet
+        counts = (sum(p[1] for p in parts), any(p[2] for p in parts))
+        parts = [p[0] for p in parts]
+    return collect(box, parts, starts, out), said, counts
 
 
 def _places(shared, task: int, facets: int, workers) -> tuple | None:
@@ -504,34 +511,38 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
     cap = _slab_samples(slab_samples, layout)
     facets = _facet_count(workers, options)
-    # several workers all on this host: values and facets pass through shared memory
-    shared = exchange.prefix(chunking.client(), workers) if workers and len(workers) > 1 else None
-    try:
+    if split == "rows":
+        token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
+    else:
+        pieces = _slab_pieces(layout, uvw, freq, mask)
+        token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
+    # several workers, all on this host, operators kept: values and facets pass through
+    # files in shared memory kept for these points (`clgrid.dask.exchange`)
+    shared = (exchange.prefix(chunking.client(), workers, f"{token}-{facets}")
+              if workers and len(workers) > 1 and keep > 0 else None)
+    with exchange.using(shared):
         if split == "rows":
-            token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
             outputs = _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared)
         else:
-            pieces = _slab_pieces(layout, uvw, freq, mask)
-            token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
             slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
             outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
                                    workers, facets, shared)
         real = np.float64 if options["precision"] == "double" else np.float32
-        image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real, stall_timeout,
-                              shared, max(1, options["nthreads"]))
-    finally:
-        exchange.remove(shared)
+        image, said, counts = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real,
+                                      stall_timeout, shared, max(1, options["nthreads"]), dirty)
     if image is None:
         image = worker_tasks.zeros_image(options)
-    check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
+    bad, nonzero = counts if counts is not None else (np.count_nonzero(~np.isfinite(image)), np.any(image))
+    check_finite_result(bad, f"the {image.dtype} image (the sum of the parts)",
                         precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
         warnings.warn(message, stacklevel=2)
-    if not np.any(image):
+    if not nonzero:
         warnings.warn("clgrid.dask: the image is zero: no chunk has an unmasked, non-zero visibility with "
                       "non-zero weight", stacklevel=2)
     if dirty is not None:
-        dirty[...] = image
+        if image is not dirty:
+            dirty[...] = image
         return dirty
     return image
 
