@@ -333,18 +333,20 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_time
     outputs (``facets`` facets and the warnings each): facet f summed pairwise by task
     number on worker f, and handed to the client through shared memory where worker f
     is on its host (`clgrid.dask.delivery`, a box kept for later calls), else gathered;
-    all facets at once.  With ``shared`` (the call's `clgrid.dask.exchange` prefix: every
-    worker on the client's host), each facet is one task that reads the parts from
-    shared memory and adds them into the client's box (`clgrid.dask.tasks.sum_facet`:
-    the same order, the same bits); else a tree of additions through Dask."""
+    all facets at once.  On a distributed cluster each facet is one task
+    (`clgrid.dask.tasks.sum_facet`: the tree's order, the same bits) that takes the parts
+    (from shared memory where ``shared``, the call's `clgrid.dask.exchange` prefix: every
+    worker on the client's host), adds them into the client's box and counts what the
+    client would check; without one (Dask's local schedulers), a tree of additions."""
     if not outputs:
         return None, frozenset(), None
     box = kept_box(shape, dtype) if workers else None
     starts = [int(s) for s in np.cumsum([0] + [len(r) for r in np.array_split(np.arange(shape[0]), facets)])[:-1]]
     sums = []
+    whole = shared is not None or workers is not None
     for f in range(facets):
         with prefer_worker(f, workers):
-            if shared is not None:
+            if whole:
                 sums.append(_task(worker_tasks.sum_facet)(box, starts[f], threads, *[out[f] for out in outputs]))
                 continue
             total = tree_sum([out[f] for out in outputs], _task(worker_tasks.add_images))
@@ -356,7 +358,7 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_time
         discard(box)
         raise
     counts = None
-    if shared is not None:                   # (rows or None, non-finite pixels, any non-zero) per facet
+    if whole:                                # (rows or None, non-finite pixels, any non-zero) per facet
         counts = (sum(p[1] for p in parts), any(p[2] for p in parts))
         parts = [p[0] for p in parts]
     return collect(box, parts, starts, out), said, counts
