@@ -16,6 +16,7 @@ copy out of it), and the client copies the result out of it into the caller's ar
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import uuid
@@ -85,7 +86,7 @@ def forget_boxes() -> None:
         boxes = [box for free in _boxes.values() for box in free]
         _boxes.clear()
     for box in boxes:
-        discard(box)
+        discard(DropBox(box.path, box.shape, box.dtype))      # (not kept: removed)
 
 
 def _give_back(box: DropBox) -> None:
@@ -159,3 +160,6 @@ def discard(box: DropBox | None) -> None:
             os.unlink(box.path)
         except FileNotFoundError:
             pass
+
+
+atexit.register(forget_boxes)
