@@ -47,7 +47,7 @@ import numpy as np
 
 from ..device.host_threads import in_slices
 
-__all__ = ["Shared", "prefix", "using", "forget", "release", "region_of", "place", "write_into", "share", "read", "readable", "remove",
+__all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place", "write_into", "share", "read", "readable", "remove",
            "host_identity"]
 
 SHARED_MEMORY = "/dev/shm"
@@ -254,6 +254,66 @@ def readable(parts: list) -> np.ndarray | None:
         return None
     total = sum(p.count for p in parts)
     return read(Shared(parts[0].path, parts[0].offset, total, parts[0].dtype))
+
+
+@dataclass(frozen=True)
+class Published:
+    """An array the client wrote once into the file ``path`` for every task of a call to
+    read (`dirty2vis`'s image), under the stamp ``stamp``: a later call on the same points
+    writes the same file with another stamp, and a task that finds another stamp, before
+    or after it reads, refuses to go on (`taken`) instead of reading another call's array."""
+
+    path: str
+    stamp: bytes
+    shape: tuple
+    dtype: str
+
+
+STAMP = 16                   # bytes of the stamp at the head of a published file
+
+
+def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1) -> Published | None:
+    """On the client: ``array`` written into the kept file ``name`` of ``call_prefix``
+    behind a fresh stamp (cleared while it is written); None without a prefix or where the
+    file cannot be made."""
+    path = place(call_prefix, name)
+    if path is None:
+        return None
+    array = np.ascontiguousarray(array)
+    try:
+        room = _region(path, 0, STAMP + array.nbytes, True)
+    except (OSError, ValueError):
+        return None
+    stamp = uuid.uuid4().bytes
+    room[:STAMP] = 0
+    _copy(room[STAMP:].view(array.dtype).reshape(array.shape), array, threads)
+    room[:STAMP] = np.frombuffer(stamp, np.uint8)
+    return Published(path, stamp, tuple(array.shape), array.dtype.str)
+
+
+@contextlib.contextmanager
+def taken(published):
+    """In a task: the published array (over the kept mapping), its stamp checked before
+    and after the block; anything else as it is."""
+    if not isinstance(published, Published):
+        yield published
+        return
+    dtype = np.dtype(published.dtype)
+    nbytes = int(np.prod(published.shape)) * dtype.itemsize
+    try:
+        room = _region(published.path, 0, STAMP + nbytes, False)
+    except FileNotFoundError:
+        room = None
+    _check_stamp(room, published)
+    yield room[STAMP:].view(dtype).reshape(published.shape)
+    _check_stamp(room, published)
+
+
+def _check_stamp(room, published: Published) -> None:
+    if room is None or bytes(room[:STAMP]) != published.stamp:
+        raise RuntimeError("clgrid.dask: the image of this dirty2vis was replaced by a later dirty2vis call on the "
+                           "same points (or dropped by clear_cache) before it was computed: compute each "
+                           "prediction before the next is made, or pass keep_operators=0")
 
 
 def remove(call_prefix: str | None) -> None:

@@ -159,8 +159,8 @@ def vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
         if _all_masked(mask):
             return np.zeros((len(uvw), len(freq)), complex_dtype(options["precision"]))
         operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
-        with lock:
-            return operator.dirty2vis(dirty, wgt)
+        with lock, exchange.taken(dirty) as image:
+            return operator.dirty2vis(image, wgt)
 
 
 def chunk_extent(chunk, uvw, freq, mask):
@@ -287,8 +287,8 @@ def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep):
     its planes, unweighted), one array per chunk of its group."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
-        with lock:
-            return split(operator.dirty2vis(dirty)[:, 0], points.parts)
+        with lock, exchange.taken(dirty) as image:
+            return split(operator.dirty2vis(image)[:, 0], points.parts)
 
 
 def chunk_assemble(chunk, taken, shares, wgt, mask, dtype):

@@ -85,7 +85,7 @@ import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
-from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, shared, tree_sum, workers_to_prefer
+from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, tree_sum, workers_to_prefer
 from .delivery import collect, deliver, discard, forget_boxes, kept_box
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .tasks import forget_operators
@@ -100,6 +100,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
 __all__ = ["vis2dirty", "dirty2vis", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
 
 KEEP_OPERATORS = 4
+COPY_THREADS = 16            # host threads of the client's copies into shared memory
 KEPT_LAYOUTS = 8             # sets of points whose first pass and persisted selections the client keeps
 SPLITS = ("auto", "planes", "rows")
 _layouts: OrderedDict = OrderedDict()       # on the client: (client id, token) -> SlabLayout
@@ -427,14 +428,19 @@ def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, wor
     return outputs
 
 
-def _sent(dirty: np.ndarray):
-    """The image as one dependency of every task (`shared`), sent as the graph that uses
-    it is built: the scheduler may drop replicas that no task waits for yet."""
-    return shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
+def _sent(dirty: np.ndarray, shared: str | None = None, threads: int = 1):
+    """The image as one dependency of every task: written once into a kept file in shared
+    memory where ``shared`` (`clgrid.dask.exchange.publish`: every worker on this host),
+    else `shared` (scattered to every worker once, sent as the graph that uses it is
+    built: the scheduler may drop replicas that no task waits for yet)."""
+    published = exchange.publish(shared, "d", dirty, threads)
+    if published is not None:
+        return published
+    return chunking.shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
 
 
-def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype) -> list:
-    image, pieces = _sent(dirty), []
+def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared=None) -> list:
+    image, pieces = _sent(dirty, shared, COPY_THREADS), []
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
@@ -444,9 +450,9 @@ def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers
     return pieces
 
 
-def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype) -> list:
+def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype, shared=None) -> list:
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
-    image = _sent(dirty)
+    image = _sent(dirty, shared, COPY_THREADS)
     count = len(slab_layout.bounds)
     shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
     for t, slab in enumerate(slab_layout.tasks):
@@ -600,12 +606,19 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     cap = _slab_samples(slab_samples, layout)
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
-        pieces = _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:
         chunks = _slab_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in chunks], [p[3] for p in chunks], freq, options, count, cap)
-        slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
-        pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype)
+    # workers on this host, operators kept: the image goes through a kept file in shared
+    # memory, written once (`clgrid.dask.exchange.publish`), not scattered to each worker
+    shared = exchange.prefix(chunking.client(), workers, f"{token}-dirty2vis") if workers and keep > 0 else None
+    with exchange.using(shared):
+        if split == "rows":
+            pieces = _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared)
+        else:
+            slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
+            pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype,
+                               shared)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = compute(result, stall_timeout=stall_timeout)[0]
