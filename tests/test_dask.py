@@ -433,6 +433,52 @@ def test_a_prediction_whose_image_a_later_call_replaced_is_refused(client, rng):
         first.compute()
 
 
+def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng):
+    """Where no file can be made in /dev/shm (full, or too small a tmpfs), the values,
+    facets, image and model go through Dask as before, with the same results."""
+    from clgrid.dask import exchange
+
+    def full(on: bool):
+        import errno
+        import os as os_module
+
+        if on:
+            os_module._clgrid_fallocate = os_module.posix_fallocate
+
+            def no_room(*args):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            os_module.posix_fallocate = no_room
+        elif hasattr(os_module, "_clgrid_fallocate"):
+            os_module.posix_fallocate = os_module.__dict__.pop("_clgrid_fallocate")
+        from clgrid.dask import exchange as kept
+        kept.release()
+
+    uvw, vis, wgt, mask = wide_field(rng, "single")
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, slab_samples=vis.size)
+    image_size = dict(npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
+    pixels = dict(pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    cd.clear_cache()
+    client.run(cd.clear_cache)
+    try:
+        client.run(full, True)
+        full(True)
+        image = cd.vis2dirty(vis=blocks(vis), **points, **image_size, **pixels)
+        predicted = cd.dirty2vis(dirty=image, **points, **pixels).compute()
+        made = [f for f in os.listdir(exchange.SHARED_MEMORY) if f.startswith("clgrid-x-")] \
+            if os.path.isdir(exchange.SHARED_MEMORY) else []
+        assert all(os.path.getsize(os.path.join(exchange.SHARED_MEMORY, f)) == 0 for f in made)
+    finally:
+        client.run(full, False)
+        full(False)
+        client.run(cd.clear_cache)
+        cd.clear_cache()
+    single = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True, **pixels)
+    assert relative_error(image, clgrid.vis2dirty(vis=vis, **single, **image_size)) <= 1e-6
+    assert relative_error(predicted, clgrid.dirty2vis(dirty=image, **single)) <= 1e-6
+
+
 @pytest.mark.slow
 def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, monkeypatch, device_name):
     """deterministic=True with ``slabs`` given: the image and visibilities on the 2-worker

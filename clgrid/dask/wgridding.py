@@ -57,14 +57,35 @@ docs/benchmarks/dask.md):
   points), so nothing is planned, selected or tokenised again.  `clear_cache` drops them.
 - On the workers: the ``keep_operators`` `WGridder` s used last, keyed by their points
   (the slab's kept points, or a chunk's blocks with the call's token); `vis2dirty` and
-  `dirty2vis` on the same data share them.
+  `dirty2vis` on the same data share them.  A selection that takes every sample of an
+  unmasked chunk is kept as None: that slab's values are the chunk's vis block itself
+  (no copy without weights).
+- In shared memory, where every worker is on the client's host and operators are kept
+  (`clgrid.dask.exchange`): per set of points, the files through which each chunk's
+  values reach its slab's task (written at the chunk's place in the task's file, so the
+  task maps one array), through which the partial images' facets reach the worker that
+  sums them, and through which `dirty2vis`'s image reaches every task (written once by
+  the client, not scattered to each worker); and the client's box for the image
+  (`clgrid.dask.delivery`).  Fresh pages cost more than the copies, so the files and
+  the mappings are kept, and removed with the points' record (the last
+  ``exchange.KEPT_PREFIXES``) or by `clear_cache`.  Elsewhere (workers on other hosts)
+  the same values go through Dask.
+
+So there is one API for major cycles: the functions, called again with the same uvw,
+mask and frequencies (the same Dask keys, or the same numpy content) and keywords, find
+what the first call left; the vis (or the image) may change from call to call.  Points
+that change (new uvw or mask content, other chunks or keywords) are a new set of points:
+planned, selected and kept anew, the oldest set dropped.
 
 The sum.  Each imaging task cuts its image into n facets (row blocks; n the workers),
 and facet f of all tasks is summed on worker f, pairwise in a tree fixed by the tasks'
-numbers (`clgrid.dask.chunks.tree_sum`), so the result does not depend on which task
-finished first; the client gathers the n summed facets from the n workers at once.
-Each worker so sends and receives about one image per call, not log2(n) of them, and
-the client receives its image in n pieces.
+numbers (`clgrid.dask.chunks.tree_sum`'s order), so the result does not depend on which
+task finished first.  On a distributed cluster each facet's sum is one task
+(`clgrid.dask.tasks.sum_facet`) that takes the parts (from shared memory where it can),
+writes the sum into the client's box and counts its non-finite and non-zero pixels, so
+the client receives one image and does not pass over it again; with Dask's local
+schedulers, a tree of additions.  Each worker so sends and receives about one image per
+call, not log2(n) of them.
 
 Memory, with one thread per worker: a task holds one chunk (the rows split's imaging;
 the planes split's selection), or at most ``slab_samples`` samples (the planes split's
