@@ -18,6 +18,11 @@ piece on its own:
 - ``pickle_s``: pickling and unpickling one image in this process (protocol 5).
 - ``values_s``: one chunk's weighted values picked at its selection (`values_at`, all
   samples), the per-call gather before a slab's imaging.
+- ``exchange`` (two workers): ``--exchange-mb`` of values made on one worker and read
+  on the other, through Dask's socket, a fresh file in /dev/shm, a kept one
+  (`clgrid.dask.exchange`), against made and read on one worker.
+
+The workers' OpenCL runtime and this process's use the same threads (all cores).
 
     python benchmarks/dask_floor.py --npix 256 1024 --workers 1 2      # here: ~1 minute
 """
@@ -78,6 +83,52 @@ def held_delivered(npix: int, box):
 
 def nothing():
     return None
+
+
+def made(n: int):
+    return np.ones(n, np.complex64)
+
+
+def made_shared(n: int, path: str):
+    from clgrid.dask import exchange
+
+    return exchange.write_into(path, 0, (n,), np.complex64, lambda out: out.fill(1))
+
+
+def used(a):
+    from clgrid.dask import exchange
+
+    return float(exchange.read(a)[::4096].real.sum())
+
+
+def exchange_costs(client, megabytes: int, repeats: int) -> dict:
+    """``megabytes`` of complex64 values made on worker 0 and read on worker 1: through
+    Dask's socket, through a fresh file in /dev/shm each time, through a kept one
+    (`clgrid.dask.exchange`); and made and read on one worker (no move), for scale."""
+    import uuid
+
+    from clgrid.dask import exchange
+
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    n = megabytes * 2 ** 20 // 8
+    kept = exchange.prefix(client, workers, uuid.uuid4().hex)
+    if kept is None:
+        return {"megabytes": megabytes, "shared_memory": False}
+
+    def moved(make, args, there):
+        a = client.submit(make, *args, workers=[workers[0]], pure=False)
+        return client.submit(used, a, workers=[there], pure=False).result()
+
+    fresh = iter(range(10 ** 6))
+    out = {"megabytes": megabytes, "shared_memory": True,
+           "same_worker_s": median(lambda: moved(made, (n,), workers[0]), repeats),
+           "socket_s": median(lambda: moved(made, (n,), workers[1]), repeats),
+           "fresh_file_s": median(lambda: moved(made_shared, (n, exchange.place(kept, f"f{next(fresh)}")),
+                                                workers[1]), repeats),
+           "kept_file_s": median(lambda: moved(made_shared, (n, exchange.place(kept, "k")), workers[1]), repeats)}
+    exchange.forget()
+    client.run(exchange.release)
+    return out
 
 
 def one_size(client, n: int, npix: int, data: dict, a) -> dict:
@@ -159,6 +210,7 @@ def main(argv=None):
     p.add_argument("--device", default="pocl")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--exchange-mb", type=int, default=256, help="values moved between two workers (0: not)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     uvw, freq, vis = observation(a.rows, a.nchan, 1.3e9, 1.5e9)
@@ -166,7 +218,7 @@ def main(argv=None):
     res = {"command": " ".join(["python", "benchmarks/dask_floor.py"] + (argv or sys.argv[1:])),
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": a.device, "runs": []}
     for n in a.workers:
-        env = {"CLGRID_DEVICE": a.device, "POCL_MAX_PTHREAD_COUNT": str(a.threads)}
+        env = {"CLGRID_DEVICE": a.device}
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, env=env,
                           memory_limit=0) as cluster, Client(cluster) as client:
             for npix in a.npix:
@@ -180,6 +232,9 @@ def main(argv=None):
                       f"(shared {row['image_shared_s']:.4f}), sum {row['image_sum_s']:.4f}, pickle "
                       f"{row['pickle_s']:.4f}, values {row['values_s']:.4f}; error {row['error_vs_one_process']:.1e}",
                       flush=True)
+            if n > 1 and a.exchange_mb:
+                res["exchange"] = exchange_costs(client, a.exchange_mb, a.repeats)
+                print(f"{a.exchange_mb} MB between two workers: {res['exchange']}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
