@@ -149,7 +149,7 @@ def one_size(client, n: int, npix: int, data: dict, a) -> dict:
                                precision="single", nthreads=a.threads)
     out["one_process_s"] = median(lambda: operator.vis2dirty(vis), a.repeats)
     reference = operator.vis2dirty(vis)
-    del operator
+    operator = None                  # (its device memory freed before the cluster runs)
 
     rows = -(-len(uvw) // n)
     duvw = client.persist(da.from_array(uvw, chunks=(rows, 3)))

@@ -118,7 +118,7 @@ def deliver(rows: np.ndarray, box: DropBox | None, start: int):
     part = region(box, start, rows.shape)
     if part is None:
         return rows
-    in_slices(min(COPY_THREADS, os.cpu_count() or 1), rows.shape[0],
+    in_slices(exchange.copy_threads(rows.nbytes, COPY_THREADS), rows.shape[0],
               lambda r: np.copyto(part[r], rows[r]))
     return None
 
@@ -134,7 +134,7 @@ def collect(box: DropBox | None, parts: list, starts: list, out: np.ndarray | No
         try:
             result = out if out is not None else np.empty(box.shape, np.dtype(box.dtype))
             mapped = exchange.read(exchange.Shared(box.path, 0, int(np.prod(box.shape)), box.dtype, box.shape))
-            in_slices(min(COPY_THREADS, os.cpu_count() or 1), box.shape[0],
+            in_slices(exchange.copy_threads(result.nbytes, COPY_THREADS), box.shape[0],
                       lambda r: np.copyto(result[r], mapped[r]))
         finally:
             _give_back(box)

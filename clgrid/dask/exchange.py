@@ -47,12 +47,13 @@ import numpy as np
 
 from ..device.host_threads import in_slices
 
-__all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place", "write_into", "share", "read", "readable", "remove",
-           "host_identity"]
+__all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
+           "write_into", "share", "read", "readable", "remove", "host_identity", "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
 KEPT_PREFIXES = 8            # sets of points whose files the client keeps
 KEPT_MAPS = 256              # mappings each process keeps
+THREADED_BYTES = 4 << 20     # passes over fewer bytes run on one thread
 _hosts: dict = {}            # on the client: (client id, worker addresses) -> all on this host
 _prefixes: OrderedDict = OrderedDict()     # on the client: kept prefix -> the lock its calls take
 _maps: OrderedDict = OrderedDict()         # in any process: (path, offset, bytes, writable) -> (array, inode)
@@ -225,9 +226,15 @@ def share(path: str | None, array: np.ndarray, threads: int = 1):
     return shared if isinstance(shared, Shared) else array
 
 
+def copy_threads(nbytes: int, threads: int) -> int:
+    """Host threads for a pass over ``nbytes``: one below ``THREADED_BYTES`` (starting
+    threads costs more than a small copy), else ``threads``, at most the cores."""
+    return 1 if nbytes < THREADED_BYTES else max(1, min(int(threads), os.cpu_count() or 1))
+
+
 def _copy(out: np.ndarray, array: np.ndarray, threads: int) -> None:
     flat_out, flat_in = out.reshape(-1), np.ascontiguousarray(array).reshape(-1)
-    in_slices(max(1, threads), flat_out.size, lambda r: np.copyto(flat_out[r], flat_in[r]))
+    in_slices(copy_threads(flat_out.nbytes, threads), flat_out.size, lambda r: np.copyto(flat_out[r], flat_in[r]))
 
 
 def read(shared) -> np.ndarray:

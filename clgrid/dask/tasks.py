@@ -265,7 +265,7 @@ def sum_facet(box, start: int, threads: int, *parts) -> tuple:
             bad[0] += found
             nonzero[0] = nonzero[0] or some
 
-    in_slices(max(1, threads), target.shape[0], rows)
+    in_slices(exchange.copy_threads(target.nbytes * len(arrays), threads), target.shape[0], rows)
     return None if out is not None else target, bad[0], nonzero[0]
 
 
