@@ -356,7 +356,9 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     does not find the file (another host) returns its rows, and the client joins both."""
     from clgrid.dask import delivery
 
-    before = set(os.listdir(delivery.SHARED_MEMORY)) if os.path.isdir(delivery.SHARED_MEMORY) else set()
+    def ours() -> set:                 # this process's files (other processes may use /dev/shm meanwhile)
+        return {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith(f"clgrid-x-{os.getpid()}-")}
+
     uvw, vis, wgt, mask = wide_field(rng, "single")
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, **IMAGE)
@@ -365,18 +367,20 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
                                 do_wgridding=True, **IMAGE)
     assert relative_error(image, expected) <= 1e-6
     if os.path.isdir(delivery.SHARED_MEMORY):
-        made = {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} - before
-        assert any(f.startswith("clgrid-x-") for f in made)              # values and partial images
+        made = ours()
+        assert made                                                       # values and partial images
         other = rng.normal(size=vis.shape) + 1j * rng.normal(size=vis.shape)
         again = cd.vis2dirty(vis=blocks(other.astype(np.complex64)), **common)      # the same files, new values
-        assert {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} - before == made
+        assert ours() == made
         assert relative_error(again, clgrid.vis2dirty(vis=other.astype(np.complex64), uvw=uvw, freq=WIDE_FREQS,
                                                       wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True,
                                                       **IMAGE)) <= 1e-6
         assert relative_error(image, expected) <= 1e-6                    # the first image is the caller's
+        boxes = [box.path for free in delivery._boxes.values() for box in free]
+        assert boxes and all(os.path.exists(path) for path in boxes)      # the client's box, kept
         client.run(cd.clear_cache)
         cd.clear_cache()
-        assert {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} <= before
+        assert not ours() and not any(os.path.exists(path) for path in boxes)
     whole = rng.normal(size=(10, 4)).astype(np.float32)
     box = delivery.open_box(whole.shape, whole.dtype)
     if box is None:
@@ -477,6 +481,26 @@ def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng)
     single = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True, **pixels)
     assert relative_error(image, clgrid.vis2dirty(vis=vis, **single, **image_size)) <= 1e-6
     assert relative_error(predicted, clgrid.dirty2vis(dirty=image, **single)) <= 1e-6
+
+
+def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(rng, tmp_path):
+    """`clgrid.dask.exchange`: a slab's prediction written once for its chunks behind the
+    image's stamp reads back exactly, piece by piece; once another call's prediction (another
+    stamp) is written there, the first call's readers refuse instead of reading it."""
+    from clgrid.dask import exchange
+
+    predicted = (rng.normal(size=1000) + 1j * rng.normal(size=1000)).astype(np.complex64)
+    pieces = tuple(np.split(predicted, [300, 650]))
+    path = str(tmp_path / "shares")                 # any file system: the mapping is the same
+    first = exchange.share_stamped(path, pieces, b"a" * exchange.STAMP)
+    assert all(isinstance(p, exchange.Shared) for p in first)
+    with exchange.reading(list(first) + [None]) as arrays:
+        assert all(np.array_equal(a, p) for a, p in zip(arrays, pieces)) and arrays[-1] is None
+    exchange.share_stamped(path, tuple(2 * p for p in pieces), b"b" * exchange.STAMP)
+    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+        with exchange.reading(list(first)):
+            pass
+    exchange.release()
 
 
 @pytest.mark.slow

@@ -48,7 +48,7 @@ import numpy as np
 from ..device.host_threads import in_slices
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
-           "write_into", "share", "read", "readable", "remove", "host_identity", "copy_threads"]
+           "write_into", "share", "share_stamped", "reading", "read", "readable", "remove", "host_identity", "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
 KEPT_PREFIXES = 8            # sets of points whose files the client keeps
@@ -70,6 +70,7 @@ class Shared:
     count: int
     dtype: str
     shape: tuple | None = None
+    stamp: bytes | None = None       # where the writer stamped the file (`share_stamped`)
 
 
 def host_identity() -> tuple:
@@ -316,11 +317,69 @@ def taken(published):
     _check_stamp(room, published)
 
 
+REPLACED = ("clgrid.dask: the image of this dirty2vis was replaced by a later dirty2vis call on the same points "
+            "(or dropped by clear_cache) before it was computed: compute each prediction before the next is made, "
+            "or pass keep_operators=0")
+
+
 def _check_stamp(room, published: Published) -> None:
     if room is None or bytes(room[:STAMP]) != published.stamp:
-        raise RuntimeError("clgrid.dask: the image of this dirty2vis was replaced by a later dirty2vis call on the "
-                           "same points (or dropped by clear_cache) before it was computed: compute each "
-                           "prediction before the next is made, or pass keep_operators=0")
+        raise RuntimeError(REPLACED)
+
+
+def _stamp_room(path: str, writable: bool) -> np.ndarray:
+    return _region(f"{path}-stamp", 0, STAMP, writable)
+
+
+def share_stamped(path: str | None, pieces: tuple, stamp: bytes, threads: int = 1):
+    """In a task: consecutive ``pieces`` (one prediction cut per chunk) written into the
+    file ``path`` behind ``stamp`` (the call's published image's, cleared while writing),
+    as a `Shared` each that its reader checks (`reading`); the pieces themselves without
+    ``path`` or where the file cannot be made."""
+    if path is None or not pieces:
+        return pieces
+    whole = pieces[0].base if len(pieces) > 1 else None
+    total = sum(len(p) for p in pieces)
+    dtype = np.dtype(pieces[0].dtype)
+    try:
+        stamp_room = _stamp_room(path, True)
+        stamp_room[:] = 0
+        room = _region(path, 0, max(total, 1) * dtype.itemsize, True).view(dtype)[:total]
+    except (OSError, ValueError):
+        return pieces
+    if whole is not None and whole.size == total and whole.dtype == dtype:
+        _copy(room, whole, threads)
+    else:
+        start = 0
+        for p in pieces:
+            _copy(room[start:start + len(p)], p, threads)
+            start += len(p)
+    stamp_room[:] = np.frombuffer(stamp, np.uint8)
+    out, start = [], 0
+    for p in pieces:
+        out.append(Shared(path, start, len(p), dtype.str, None, stamp))
+        start += len(p)
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def reading(parts: list):
+    """In a task: ``parts`` (arrays, `Shared`) as arrays, the stamps of stamped ones
+    (`share_stamped`) checked before and after the block."""
+    stamped = [p for p in parts if isinstance(p, Shared) and p.stamp is not None]
+
+    def check():
+        for p in stamped:
+            try:
+                room = _stamp_room(p.path, False)
+            except FileNotFoundError:
+                room = None
+            if room is None or bytes(room) != p.stamp:
+                raise RuntimeError(REPLACED)
+
+    check()
+    yield [read(p) if p is not None else None for p in parts]
+    check()
 
 
 def remove(call_prefix: str | None) -> None:

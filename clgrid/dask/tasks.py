@@ -282,21 +282,26 @@ def _joined(values: list, threads: int) -> np.ndarray:
     return out
 
 
-def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep):
+def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, place=None):
     """One task of the planes split: its samples' shares of the visibilities (the taps on
-    its planes, unweighted), one array per chunk of its group."""
+    its planes, unweighted), one array per chunk of its group; with ``place`` (a file in
+    shared memory) and a published image, written there behind the image's stamp
+    (`clgrid.dask.exchange.share_stamped`), a `Shared` per chunk returned instead."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
         with lock, exchange.taken(dirty) as image:
-            return split(operator.dirty2vis(image)[:, 0], points.parts)
+            pieces = split(operator.dirty2vis(image)[:, 0], points.parts)
+        if place is None or not isinstance(dirty, exchange.Published):
+            return pieces
+        return exchange.share_stamped(place, pieces, dirty.stamp, max(1, options["nthreads"]))
 
 
 def chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
     """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
     added at its samples in slab order, then weighted."""
-    with naming(chunk):
-        shares = [np.zeros(0, dtype) if share is None else share for share in shares]
-        return assemble(chunk_shape(chunk), taken, shares, wgt, mask, dtype)
+    with naming(chunk), exchange.reading(shares) as arrays:
+        arrays = [np.zeros(0, dtype) if share is None else share for share in arrays]
+        return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype)
 
 
 def add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -480,9 +480,10 @@ def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dt
         if points[t] is None:
             continue
         a, b = slab.chunks
+        place = exchange.place(shared, f"s{t}") if isinstance(image, exchange.Published) else None
         with prefer_worker(t, workers):
             out = dask.delayed(worker_tasks.vis_slab, pure=False, nout=b - a)(
-                image, points[t], slab_layout.geometry, slab, options, keep)
+                image, points[t], slab_layout.geometry, slab, options, keep, place)
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
