@@ -64,9 +64,11 @@ docs/benchmarks/dask.md):
   (`clgrid.dask.exchange`): per set of points, the files through which each chunk's
   values reach its slab's task (written at the chunk's place in the task's file, so the
   task maps one array), through which the partial images' facets reach the worker that
-  sums them, and through which `dirty2vis`'s image reaches every task (written once by
-  the client, not scattered to each worker); and the client's box for the image
-  (`clgrid.dask.delivery`).  Fresh pages cost more than the copies, so the files and
+  sums them, through which `dirty2vis`'s image reaches every task (written once by the
+  client, not scattered to each worker, behind a stamp: a prediction computed after a
+  later `dirty2vis` on the same points replaced it refuses, `exchange.taken`) and through
+  which each slab's prediction reaches its chunks (behind the same stamp); and the
+  client's box for the image (`clgrid.dask.delivery`).  Fresh pages cost more than the copies, so the files and
   the mappings are kept, and removed with the points' record (the last
   ``exchange.KEPT_PREFIXES``) or by `clear_cache`.  Elsewhere (workers on other hosts)
   the same values go through Dask.
