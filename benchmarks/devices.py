@@ -344,6 +344,10 @@ def main(argv=None):
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "devices": devices,
            "device_names": [clgrid.device.runtime.select_device(d).name.strip() for d in devices],
            "epsilon": a.epsilon, "precision": "single", "nthreads": a.nthreads, "cores": os.cpu_count()}
+    if os.path.isdir("/dev/shm"):              # clgrid.dask's values and images pass there (kept files)
+        fs = os.statvfs("/dev/shm")
+        res["dev_shm_gib"] = {"size": fs.f_blocks * fs.f_frsize / 2 ** 30, "free": fs.f_bavail * fs.f_frsize / 2 ** 30}
+        print(f"/dev/shm: {res['dev_shm_gib']['free']:.1f} GiB free of {res['dev_shm_gib']['size']:.1f}", flush=True)
     try:
         import subprocess
 
