@@ -1,5 +1,5 @@
-"""Large arrays passed between the tasks of one `clgrid.dask.vis2dirty` call through the
-host's shared memory, where every worker and the client are on one host (a
+"""Large arrays passed between the tasks of one `clgrid.dask.vis2dirty` or `dirty2vis`
+call through the host's shared memory, where every worker and the client are on one host (a
 `LocalCluster`, the workers of a many-GPU node beside their client).
 
 Dask moves a task's result to another worker through a socket: the result pickled,
@@ -15,18 +15,24 @@ own regions (each chunk its values' place in its slab's file), so the consumer m
 array without joining them.
 
 The files and the mappings are kept: making a file's pages (``posix_fallocate``) and
-mapping them cost several times the copy itself (a fresh 256 MB file about 0.2 s on the
-2-core machine, its copy 0.01 s: docs/benchmarks/dask.md), so a major cycle's calls on
-the same points reuse one set of files.  They are named under a `prefix` that the client
-makes from the points' token (`clgrid.dask.wgridding`'s) and keeps for the last
-``KEPT_PREFIXES`` sets of points; the client removes a set's files when it drops it
-(`forget`, `clgrid.dask.clear_cache`, the client's exit), and each worker keeps its
-mappings (`_region`) until their file is gone or replaced (checked at each use), so
-their memory goes then.  Two calls on the same points at once would share the files:
-the client runs them one after the other (`using`).  A producer that cannot make its
-file (``/dev/shm`` full, absent) returns its array instead, and the consumers take
-either.  `prefix` is None (nothing shared) unless the client and every worker share the
-host (the same boot of the same machine, asked once per set of workers).
+mapping them cost several times the copy itself (docs/benchmarks/dask.md, "The floor
+of a Dask call"), so a major cycle's calls on the same points reuse one set of files.
+They are named under a `prefix` that the client makes from the points' token
+(`clgrid.dask.wgridding`'s) and keeps for the last ``KEPT_PREFIXES`` sets of points;
+the client removes a set's files when it drops it (`forget`, `clgrid.dask.clear_cache`,
+the client's exit), and each worker keeps its mappings (`_region`) until their file is
+gone or replaced (checked when it maps another), so their memory goes then.  Two calls
+on the same points at once would share the files: the client runs them one after the
+other (`using`).  A producer that cannot make its file (``/dev/shm`` full, absent)
+returns its array instead, and the consumers take either.  `prefix` is None (nothing
+shared) unless the client and every worker share the host (the same boot of the same
+machine, asked once per set of workers).
+
+`dirty2vis` returns a lazy array, computed after the call: its image is written once
+by the client (`publish`) and each slab's prediction for its chunks by the slab's task
+(`share_stamped`), both behind a stamp that the readers check before and after reading
+(`taken`, `reading`), so a prediction computed after a later call on the same points
+rewrote the files refuses instead of reading the other call's arrays.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ import numpy as np
 from ..device.host_threads import in_slices
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
-           "write_into", "share", "share_stamped", "reading", "read", "readable", "remove", "host_identity", "copy_threads"]
+           "write_into", "share", "share_stamped", "reading", "read", "readable", "remove", "host_identity",
+           "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
 KEPT_PREFIXES = 8            # sets of points whose files the client keeps
@@ -223,8 +230,12 @@ def share(path: str | None, array: np.ndarray, threads: int = 1):
     without ``path``, or where the file cannot be made, the array itself (no copy)."""
     if path is None or array.size == 0:
         return array
-    shared = write_into(path, 0, array.shape, array.dtype, lambda out: _copy(out, array, threads))
-    return shared if isinstance(shared, Shared) else array
+    try:
+        room = _region(path, 0, array.nbytes, True)
+    except (OSError, ValueError):
+        return array
+    _copy(room.view(array.dtype).reshape(array.shape), array, threads)
+    return Shared(path, 0, int(array.size), np.dtype(array.dtype).str, tuple(int(n) for n in array.shape))
 
 
 def copy_threads(nbytes: int, threads: int) -> int:
