@@ -45,10 +45,16 @@ import time
 
 import numpy as np
 
-import clgrid
-from report import report
-
+# this repository's clgrid, here and in the Dask workers (they inherit PYTHONPATH), not an
+# installed copy: a run that imported another tree's library measured that tree
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+import clgrid  # noqa: E402
+from report import report  # noqa: E402
+
 SPEED_OF_LIGHT = 299792458.0
 SETS = {"large": (4_000_000, 16, 8192), "small": (250_000, 16, 4096), "medium": (100_000, 16, 1024),
         "quick": (20_000, 4, 256)}
@@ -198,6 +204,24 @@ def process_part(name: str, data: dict, devices: list, a) -> dict:
 
 # -- Dask --------------------------------------------------------------------------------
 
+def _clgrid_path():
+    return os.path.dirname(os.path.abspath(clgrid.__file__))
+
+
+def tree_digest() -> str:
+    """A digest of the library's sources as imported (the run's tree, whatever git says)."""
+    import hashlib
+
+    digest = hashlib.sha1()
+    base = _clgrid_path()
+    for folder, _, files in sorted(os.walk(base)):
+        for name in sorted(files):
+            if name.endswith((".py", ".cl", ".json")):
+                with open(os.path.join(folder, name), "rb") as f:
+                    digest.update(os.path.relpath(os.path.join(folder, name), base).encode() + f.read())
+    return digest.hexdigest()[:12]
+
+
 def _set_device(spec):
     os.environ["CLGRID_DEVICE"] = spec
     import clgrid.dask
@@ -234,6 +258,9 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                                                  dashboard_address=None, memory_limit=0) as cluster, \
                 Client(cluster) as client:
             workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            elsewhere = {w: p for w, p in client.run(_clgrid_path).items() if p != _clgrid_path()}
+            if elsewhere:
+                raise SystemExit(f"the workers imported another clgrid: {elsewhere}")
             for address, devs in zip(workers, assignment):
                 client.run(_set_device, ", ".join(devs), workers=[address])
             rows = -(-len(uvw) // n)
@@ -344,6 +371,11 @@ def main(argv=None):
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "devices": devices,
            "device_names": [clgrid.device.runtime.select_device(d).name.strip() for d in devices],
            "epsilon": a.epsilon, "precision": "single", "nthreads": a.nthreads, "cores": os.cpu_count()}
+    res["clgrid_path"] = _clgrid_path()
+    res["clgrid_tree_sha1"] = tree_digest()
+    print(f"clgrid from {res['clgrid_path']} (sources {res['clgrid_tree_sha1']})", flush=True)
+    if not res["clgrid_path"].startswith(ROOT + os.sep):
+        raise SystemExit(f"clgrid was imported from {res['clgrid_path']}, not this repository ({ROOT})")
     if os.path.isdir("/dev/shm"):              # clgrid.dask's values and images pass there (kept files)
         fs = os.statvfs("/dev/shm")
         res["dev_shm_gib"] = {"size": fs.f_blocks * fs.f_frsize / 2 ** 30, "free": fs.f_bavail * fs.f_frsize / 2 ** 30}
