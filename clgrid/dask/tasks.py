@@ -129,7 +129,8 @@ def _imaged(operator, lock, vis, wgt) -> tuple:
     with lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         image = operator.vis2dirty(vis, wgt)
-    return image, frozenset(str(w.message) for w in caught) if np.any(image) else frozenset()
+    said = frozenset(str(w.message) for w in caught)
+    return image, said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
 
 
 def image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets, places=None):
