@@ -288,7 +288,7 @@ def test_single_work_item_strategies_are_not_pruned_by_simd_width(queue):
 
 
 
-@pytest.mark.parametrize("section", ["bins", "points", "degrid_points", "rows_stacked"])
+@pytest.mark.parametrize("section", ["tiled_stacked", "points", "degrid_points", "rows_stacked"])
 def test_cli_tune_runs_for_the_imaging_strategies(queue, device_name, section, capsys):
     """`clgrid tune --imaging`: two values of the section's first parameter beside the table
     default, each image checked against the default's."""

@@ -6,6 +6,7 @@
     image (clgrid.sources.accuracy says why the kernel is what it is).
     Template variables: double, atomic, use_w and source_stacked.cl's. #}
 {% include "common.cl" %}
+{% include "plan_stacked.cl" %}
 {% include "source_stacked.cl" %}
 
 __kernel void spread(__global const int4 *restrict first,     /* [n]: first cell u, v, first plane */

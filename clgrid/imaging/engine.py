@@ -131,7 +131,7 @@ class ImagingEngine:
                                  f"spread={tuning['spread']!r}")
             self.spread_mode = "rows"
         if self.spread_mode not in SPREADS:
-            former = {"atomic": "points"}.get(self.spread_mode)
+            former = {"atomic": "points", "bins": "tiled"}.get(self.spread_mode)
             hint = f" ({self.spread_mode!r} is now {former!r})" if former else ""
             raise ValueError(f"tuning [wgridding] spread must be one of {tuple(SPREADS)}, got "
                              f"{self.spread_mode!r}{hint}")
