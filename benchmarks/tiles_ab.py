@@ -17,8 +17,10 @@ Cases (the issue's targets in brackets):
     mkdir -p .ab0 && git archive 713513d clgrid | tar x -C .ab0
     python3 benchmarks/tiles_ab.py --a .ab0 --b . --device nvidia --rounds 3 --json ab.json
 
-``--tuning-a`` / ``--tuning-b '{"spread": ..., ...}'`` pass an imaging tuning to one tree
-(a sweep of the merged strategy's tile parameters: run it several times).  ``--scale 16`` divides the
+``--tuning-a`` / ``--tuning-b '{"spread": ..., ...}'`` pass an imaging tuning to one tree;
+``--variants-b '[{...}, ...]'`` then times tree B's spread (the imaging cases only, one
+process each, after the rounds) with each of those tunings: a sweep of the merged
+strategy's tile parameters beside the rounds' numbers.  ``--scale 16`` divides the
 sizes for a quick check on a CPU device.
 """
 
@@ -164,6 +166,7 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=int, default=1, help="divide the sizes by this (a quick check)")
     p.add_argument("--tuning-a", default=None, help="imaging tuning (JSON) for tree A")
     p.add_argument("--tuning-b", default=None, help="imaging tuning (JSON) for tree B")
+    p.add_argument("--variants-b", default=None, help="JSON list of imaging tunings: tree B's spread with each")
     p.add_argument("--json", default=None)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tuning", default=None, help=argparse.SUPPRESS)
@@ -193,9 +196,21 @@ def main(argv=None) -> int:
     for c in ("spread_w4m", "spread_flat"):
         if c in cases:
             print(f"{c} spread kernels: A {runs['A'][0][c]['spread']!r}, B {runs['B'][0][c]['spread']!r}")
+    variants = []
+    spread_cases = [c for c in cases if c.startswith("spread_")]
+    for tuning in (json.loads(a.variants_b) if a.variants_b and spread_cases else []):
+        one = argparse.Namespace(**{**vars(a), "cases": ",".join(spread_cases)})
+        try:
+            got = run_tree(a.b, one, {**(tuning_b or {}), **tuning})
+        except SystemExit as exc:
+            got = {"failed": str(exc)}
+        variants.append({"tuning": tuning, **got})
+        print(f"B {json.dumps(tuning)}: " + ", ".join(f"{c} {got[c]['ms']:.3f} ms (min {got[c]['min_ms']:.3f})"
+                                                     for c in spread_cases if c in got) + got.get("failed", ""),
+              flush=True)
     if "image_rms" in runs["A"][0]:
         print(f"image rms: A {runs['A'][0]['image_rms']:.6g}, B {runs['B'][0]['image_rms']:.6g}")
-    out = {"a": a.a, "b": a.b, "tuning_a": tuning_a, "tuning_b": tuning_b, "device": a.device, "summary": summary, "runs": runs}
+    out = {"a": a.a, "b": a.b, "tuning_a": tuning_a, "tuning_b": tuning_b, "device": a.device, "summary": summary, "runs": runs, "variants_b": variants}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
