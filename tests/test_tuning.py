@@ -300,4 +300,15 @@ def test_cli_tune_runs_for_the_imaging_strategies(queue, device_name, section, c
                      "--grid-size", "128", "--repeats", "2", "--no-save", "--write-table", "--space", sweep]) == 0
     out = capsys.readouterr().out
     assert "table default: " in out and f"[devices.{section}]" in out
-    assert cli.main(["tune", "--imaging", "--method", "tiled", "--device", device_name]) == 2
+    assert cli.main(["tune", "--imaging", "--method", "moving_window", "--device", device_name]) == 2
+
+
+def test_cli_tune_names_the_imaging_spread_by_its_section(queue, device_name, capsys):
+    """`clgrid tune --imaging --method tiled`: the tiled strategy over the w-stacking plan
+    (the spread "tiled" of [wgridding]) is tuned in its section [tiled_stacked]."""
+    from clgrid.tools import cli
+
+    assert cli.main(["tune", "--imaging", "--method", "tiled", "--device", device_name, "--num-vis", "2000",
+                     "--grid-size", "96", "--repeats", "1", "--no-save", "--write-table",
+                     "--space", "piece=[32]"]) == 0
+    assert "[devices.tiled_stacked]" in capsys.readouterr().out
