@@ -35,9 +35,9 @@ def random_stack(rng, supports, oversample):
     return clgrid.KernelStack.from_arrays(planes, supports, oversample, w_scale=(len(supports) - 1) ** 2 / 300)
 
 
-@pytest.fixture(params=["rows", "footprint"])
+@pytest.fixture(params=["rows", "footprint", "cells"])
 def mapping(request):
-    """How work-items share a tile's cells (grid_tiled.cl): both must give the reference's grid."""
+    """How work-items share a tile's cells (grid_tiled.cl): each must give the reference's grid."""
     return request.param
 
 

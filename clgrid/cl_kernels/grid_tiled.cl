@@ -4,7 +4,7 @@
    once (from tables, or by the source into local memory: TILE_STAGE), and the tile flushed to
    the grid with float atomics only when the work-group moves on to another tile.
 
-   Two ways to share a tile's cells among the work-items (`mapping`):
+   Three ways to share a tile's cells among the work-items (`mapping`):
    "rows"       work-item (x, y) owns column x and rows y, y + WG_V, y + 2 WG_V, ...:
                 the first REGSZ of them in private registers, the next SHMSZ in local
                 memory (seed 003 Listing 6; interleaved rather than blocked rows so that
@@ -18,6 +18,11 @@
                 the same work-items.  Not in the seeds: it keeps the
                 work-items busy whatever the support, and lets tiles grow (fewer sort
                 entries) without more idle work.
+   "cells"      the tile lives in local memory and each work-item owns the same cells
+                (tap j, tap k) of every footprint, of a MAX_WIDTH x MAX_WIDTH box (the widest
+                footprint), fixed before the first entry, with a barrier between visibilities
+                (cuFINUFFT's subproblems with the roles of points and cells swapped: the
+                imaging operator's "bins" mapping before the strategies merged).
 
    Which entries a work-group takes (`schedule`, with its include):
    "chunks"     (tile_sort.cl, W-projection plans: clgrid/strategies/tiled.py) the
@@ -42,7 +47,7 @@
    wrap around the grid's edges (the stacked grid).
    In deterministic mode the tile's sums are 64-bit fixed point (tile_sum_t).
    Template variables: double, atomic, deterministic, npol, oversample, grid_size, mapping, regsz,
-   shmsz, footprint_unroll, wg_u, wg_v, batch (0: WG), schedule, periodic, plan, source (and those
+   shmsz, footprint_unroll, max_width, wg_u, wg_v, batch (0: WG), schedule, periodic, plan, source (and those
    of the schedule's include and the source). #}
 {% include "common.cl" %}
 #define NPOL {{ npol }}
@@ -163,6 +168,10 @@ typedef complex_t tile_sum_t;
 {% endmacro %}
 {% else %}
 #define TILE_CELL(i, pol) tile[(pol) * TILE_U * TILE_V + (i)]
+{% if mapping == "cells" %}
+#define MAX_WIDTH {{ max_width }}   /* taps per side of the widest footprint */
+#define CELLS_PER_ITEM ((MAX_WIDTH * MAX_WIDTH + WG - 1) / WG)
+{% else %}
 #define FOOTPRINT_UNROLL {{ footprint_unroll }}
 
 /* Whether footprint b's cells in the tile fall to the same work-items as a's do, so that
@@ -173,6 +182,7 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
     return a.bucket == b->bucket && a.cu0 == b->cu0 && a.covered_u == b->covered_u
            && (a.cv0 - b->cv0) % a.rows_per_pass == 0;
 }
+{% endif %}
 
 {# Every cell of the tile, shared out among the work-items: caller(cell, row, column). #}
 {% macro owned_cells() %}
@@ -195,7 +205,7 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
 {% macro tile_storage() %}
     __local tile_visibility batch[BATCH];
     TILE_LOCAL
-{% if mapping == "footprint" %}
+{% if mapping != "rows" %}
     __local tile_sum_t tile[NPOL * TILE_U * TILE_V];
 {% else %}
 {% if shmsz %}
@@ -208,6 +218,15 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
     const int x = get_local_id(0), y = get_local_id(1);
     const int lid = y * WG_U + x;
     const size_t pol_stride = (size_t)GRID_U * GRID_V;
+{% if mapping == "cells" %}
+    /* this work-item's cells of every footprint: tap (cell_j, cell_k); none past the box */
+    int cell_j[CELLS_PER_ITEM], cell_k[CELLS_PER_ITEM];
+    for (int i = 0; i < CELLS_PER_ITEM; ++i) {
+        const int c = lid + i * WG;
+        cell_j[i] = c < MAX_WIDTH * MAX_WIDTH ? c / MAX_WIDTH : MAX_WIDTH;
+        cell_k[i] = c - (c / MAX_WIDTH) * MAX_WIDTH;
+    }
+{% endif %}
 {% call(cell, row, column) owned_cells() %}
         #pragma unroll
         for (int pol = 0; pol < NPOL; ++pol)
@@ -229,6 +248,19 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
         }
 {% endcall %}
                 }
+{% elif mapping == "cells" %}
+                #pragma unroll
+                for (int i = 0; i < CELLS_PER_ITEM; ++i) {
+                    const int row = cell_j[i] - t.j0, column = cell_k[i] - t.k0;   /* the tap's place in the tile */
+                    if (cell_j[i] < t.width && cell_k[i] < t.width && (uint)row < TILE_V && (uint)column < TILE_U) {
+                        const tile_weight_t c = TAP(t, tile_column(t.taps, column), cell_j[i]);
+                        #pragma unroll
+                        for (int pol = 0; pol < NPOL; ++pol)
+                            TILE_CELL(row * TILE_U + column, pol) = ACCUMULATE(TILE_CELL(row * TILE_U + column, pol),
+                                                                                 t.re[pol], t.im[pol], c);
+                    }
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);   /* the next footprint's cells may be other work-items' */
 {% else %}
                 /* work-item lid covers column cu0 + c of rows cv0 + r, cv0 + r + rows_per_pass, ...,
                    FOOTPRINT_UNROLL rows at a time: their kernel loads are issued together */
@@ -318,7 +350,7 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
 {{ flush_tile() }}
                     bucket = t.bucket;
                     origin = (int2)(t.origin_u, t.origin_v);
-{% if mapping == "footprint" %}
+{% if mapping != "rows" %}
                     barrier(CLK_LOCAL_MEM_FENCE);   /* the tile is zero again before anyone adds */
 {% endif %}
                 }

@@ -3,7 +3,7 @@ there, and per call the values gathered into plan order, every w-plane spread (o
 interpolated), transformed and accumulated into the image (or made from it).
 
 Where the work runs is the tuning table's ``[wgridding]`` choice (clgrid/platforms/*.toml,
-or ``tuning=``): ``spread = "bins"`` (a work-group per bin of cells and piece of its
+or ``tuning=``): ``spread = "tiled"`` (a work-group per bin of cells and piece of its
 points, accumulating in local memory: GPUs), ``"atomic"`` (a work-item per visibility,
 float atomic adds) or ``"rows"`` (a work-item per grid row, no atomics, kernel values
 computed once per operator: CPUs); ``fft = "host"`` (scipy.fft or ducc0.fft in place on

@@ -47,7 +47,7 @@ __all__ = ["TiledGridding", "TiledDevicePlan", "footprint_tile_range", "tiles_ac
 
 INT32_MAX = 2 ** 31 - 1
 EMPTY_BOX = np.array([INT32_MAX, -INT32_MAX - 1, INT32_MAX, -INT32_MAX - 1], np.int32)  # u_min, u_max, v_min, v_max
-MAPPINGS = ("rows", "footprint")   # how a tile's work-items share its cells (grid_tiled.cl)
+MAPPINGS = ("rows", "footprint", "cells")   # how a tile's work-items share its cells (grid_tiled.cl)
 PARTS = ("tiles", "central box", "windows")   # bucket ranges, each gridded by its own launch
 
 
@@ -145,8 +145,8 @@ class TiledGridding(Strategy):
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
         """``rows``: a work-item per column of a tile, each owning regsz + shmsz of its rows;
-        ``footprint``: footprint_wg work-items sharing whatever the footprints cover."""
-        if tuning["mapping"] == "footprint":
+        ``footprint``, ``cells``: footprint_wg work-items sharing whatever the footprints cover."""
+        if tuning["mapping"] in ("footprint", "cells"):
             return (tuning["footprint_wg"], 1)
         rows = tuning["regsz"] + tuning["shmsz"]
         if rows < 1 or tuning["tile_v"] % rows:
@@ -181,7 +181,7 @@ class TiledGridding(Strategy):
         the built kernel reports)."""
         t = self.tuning
         items = int(np.prod(self.local_size()))
-        cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
+        cells = t["shmsz"] * items if t["mapping"] == "rows" else t["tile_u"] * t["tile_v"]
         staged = 2 * self.kernels.template_parameters()["es_taps"] if self.kernels.evaluated else 0
         return tile_local_memory(t["mapping"], items, npol, self.precision, self.deterministic,
                                  self.kernels.evaluated, cells, staged)
@@ -193,7 +193,7 @@ class TiledGridding(Strategy):
         return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), wg_u=wg_u,
                     wg_v=wg_v, max_tiles=max_tiles, windows_base=windows_base,
                     tile_factor_4096=round(tuning["tile_factor"] * 4096), schedule="chunks", periodic=False,
-                    plan="plan.cl", batch=0)
+                    plan="plan.cl", batch=0, max_width=2 * kernels.max_support + 1)
 
     @cached_property
     def untiled_strategy(self) -> AtomicGridding:

@@ -47,9 +47,9 @@ class TiledStackedGridding(StackedStrategy):
 
     def check_tuning(self) -> None:
         t = self.tuning
-        if t["mapping"] != "footprint":
+        if t["mapping"] not in ("footprint", "cells"):
             raise TuningTableError(f"tiled_stacked: mapping = {t['mapping']!r}; the w-stacking tiles take "
-                                   f"mapping 'footprint' only")
+                                   f"mapping 'footprint' or 'cells'")
         if t["footprint_unroll"] < 1 or t["batch"] < 0:
             raise TuningTableError(f"tiled_stacked: footprint_unroll = {t['footprint_unroll']}, batch = "
                                    f"{t['batch']} out of range")
@@ -62,7 +62,7 @@ class TiledStackedGridding(StackedStrategy):
     def local_memory(tuning: dict, kernels, precision: str, batch: int) -> int:
         """Bytes of local memory grid_tiles takes with ``batch`` entries at a time."""
         w = kernels.width
-        return tile_local_memory("footprint", batch, 1, precision, False, evaluated=True,
+        return tile_local_memory(tuning["mapping"], batch, 1, precision, False, evaluated=True,
                                  tile_cells=(tuning["bin_u"] + w - 1) * (tuning["bin_v"] + w - 1),
                                  staged_reals=2 * (w | 1))
 
@@ -91,7 +91,7 @@ class TiledStackedGridding(StackedStrategy):
         wg_u, wg_v = cls.work_group_shape(tuning)
         return dict(params, npol=1, oversample=1, keys_per_plane=layout.keys_per_plane, wg_u=wg_u, wg_v=wg_v,
                     schedule="pieces", periodic=True, plan="plan_stacked.cl", source=kernels.device_source(),
-                    grid_size=(int(grid_size[0]), int(grid_size[1])), regsz=0, shmsz=0)
+                    grid_size=(int(grid_size[0]), int(grid_size[1])), regsz=0, shmsz=0, max_width=kernels.width)
 
     def layout(self) -> PlaneOrder:
         return PlaneOrder("bins", self.nu, self.nv, self.tuning["bin_u"], self.tuning["bin_v"])
