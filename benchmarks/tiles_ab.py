@@ -20,7 +20,8 @@ Cases (the issue's targets in brackets):
 ``--tuning-a`` / ``--tuning-b '{"spread": ..., ...}'`` pass an imaging tuning to one tree;
 ``--variants-b '[{...}, ...]'`` then times tree B's spread (the imaging cases only, one
 process each, after the rounds) with each of those tunings: a sweep of the merged
-strategy's tile parameters beside the rounds' numbers.  ``--scale 16`` divides the
+strategy's tile parameters beside the rounds' numbers; ``--tiled-variants-b`` the same for
+W-projection's tiled case (tunings of [tiled] on top of the table's).  ``--scale 16`` divides the
 sizes for a quick check on a CPU device.
 """
 
@@ -42,7 +43,7 @@ CASES = ("tiled", "tiled_analytic", "spread_w4m", "w4m", "spread_flat")
 
 # -- one tree, in its own process ------------------------------------------------------
 
-def tiled(device, repeats: int, scale: int, analytic: bool) -> dict:
+def tiled(device, repeats: int, scale: int, analytic: bool, tuning=None) -> dict:
     import pyopencl as cl
     import clgrid
     from clgrid.tools.bench import make_workload
@@ -53,7 +54,7 @@ def tiled(device, repeats: int, scale: int, analytic: bool) -> dict:
     uvw = np.ascontiguousarray(work.uvw.reshape(-1, 3))
     vis = np.ascontiguousarray(work.vis.reshape(-1, 1)).astype(np.complex64)
     gridder = clgrid.Gridder(work.grid_size, work.cell_size, kernels, method="tiled", device=device,
-                             on_dropped="ignore")
+                             on_dropped="ignore", tuning=tuning)
     prepared = gridder.prepare(gridder.plan(uvw), vis)
     cl.wait_for_events(gridder.execute(prepared))
     times = []
@@ -111,13 +112,13 @@ def wall_ms(run, repeats: int) -> dict:
     return {"ms": float(np.median(times)), "min_ms": float(min(times))}
 
 
-def measure(cases, device, repeats: int, scale: int, tuning) -> dict:
+def measure(cases, device, repeats: int, scale: int, tuning, tiled_tuning=None) -> dict:
     import clgrid
 
     out = {"clgrid_file": clgrid.__file__}
     for case in ("tiled", "tiled_analytic"):
         if case in cases:
-            out[case] = tiled(device, repeats, scale, case == "tiled_analytic")
+            out[case] = tiled(device, repeats, scale, case == "tiled_analytic", tiled_tuning)
     if {"spread_w4m", "w4m", "spread_flat"} & set(cases):
         uvw = tracks(4_000_000 // scale)
         rng = np.random.default_rng(1)
@@ -140,7 +141,7 @@ def measure(cases, device, repeats: int, scale: int, tuning) -> dict:
 
 # -- the two trees in turn -------------------------------------------------------------
 
-def run_tree(tree: str, args, tuning) -> dict:
+def run_tree(tree: str, args, tuning, tiled_tuning=None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
     cmd = [sys.executable, __file__, "--one", "--cases", args.cases, "--repeats", str(args.repeats),
            "--scale", str(args.scale)]
@@ -148,6 +149,8 @@ def run_tree(tree: str, args, tuning) -> dict:
         cmd += ["--device", args.device]
     if tuning:
         cmd += ["--tuning", json.dumps(tuning)]
+    if tiled_tuning:
+        cmd += ["--tiled-tuning", json.dumps(tiled_tuning)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.stderr.write(done.stderr)
@@ -170,13 +173,17 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tuning", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--tiled-tuning", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--tiled-variants-b", default=None,
+                   help="JSON list of W-projection [tiled] tunings: tree B's tiled case with each")
     a = p.parse_args(argv)
     cases = a.cases.split(",")
     unknown = set(cases) - set(CASES)
     if unknown:
         p.error(f"unknown cases {sorted(unknown)}; choose from {list(CASES)}")
     if a.one:
-        print(json.dumps(measure(cases, a.device, a.repeats, a.scale, json.loads(a.tuning) if a.tuning else None)))
+        print(json.dumps(measure(cases, a.device, a.repeats, a.scale, json.loads(a.tuning) if a.tuning else None,
+                                 json.loads(a.tiled_tuning) if a.tiled_tuning else None)))
         return 0
     tuning_a = json.loads(a.tuning_a) if a.tuning_a else None
     tuning_b = json.loads(a.tuning_b) if a.tuning_b else None
@@ -207,6 +214,17 @@ def main(argv=None) -> int:
         variants.append({"tuning": tuning, **got})
         print(f"B {json.dumps(tuning)}: " + ", ".join(f"{c} {got[c]['ms']:.3f} ms (min {got[c]['min_ms']:.3f})"
                                                      for c in spread_cases if c in got) + got.get("failed", ""),
+              flush=True)
+    tiled_cases = [c for c in cases if c.startswith("tiled")]
+    for tuning in (json.loads(a.tiled_variants_b) if a.tiled_variants_b and tiled_cases else []):
+        one = argparse.Namespace(**{**vars(a), "cases": ",".join(tiled_cases)})
+        try:
+            got = run_tree(a.b, one, None, tuning)
+        except SystemExit as exc:
+            got = {"failed": str(exc)}
+        variants.append({"tiled_tuning": tuning, **got})
+        print(f"B tiled {json.dumps(tuning)}: " + ", ".join(f"{c} {got[c]['ms']:.3f} ms (min {got[c]['min_ms']:.3f})"
+                                                           for c in tiled_cases if c in got) + got.get("failed", ""),
               flush=True)
     if "image_rms" in runs["A"][0]:
         print(f"image rms: A {runs['A'][0]['image_rms']:.6g}, B {runs['B'][0]['image_rms']:.6g}")
