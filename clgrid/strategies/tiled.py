@@ -71,11 +71,12 @@ def tiles_across(grid_size: int, tile: int, step: int | None = None) -> int:
 
 
 def tile_local_memory(mapping: str, batch: int, npol: int, precision: str, deterministic: bool, evaluated: bool,
-                      tile_cells: int, staged_reals: int) -> int:
+                      tile_cells: int, staged_reals: int, chunks: bool = True) -> int:
     """Bytes of local memory grid_tiled.cl's kernel takes: ``batch`` prepared entries
     (tile_visibility, whose taps hold reals where the source is ``evaluated``) and the
     ``staged_reals`` kernel values the source stages for each, the ``tile_cells`` cells
-    (of ``npol`` sums) the work-group keeps there, and the chunk's first entry."""
+    (of ``npol`` sums) the work-group keeps there, and (schedule "chunks") the chunk's
+    first entry."""
     real_size = 8 if precision == "double" else 4
     complex_size = 2 * real_size
     words = (15 if mapping == "footprint" else 9) - evaluated   # tile_visibility's ints (and float)
@@ -84,7 +85,7 @@ def tile_local_memory(mapping: str, batch: int, npol: int, precision: str, deter
         header = -(-header // real_size) * real_size + 2 * real_size
     entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
     cell_size = 16 if deterministic else complex_size   # two longs a cell in fixed point
-    return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size + 4
+    return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size + 4 * chunks
 
 
 @dataclass

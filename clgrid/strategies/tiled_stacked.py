@@ -64,7 +64,7 @@ class TiledStackedGridding(StackedStrategy):
         w = kernels.width
         return tile_local_memory(tuning["mapping"], batch, 1, precision, False, evaluated=True,
                                  tile_cells=(tuning["bin_u"] + w - 1) * (tuning["bin_v"] + w - 1),
-                                 staged_reals=2 * (w | 1))
+                                 staged_reals=2 * (w | 1), chunks=False)
 
     @classmethod
     def batch(cls, tuning: dict, kernels, precision: str, local_memory: int) -> int:
