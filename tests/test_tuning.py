@@ -312,3 +312,13 @@ def test_cli_tune_names_the_imaging_spread_by_its_section(queue, device_name, ca
                      "--grid-size", "96", "--repeats", "1", "--no-save", "--write-table",
                      "--space", "piece=[32]"]) == 0
     assert "[devices.tiled_stacked]" in capsys.readouterr().out
+
+
+def test_a_file_with_the_former_bins_section_names_its_new_name(tmp_path, monkeypatch):
+    """A tuning file written before the imaging operator's "bins" became the tiled strategy
+    ([bins] bins_work_group = ...) is refused with the section's and parameters' new names."""
+    path = tmp_path / "old.toml"
+    path.write_text("[[devices]]\nname = 'X'\n[devices.bins]\nbins_work_group = 32\n")
+    with pytest.raises(tuning.TuningTableError, match=r"\[bins\] is now \[tiled_stacked\].*footprint_wg \(was "
+                                                      r"bins_work_group\)"):
+        tuning.parse_file(path)
