@@ -12,7 +12,9 @@ Cases (the issue's targets in brackets):
 - ``spread_w4m``: the imaging operator's spread alone, device time summed over the active
   w-planes, 4 M points with w, 4096^2, epsilon 1e-4, single;
 - ``w4m``: vis2dirty on a kept operator of the same (wall clock) [<= 45 ms];
-- ``spread_flat``: the 2-D spread alone, 4 M points, 7168^2, epsilon 1e-5, single.
+- ``spread_flat``: the 2-D spread alone, 4 M points, 7168^2, epsilon 1e-5, single;
+- ``interp_w4m``, ``w4m_d2v``: the interpolation alone (points.cl, now reading the stacked
+  source through the common names) and a kept operator's dirty2vis, as ``spread_w4m``.
 
     mkdir -p .ab0 && git archive 713513d clgrid | tar x -C .ab0
     python3 benchmarks/tiles_ab.py --a .ab0 --b . --device nvidia --rounds 3 --json ab.json
@@ -38,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 C = 299792458.0
-CASES = ("tiled", "tiled_analytic", "spread_w4m", "w4m", "spread_flat")
+CASES = ("tiled", "tiled_analytic", "spread_w4m", "w4m", "spread_flat", "interp_w4m", "w4m_d2v")
 
 
 # -- one tree, in its own process ------------------------------------------------------
@@ -85,21 +87,22 @@ def imaging_operator(uvw, npix: int, w: bool, epsilon: float, device, tuning):
                            tuning=tuning)
 
 
-def spread_ms(op, repeats: int) -> dict:
-    """Device time of the spread over the active planes (the operator's values as they are)."""
+def spread_ms(op, repeats: int, interp: bool = False) -> dict:
+    """Device time of the spread (or interpolation) over the active planes (the operator's
+    values and grid as they are)."""
     e = op.engine
     planes = [p for p in range(op.geometry.num_planes) if e._active(p)]
     times = []
     for _ in range(repeats + 1):
         events = []
         for p in planes:
-            launched = e._launch_spread(p)
+            launched = e._launch_interp(p) if interp else e._launch_spread(p)
             events += [ev for ev in (launched if isinstance(launched, list) else [launched]) if ev is not None]
         op.queue.finish()
         times.append(1e3 * sum((ev.profile.end - ev.profile.start) * 1e-9 for ev in events))
     times = times[1:]
     return {"ms": float(np.median(times)), "min_ms": float(min(times)), "planes": len(planes),
-            "spread": e.spread_mode}
+            "spread": e.spread_mode, "kernels": type(e.interpolator if interp else e.spreader).__name__}
 
 
 def wall_ms(run, repeats: int) -> dict:
@@ -119,11 +122,11 @@ def measure(cases, device, repeats: int, scale: int, tuning, tiled_tuning=None) 
     for case in ("tiled", "tiled_analytic"):
         if case in cases:
             out[case] = tiled(device, repeats, scale, case == "tiled_analytic", tiled_tuning)
-    if {"spread_w4m", "w4m", "spread_flat"} & set(cases):
+    if {"spread_w4m", "w4m", "spread_flat", "interp_w4m", "w4m_d2v"} & set(cases):
         uvw = tracks(4_000_000 // scale)
         rng = np.random.default_rng(1)
         vis = (rng.normal(size=(len(uvw), 1)) + 1j * rng.normal(size=(len(uvw), 1))).astype(np.complex64)
-        if {"spread_w4m", "w4m"} & set(cases):
+        if {"spread_w4m", "w4m", "interp_w4m", "w4m_d2v"} & set(cases):
             op = imaging_operator(uvw, 4096 // scale, True, 1e-4, device, tuning)
             image = op.vis2dirty(vis)
             out["image_rms"] = float(np.sqrt(np.mean(image.astype(np.float64) ** 2)))
@@ -131,6 +134,14 @@ def measure(cases, device, repeats: int, scale: int, tuning, tiled_tuning=None) 
                 out["w4m"] = wall_ms(lambda: op.vis2dirty(vis), repeats)
             if "spread_w4m" in cases:
                 out["spread_w4m"] = spread_ms(op, repeats)
+            if {"interp_w4m", "w4m_d2v"} & set(cases):
+                dirty = rng.normal(size=image.shape).astype(np.float32)
+                predicted = op.dirty2vis(dirty)
+                out["vis_rms"] = float(np.sqrt(np.mean(np.abs(predicted.astype(np.complex128)) ** 2)))
+                if "w4m_d2v" in cases:
+                    out["w4m_d2v"] = wall_ms(lambda: op.dirty2vis(dirty), repeats)
+                if "interp_w4m" in cases:
+                    out["interp_w4m"] = spread_ms(op, repeats, interp=True)
             del op
         if "spread_flat" in cases:
             op = imaging_operator(uvw, 7168 // scale, False, 1e-5, device, tuning)
@@ -200,9 +211,9 @@ def main(argv=None) -> int:
         med = {k: float(np.median([run[c]["ms"] for run in v])) for k, v in runs.items()}
         summary[c] = dict(med, ratio=med["B"] / med["A"])
         print(f"{c:<16}{med['A']:>10.3f}{med['B']:>10.3f}{med['B'] / med['A']:>8.3f}")
-    for c in ("spread_w4m", "spread_flat"):
+    for c in ("spread_w4m", "spread_flat", "interp_w4m"):
         if c in cases:
-            print(f"{c} spread kernels: A {runs['A'][0][c]['spread']!r}, B {runs['B'][0][c]['spread']!r}")
+            print(f"{c} kernels: A {runs['A'][0][c]['kernels']}, B {runs['B'][0][c]['kernels']}")
     variants = []
     spread_cases = [c for c in cases if c.startswith("spread_")]
     for tuning in (json.loads(a.variants_b) if a.variants_b and spread_cases else []):
@@ -226,8 +237,9 @@ def main(argv=None) -> int:
         print(f"B tiled {json.dumps(tuning)}: " + ", ".join(f"{c} {got[c]['ms']:.3f} ms (min {got[c]['min_ms']:.3f})"
                                                            for c in tiled_cases if c in got) + got.get("failed", ""),
               flush=True)
-    if "image_rms" in runs["A"][0]:
-        print(f"image rms: A {runs['A'][0]['image_rms']:.6g}, B {runs['B'][0]['image_rms']:.6g}")
+    for c in ("image_rms", "vis_rms"):
+        if c in runs["A"][0]:
+            print(f"{c}: A {runs['A'][0][c]:.6g}, B {runs['B'][0][c]:.6g}")
     out = {"a": a.a, "b": a.b, "tuning_a": tuning_a, "tuning_b": tuning_b, "device": a.device, "summary": summary, "runs": runs, "variants_b": variants}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -15,11 +15,12 @@ import clgrid
 from clgrid.device.codegen import render
 from clgrid.sources.analytic import StackedKernel
 from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
+from clgrid.strategies.points import PointDegridding, PointGridding
 from clgrid.strategies.tiled import TiledGridding
 from clgrid.strategies.tiled_stacked import TiledStackedGridding
 
 TEMPLATES = Path(clgrid.__file__).with_name("cl_kernels")
-DISTRIBUTIONS = ("grid_atomic.cl", "degrid_gather.cl", "grid_tiled.cl", "grid_moving_window.cl")
+DISTRIBUTIONS = ("grid_atomic.cl", "degrid_gather.cl", "grid_tiled.cl", "grid_moving_window.cl", "points.cl")
 # template variables that would say which source a distribution runs with
 SOURCE_KINDS = {"texture", "analytic", "evaluated", "interpolation", "sampler", "table_layout", "stacked", "use_w",
                 "es_width", "es_taps"}
@@ -92,12 +93,28 @@ def test_the_tiled_distribution_builds_with_the_stacked_source(queue):
     assert strategy.kernel("grid_tiles", 1).num_args == 9
 
 
-CASES = ([("grid", m, "table") for m, c in GRIDDING_METHODS.items() if c.template in DISTRIBUTIONS]
-         + [("degrid", m, "table") for m, c in DEGRIDDING_METHODS.items() if c.template in DISTRIBUTIONS]
+@pytest.mark.parametrize("cls,name", [(PointGridding, "spread"), (PointDegridding, "interp")])
+def test_the_points_distribution_reads_the_stacked_source_by_the_common_names(queue, cls, name):
+    """points.cl (the imaging operator's interpolation on GPUs) includes the plan and source
+    its strategy names, and reads the per-point names source_table.cl's header lists."""
+    strategy = cls(queue, (64, 48), StackedKernel(7, 2.3, 4, True), "single")
+    params = strategy.template_params(1)
+    assert params["source"] == "source_stacked.cl" and params["plan"] == "plan_stacked.cl"
+    text = (TEMPLATES / "points.cl").read_text()
+    for used in ("point_taps_of", "point_row", "point_weight_in_row", "source_footprint", "source_plane_weight"):
+        assert used in text
+    for private in ("es_taps", "plane_weight(f", "SUPPORT", "real4_t"):
+        assert private not in text, private
+    assert strategy.kernel(name, 1).num_args == 9
+
+
+PROJECTION = {"grid_atomic.cl", "degrid_gather.cl", "grid_tiled.cl", "grid_moving_window.cl"}
+CASES = ([("grid", m, "table") for m, c in GRIDDING_METHODS.items() if c.template in PROJECTION]
+         + [("degrid", m, "table") for m, c in DEGRIDDING_METHODS.items() if c.template in PROJECTION]
          + [("grid", m, "analytic") for m, c in GRIDDING_METHODS.items()
-            if c.template in DISTRIBUTIONS and c.analytic_source]
+            if c.template in PROJECTION and c.analytic_source]
          + [("degrid", m, "analytic") for m, c in DEGRIDDING_METHODS.items()
-            if c.template in DISTRIBUTIONS and c.analytic_source])
+            if c.template in PROJECTION and c.analytic_source])
 
 
 @pytest.mark.parametrize("kind,method,source", CASES, ids=[f"{k}-{m}-{s}" for k, m, s in CASES])

@@ -4,13 +4,13 @@
     first cells and planes, and the first taps' offsets in a real4, `frac`).  A point spreads
     over SOURCE_WIDTH x SOURCE_WIDTH cells of SOURCE_WIDTH planes (with w), starting at its
     first cell.  The names are source_table.cl's (its header lists them), read from a plan
-    decoded by plan_stacked.cl; the per-tile ones (grid_tiled.cl) are defined here, and:
+    decoded by plan_stacked.cl; the per-point (points.cl) and per-tile (grid_tiled.cl) ones
+    are defined here, and:
       SOURCE_WIDTH        taps per side, the same for every point
       source_plane_weight(SOURCE_PASS p, i, plane)   the point's weight on w-plane `plane`
                           (the sources without w-planes give 1)
-    Also shared by the imaging operator's other work distributions (points.cl,
-    rows_stacked.cl, fpga_stacked.cl), which read SUPPORT (= SOURCE_WIDTH), real4_t,
-    plane_weight and es_taps directly.
+    The imaging operator's rows_stacked.cl and fpga_stacked.cl still read SUPPORT
+    (= SOURCE_WIDTH), real4_t, plane_weight and es_taps directly.
     Needs plan_stacked.cl.  Template variables: double, use_w and es_horner.cl's. #}
 {% include "es_horner.cl" %}
 #define SOURCE_WIDTH ES_WIDTH
@@ -54,6 +54,31 @@ inline int4 source_footprint(SOURCE_PARAMS planned_vis p, int i)
 
 /* real: conj(c) = c */
 #define source_conj(c, conjugate) (c)
+
+/* Per point: the 2 SOURCE_WIDTH values along a row and across rows, by Horner's rule once,
+   in registers; tap (j, k) counted from the footprint's centre as in the other sources, so
+   from -support (the first cell: source_footprint) to SOURCE_WIDTH - 1 - support. */
+#define SOURCE_STORE_TYPE int    /* nothing: the values are in point_taps */
+#define SOURCE_STORE 0
+#define POINT_SETUP
+typedef struct {
+    real_t u[SOURCE_WIDTH];   /* along a row (the grid's v: frac.y) */
+    real_t v[SOURCE_WIDTH];   /* across rows (the grid's u: frac.x) */
+} point_taps;
+
+inline point_taps point_taps_of(SOURCE_PARAMS planned_vis p, int s, int i)
+{
+    const real4_t f = frac[i];
+    point_taps t;
+    es_taps(t.u, f.y);
+    es_taps(t.v, f.x);
+    return t;
+}
+
+#define point_weight(store, taps, j, k) ((taps).v[(j) + SOURCE_WIDTH / 2] * (taps).u[(k) + SOURCE_WIDTH / 2])
+typedef real_t tap_row;   /* the value across rows of row j */
+#define point_row(store, taps, j) ((taps).v[(j) + SOURCE_WIDTH / 2])
+#define point_weight_in_row(store, taps, row, j, k) ((row) * (taps).u[(k) + SOURCE_WIDTH / 2])
 
 /* Per tile: a column is the tap along the row (the grid's v, plan_stacked.cl). */
 typedef struct {
