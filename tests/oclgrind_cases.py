@@ -1,8 +1,9 @@
 """The one way the tests run a case under Oclgrind: skipped, with the reason, where
-Oclgrind is not installed; a run Oclgrind aborted on an instruction it cannot check
+Oclgrind is not installed (an error under ``CLGRID_REQUIRE_OCLGRIND=1``); a run Oclgrind aborted on an instruction it cannot check
 (Oclgrind 21.10's uninitialised-value plugin stops at LLVM's ``freeze`` and still
 exits 0) is detected and rerun without that plugin, never taken as a clean pass."""
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -15,9 +16,14 @@ UNSUPPORTED = "Unsupported instruction"
 
 
 def require_oclgrind() -> None:
-    """Skip the calling test, saying why, when the oclgrind executable is missing."""
+    """Skip the calling test, saying why, when the oclgrind executable is missing; fail
+    instead under ``CLGRID_REQUIRE_OCLGRIND=1`` (set by CI), as tests/conftest.py does for
+    tests marked ``oclgrind``."""
     if shutil.which("oclgrind") is None:
-        pytest.skip("oclgrind is not installed (apt-get install oclgrind): the kernels were not simulated")
+        reason = "oclgrind is not installed (apt-get install oclgrind): the kernels were not simulated"
+        if os.environ.get("CLGRID_REQUIRE_OCLGRIND") == "1":
+            pytest.fail(f"{reason}, and CLGRID_REQUIRE_OCLGRIND=1 requires it", pytrace=False)
+        pytest.skip(reason)
 
 
 def run_case(script: str, *arguments, checks=CHECKS, timeout: float = 300):
