@@ -114,14 +114,15 @@ class TiledStackedGridding(StackedStrategy):
         context, mf = self.queue.context, cl.mem_flags
         pieces = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         first_job = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
-        launch(self.program("count_pieces"), self.queue, n + 1, points.starts, np.int32(k.num_planes),
-               np.int32(self.reach), pieces)
+        program_kernel = self.program
+        launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(k.num_planes),
+               np.int32(k.width if k.use_w else 1), pieces)
         ExclusiveScan(self.queue)(pieces, first_job, n + 1)
         jobs = every_nth(self.queue, stacked_program(context, plan.geometry, plan.geometry.do_wgridding,
                                                      self.precision == "double"),
                          first_job, bins, k.num_planes + 1)
         table = cl.Buffer(context, mf.READ_WRITE, 8 * max(int(jobs[-1]), 1))
-        launch(self.program("list_jobs"), self.queue, n, pieces, first_job, np.int32(n), table)
+        launch(program_kernel("list_jobs"), self.queue, n, pieces, first_job, np.int32(n), table)
         points.extra.update(subproblems=table, jobs=jobs.tolist())
         return points
 
