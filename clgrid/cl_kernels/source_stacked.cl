@@ -100,7 +100,7 @@ inline tile_taps tile_taps_of(SOURCE_PARAMS planned_vis p, int s, int width, int
 
 inline int tile_column(tile_taps t, int u)
 {
-    return t.row0 + t.step * u;
+    return t.row0 + u;   /* step 1 */
 }
 
 /* An entry's SOURCE_WIDTH values along a row and across rows, by Horner's rule once per entry, at an
