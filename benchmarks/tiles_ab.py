@@ -153,7 +153,8 @@ def measure(cases, device, repeats: int, scale: int, tuning, tiled_tuning=None) 
 # -- the two trees in turn -------------------------------------------------------------
 
 def run_tree(tree: str, args, tuning, tiled_tuning=None) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(tree).resolve())]
+                                                      + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     cmd = [sys.executable, __file__, "--one", "--cases", args.cases, "--repeats", str(args.repeats),
            "--scale", str(args.scale)]
     if args.device:

@@ -32,7 +32,7 @@
                 at a time (seed 000 §3.1-3.2), so dense tiles are shared out like any others.
                 The central box (seed 003 §3.4) and the windows are this kernel launched
                 again over their buckets.
-   "pieces"     (tile_pieces.cl, w-stacking plans arranged by (first plane, bin):
+   "pieces"     (tile_pieces.cl, mapping "cells"; w-stacking plans arranged by (first plane, bin):
                 clgrid/strategies/tiled_stacked.py) a work-group per (bin, piece): at most
                 PIECE of the points with a tap on this plane whose first cell lies in the
                 bin, the tile being the bin and the cells its footprints reach beyond it
@@ -75,6 +75,10 @@
 
 /* One sorted entry (a visibility in one tile), prepared once for the whole work-group. */
 typedef struct {
+{% if mapping == "cells" %}
+    int4 cells;               /* tile cell of tap (0, 0) (may lie off the tile), taps per side, column
+                                 (tile_column) of tap 0 and from one tap to the next: one load */
+{% endif %}
     int bucket;
     int origin_u, origin_v;   /* first cell of the tile */
     int k0;                   /* tap k + support of the tile's first column */
@@ -97,7 +101,9 @@ inline tile_visibility prepare_visibility(SOURCE_PARAMS int4 packed, int i, int 
 {
     const planned_vis p = decode_plan(packed);
     const int4 f = source_footprint(SOURCE_PASS p, i);   /* first cell (u, v), width, support */
-    const real_t scale = source_plane_weight(SOURCE_PASS p, i, plane);
+{% if schedule == "pieces" %}
+    const real_t scale = source_plane_weight(SOURCE_PASS p, i, plane);   /* one plane of a stack */
+{% endif %}
     tile_visibility t;
     t.bucket = bucket;
     t.origin_u = origin.x;
@@ -106,6 +112,10 @@ inline tile_visibility prepare_visibility(SOURCE_PARAMS int4 packed, int i, int 
     t.j0 = origin.y - f.y;
     t.width = f.z;
     t.taps = tile_taps_of(SOURCE_PASS p, f.w, t.width, origin.x, i);
+{% if mapping == "cells" %}
+    const int column0 = tile_column(t.taps, -t.k0);   /* tap k's column: tile column k - k0, linear in it */
+    t.cells = (int4)(-t.j0 * TILE_U - t.k0, t.width, column0, tile_column(t.taps, 1 - t.k0) - column0);
+{% endif %}
 {% if mapping == "footprint" %}
     t.cu0 = max(0, -t.k0);
     t.cv0 = max(0, -t.j0);
@@ -116,7 +126,7 @@ inline tile_visibility prepare_visibility(SOURCE_PARAMS int4 packed, int i, int 
 {% endif %}
     const real_t sign = p.conjugate ? -1 : 1;
     for (int pol = 0; pol < NPOL; ++pol) {
-        const complex_t v = vis[(size_t)i * NPOL + pol] * scale;
+        const complex_t v = vis[(size_t)i * NPOL + pol]{{ " * scale" if schedule == "pieces" }};
         t.re[pol] = (complex_t)(v.x, -sign * v.y);
         t.im[pol] = (complex_t)(v.y, sign * v.x);
     }
@@ -201,10 +211,35 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
 #define GRID_CELL(pol, u, v) ((pol) * pol_stride + (size_t)(v) * GRID_U + (u))
 {% endif %}
 
-{# The work-group's local memory and accumulators. #}
+{% if schedule == "pieces" %}
+/* What the "pieces" schedule keeps of an entry in local memory: its footprint lies whole in
+   the tile (mapping "cells"), and the source reads its weights from what it staged
+   (TILE_STAGE), so the cells' int4 and the value; a small batch leaves room for more
+   work-groups. */
+typedef struct {
+    int4 cells;
+    complex_t re[NPOL], im[NPOL];
+} tile_entry;
+
+inline tile_entry entry_of(tile_visibility v)
+{
+    tile_entry t;
+    t.cells = v.cells;
+    for (int pol = 0; pol < NPOL; ++pol) {
+        t.re[pol] = v.re[pol];
+        t.im[pol] = v.im[pol];
+    }
+    return t;
+}
+{% endif %}
+
+{# The work-group's local memory and private accumulators. #}
 {% macro tile_storage() %}
-    __local tile_visibility batch[BATCH];
+    __local {{ "tile_entry" if schedule == "pieces" else "tile_visibility" }} batch[BATCH];
     TILE_LOCAL
+{% if schedule == "chunks" %}
+    __local int chunk_first;
+{% endif %}
 {% if mapping != "rows" %}
     __local tile_sum_t tile[NPOL * TILE_U * TILE_V];
 {% else %}
@@ -215,16 +250,22 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
     tile_sum_t reg[REGSZ][NPOL];
 {% endif %}
 {% endif %}
+{% endmacro %}
+
+{# The work-item's place, and its accumulators zeroed. #}
+{% macro tile_init() %}
     const int x = get_local_id(0), y = get_local_id(1);
     const int lid = y * WG_U + x;
     const size_t pol_stride = (size_t)GRID_U * GRID_V;
 {% if mapping == "cells" %}
-    /* this work-item's cells of every footprint: tap (cell_j, cell_k); none past the box */
-    int cell_j[CELLS_PER_ITEM], cell_k[CELLS_PER_ITEM];
+    /* this work-item's cells of every footprint: tap (cell_j, cell_k), none past the box, at
+       cell_off from tap (0, 0) in the tile */
+    int cell_j[CELLS_PER_ITEM], cell_k[CELLS_PER_ITEM], cell_off[CELLS_PER_ITEM];
     for (int i = 0; i < CELLS_PER_ITEM; ++i) {
         const int c = lid + i * WG;
         cell_j[i] = c < MAX_WIDTH * MAX_WIDTH ? c / MAX_WIDTH : MAX_WIDTH;
         cell_k[i] = c - (c / MAX_WIDTH) * MAX_WIDTH;
+        cell_off[i] = cell_j[i] * TILE_U + cell_k[i];
     }
 {% endif %}
 {% call(cell, row, column) owned_cells() %}
@@ -248,6 +289,21 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
         }
 {% endcall %}
                 }
+{% elif mapping == "cells" and schedule == "pieces" %}
+                /* every footprint lies whole in the tile: no clipping, and what the entry's
+                   cells need in one int4 */
+                const int4 where = t.cells;
+                #pragma unroll
+                for (int i = 0; i < CELLS_PER_ITEM; ++i) {
+                    if (cell_j[i] < where.y && cell_k[i] < where.y) {
+                        const tile_weight_t c = TAP(t, where.z + where.w * cell_k[i], cell_j[i]);
+                        #pragma unroll
+                        for (int pol = 0; pol < NPOL; ++pol)
+                            TILE_CELL(where.x + cell_off[i], pol) = ACCUMULATE(TILE_CELL(where.x + cell_off[i], pol),
+                                                                                t.re[pol], t.im[pol], c);
+                    }
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);   /* the next footprint's cells may be other work-items' */
 {% elif mapping == "cells" %}
                 #pragma unroll
                 for (int i = 0; i < CELLS_PER_ITEM; ++i) {
@@ -322,9 +378,9 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
                 __global grid_real_t *grid)                      /* [NPOL][GRID_SIZE][GRID_SIZE] complex */
 {
 {{ tile_storage() }}
-    __local int chunk_first;
     const tile_grid g = make_tile_grid(box);
     const int begin = offsets[first_bucket], end = offsets[end_bucket];
+{{ tile_init() }}
     int bucket = -1;
     int2 origin = (int2)(0, 0);
     for (;;) {
@@ -373,6 +429,7 @@ void grid_tiles(__global const int4 *restrict first,             /* [n]: the arr
                 __global grid_real_t *grid)                      /* [NPOL][GRID_V][GRID_U] complex */
 {
 {{ tile_storage() }}
+{{ tile_init() }}
     const int2 job = pieces[first_job + get_group_id(0)];
     const int bucket = job.x;
     const int2 origin = bin_origin(bucket);
@@ -391,12 +448,14 @@ void grid_tiles(__global const int4 *restrict first,             /* [n]: the arr
         for (int at = start; at < end; at += BATCH) {
             const int n = min(BATCH, end - at);
             if (lid < n) {
-                batch[lid] = prepare_visibility(SOURCE_PASS first[at + lid], at + lid, bucket, origin, vis, plane);
-                TILE_STAGE(lid, batch[lid].taps)
+                const tile_visibility v = prepare_visibility(SOURCE_PASS first[at + lid], at + lid, bucket, origin,
+                                                             vis, plane);
+                batch[lid] = entry_of(v);
+                TILE_STAGE(lid, v.taps)
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int e = 0; e < n; ++e) {
-                const tile_visibility t = batch[e];
+                const tile_entry t = batch[e];
 {{ accumulate() }}
             }
             barrier(CLK_LOCAL_MEM_FENCE);   /* the batch is rewritten next */

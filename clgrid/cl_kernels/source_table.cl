@@ -24,7 +24,7 @@
                            the same weight, with what a row of taps shares made once per row
     per tile ("u_rows", grid_tiled.cl): taps relative to a tile's first column
       tile_taps            tile_taps_of(SOURCE_PASS p, s, width, origin_u, i)
-      tile_column(taps, u) the index of the tile's column u
+      tile_column(taps, u) the index of the tile's column u (linear in u: base + step u)
       TILE_LOCAL           local memory the source stages an entry's taps in (declarations)
       TILE_STAGE(e, taps)  stage entry e's taps there (the work-item that prepared it)
       TILE_STORE(e)        what entry e's weights are read from

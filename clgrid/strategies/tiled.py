@@ -76,15 +76,22 @@ def tile_local_memory(mapping: str, batch: int, npol: int, precision: str, deter
     (tile_visibility, whose taps hold reals where the source is ``evaluated``) and the
     ``staged_reals`` kernel values the source stages for each, the ``tile_cells`` cells
     (of ``npol`` sums) the work-group keeps there, and (schedule "chunks") the chunk's
-    first entry."""
+    first entry; schedule "pieces" keeps a smaller entry (tile_entry)."""
     real_size = 8 if precision == "double" else 4
     complex_size = 2 * real_size
+    cell_size = 16 if deterministic else complex_size   # two longs a cell in fixed point
+    if not chunks:   # "pieces" keeps tile_entry: the cells' int4 and the value
+        entry = -(-(16 + 2 * npol * complex_size) // 16) * 16
+        return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size
     words = (15 if mapping == "footprint" else 9) - evaluated   # tile_visibility's ints (and float)
     header = words * 4
     if evaluated:   # tile_taps without off_v0, with d_u and d_v: the same size as after the ints
         header = -(-header // real_size) * real_size + 2 * real_size
+    if mapping == "cells":   # an int4 first: the struct aligned to 16 bytes
+        header += 16
     entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
-    cell_size = 16 if deterministic else complex_size   # two longs a cell in fixed point
+    if mapping == "cells":
+        entry = -(-entry // 16) * 16
     return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size + 4 * chunks
 
 

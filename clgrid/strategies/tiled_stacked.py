@@ -47,12 +47,11 @@ class TiledStackedGridding(StackedStrategy):
 
     def check_tuning(self) -> None:
         t = self.tuning
-        if t["mapping"] not in ("footprint", "cells"):
+        if t["mapping"] != "cells":
             raise TuningTableError(f"tiled_stacked: mapping = {t['mapping']!r}; the w-stacking tiles take "
-                                   f"mapping 'footprint' or 'cells'")
-        if t["footprint_unroll"] < 1 or t["batch"] < 0:
-            raise TuningTableError(f"tiled_stacked: footprint_unroll = {t['footprint_unroll']}, batch = "
-                                   f"{t['batch']} out of range")
+                                   f"mapping 'cells' (their footprints lie whole in the tile)")
+        if t["batch"] < 0:
+            raise TuningTableError(f"tiled_stacked: batch = {t['batch']} must be >= 0")
 
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
@@ -91,7 +90,8 @@ class TiledStackedGridding(StackedStrategy):
         wg_u, wg_v = cls.work_group_shape(tuning)
         return dict(params, npol=1, oversample=1, keys_per_plane=layout.keys_per_plane, wg_u=wg_u, wg_v=wg_v,
                     schedule="pieces", periodic=True, plan="plan_stacked.cl", source=kernels.device_source(),
-                    grid_size=(int(grid_size[0]), int(grid_size[1])), regsz=0, shmsz=0, max_width=kernels.width)
+                    grid_size=(int(grid_size[0]), int(grid_size[1])), regsz=0, shmsz=0, max_width=kernels.width,
+                    footprint_unroll=1)
 
     def layout(self) -> PlaneOrder:
         return PlaneOrder("bins", self.nu, self.nv, self.tuning["bin_u"], self.tuning["bin_v"])
