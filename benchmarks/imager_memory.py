@@ -32,6 +32,19 @@ def resident_mib(key: str = "VmRSS") -> float:
     return float("nan")
 
 
+def mapped(top: int = 8) -> list:
+    """The largest resident mappings of this process by file (shared libraries), MiB."""
+    sizes, name = collections.Counter(), "[anon]"
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if parts and "-" in parts[0] and not parts[0].endswith(":"):
+                name = parts[5].rsplit("/", 1)[-1] if len(parts) > 5 else "[anon]"
+            elif parts and parts[0] == "Rss:":
+                sizes[name] += int(parts[1]) / 1024
+    return [(k, round(v)) for k, v in sizes.most_common(top)]
+
+
 def by_module(snapshot) -> dict:
     """MiB of the traced arrays by the deepest ``clgrid/<subpackage>`` frame of their stack."""
     groups = collections.Counter()
@@ -54,15 +67,19 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", required=True)
     parser.add_argument("--device", default=None)
     parser.add_argument("--weights-on", default="auto")
+    parser.add_argument("--all-drivers", action="store_true",
+                        help="open every OpenCL driver, as before `clgrid image --device` left some out")
     parser.add_argument("--name", default="/tmp/clgrid-imager-memory")
     args = parser.parse_args(argv)
     steps = [("start", resident_mib())]
     import clgrid  # noqa: F401
-    from clgrid.device.runtime import get_queue
+    from clgrid.device.runtime import get_queue, open_only_drivers_for
     from clgrid.imager import pipeline
     from clgrid.imager.units import parse_angle
 
     steps.append(("import clgrid", resident_mib()))
+    if args.device and not args.all_drivers:         # as `clgrid image --device` does
+        steps.append((f"{open_only_drivers_for(args.device)}", resident_mib()))
     get_queue(args.device)
     steps.append(("device opened", resident_mib()))
     tracemalloc.start(30)
@@ -86,6 +103,7 @@ def main(argv=None) -> int:
     done.set()
     sampler.join()
     steps.append(("end", resident_mib()))
+    steps.append(("libraries at the end (MiB resident): " + ", ".join(f"{k} {v}" for k, v in mapped()), 0))
     traced = by_module(peak["snapshot"]) if "snapshot" in peak else {}
     result = {"steps_mib": [(s, round(m)) for s, m in steps], "peak_mib": round(max(peak["rss"], resident_mib("VmHWM"))),
               "traced_at_peak_mib": traced, "untraced_at_peak_mib": round(peak["rss"] - sum(traced.values()))}

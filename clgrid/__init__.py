@@ -3,7 +3,8 @@ OpenCL device."""
 
 from . import imaging, io, reference
 from .device.runtime import devices
-from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, HostMemoryError, KernelBuildError
+from .errors import ClgridError, DeviceCapabilityError, DroppedVisibilitiesError, HostMemoryError, KernelBuildError, \
+    StreamedWarning
 from .imaging import WGridder, dirty2vis, vis2dirty
 from .operators.degridder import Degridder
 from .operators.gridder import Gridder
@@ -13,4 +14,4 @@ from .sources.tables import KernelStack
 __version__ = "0.1.0"
 __all__ = ["Gridder", "Degridder", "KernelStack", "Plan", "WGridder", "vis2dirty", "dirty2vis", "devices",
            "reference", "imaging", "io", "ClgridError", "DeviceCapabilityError", "DroppedVisibilitiesError",
-           "KernelBuildError", "HostMemoryError", "__version__"]
+           "KernelBuildError", "HostMemoryError", "StreamedWarning", "__version__"]

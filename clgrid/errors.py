@@ -36,3 +36,9 @@ class ClusterStalledError(ClgridError, RuntimeError):
 
 class EmptyInputWarning(UserWarning):
     """Nothing was gridded or degridded (all flagged, dropped or of zero weight): the result is zero."""
+
+
+class StreamedWarning(UserWarning):
+    """An imaging operator's points do not fit its device at once: they are streamed through
+    it, slab by slab of w-planes, planned again every call (slower than kept points; the
+    operator's ``streamed`` says how)."""

@@ -84,3 +84,21 @@ def poison(gridder, npol):
     buf = gridder.grid_buffer(npol)
     cl.enqueue_fill_buffer(gridder.queue, buf, np.array([np.nan], gridder.strategy.real_dtype),
                            0, buf.size).wait()
+
+
+def poisoned_buffers(monkeypatch):
+    """Every OpenCL buffer made from here on (the device weights' density, imaging grid,
+    partial sums, uploads) starts as bytes 0xFF: NaN as floats, -1 as integers, so a
+    missed zeroing or write shows."""
+    import pyopencl as cl
+
+    made = cl.Buffer
+
+    def poisoned(context, flags, size=0, hostbuf=None):
+        buffer = made(context, flags, size, hostbuf) if hostbuf is not None else made(context, flags, size)
+        if hostbuf is None:
+            queue = cl.CommandQueue(context)
+            cl.enqueue_fill_buffer(queue, buffer, np.array([255], np.uint8), 0, buffer.size).wait()
+        return buffer
+
+    monkeypatch.setattr(cl, "Buffer", poisoned)

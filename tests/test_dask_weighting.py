@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import optional
+from conftest import optional, poisoned_buffers
 
 dask = optional("dask", "dask")
 da = optional("dask.array", "dask")
@@ -146,3 +146,70 @@ def test_bad_input_is_refused_by_name(rng):
     with dask.config.set(scheduler="sync"), pytest.raises(ValueError, match="weights: 1 non-finite") as caught:
         cd.imaging_weights(u, freqs, da.from_array(bad, chunks=(1000, 2)), **GRID).compute()
     assert "chunk 3, rows 1000:2000, channels 2:4" in "".join(getattr(caught.value, "__notes__", []))
+
+
+@pytest.mark.parametrize("mode, keywords", MODES)
+def test_device_weights_over_dask_agree_with_the_host_path(rng, monkeypatch, mode, keywords):
+    """``weights_on="device"`` (PoCL here: each chunk's density in fixed point on the device,
+    each chunk's weights applied there) against the host path over the same chunks and the
+    library's `WeightGrid` with the same device on the whole data, as the library's own
+    device test checks its two paths: the same samples kept, the weights to float32
+    rounding; the device's new buffers poisoned."""
+    import os
+
+    device = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
+    uvw, freqs, weights, mask = tracks(rng, dtype=np.float32)
+    used = np.where(mask != 0, weights, 0).astype(np.float32)
+    whole = WeightGrid(mode, NX, NY, SCALE, SCALE, device=device, **keywords)
+    whole.add(uvw, freqs, used)
+    whole.finish()
+    whole.apply(uvw, freqs, used)
+    poisoned_buffers(monkeypatch)
+    from clgrid.imager.device_weighting import DeviceWeights
+
+    calls = {"add": 0, "apply": 0}
+    for name in calls:
+        def counted(self, *args, name=name, function=getattr(DeviceWeights, name)):
+            calls[name] += 1
+            return function(self, *args)
+        monkeypatch.setattr(DeviceWeights, name, counted)
+    for rows, channels in CHUNKINGS[1:3]:
+        chunks = (rows, channels)
+        w, m = da.from_array(weights, chunks=chunks), da.from_array(mask, chunks=chunks)
+        u = da.from_array(uvw, chunks=(rows, 3))
+        with dask.config.set(scheduler="sync"):
+            host = cd.imaging_weights(u, freqs, w, m, mode=mode, weights_on="host", **keywords, **GRID).compute()
+            got = cd.imaging_weights(u, freqs, w, m, mode=mode, weights_on="device", device=device, **keywords,
+                                     **GRID)
+            assert got.dtype == np.float32 and got.chunks == w.chunks
+            calls.update(add=0, apply=0)
+            result = got.compute()
+            assert calls == {"add": got.npartitions, "apply": got.npartitions}      # on the device, each chunk
+        assert np.array_equal(result == 0, host == 0) and np.count_nonzero(result) > 0.5 * result.size
+        np.testing.assert_allclose(result, host, rtol=3e-7, atol=0)
+        np.testing.assert_allclose(result, used, rtol=3e-7, atol=0)
+
+
+def test_where_dask_computes_the_weights(rng, monkeypatch):
+    """``auto`` on a CPU device is the host path (its bits); float64 weights stay on the
+    host under ``auto`` and are refused under ``device``; an unknown choice by name."""
+    import os
+
+    import pyopencl as cl
+
+    from clgrid.device.runtime import select_device
+
+    device = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
+    uvw, freqs, weights, mask = tracks(rng, ntime=4, nchan=4, dtype=np.float32)
+    u, w = da.from_array(uvw, chunks=(3000, 3)), da.from_array(weights, chunks=(3000, 2))
+    with dask.config.set(scheduler="sync"):
+        host = cd.imaging_weights(u, freqs, w, weights_on="host", **GRID).compute()
+        auto = cd.imaging_weights(u, freqs, w, weights_on="auto", device=device, **GRID).compute()
+    if select_device(device).type & cl.device_type.GPU:
+        np.testing.assert_allclose(auto, host, rtol=3e-7, atol=0)
+    else:
+        np.testing.assert_array_equal(auto, host)
+    with pytest.raises(ValueError, match="weights_on='device' takes float32 weights"):
+        cd.imaging_weights(u, freqs, w.astype(np.float64), weights_on="device", **GRID)
+    with pytest.raises(ValueError, match="weights_on must be auto, device or host, got 'gpu'"):
+        cd.imaging_weights(u, freqs, w, weights_on="gpu", **GRID)

@@ -260,3 +260,106 @@ def test_launch_covers_sizes_without_small_factors_and_writes_nothing_beyond(que
     cl.enqueue_copy(queue, got, out)
     np.testing.assert_array_equal(got[:size], -7 + 1 + np.arange(size))
     np.testing.assert_array_equal(got[size:], -7)
+
+
+@pytest.fixture
+def fresh_loader(tmp_path, monkeypatch):
+    """`open_only_drivers_for`'s world, made here: a system vendors folder with a PoCL and
+    an NVIDIA .icd, clgrid's own vendors folder set (Intel's pip runtime registered), no
+    platform listed yet, the CPU an AMD EPYC (Intel's runtime names its device so)."""
+    system = tmp_path / "etc"
+    system.mkdir()
+    (system / "pocl.icd").write_text("libpocl.so.2\n")
+    (system / "nvidia.icd").write_text("libnvidia-opencl.so.1\n")
+    monkeypatch.setenv("OPENCL_VENDOR_PATH", str(system))
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(tmp_path / "clgrid-vendors"))
+    monkeypatch.delenv("CLGRID_REGISTER_ICDS", raising=False)
+    monkeypatch.setattr(runtime, "_USER_VENDORS", None)
+    monkeypatch.setattr(runtime, "_platforms_listed", False)
+    monkeypatch.setattr(runtime, "_cpu_brand", lambda: "AMD EPYC 9555 64-Core Processor")
+    return system
+
+
+def test_a_named_pocl_opens_the_system_pocl_alone(fresh_loader, monkeypatch):
+    for spec in ("pocl", "PoCL #0", "portable computing language cpu"):
+        monkeypatch.setenv("OCL_ICD_VENDORS", "clgrid's")
+        assert "only" in runtime.open_only_drivers_for(spec)
+        assert os.environ["OCL_ICD_VENDORS"] == str(fresh_loader / "pocl.icd")
+    # two PoCLs among the system's vendors: which one the loader lists first is not known
+    # here, so neither is chosen; Intel's runtime still goes ("pocl" cannot name it)
+    (fresh_loader / "pocl-other.icd").write_text("/opt/pocl/lib/libpocl.so\n")
+    monkeypatch.setenv("OCL_ICD_VENDORS", "clgrid's")
+    assert "Intel" in runtime.open_only_drivers_for("pocl")
+    assert "OCL_ICD_VENDORS" not in os.environ
+
+
+@pytest.mark.parametrize("spec, intel_kept", [
+    ("nvidia", False), ("gpu", False), ("H100 #1", False),
+    ("intel", True), ("cpu", True), ("amd epyc", True), ("cpu #1", True), ("", True)])
+def test_intels_runtime_is_left_out_only_where_it_cannot_be_the_device(fresh_loader, spec, intel_kept):
+    before = os.environ["OCL_ICD_VENDORS"]
+    said = runtime.open_only_drivers_for(spec)
+    assert (said is None) == intel_kept
+    assert os.environ.get("OCL_ICD_VENDORS") == (before if intel_kept else None)
+
+
+def test_the_users_settings_and_a_listed_loader_are_left_alone(fresh_loader, monkeypatch):
+    before = os.environ["OCL_ICD_VENDORS"]
+    monkeypatch.setattr(runtime, "_USER_VENDORS", "/my/vendors")            # the user's own folder
+    assert runtime.open_only_drivers_for("pocl") is None
+    monkeypatch.setattr(runtime, "_USER_VENDORS", None)
+    monkeypatch.setenv("CLGRID_REGISTER_ICDS", "0")                          # the opt-out
+    assert runtime.open_only_drivers_for("nvidia") is None
+    monkeypatch.delenv("CLGRID_REGISTER_ICDS")
+    assert runtime.open_only_drivers_for(cl.get_platforms()[0].get_devices()[0]) is None   # not a name
+    monkeypatch.setattr(runtime, "_platforms_listed", True)                 # too late: the loader has read its list
+    assert runtime.open_only_drivers_for("pocl") is None
+    assert os.environ["OCL_ICD_VENDORS"] == before
+
+
+def test_clgrid_image_with_a_named_device_opens_only_its_driver(tmp_path):
+    """`clgrid image --device pocl`, run as the program: the same device as with every driver
+    open, and neither Intel's runtime nor pyopencl's own PoCL loaded (their libraries are not
+    in the process's memory map)."""
+    import subprocess
+    import sys
+    pytest.importorskip("casacore.tables", reason="needs python-casacore (the ms extra)")
+    system = Path(os.environ.get("OPENCL_VENDOR_PATH") or "/etc/OpenCL/vendors")
+    pocl = [icd for icd in system.glob("*.icd") if "pocl" in icd.read_text()]
+    if len(pocl) != 1 or runtime._USER_VENDORS or os.environ.get("CLGRID_REGISTER_ICDS") == "0":
+        pytest.skip(f"needs one system PoCL .icd in {system} (found {len(pocl)}) and no OCL_ICD_VENDORS "
+                    f"or CLGRID_REGISTER_ICDS=0 of the user's")
+    from clgrid.tools.simulated_ms import PointSource, write_ms
+    ms = write_ms(str(tmp_path / "t.ms"), [PointSource(0.0, 0.0, 1.0)], stations=8, ntime=4, nchan=2).path
+    script = ("import sys\nfrom clgrid.tools import cli\n"
+              f"sys.argv = ['clgrid', 'image', {ms!r}, '-o', {str(tmp_path / 'x')!r}, '--size', '64', '64',"
+              " '--scale', '1amin', '--device', 'pocl', '--quiet']\n"
+              "code = cli.main()\nfrom clgrid.device.runtime import select_device\n"
+              "print('@@' + select_device('pocl').name)\nprint('@@' + open('/proc/self/maps').read())\n"
+              "sys.exit(code)\n")
+    env = {k: v for k, v in os.environ.items() if k != "OCL_ICD_VENDORS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "x-dirty.fits").is_file()
+    _, name, maps = done.stdout.split("@@", 2)
+    assert name.strip() == runtime.select_device("pocl").name
+    assert "libintelocl" not in maps and "pyopencl/.libs/libpocl" not in maps
+
+
+def test_import_leaves_scipy_fft_out_and_grid_sizes_stay_scipys():
+    """`import clgrid` (and the command line's module) does not import scipy.fft, which
+    brings scipy.special (~20 MiB in every process); the grid sizes its next_fast_len chose
+    are chosen the same without it."""
+    import subprocess
+    import sys
+
+    import scipy.fft
+
+    from clgrid.imaging.geometry import _next_fast_len
+    done = subprocess.run([sys.executable, "-c", "import sys, clgrid, clgrid.tools.cli; "
+                           "print(sorted(m for m in sys.modules if m.startswith('scipy')))"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    sizes = list(range(1, 20000)) + [int(n) for n in np.random.default_rng().integers(20000, 2 ** 22, 300)]
+    assert [_next_fast_len(n) for n in sizes] == [scipy.fft.next_fast_len(n) for n in sizes]

@@ -220,10 +220,10 @@ __kernel void classify_stacked(__global const double *restrict uvw, __global con
                 double first_w;
                 const int2 c = first_taps(g, u, v, w, &frac, &first_w);
 {% if use_w %}
-                if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
+                if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
+                    s = ELSEWHERE;      /* first: a slab's geometry holds its own points only */
+                else if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
                     s = BEYOND_STACK;
-                else if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
-                    s = ELSEWHERE;
 {% endif %}
                 p = (int4)(c.x, c.y, 0, (int)((uint)(int)first_w | (moved ? 0x80000000u : 0u)));
             }

@@ -16,11 +16,22 @@ compute them, for visibilities held as Dask arrays chunked along rows and channe
 3. each chunk's weights multiplied by their cells' imaging weights on its worker
    (`WeightGrid.apply`), a dask array chunked as the visibilities.
 
-The float64 density is summed in floats, not in fixed point: the host path the library
-uses (`WeightGrid(device=None)`) sums in float64, and the result is to match it.
+On the host (``weights_on="host"``, and ``"auto"`` where the worker's device is the host's
+own CPU) the density is summed in float64, as `WeightGrid(device=None)` sums it.  On the
+device (``"device"``, and ``"auto"`` on a GPU), steps 1 and 3 run on each worker's OpenCL
+device (`clgrid.imager.device_weighting.DeviceWeights`, as ``clgrid image --weights-on``):
+a chunk's density in the device's 64-bit fixed point, downloaded as float64 and made
+sparse (a dense float64 grid of the padded image's half uv plane is held for the moment
+of that download), and each chunk's weights applied there with the finished grid's
+float32 imaging weights, uploaded once per worker and device.  Step 2 is the same host
+sum and `WeightGrid.finish` either way, so the two agree as the library's two paths do:
+the cell sums to float64 rounding, the weights to float32's.
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
 
 import numpy as np
 
@@ -53,10 +64,62 @@ def _used(chunk: Chunk, weights, mask, shape: tuple, dtype) -> np.ndarray:
     return out
 
 
-def _chunk_cell_sums(spec, threads, chunk, uvw, freq, weights, mask, shape, dtype):
-    """One task: ``(cells, sums, total)`` of one chunk (`WeightGrid.cell_sums`)."""
+def _where(device, weights_on: str):
+    """The device a task's passes run on, or None for the host threads (as ``clgrid image
+    --weights-on``, resolved on the worker: its own device)."""
+    if weights_on == "host":
+        return None
+    from ..imager.device_weighting import weights_device
+
+    return weights_device(device, weights_on)[0]
+
+
+def _device_weights(grid: WeightGrid, device):
+    """A `DeviceWeights` of ``grid``'s geometry on ``device``."""
+    from ..imager.device_weighting import DeviceWeights
+
+    return DeviceWeights(device, grid.width, grid.height // 2, grid.width * grid.pixsize_x,
+                         grid.height * grid.pixsize_y)
+
+
+def _chunk_cell_sums(spec, threads, chunk, uvw, freq, weights, mask, shape, dtype, where=("host", None)):
+    """One task: ``(cells, sums, total)`` of one chunk (`WeightGrid.cell_sums`, or the
+    device's fixed-point density made sparse)."""
     with naming(chunk):
-        return _host_grid(spec, threads).cell_sums(np.asarray(uvw), freq, _used(chunk, weights, mask, shape, dtype))
+        used = _used(chunk, weights, mask, shape, dtype)
+        grid = _host_grid(spec, threads)
+        device = _where(where[1], where[0])
+        if device is None:
+            return grid.cell_sums(np.asarray(uvw), freq, used)
+        on_device = _device_weights(grid, device)
+        try:
+            on_device.add(np.ascontiguousarray(uvw, np.float64), np.asarray(freq, np.float64), used)
+            total = on_device.download_density(grid.grid)
+        finally:
+            on_device.release()
+        flat = grid.grid.reshape(-1)
+        cells = np.flatnonzero(flat)
+        return cells, flat[cells], total
+
+
+# each worker process's device copies of finished grids' imaging weights: one upload per
+# (grid, device), the grid's lifetime (a finished grid is one object per worker process)
+_on_devices: "weakref.WeakKeyDictionary[WeightGrid, dict]" = weakref.WeakKeyDictionary()
+_on_devices_lock = threading.Lock()
+
+
+def _applying(grid: WeightGrid, device):
+    """``(DeviceWeights with grid's imaging weights on device, its lock)``, made once."""
+    from ..device.runtime import get_queue
+
+    key = get_queue(device).device.int_ptr
+    with _on_devices_lock:
+        per_device = _on_devices.setdefault(grid, {})
+        if key not in per_device:
+            on_device = _device_weights(grid, device)
+            on_device.set_imaging(grid.grid)
+            per_device[key] = (on_device, threading.Lock())
+        return per_device[key]
 
 
 def _finished(spec, threads, *parts) -> WeightGrid:
@@ -68,11 +131,18 @@ def _finished(spec, threads, *parts) -> WeightGrid:
     return grid
 
 
-def _chunk_applied(grid: WeightGrid, chunk, uvw, freq, weights, mask, shape, dtype) -> np.ndarray:
+def _chunk_applied(grid: WeightGrid, chunk, uvw, freq, weights, mask, shape, dtype,
+                   where=("host", None)) -> np.ndarray:
     """One task: a chunk's visibility weights times their cells' imaging weights."""
     with naming(chunk):
         out = _used(chunk, weights, mask, shape, dtype)
-        grid.apply(np.asarray(uvw), freq, out)
+        device = _where(where[1], where[0])
+        if device is None:
+            grid.apply(np.asarray(uvw), freq, out)
+            return out
+        on_device, lock = _applying(grid, device)
+        with lock:
+            on_device.apply(np.ascontiguousarray(uvw, np.float64), np.asarray(freq, np.float64), out, None)
         return out
 
 
@@ -94,7 +164,8 @@ def _as_dask(name: str, a, chunks: tuple, shape: tuple):
 def imaging_weights(uvw, freq, weights=None, mask=None, *, mode: str = "uniform", npix_x: int, npix_y: int,
                     pixsize_x: float, pixsize_y: float, robust: float = 0.0, padding: float = 1.2,
                     super_weight: float = 1.0, rank_filter: float = 3.0, rank_filter_size: int = 16,
-                    row_chunks=None, channel_chunks=None, nthreads: int = 1):
+                    row_chunks=None, channel_chunks=None, nthreads: int = 1, weights_on: str = "auto",
+                    device=None):
     """Imaging weights (natural, uniform or Briggs, as `clgrid image` and WSClean compute
     them) of visibilities chunked along rows and channels; lazy until computed.
 
@@ -128,6 +199,15 @@ def imaging_weights(uvw, freq, weights=None, mask=None, *, mode: str = "uniform"
         row chunks, all channels in one).
     nthreads : int
         Host threads per task (default 1: one task per worker thread already).
+    weights_on : {"auto", "device", "host"}
+        Where each chunk's passes over its samples run, as ``clgrid image --weights-on``:
+        ``"device"`` the worker's OpenCL device (``device``), ``"host"`` its host threads in
+        float64, ``"auto"`` the device where it is a GPU and the host where it is the host's
+        own CPU, or where ``weights`` are not float32 (the device path takes float32).
+        Chosen on each worker for its device.
+    device : optional
+        The device for ``weights_on`` (a name as ``device=`` elsewhere; default the
+        worker's default device, ``$CLGRID_DEVICE``).
 
     Returns
     -------
@@ -140,7 +220,8 @@ def imaging_weights(uvw, freq, weights=None, mask=None, *, mode: str = "uniform"
     Raises
     ------
     ValueError
-        An unknown ``mode``, a bad size or keyword (named); ``weights`` and ``mask``
+        An unknown ``mode`` or ``weights_on``, a bad size or keyword (named);
+        ``weights_on="device"`` with weights that are not float32; ``weights`` and ``mask``
         chunked differently from each other or, along rows, from ``uvw``; wrong shapes.
     TypeError
         ``uvw`` not an array of shape (nrow, 3); ``weights`` not floating point.
@@ -170,6 +251,11 @@ def imaging_weights(uvw, freq, weights=None, mask=None, *, mode: str = "uniform"
         if not np.issubdtype(wdtype, np.floating):
             raise TypeError(f"weights must be a float array, got {wdtype}")
     dtype = np.dtype(np.float32) if weights is None else np.dtype(weights.dtype)
+    if weights_on not in ("auto", "device", "host"):
+        raise ValueError(f"weights_on must be auto, device or host, got {weights_on!r}")
+    if weights_on == "device" and dtype != np.float32:
+        raise ValueError(f"weights_on='device' takes float32 weights (the device path's), got {dtype}")
+    where = ("host" if dtype != np.float32 else weights_on, device)
     nrow, nchan = uvw.shape[0], freq.size
     shape = (nrow, nchan)
     reference = next((a for a in (weights, mask) if isinstance(a, da.Array)), None)
@@ -206,8 +292,10 @@ def imaging_weights(uvw, freq, weights=None, mask=None, *, mode: str = "uniform"
                            None if weight_blocks is None else weight_blocks[i, j],
                            None if mask_blocks is None else mask_blocks[i, j], (chunks[0][i], chunks[1][j])))
     for chunk, u, f, w, m, block_shape in blocks:
-        cells.append(dask.delayed(_chunk_cell_sums, pure=True)(spec, threads, chunk, u, f, w, m, block_shape, dtype))
+        cells.append(dask.delayed(_chunk_cell_sums, pure=True)(spec, threads, chunk, u, f, w, m, block_shape, dtype,
+                                                               where))
     grid = dask.delayed(_finished, pure=True)(spec, threads, *cells)
-    out = [da.from_delayed(dask.delayed(_chunk_applied, pure=True)(grid, chunk, u, f, w, m, block_shape, dtype),
+    out = [da.from_delayed(dask.delayed(_chunk_applied, pure=True)(grid, chunk, u, f, w, m, block_shape, dtype,
+                                                                   where),
                            shape=block_shape, dtype=dtype) for chunk, u, f, w, m, block_shape in blocks]
     return da.block([out[i * len(chunks[1]):(i + 1) * len(chunks[1])] for i in range(len(chunks[0]))])

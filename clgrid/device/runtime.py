@@ -23,10 +23,14 @@ import pyopencl as cl
 from ..errors import DeviceCapabilityError
 
 __all__ = ["devices", "matching_devices", "select_device", "get_queue", "fill_zeros", "DeviceFacts", "device_facts",
-           "register_pip_icds", "INTEL_CPU_RUNTIME", "is_intel_cpu_runtime"]
+           "register_pip_icds", "open_only_drivers_for", "INTEL_CPU_RUNTIME", "is_intel_cpu_runtime"]
 
 _queues: dict = {}
 _contexts: dict = {}
+# the user's own $OCL_ICD_VENDORS, before clgrid's registration may set it
+_USER_VENDORS = os.environ.get("OCL_ICD_VENDORS")
+# whether this process has asked the ICD loader for its platforms (it reads its vendors then, once)
+_platforms_listed = False
 
 # NVIDIA's clEnqueueFillBuffer hangs or fails on fills of 2**31 bytes or more on Pascal
 # and Volta GPUs (pyopencl issue #395), so buffers are filled in pieces (an H100 has no
@@ -64,6 +68,19 @@ def _replace(path: Path, make) -> None:
     os.replace(tmp, path)
 
 
+def _own_vendors_folder(driver: Path | None = None) -> str | None:
+    """The vendors folder `register_pip_icds` makes for ``driver`` (Intel's pip runtime by
+    default; None where it is not installed)."""
+    driver = driver or _pip_driver(*INTEL_CPU_RUNTIME)
+    if driver is None:
+        return None
+    import platformdirs
+
+    # one folder per driver path: environments with their own copies never rewrite each other's
+    tag = hashlib.sha1(str(driver).encode()).hexdigest()[:10]
+    return str(Path(platformdirs.user_cache_dir("clgrid")) / f"icd-vendors-{tag}")
+
+
 def register_pip_icds(folder: Path | None = None) -> Path | None:
     """Make OpenCL drivers installed by pip visible to pyopencl's ICD loader, as pyopencl's
     own loader finds PoCL's binary distribution (in pyopencl/.libs).
@@ -82,11 +99,7 @@ def register_pip_icds(folder: Path | None = None) -> Path | None:
     if driver is None:
         return None
     if folder is None:
-        import platformdirs
-
-        # one folder per driver path: environments with their own copies never rewrite each other's
-        tag = hashlib.sha1(str(driver).encode()).hexdigest()[:10]
-        folder = Path(platformdirs.user_cache_dir("clgrid")) / f"icd-vendors-{tag}"
+        folder = Path(_own_vendors_folder(driver))
     folder.mkdir(parents=True, exist_ok=True)
     system = Path(os.environ.get("OPENCL_VENDOR_PATH") or "/etc/OpenCL/vendors")
     wanted = {icd.name: icd for icd in (sorted(system.glob("*.icd")) if system.is_dir() else [])}
@@ -103,6 +116,73 @@ def register_pip_icds(folder: Path | None = None) -> Path | None:
     return folder
 
 
+def _cpu_brand() -> str | None:
+    """The CPU's brand string as the kernel reports it (Linux), which Intel's CPU runtime
+    gives as its device name; None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return None
+
+
+def _icd_library(icd: Path) -> str:
+    try:
+        return icd.read_text().strip()
+    except OSError:
+        return ""
+
+
+def open_only_drivers_for(spec) -> str | None:
+    """Before this process first lists the OpenCL platforms, keep from the ICD loader the
+    drivers that cannot give the device ``spec`` names, so that their libraries are never
+    loaded (each costs memory: Intel's CPU runtime ~86 MiB, a PoCL ~20-60 MiB, measured in
+    docs/benchmarks/imaging.md).  For one-device programs such as ``clgrid image --device``:
+    the loader reads its vendor list once per process, so a later ``select_device`` of a
+    driver left out finds nothing.
+
+    It never changes which device ``select_device(spec)`` picks, and does nothing where
+    the user set ``$OCL_ICD_VENDORS`` or ``CLGRID_REGISTER_ICDS=0``, where the platforms were
+    already listed, or where ``spec`` is not a string:
+
+    - ``spec`` naming PoCL (a word ``pocl`` or ``portable``) with exactly one PoCL ``.icd``
+      among the system's vendors: ``$OCL_ICD_VENDORS`` names that file, which the loader
+      (ocl-icd, pyopencl's too) then opens alone.  `devices` keeps the first PoCL platform,
+      the system's, so that is the one ``spec`` picks anyway.
+    - otherwise, Intel's CPU runtime from pip (registered by `register_pip_icds`) is left
+      unregistered when some word of ``spec`` is in none of its names (its platform, vendor,
+      the CPU's brand as its device name, "cpu").
+
+    Returns what was done, as a sentence, or None."""
+    if (not isinstance(spec, str) or _platforms_listed or _USER_VENDORS
+            or os.environ.get("CLGRID_REGISTER_ICDS", "1") == "0"):
+        return None
+    words = spec.lower().split()
+    if words and words[-1].startswith("#"):
+        words.pop()
+    if not words:
+        return None
+    system = Path(os.environ.get("OPENCL_VENDOR_PATH") or "/etc/OpenCL/vendors")
+    icds = sorted(system.glob("*.icd")) if system.is_dir() else []
+    if {"pocl", "portable"} & set(words):
+        pocl = [icd for icd in icds if "pocl" in Path(_icd_library(icd)).name.lower()]
+        if len(pocl) == 1:
+            os.environ["OCL_ICD_VENDORS"] = str(pocl[0])
+            return f"OpenCL drivers: only {pocl[0]} (the device asked for is PoCL's)"
+    ours = os.environ.get("OCL_ICD_VENDORS")
+    brand = _cpu_brand()
+    if ours is None or brand is None:
+        return None
+    intel = " ".join(["intel(r) opencl", "intel(r) corporation", brand, "intel(r) corporation", "all | cpu"]).lower()
+    if all(word in intel for word in words):
+        return None
+    del os.environ["OCL_ICD_VENDORS"]                 # clgrid's own folder: back to the system's vendors
+    return f"OpenCL drivers: Intel's CPU runtime left out ({spec!r} cannot name it)"
+
+
 def _is_pocl(platform) -> bool:
     return "portable computing language" in platform.name.lower()
 
@@ -111,6 +191,8 @@ def devices() -> list:
     """Every OpenCL device on every platform, in platform order, with one PoCL: where
     several PoCL platforms are installed (the system's and the one pyopencl's wheel
     brings), the first one's, since they drive the same host CPU."""
+    global _platforms_listed
+    _platforms_listed = True
     try:
         platforms = cl.get_platforms()
     except cl.Error:  # no ICD at all

@@ -37,10 +37,14 @@ def longest_baseline(uvw, freqs, weights=None) -> float:
 
 def image_defaults(uvw, freqs, diameter, scale=None, size=None, weights=None):
     """(pixel size in radians, (nx, ny), sentences): ``scale`` and ``size`` where given, else
-    chosen as the module docstring says."""
+    chosen as the module docstring says.  ``uvw``, ``freqs`` and ``weights`` may be lists,
+    one entry per band of data (several spectral windows or MSs): the longest baseline and
+    the lowest frequency are then the bands' together."""
+    if not isinstance(uvw, (list, tuple)):
+        uvw, freqs, weights = [uvw], [freqs], [weights]
     notes = []
     if scale is None:
-        uv_max = longest_baseline(uvw, freqs, weights)
+        uv_max = max(longest_baseline(u, f, w) for u, f, w in zip(uvw, freqs, weights))
         if uv_max <= 0:
             raise ValueError("every baseline with data has zero length: give --scale")
         scale = 1.0 / (3.0 * uv_max)
@@ -50,7 +54,7 @@ def image_defaults(uvw, freqs, diameter, scale=None, size=None, weights=None):
         notes.append(f"pixel {format_angle(scale)} (--scale)")
     if size is None:
         if diameter:
-            fwhm = 1.2 * SPEED_OF_LIGHT / float(np.min(freqs)) / diameter
+            fwhm = 1.2 * SPEED_OF_LIGHT / min(float(np.min(f)) for f in freqs) / diameter
             fov = 2.0 * fwhm
             notes.append(f"field {format_angle(fov)}: twice the primary beam's FWHM ({format_angle(fwhm)} "
                          f"for {diameter:g} m dishes at the lowest frequency; --size to choose)")

@@ -55,11 +55,33 @@ class ImageDescription:
 
 
 def _date(mjd_seconds: float) -> str:
-    """An MS TIME (MJD seconds) as FITS's DATE-OBS, to a tenth of a second (as WSClean)."""
-    from datetime import datetime, timedelta
-
-    moment = datetime(1858, 11, 17) + timedelta(seconds=round(mjd_seconds, 1))
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 100000}"
+    """An MS TIME (MJD seconds) as FITS's DATE-OBS, to a tenth of a second, with WSClean's
+    arithmetic (its FITS writer's): the day from the Julian date, the tenths of a second
+    cut (not rounded) from the MJD in days, then seconds, minutes and hours each rounded
+    from what is left; so a whole second whose MJD in days falls a hair below it reads as
+    WSClean writes it (TIME 5147713200 s: ``00:19:59.9``, not ``00:20:00.0``)."""
+    mjd = mjd_seconds * (1.0 / 86400.0)       # days as WSClean gets them (casacore's unit conversion)
+    tenths = int(math.fmod(mjd * 864000.0, 10.0))
+    rest = mjd - tenths / 864000.0
+    seconds = int(math.fmod(round(rest * 86400.0), 60.0))
+    rest -= seconds / 86400.0
+    minutes = int(math.fmod(round(rest * 1440.0), 60.0))
+    rest -= minutes / 1440.0
+    hours = int(math.fmod(round(rest * 24.0), 24.0))
+    # the Gregorian date of the Julian date, in the integer steps WSClean takes
+    z = int(mjd + 2400000.5 + 0.5)
+    w = int((z - 1867216.25) / 36524.25)
+    a = z + 1 + w - w // 4
+    b = a + 1524
+    c = int((b - 122.1) / 365.25)
+    d = int(365.25 * c)
+    e = int((b - d) / 30.6001)
+    day = b - d - int(30.6001 * e)
+    month = e - 1
+    while month > 12:
+        month -= 12
+    year = c - 4715 - (1 if month > 2 else 0)
+    return f"{year:04d}-{month:02d}-{day:02d}T{hours:02d}:{minutes:02d}:{seconds:02d}.{tenths}"
 
 
 def header(d: ImageDescription):

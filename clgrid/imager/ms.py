@@ -14,8 +14,11 @@ column is chosen as WSClean chooses it: ``CORRECTED_DATA`` where the MS has one,
 straight into its output arrays: memory is the output (8 + 4 bytes a visibility per
 polarisation, 24 bytes a row of uvw) plus one block.  Autocorrelations, flagged samples,
 rows with ``FLAG_ROW`` and non-finite data get weight 0.  Rows of field ``field`` only
-(WSClean's default, field 0); an MS whose rows use more than one spectral window or
-polarisation setup is refused (split it first, e.g. with CASA's ``split``).
+(WSClean's default, field 0).  An MS whose rows use several spectral windows or
+polarisation setups (``DATA_DESC_ID``) has one `Band` each, read one at a time
+(``read(..., band=b)``), each with its own channel frequencies and correlations;
+`output_channels` divides the channels of every band of every MS among the output
+channels as WSClean does.
 """
 
 from __future__ import annotations
@@ -28,13 +31,18 @@ import numpy as np
 from ..device.host_threads import in_background, in_slices
 from .correlations import CODE_NAMES, Recipe, recipe
 
-__all__ = ["MSError", "MeasurementSet", "Visibilities", "open_ms", "channel_groups"]
+__all__ = ["MSError", "MeasurementSet", "Band", "Visibilities", "OutputChannel", "open_ms", "channel_groups",
+           "output_channels"]
 
 SPEED_OF_LIGHT = 299792458.0
 _REQUIRED_COLUMNS = ("UVW", "ANTENNA1", "ANTENNA2", "FLAG", "TIME")
 _REQUIRED_TABLES = ("SPECTRAL_WINDOW", "POLARIZATION", "DATA_DESCRIPTION", "FIELD")
 # about this many samples (row x channel x correlation) read at a time
 _BLOCK_SAMPLES = 1 << 20
+# whole cells (every correlation) are read where they hold at most this many times the
+# correlations needed: casacore copies a strided slice several times slower than a whole
+# cell (docs/benchmarks/imaging.md, "Reading the MS"); 0 reads slices always
+WHOLE_CELLS_UP_TO = 2
 
 
 class MSError(ValueError):
@@ -65,6 +73,64 @@ def channel_groups(freqs, channels_out: int) -> list:
 
 
 @dataclass
+class OutputChannel:
+    """One output channel (``--channels-out``): ``slices[i]`` the channels of input band
+    ``i`` it takes (a slice of that band's channel axis, empty where none), ``band`` its
+    (start, end) frequencies in Hz, as WSClean writes them (the lowest channel's frequency
+    less half its width, the highest's plus half its width)."""
+
+    slices: list
+    band: tuple
+
+
+def output_channels(bands, channels_out: int) -> list:
+    """The `OutputChannel` of each of ``channels_out`` output channels over ``bands``
+    (``(freqs, widths)`` of each band of each MS, in Hz), as WSClean divides them: the
+    bands' distinct channels (frequency and width) sorted by frequency, cut into
+    ``channels_out`` runs of ``n / K`` (run ``i``: sorted channels ``i n / K`` to
+    ``(i + 1) n / K - 1``), each output channel taking every band's channels whose
+    frequency lies from its run's lowest to its highest.  Each band's frequencies must
+    only increase or only decrease (MSError otherwise)."""
+    channels = set()
+    for index, (freqs, widths) in enumerate(bands):
+        freqs = np.asarray(freqs, np.float64)
+        steps = np.diff(freqs)
+        if freqs.size > 1 and not (np.all(steps > 0) or np.all(steps < 0)):
+            which = f"spectral window {index}'s" if len(bands) > 1 else "the MS's"
+            raise MSError(f"{which} channel frequencies neither only increase nor only decrease; "
+                          "clgrid image (like WSClean) needs them monotonic")
+        channels.update(zip(freqs.tolist(), np.abs(np.asarray(widths, np.float64)).tolist()))
+    ordered = sorted(channels)
+    n = len(ordered)
+    if channels_out < 1 or channels_out > n:
+        where = "the MS's" if len(bands) == 1 else "the distinct channels of all spectral windows:"
+        raise MSError(f"--channels-out must be between 1 and {where} {n} channel(s), got {channels_out}")
+    out = []
+    for i in range(channels_out):
+        low, high = ordered[i * n // channels_out], ordered[(i + 1) * n // channels_out - 1]
+        slices = []
+        for freqs, _ in bands:
+            taken = np.flatnonzero((np.asarray(freqs) >= low[0]) & (np.asarray(freqs) <= high[0]))
+            slices.append(slice(int(taken.min()), int(taken.max()) + 1) if taken.size else slice(0, 0))
+        out.append(OutputChannel(slices, (low[0] - low[1] / 2, high[0] + high[1] / 2)))
+    return out
+
+
+@dataclass
+class Band:
+    """One spectral window and polarisation setup of an MS (a ``DATA_DESC_ID`` its rows of
+    the field use): ``freqs`` and ``widths`` (Hz, the MS's channel order), ``correlations``
+    (names in the MS's order), ``nrow`` its rows of the field."""
+
+    data_desc_id: int
+    spectral_window: int
+    freqs: np.ndarray
+    widths: np.ndarray
+    correlations: tuple
+    nrow: int
+
+
+@dataclass
 class Visibilities:
     """What `MeasurementSet.read` returns.
 
@@ -86,8 +152,8 @@ class MeasurementSet:
     """An open Measurement Set (use `open_ms`); ``close()`` or a ``with`` block closes it.
 
     Attributes: ``path``, ``nrow`` (rows of the field imaged), ``data_column`` and
-    ``data_column_note`` (why it was chosen), ``weight_column``, ``correlations`` (names
-    in the MS's order), ``freqs`` and ``widths`` (Hz, the MS's channel order),
+    ``data_column_note`` (why it was chosen), ``weight_column``, ``bands`` (a `Band` for
+    each spectral window / polarisation setup the field's rows use, by DATA_DESC_ID),
     ``phase_centre`` (ra, dec radians, frame name), ``telescope``, ``observer``,
     ``field_name``, ``dish_diameter`` (metres, the largest; None if absent)."""
 
@@ -151,27 +217,37 @@ class MeasurementSet:
         if field_id not in ids["FIELD_ID"]:
             raise MSError(f"{self.path}: no rows of field {field_id} (fields in the rows: "
                           f"{sorted(ids['FIELD_ID'])})")
-        descriptions = ids["DATA_DESC_ID"] if ids["DATA_DESC_ID"] else {0}
-        if len(descriptions) != 1:
-            raise MSError(f"{self.path}: its rows use {len(descriptions)} spectral windows / polarisation "
-                          f"setups (DATA_DESC_ID {sorted(descriptions)}); clgrid image takes one (split the MS)")
-        desc = descriptions.pop()
-        if desc >= dd.nrows():
-            raise MSError(f"{self.path}: DATA_DESC_ID {desc} has no row in DATA_DESCRIPTION")
-        spw_id = int(dd.getcell("SPECTRAL_WINDOW_ID", desc))
-        pol_id = int(dd.getcell("POLARIZATION_ID", desc))
+        descriptions = sorted(ids["DATA_DESC_ID"]) if ids["DATA_DESC_ID"] else [0]
+        missing = [d for d in descriptions if d >= dd.nrows()]
+        if missing:
+            raise MSError(f"{self.path}: DATA_DESC_ID {missing} ha{'s' if len(missing) == 1 else 've'} no row in "
+                          f"DATA_DESCRIPTION")
         spw, pol = sub("SPECTRAL_WINDOW"), sub("POLARIZATION")
-        self.freqs = np.asarray(spw.getcell("CHAN_FREQ", spw_id), np.float64).reshape(-1)
-        self.widths = np.abs(np.asarray(spw.getcell("CHAN_WIDTH", spw_id), np.float64).reshape(-1))
-        codes = [int(c) for c in np.asarray(pol.getcell("CORR_TYPE", pol_id)).reshape(-1)]
-        unknown = [c for c in codes if c not in CODE_NAMES]
-        if unknown:
-            raise MSError(f"{self.path}: correlation types {unknown} (CORR_TYPE) are not ones clgrid "
-                          f"image forms images from ({' '.join(CODE_NAMES.values())})")
-        self.correlations = tuple(CODE_NAMES[c] for c in codes)
         if len(ids["FIELD_ID"]) > 1:
             self._main = main.query(f"FIELD_ID=={int(field_id)}")
             self._tables.append(main)
+        self.bands, self._band_tables = [], {}
+        for desc in descriptions:
+            spw_id = int(dd.getcell("SPECTRAL_WINDOW_ID", desc))
+            pol_id = int(dd.getcell("POLARIZATION_ID", desc))
+            codes = [int(c) for c in np.asarray(pol.getcell("CORR_TYPE", pol_id)).reshape(-1)]
+            unknown = [c for c in codes if c not in CODE_NAMES]
+            if unknown:
+                raise MSError(f"{self.path}: correlation types {unknown} (CORR_TYPE) are not ones clgrid "
+                              f"image forms images from ({' '.join(CODE_NAMES.values())})")
+            rows = self._main
+            if len(descriptions) > 1:
+                rows = self._main.query(f"DATA_DESC_ID=={int(desc)}")
+                self._tables.append(rows)
+            self.bands.append(Band(int(desc), spw_id,
+                                   np.asarray(spw.getcell("CHAN_FREQ", spw_id), np.float64).reshape(-1),
+                                   np.abs(np.asarray(spw.getcell("CHAN_WIDTH", spw_id), np.float64).reshape(-1)),
+                                   tuple(CODE_NAMES[c] for c in codes), rows.nrows()))
+            self._band_tables[len(self.bands) - 1] = rows
+        if len(self.bands) > 1:                       # a spectral window only other fields' rows use
+            kept = [i for i, b in enumerate(self.bands) if b.nrow]
+            self.bands = [self.bands[i] for i in kept]
+            self._band_tables = {new: self._band_tables[old] for new, old in enumerate(kept)}
         self.nrow = self._main.nrows()
         phase_dir = np.asarray(fields.getcell("PHASE_DIR", field_id), np.float64).reshape(-1, 2)[0]
         measinfo = fields.getcolkeywords("PHASE_DIR").get("MEASINFO", {})
@@ -204,23 +280,51 @@ class MeasurementSet:
         return found
 
     # -- reading ---------------------------------------------------------------------------
-    def recipes(self, polarizations) -> dict:
-        """`Recipe` of each polarisation; MSError naming ``--pol`` when the MS cannot form one."""
-        try:
-            return {p: recipe(p, self.correlations) for p in polarizations}
-        except ValueError as exc:
-            raise MSError(str(exc)) from None
+    @property
+    def freqs(self) -> np.ndarray:
+        """The channel frequencies of an MS with one band (MSError naming the bands otherwise)."""
+        return self._single().freqs
 
-    def read(self, polarizations, groups, block_rows: int | None = None, progress=None) -> Visibilities:
-        """One pass over the rows (see the module docstring).  ``groups``: channel slices
-        (`channel_groups`); ``progress(n)`` is called after each block with its row count."""
-        recipes = self.recipes(polarizations)
-        main, nrow, nchan = self._main, self.nrow, self.freqs.size
+    @property
+    def widths(self) -> np.ndarray:
+        return self._single().widths
+
+    @property
+    def correlations(self) -> tuple:
+        return self._single().correlations
+
+    def _single(self) -> Band:
+        if len(self.bands) != 1:
+            raise MSError(f"{self.path} has {len(self.bands)} spectral windows / polarisation setups "
+                          f"(DATA_DESC_ID {[b.data_desc_id for b in self.bands]}): ask for a band's own")
+        return self.bands[0]
+
+    def recipes(self, polarizations, band: int = 0) -> dict:
+        """`Recipe` of each polarisation from band ``band``'s correlations; MSError naming
+        ``--pol`` when they cannot form one."""
+        try:
+            return {p: recipe(p, self.bands[band].correlations) for p in polarizations}
+        except ValueError as exc:
+            several = f" (DATA_DESC_ID {self.bands[band].data_desc_id})" if len(self.bands) > 1 else ""
+            raise MSError(f"{self.path}{several}: {exc}" if several else str(exc)) from None
+
+    def read(self, polarizations, groups, block_rows: int | None = None, progress=None,
+             band: int = 0) -> Visibilities:
+        """One pass over the rows of band ``band`` (see the module docstring).  ``groups``:
+        slices of the band's channels (`channel_groups`, or an `OutputChannel`'s slice of
+        it; an empty slice gives arrays of no channel); ``progress(n)`` is called after each
+        block with its row count."""
+        recipes = self.recipes(polarizations, band)
+        main, nrow, nchan = self._band_tables[band], self.bands[band].nrow, self.bands[band].freqs.size
         needed = sorted({i for r in recipes.values() for i in r.indices})
         lo, hi = needed[0], needed[-1]
         step = (needed[1] - needed[0]) if len(needed) > 1 else 1
         if any(b - a != step for a, b in zip(needed, needed[1:])):
             step = 1                                  # not evenly spaced: read the whole range
+        ncorr_all = len(self.bands[band].correlations)
+        whole = ncorr_all <= WHOLE_CELLS_UP_TO * len(range(lo, hi + 1, step))
+        if whole:
+            lo, hi, step = 0, ncorr_all - 1, 1
         picked = list(range(lo, hi + 1, step))
         local = {p: Recipe(r.polarization, tuple(picked.index(i) for i in r.indices), r.coefficients)
                  for p, r in recipes.items()}
@@ -243,12 +347,17 @@ class MeasurementSet:
         for index, start in enumerate(range(0, nrow, block_rows)):
             n = min(block_rows, nrow - start)
             b = buffers[index % 2]
-            main.getcolslicenp(self.data_column, b.data[:n], blc, trc, inc, start, n)
-            main.getcolslicenp("FLAG", b.flags[:n], blc, trc, inc, start, n)
-            if spectrum:
-                main.getcolslicenp("WEIGHT_SPECTRUM", b.weights[:n], blc, trc, inc, start, n)
+            if whole:
+                main.getcolnp(self.data_column, b.data[:n], start, n)
+                main.getcolnp("FLAG", b.flags[:n], start, n)
+                main.getcolnp(self.weight_column, b.weights[:n], start, n)
             else:
-                main.getcolslicenp("WEIGHT", b.weights[:n], [lo], [hi], [step], start, n)
+                main.getcolslicenp(self.data_column, b.data[:n], blc, trc, inc, start, n)
+                main.getcolslicenp("FLAG", b.flags[:n], blc, trc, inc, start, n)
+                if spectrum:
+                    main.getcolslicenp("WEIGHT_SPECTRUM", b.weights[:n], blc, trc, inc, start, n)
+                else:
+                    main.getcolslicenp("WEIGHT", b.weights[:n], [lo], [hi], [step], start, n)
             main.getcolnp("UVW", uvw[start:start + n], start, n)
             main.getcolnp("ANTENNA1", b.ant1[:n], start, n)
             main.getcolnp("ANTENNA2", b.ant2[:n], start, n)
@@ -267,6 +376,8 @@ class MeasurementSet:
                 progress(n)
         if forming is not None:
             forming.result()
+        if nrow == 0:
+            first = last = float("nan")
         return Visibilities(uvw, vis, wgt, list(groups), (first, last), counts)
 
     def close(self) -> None:
@@ -305,6 +416,8 @@ def _form_block(b: _Block, n: int, start: int, dropped, recipes: dict, groups, v
     def part(rows):
         for p, r in recipes.items():
             for g, group in enumerate(groups):
+                if group.stop <= group.start:
+                    continue
                 out = slice(start + rows.start, start + rows.stop)
                 out_v, out_w = vis[p][g][out], wgt[p][g][out]
                 r.form(b.data[rows, group], b.flags[rows, group], weights[rows, group], out_v, out_w)

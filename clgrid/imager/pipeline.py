@@ -2,15 +2,18 @@
 
 The steps, each printed as it is taken:
 
-1. Check the arguments and the output paths (`argument_errors`), open the MS and check it
-   can give what is asked (column, polarisations, channels): every error is raised here,
-   before the data are read.
-2. Read the MS once, a block of rows at a time (`clgrid.imager.ms`), forming each
-   polarisation asked for (`clgrid.imager.correlations`), with a progress bar.
+1. Check the arguments and the output paths (`argument_errors`), open the MSs and check
+   they can give what is asked (column, polarisations, channels, one phase centre): every
+   error is raised here, before the data are read.
+2. Read each spectral window of each MS once, a block of rows at a time
+   (`clgrid.imager.ms`), forming each polarisation asked for
+   (`clgrid.imager.correlations`), with a progress bar; `--channels-out` divides the
+   windows' channels as WSClean does (`clgrid.imager.ms.output_channels`).
 3. Choose the pixel and image size from the data where not given (`clgrid.imager.defaults`).
 4. For each output channel (``--channels-out``): the imaging weights
    (`clgrid.imager.weighting`, from the first polarisation's visibility weights, as
-   WSClean), one `clgrid.WGridder` for the channel's points (planned once), then the PSF
+   WSClean; one grid over every window in the channel), one `clgrid.WGridder` per window
+   for the channel's points (planned once; the windows' images added), then the PSF
    (with ``--make-psf``) and each polarisation's image from it.  An image is divided by
    its sum of weights; with a PSF, the PSF is scaled to 1 at its centre and the images by
    the same factor (WSClean does both); the beam is fitted to the PSF (`clgrid.imager.beam`).
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .correlations import parse_polarizations
-from .weighting import WEIGHT_MODES, WeightGrid
+from .weighting import WEIGHT_MODES, Applied, WeightGrid
 
 __all__ = ["ImagingOptions", "ImagingError", "argument_errors", "output_names", "run"]
 
@@ -52,11 +55,12 @@ class ImagingError(ValueError):
 class ImagingOptions:
     """``clgrid image``'s arguments, with WSClean's names and defaults where it has them.
 
-    ``scale`` in radians; ``size`` (nx, ny); ``polarizations`` as given to ``--pol``
+    ``ms`` one path or a sequence of paths (imaged together, as WSClean images several
+    MSs: one phase centre); ``scale`` in radians; ``size`` (nx, ny); ``polarizations`` as given to ``--pol``
     (``"I"``, ``"IQUV"``, ``"xx,yy"``) or a tuple of names; ``precision`` None picks single
     precision for ``epsilon >= 1e-5``, else double."""
 
-    ms: str
+    ms: object
     name: str
     size: tuple | None = None
     scale: float | None = None
@@ -81,6 +85,10 @@ class ImagingOptions:
     field_id: int = 0
     overwrite: bool = False
     history: tuple = field(default_factory=tuple)
+
+    def paths(self) -> tuple:
+        """The Measurement Sets, as a tuple of paths."""
+        return (os.fspath(self.ms),) if isinstance(self.ms, (str, os.PathLike)) else tuple(map(os.fspath, self.ms))
 
     def pols(self) -> tuple:
         if isinstance(self.polarizations, str):
@@ -180,16 +188,27 @@ def _progress(total, desc, unit, quiet):
 
 @dataclass
 class _Metadata:
-    """What the run keeps of the MS once it is read."""
+    """What the run keeps of the MSs once they are read (the first MS's where they differ,
+    as WSClean: telescope, observer, field name, data column)."""
 
-    freqs: np.ndarray
-    widths: np.ndarray
     centre: tuple
     telescope: str
     observer: str
     field_name: str
     diameter: float | None
     data_column: str
+
+
+@dataclass
+class _Part:
+    """One band (spectral window and polarisation setup) of one MS as read: its
+    visibilities (`clgrid.imager.ms.Visibilities`, one group per output channel) and
+    channels."""
+
+    label: str
+    data: object
+    freqs: np.ndarray
+    widths: np.ndarray
 
 
 @dataclass
@@ -203,46 +222,105 @@ class _Channel:
     vis_weight_sum: dict
 
 
-def _read(options, pols, say, quiet):
-    """Steps 1 and 2: open the MS (every error here), read it once."""
-    from .ms import channel_groups, open_ms
+# MSs whose phase centres are further apart than this (radians) are not imaged together
+PHASE_CENTRE_TOLERANCE = 1e-9
 
-    with open_ms(options.ms, options.data_column, options.field_id) as ms:
-        recipes = ms.recipes(pols)
-        groups = channel_groups(ms.freqs, options.channels_out)
-        say(f"clgrid image: {ms.path}: {ms.nrow} rows x {ms.freqs.size} channels "
-            f"({ms.freqs.min() / 1e6:.6g}-{ms.freqs.max() / 1e6:.6g} MHz), correlations {' '.join(ms.correlations)}")
-        say(f"  data column {ms.data_column} ({ms.data_column_note}); weights from {ms.weight_column}")
-        for p in pols:
-            say(f"  {recipes[p].describe(ms.correlations)}")
+
+def _same_phase_centre(opened) -> None:
+    """ImagingError naming the MSs whose phase centre is not the first's (clgrid image, as
+    WSClean, images them at one phase centre and does not rotate their uvw)."""
+    ra0, dec0, frame0 = opened[0].phase_centre
+    errors = []
+    for ms in opened[1:]:
+        ra, dec, frame = ms.phase_centre
+        apart = math.acos(min(1.0, math.sin(dec0) * math.sin(dec) + math.cos(dec0) * math.cos(dec) * math.cos(ra - ra0)))
+        if frame != frame0 or apart > PHASE_CENTRE_TOLERANCE:
+            errors.append(f"{ms.path} has its phase centre at RA {math.degrees(ra):.8g} deg, Dec {math.degrees(dec):.8g} "
+                          f"deg ({frame}), {math.degrees(apart) * 3600:.4g}'' from {opened[0].path}'s (RA "
+                          f"{math.degrees(ra0):.8g} deg, Dec {math.degrees(dec0):.8g} deg, {frame0}): clgrid image "
+                          f"images several MSs at one phase centre (phase-rotate them to one first, e.g. with "
+                          f"CASA's phaseshift or DP3)")
+    if errors:
+        raise ImagingError("\n".join(errors))
+
+
+def _read(options, pols, say, quiet):
+    """Steps 1 and 2: open the MSs (every error here), read each band of each once."""
+    from .ms import MSError, open_ms, output_channels
+
+    opened = []
+    try:
+        for path in options.paths():
+            opened.append(open_ms(path, options.data_column, options.field_id))
+        _same_phase_centre(opened)
+        bands = [(ms, b) for ms in opened for b in range(len(ms.bands))]
+        recipes = []
+        for ms, b in bands:                           # an MS that cannot form a pol: refused now, by name
+            try:
+                recipes.append(ms.recipes(pols, b))
+            except MSError as exc:
+                if len(opened) == 1 or str(exc).startswith(ms.path):
+                    raise
+                raise MSError(f"{ms.path}: {exc}") from None
+        outputs = output_channels([(ms.bands[b].freqs, ms.bands[b].widths) for ms, b in bands],
+                                  options.channels_out)
+        for ms in opened:
+            for index, band in enumerate(ms.bands):
+                spw = f" spectral window {band.spectral_window} (DATA_DESC_ID {band.data_desc_id})" \
+                    if len(ms.bands) > 1 else ""
+                say(f"clgrid image: {ms.path}{spw}: {band.nrow} rows x {band.freqs.size} channels "
+                    f"({band.freqs.min() / 1e6:.6g}-{band.freqs.max() / 1e6:.6g} MHz), correlations "
+                    f"{' '.join(band.correlations)}")
+            say(f"  data column {ms.data_column} ({ms.data_column_note}); weights from {ms.weight_column}")
+        shown = set()
+        for (ms, b), recipe_of in zip(bands, recipes):
+            for p in pols:
+                line = recipe_of[p].describe(ms.bands[b].correlations)
+                if line not in shown:
+                    shown.add(line)
+                    say(f"  {line}")
         started = time.perf_counter()
-        with _progress(ms.nrow, f"reading {ms.data_column}", "row", quiet) as bar:
-            data = ms.read(pols, groups, progress=bar.update)
-        meta = _Metadata(ms.freqs.copy(), ms.widths.copy(), ms.phase_centre, ms.telescope, ms.observer,
-                         ms.field_name, ms.dish_diameter, ms.data_column)
-    counts = data.counts
+        parts = []
+        counts = {"autocorrelation rows": 0, "flagged rows": 0}
+        total = sum(ms.bands[b].nrow for ms, b in bands)
+        with _progress(total, "reading", "row", quiet) as bar:
+            for k, (ms, b) in enumerate(bands):
+                band = ms.bands[b]
+                data = ms.read(pols, [o.slices[k] for o in outputs], progress=bar.update, band=b)
+                label = ms.path + (f" spectral window {band.spectral_window}" if len(ms.bands) > 1 else "")
+                parts.append(_Part(label, data, band.freqs.copy(), band.widths.copy()))
+                for key in counts:
+                    counts[key] += data.counts[key]
+        first = opened[0]
+        diameters = [ms.dish_diameter for ms in opened if ms.dish_diameter]
+        meta = _Metadata(first.phase_centre, first.telescope, first.observer, first.field_name,
+                         max(diameters) if diameters else None, first.data_column)
+    finally:
+        for ms in opened:
+            ms.close()
     say(f"  read in {time.perf_counter() - started:.2f} s; left out: {counts['autocorrelation rows']} "
         f"autocorrelation row(s), {counts['flagged rows']} flagged row(s) (FLAG_ROW)")
-    return data, meta
+    return parts, outputs, meta
 
 
 class _Imaging:
     """Steps 4 to 6 for one run: the images of each output channel, then the MFS images."""
 
-    def __init__(self, options, pols, data, meta, scale, size, say, quiet):
-        self.options, self.pols, self.data, self.meta = options, pols, data, meta
+    def __init__(self, options, pols, parts, outputs, meta, scale, size, say, quiet):
+        self.options, self.pols, self.parts, self.outputs, self.meta = options, pols, parts, outputs, meta
         self.scale, (self.nx, self.ny) = scale, size
         self.say, self.quiet = say, quiet
         self.precision = options.chosen_precision()
         self.names = output_names(options, pols)
-        self.several = len(data.groups) > 1
+        self.several = len(outputs) > 1
         self.weighting = {"natural": "natural", "uniform": "uniform"}.get(options.weight,
                                                                           f"Briggs'({options.robust:g})")
         ra, dec, frame = meta.centre
+        starts = [part.data.time_range[0] for part in parts if part.data.uvw.shape[0]]
         self.describe = dict(npix_x=self.nx, npix_y=self.ny, pixsize_x=scale, pixsize_y=scale, ra=ra, dec=dec,
-                             frame=frame, date_obs=data.time_range[0], telescope=meta.telescope,
-                             observer=meta.observer, field_name=meta.field_name, data_column=meta.data_column,
-                             weighting=self.weighting, history=options.history)
+                             frame=frame, date_obs=min(starts) if starts else float("nan"),
+                             telescope=meta.telescope, observer=meta.observer, field_name=meta.field_name,
+                             data_column=meta.data_column, weighting=self.weighting, history=options.history)
         self.written, self.channels = [], []
         shape = (self.ny, self.nx)
         self.mfs = {p: np.zeros(shape) for p in pols} if self.several else None
@@ -257,9 +335,15 @@ class _Imaging:
         say(f"  imaging weights on {where}")
         if options.mf_weighting and options.weight != "natural":
             self.shared = self._weight_grid()
-            for g, group in enumerate(data.groups):
-                self.shared.add(data.uvw, meta.freqs[group], data.wgt[pols[0]][g])
+            for g in range(len(outputs)):
+                for part, channels in self._active(g):
+                    self.shared.add(part.data.uvw, part.freqs[channels], part.data.wgt[pols[0]][g])
             self.shared.finish()
+
+    def _active(self, g: int) -> list:
+        """``(part, channel slice)`` of each band with channels in output channel ``g``."""
+        return [(part, channels) for part, channels in zip(self.parts, self.outputs[g].slices)
+                if channels.stop > channels.start and part.data.uvw.shape[0]]
 
     def _weight_grid(self):
         o = self.options
@@ -280,19 +364,32 @@ class _Imaging:
 
         return fit_beam(psf, self.scale, self.scale, estimate, self.options.beam_fit == "whole-box")
 
-    def _weights(self, g, label, freqs):
-        """Step 4's imaging weights, in place: the weights, what `WeightGrid.apply` kept of
-        each polarisation, and the mask of samples any polarisation uses."""
-        weights = {p: self.data.wgt[p][g] for p in self.pols}
+    def _weights(self, g, label, active):
+        """Step 4's imaging weights, in place, over every band of output channel ``g`` (one
+        weight grid for them all): each band's weights and mask of samples any polarisation
+        uses, and what `WeightGrid.apply` kept of each polarisation, the bands' together."""
+        first = self.pols[0]
+        weights = [{p: part.data.wgt[p][g] for p in self.pols} for part, _ in active]
         grid = self.shared
         if grid is None:
             grid = self._weight_grid()
-            grid.add(self.data.uvw, freqs, weights[self.pols[0]])
+            for (part, channels), w in zip(active, weights):
+                grid.add(part.data.uvw, part.freqs[channels], w[first])
             grid.finish()
-        kept = np.zeros(weights[self.pols[0]].shape, bool)
-        applied, dropped = {}, {}
+        kept = [np.zeros(w[first].shape, bool) for w in weights]
+        applied = {p: Applied() for p in self.pols}
+        for (part, channels), w, used in zip(active, weights, kept):
+            for p in self.pols:
+                a = grid.apply(part.data.uvw, part.freqs[channels], w[p], used=used)
+                total = applied[p]
+                total.before += a.before
+                total.kept += a.kept
+                total.visibility_weight_sum += a.visibility_weight_sum
+                total.weight_sum += a.weight_sum
+                total.longest = max(total.longest, a.longest)
+        dropped = {}
         for p in self.pols:
-            applied[p] = a = grid.apply(self.data.uvw, freqs, weights[p], used=kept)
+            a = applied[p]
             if a.kept < a.before:
                 dropped.setdefault((a.before - a.kept, a.before), []).append(p)
         for (lost, before), which in dropped.items():
@@ -302,78 +399,110 @@ class _Imaging:
         return weights, applied, kept
 
     def channel(self, g: int) -> None:
-        """Step 4 for output channel ``g``."""
-        from .. import WGridder
-
-        o, data, first = self.options, self.data, self.pols[0]
-        group = data.groups[g]
-        freqs, widths = self.meta.freqs[group], self.meta.widths[group]
-        band = (float(np.min(freqs - widths / 2)), float(np.max(freqs + widths / 2)))
+        """Step 4 for output channel ``g``: one operator per band (one for an MS of one
+        spectral window), the bands' images added before they are normalised."""
+        o, first = self.options, self.pols[0]
+        band = self.outputs[g].band
         label = f"channel {g} ({band[0] / 1e6:.6g}-{band[1] / 1e6:.6g} MHz)" if self.several else "image"
         key = g if self.several else 0
+        active = self._active(g)
         started = time.perf_counter()
-        weights, applied, kept = self._weights(g, label, freqs)
+        weights, applied, kept = self._weights(g, label, active)
         image_weight = {p: applied[p].weight_sum for p in self.pols}
         counted = {p: applied[p].kept for p in self.pols}
         vis_weight_sum = {p: applied[p].visibility_weight_sum for p in self.pols}
         if not any(image_weight.values()):
             raise ImagingError(f"{label}: no visibility with non-zero weight")
-        weighted = time.perf_counter()
-        op = WGridder(data.uvw, freqs, self.nx, self.ny, self.scale, self.scale, o.epsilon,
-                      do_wgridding=o.do_wgridding, mask=kept.view(np.uint8), flip_v=True,
-                      divide_by_n=o.divide_by_n, precision=self.precision, device=o.device)
-        samples = int(np.count_nonzero(kept))
-        del kept
-        geometry = op.geometry
-        self.say(f"  {label}: weights in {weighted - started:.2f} s; {samples} visibilities planned in "
-                 f"{time.perf_counter() - weighted:.2f} s: support {geometry.kernel.support}, grid {geometry.nu} x "
-                 f"{geometry.nv}, {geometry.num_planes} w-plane(s), on {op.devices[0].name.strip()}")
+        self.say(f"  {label}: weights in {time.perf_counter() - started:.2f} s")
         cplx = np.complex64 if self.precision == "single" else np.complex128
         real = np.float32 if self.precision == "single" else np.float64
-        psf_factor, beam = 1.0, None
         estimate = 1.0 / applied[first].longest if applied[first].longest > 0 else math.inf
-        if o.make_psf:
-            started = time.perf_counter()
-            with _progress(len(op.planes), f"{label}: PSF", "plane", self.quiet) as bar:
-                psf = op.vis2dirty(weights[first].astype(cplx), None, progress=bar.update)
+        together = len(active) > 1              # several bands: their images are added, then written
+        summed = {p: None for p in self.pols}
+        psf_sum = None
+        elapsed = {p: 0.0 for p in self.pols}
+        state = {"psf_factor": 1.0, "beam": None}
+
+        def finish_psf(psf):
             psf = np.ascontiguousarray(psf.T, np.float64)
             centre = psf[self.ny // 2, self.nx // 2]
-            psf_factor = image_weight[first] / centre if centre != 0 else 0.0
+            state["psf_factor"] = image_weight[first] / centre if centre != 0 else 0.0
             psf /= centre if centre != 0 else 1.0
-            beam = self._fit(psf, estimate)
-            self.say(f"  {label}: PSF in {time.perf_counter() - started:.2f} s; beam {beam.major * 206264.806:.4g}'' "
-                     f"x {beam.minor * 206264.806:.4g}'', PA {beam.angle:.4g} deg")
+            beam = state["beam"] = self._fit(psf, estimate)
+            self.say(f"  {label}: PSF; beam {beam.major * 206264.806:.4g}'' x {beam.minor * 206264.806:.4g}'', "
+                     f"PA {beam.angle:.4g} deg")
             self._write(("psf", key, None), psf, band=band, polarization=first, beam=beam,
                         image_weight=image_weight[first], visibilities=counted[first],
                         visibility_weight_sum=vis_weight_sum[first])
             if self.mfs_psf is not None:
                 self.mfs_psf += psf * image_weight[first]
-            del psf
-        for index, p in enumerate(self.pols):
-            started = time.perf_counter()
-            with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, warnings.catch_warnings():
-                # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
-                # image, rightly: no news here
-                warnings.filterwarnings("ignore", "clgrid: every unmasked visibility times its weight is zero")
-                dirty = op.vis2dirty(data.vis[p][g].astype(cplx, copy=False), weights[p].astype(real, copy=False),
-                                     progress=bar.update)
-            if index == len(self.pols) - 1:
-                # the operator's buffers (host memory on a CPU device) go before the last image
-                # is transposed and written, not after (it has no reference cycles: freed here)
-                del op
+
+        def finish_image(p, dirty):
             dirty = np.ascontiguousarray(dirty.T)
             # divided by the sum of weights; with a PSF, also by its centre (WSClean's normalisation)
-            dirty *= (psf_factor if o.make_psf else 1.0) / image_weight[p] if image_weight[p] else 0.0
+            dirty *= (state["psf_factor"] if o.make_psf else 1.0) / image_weight[p] if image_weight[p] else 0.0
             peak = np.unravel_index(np.argmax(np.abs(dirty)), dirty.shape)
-            self.say(f"  {label}, {p}: imaged in {time.perf_counter() - started:.2f} s; peak {dirty[peak]:.4g} "
+            self.say(f"  {label}, {p}: imaged in {elapsed[p]:.2f} s; peak {dirty[peak]:.4g} "
                      f"Jy/beam at pixel (x {peak[1]}, y {peak[0]}), rms {float(np.std(dirty)):.3g}")
-            self._write(("dirty", key, p), dirty, band=band, polarization=p, beam=beam,
+            self._write(("dirty", key, p), dirty, band=band, polarization=p, beam=state["beam"],
                         image_weight=image_weight[p], visibilities=counted[p],
                         visibility_weight_sum=vis_weight_sum[p])
             if self.mfs is not None:
                 self.mfs[p] += dirty * image_weight[p]
-            del dirty
+
+        for index, ((part, channels), w, used) in enumerate(zip(active, weights, kept)):
+            op = self._operator(part, channels, used, label if not together else f"{label}, {part.label}")
+            del used
+            if o.make_psf:
+                with _progress(len(op.planes), f"{label}: PSF", "plane", self.quiet) as bar:
+                    psf = op.vis2dirty(w[first].astype(cplx), None, progress=bar.update)
+                if not together:
+                    finish_psf(psf)
+                else:
+                    psf_sum = psf.astype(np.float64) if psf_sum is None else psf_sum + psf
+                del psf
+            for n, p in enumerate(self.pols):
+                t = time.perf_counter()
+                with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, \
+                        warnings.catch_warnings():
+                    # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
+                    # image, rightly: no news here
+                    warnings.filterwarnings("ignore", "clgrid: every unmasked visibility times its weight is zero")
+                    dirty = op.vis2dirty(part.data.vis[p][g].astype(cplx, copy=False), w[p].astype(real, copy=False),
+                                         progress=bar.update)
+                elapsed[p] += time.perf_counter() - t
+                if n == len(self.pols) - 1:
+                    # the operator's buffers (host memory on a CPU device) go before the last image
+                    # is transposed and written, not after (it has no reference cycles: freed here)
+                    del op
+                if not together:
+                    finish_image(p, dirty)
+                else:
+                    summed[p] = dirty.astype(np.float64) if summed[p] is None else summed[p] + dirty
+                del dirty
+        if together:
+            if o.make_psf:
+                finish_psf(psf_sum)
+                del psf_sum
+            for p in self.pols:
+                finish_image(p, summed.pop(p))
         self.channels.append(_Channel(band, image_weight, estimate, counted, vis_weight_sum))
+
+    def _operator(self, part, channels, used, label):
+        """The operator of one band's samples in an output channel (``used``: the samples
+        kept), planned, with a line saying so."""
+        from .. import WGridder
+
+        o = self.options
+        started = time.perf_counter()
+        op = WGridder(part.data.uvw, part.freqs[channels], self.nx, self.ny, self.scale, self.scale, o.epsilon,
+                      do_wgridding=o.do_wgridding, mask=used.view(np.uint8), flip_v=True,
+                      divide_by_n=o.divide_by_n, precision=self.precision, device=o.device)
+        geometry = op.geometry
+        self.say(f"  {label}: {int(np.count_nonzero(used))} visibilities planned in "
+                 f"{time.perf_counter() - started:.2f} s: support {geometry.kernel.support}, grid {geometry.nu} x "
+                 f"{geometry.nv}, {geometry.num_planes} w-plane(s), on {op.devices[0].name.strip()}")
+        return op
 
     def combine(self) -> None:
         """Step 5: the MFS images, each channel weighted by its sum of weights."""
@@ -430,13 +559,16 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
     started = time.perf_counter()
     warming = threading.Thread(target=_warm_up, args=(options, options.size), daemon=True)
     warming.start()
-    data, meta = _read(options, pols, say, quiet)
+    parts, outputs, meta = _read(options, pols, say, quiet)
     first = pols[0]
-    weights = np.concatenate(data.wgt[first], axis=1) if len(data.groups) > 1 else data.wgt[first][0]
-    if not np.any(weights):
+    weights = [np.concatenate([part.data.wgt[first][g] for g in range(len(outputs))], axis=1)
+               if len(outputs) > 1 else part.data.wgt[first][0] for part in parts]
+    if not any(np.any(w) for w in weights):
         raise ImagingError(f"every sample of {first} is flagged, an autocorrelation or has zero weight: "
                            f"nothing to image")
-    scale, size, notes = image_defaults(data.uvw, meta.freqs, meta.diameter, options.scale, options.size, weights)
+    freqs = [np.concatenate([part.freqs[o.slices[k]] for o in outputs]) for k, part in enumerate(parts)]
+    scale, size, notes = image_defaults([part.data.uvw for part in parts], freqs, meta.diameter, options.scale,
+                                        options.size, weights)
     del weights
     for note in notes:
         say(f"  {note}")
@@ -444,11 +576,11 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
         raise ImagingError(f"--size {size[0]} {size[1]} with pixels of {math.degrees(scale):.4g} deg reaches "
                            f"past the horizon")
     warming.join()
-    imaging = _Imaging(options, pols, data, meta, scale, size, say, quiet)
+    imaging = _Imaging(options, pols, parts, outputs, meta, scale, size, say, quiet)
     say(f"  weighting {imaging.weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
         f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "
         f"({imaging.precision}), fluxes {'divided by n (ducc0)' if options.divide_by_n else 'not divided by n (WSClean)'}")
-    for g in range(len(data.groups)):
+    for g in range(len(outputs)):
         imaging.channel(g)
     imaging.combine()
     say(f"clgrid image: {len(imaging.written)} file(s) in {time.perf_counter() - started:.2f} s")

@@ -27,24 +27,29 @@ import pyopencl as cl
 from ..device.codegen import build_program, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
-from ..errors import DeviceCapabilityError, EmptyInputWarning
+from ..errors import DeviceCapabilityError, EmptyInputWarning, StreamedWarning
 from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.plan import plan_stacked
 from ..sources.accuracy import float_taps_allowed
-from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
+from .memory import (HOST_PART_SAMPLES, engine_device_bytes, engine_stream_bytes, return_freed_memory,
+                     stream_sample_bytes)
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision, read_only_buffer
 from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
-from .geometry import ImageGeometry
+from .geometry import GRID_CELL_LIMIT, ImageGeometry
 from .pixels import PixelModel, pixel_blocks
 from .regions import plane_regions
+from .stream import KEY_LIMIT, max_slab_planes, slab_geometry, stream_schedule
 
-__all__ = ["ImagingEngine", "SPREADS"]
+__all__ = ["ImagingEngine", "SPREADS", "check_grid"]
 
 SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
+# the share of a device's global memory an engine's buffers may take; beyond it, its points
+# are streamed (`ImagingEngine.streamed`)
+DEVICE_SHARE = 0.9
 
 
 def _route_tuning(tuning, facts) -> tuple:
@@ -73,6 +78,27 @@ def _route_tuning(tuning, facts) -> tuple:
 # a part whose kept samples are fewer than this share of its rows' samples gets its values
 # picked by the host (in plan order) rather than all its rows' samples each call
 SPARSE_SHARE = 0.5
+
+
+def _size(nbytes: int) -> str:
+    """Bytes in GiB, or MiB below a tenth of one."""
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2 ** 30 / 10 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def check_grid(geometry: ImageGeometry, complex_dtype, facts) -> None:
+    """Refuse, naming the sizes, a padded grid beyond one buffer of the device (``facts``:
+    `clgrid.device.runtime.device_facts`) or with more cells than the kernels' 32-bit cell
+    indices count (`GRID_CELL_LIMIT`)."""
+    g, itemsize = geometry, np.dtype(complex_dtype).itemsize
+    if g.nu * g.nv > GRID_CELL_LIMIT:
+        raise DeviceCapabilityError(
+            f"the padded grid of {g.nu}x{g.nv} has {g.nu * g.nv} cells; the kernels index at most "
+            f"{GRID_CELL_LIMIT} (32-bit): image in facets")
+    if g.nu * g.nv * itemsize > facts.max_allocation:
+        raise DeviceCapabilityError(
+            f"the padded grid of {g.nu}x{g.nv} {np.dtype(complex_dtype).name} needs "
+            f"{g.nu * g.nv * itemsize / 2**30:.2f} GiB in one buffer; {facts.name} allows "
+            f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
 
 
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
@@ -164,11 +190,25 @@ class ImagingEngine:
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
         self._part_samples = wparams["part_samples"] or self._samples_per_part()
         self._check_fits()
+        self._max_planes = max_slab_planes(g, self.layout.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
+        self.streamed, self._stream = None, None
+        limit = facts.global_memory * DEVICE_SHARE
+        if self.device_bytes() > limit:
+            # smaller parts first (a smaller set-up beside the points kept), else streamed
+            every, self._part_samples = self.device_bytes(), self._stream_part_samples()
+            if self.device_bytes() > limit:
+                self._setup_stream(uvw, scale, keep, signs, deterministic, every)
         self._grid = cl.Buffer(ctx, mf.READ_WRITE, self._grid_bytes)
-        self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic)
-                       for rows in _row_parts(self.nrow, self.nchan, self._part_samples)]
+        if self._stream is None:      # (a stack of more sort keys than 32 bits count: arranged in slabs)
+            slabs = [self.planes] if self._max_planes is None else \
+                [range(lo, min(lo + self._max_planes, self.planes.stop))
+                 for lo in range(self.planes.start, self.planes.stop, self._max_planes)]
+            self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic, planes)
+                           for planes in slabs for rows in _row_parts(self.nrow, self.nchan, self._part_samples)]
+            held = max(part.held for part in self._parts)
+        else:
+            self._parts, held = [], max(1, self._part_samples // max(self.nchan, 1)) * self.nchan
         # the caller's values and weights go through one part at a time (gather_vis, scatter_vis)
-        held = max(part.held for part in self._parts)
         self._vis_held = cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize)
         self._wgt_held = cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize)
         self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double",
@@ -188,11 +228,15 @@ class ImagingEngine:
     # -- the points, in parts of rows that each fit the device's buffers -------------------
     def _samples_per_part(self) -> int:
         """(row, channel) samples a part may hold: within the largest buffer (a part's
-        largest array takes 4 reals or 16 bytes a sample) and, on a CPU device (its buffers
+        largest array takes 4 reals or 16 bytes a sample, the "rows" spread's kernel values
+        2 W values a point) and, on a CPU device (its buffers
         are host memory), at most `HOST_PART_SAMPLES`, so that planning and arranging a
         part (the plan in the caller's order beside its arrangement) stays small beside
         the points the engine keeps."""
         largest = max(16, 4 * np.dtype(self.real).itemsize)
+        if self.spread_mode == "rows":          # its kernel values: 2 W a point (rows_stacked.settle)
+            tap = 4 if self._float_values or self.precision == "single" else 8
+            largest = max(largest, 2 * self.geometry.kernel.support * tap)
         samples = max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
         if "CPU" in self.facts.type:
             samples = min(samples, HOST_PART_SAMPLES)
@@ -202,32 +246,82 @@ class ImagingEngine:
         """This engine's peak device memory by `clgrid.imaging.memory.engine_device_bytes`
         (its spread, parts and kernel values' precision), for ``num_samples`` samples (None:
         its own)."""
+        if num_samples is None and getattr(self, "streamed", None) is not None:
+            return self.streamed.device_bytes
         samples = self.nrow * self.nchan if num_samples is None else num_samples
         rows = self.spread_mode == "rows"
         return engine_device_bytes(self.geometry, self.precision, samples, self.spread_mode, self._part_samples,
                                    bool(self.spreader.tap_single) if rows else False)
 
     def _check_fits(self) -> None:
-        """Refuse, naming the sizes, a grid or a set of points the device cannot hold."""
-        facts, g = self.facts, self.geometry
-        if self._grid_bytes > facts.max_allocation:
-            raise DeviceCapabilityError(
-                f"the padded grid of {g.nu}x{g.nv} {np.dtype(self.complex).name} needs "
-                f"{self._grid_bytes / 2**30:.2f} GiB in one buffer; {facts.name} allows "
-                f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
-        need = self.device_bytes()
-        if need > facts.global_memory * 0.9:
-            raise DeviceCapabilityError(
-                f"{self.nrow * self.nchan} samples and the {g.nu}x{g.nv} grid need about {need / 2**30:.2f} GiB "
-                f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: spread the rows over "
-                f"several devices or operators (clgrid.dask), or image in facets")
+        """Refuse, naming the sizes, a grid the device cannot hold in one buffer."""
+        check_grid(self.geometry, self.complex, self.facts)
 
-    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic) -> SimpleNamespace:
-        """The points of ``rows``: planned, arranged for the spread, with their buffers."""
-        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
+    # -- points beyond the device: streamed through it, slab by slab of w-planes ---------
+    def _stream_part_samples(self) -> int:
+        """Samples of a part whose set-up takes at most a quarter of the device's share."""
+        per_sample = stream_sample_bytes(self.precision, self.geometry.kernel.support, self.spread_mode,
+                                         self._float_values)
+        quarter = int(self.facts.global_memory * DEVICE_SHARE) // 4
+        return int(min(self._part_samples, max(self.nchan, quarter // per_sample)))
+
+    def _setup_stream(self, uvw, scale, keep, signs, deterministic, every: int) -> None:
+        """Points that do not fit the device at once (`device_bytes` beyond `DEVICE_SHARE` of
+        it): a schedule of slabs of w-planes (`clgrid.imaging.stream`), each slab's points
+        planned when a call reaches it and released after it, re-planned every call; said
+        in ``streamed`` and a `StreamedWarning`.  Refused, naming the sizes, where the grid
+        and one part's set-up alone do not fit."""
+        facts, g = self.facts, self.geometry
+        limit = int(facts.global_memory * DEVICE_SHARE)
+        spread, taps = self.spread_mode, self._float_values
+        device_fft = self.fft_mode == "vkfft"
+
+        def model(part):
+            return engine_stream_bytes(g, self.precision, part, -(-self.nrow * self.nchan // part), spread, taps,
+                                       device_fft)
+
+        part = self._part_samples
+        fixed, point = model(part)
+        capacity = (limit - fixed) // point
+        if capacity < 1:
+            raise DeviceCapabilityError(
+                f"the {g.nu}x{g.nv} grid and one part of {part} samples' set-up need about {fixed / 2**30:.2f} GiB "
+                f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: image in facets or "
+                f"in single precision")
+        slabs, touch, kept = stream_schedule(uvw, scale, keep, g, self.planes, capacity, self._workers,
+                                             self._max_planes)
+        self._part_samples = part
+        self._stream = slabs
+        self._sources = (uvw, scale, keep, signs, deterministic)
+        self._touch = touch
+        self._stream_kept = kept
+        self._slab_of = np.zeros(g.num_planes, np.int64)
+        for i, slab in enumerate(slabs):
+            self._slab_of[slab.planes.start:slab.planes.stop] = i
+        self._call = None
+        most = max(min(slab.points, capacity) for slab in slabs)
+        groups = sum(len(slab.groups) for slab in slabs)
+        self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True,
+                                        device_bytes=fixed + most * point, capacity=int(capacity), every_point=every)
+        warnings.warn(
+            f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
+            f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
+            f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",
+            StreamedWarning, stacklevel=5)        # the WGridder call
+
+    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None) -> SimpleNamespace:
+        """The points of ``rows`` with a tap on ``planes`` (None: the engine's): planned,
+        arranged for the spread, with their buffers.  Where the stack's sort keys pass 32
+        bits (``_max_planes``), in the slab's own geometry
+        (`clgrid.imaging.stream.slab_geometry`): the part's planes count from its ``base``."""
+        ctx, mf = self.queue.context, cl.mem_flags
+        planes = self.planes if planes is None else planes
+        # a slab's own geometry only where the stack's keys need it: otherwise the whole
+        # stack's, whose plane positions are the schedule's to the bit (split.first_planes)
+        g, base = slab_geometry(self.geometry, planes) if self._max_planes is not None else (self.geometry, 0)
         plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
                             fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
-                            on_host=deterministic, planes=self.planes)
+                            on_host=deterministic, planes=range(planes.start - base, planes.stop - base))
         nsample = (rows.stop - rows.start) * self.nchan
         # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
         # picks theirs, in plan order, instead of sending every sample each call
@@ -244,7 +338,7 @@ class ImagingEngine:
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
         return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
-                               values=self.spreader.with_values(points, values))
+                               values=self.spreader.with_values(points, values), planes=planes, base=base)
 
     @property
     def plans(self) -> list:
@@ -253,15 +347,63 @@ class ImagingEngine:
 
     @property
     def num_kept(self) -> int:
+        if self._stream is not None:
+            return self._stream_kept
         return sum(part.points.num_vis for part in self._parts)
 
     @property
     def planned_on(self) -> str:
+        if self._stream is not None:
+            return "host" if self._sources[4] or not self.facts.fp64 else "device"
         return self._parts[0].plan.planned_on
 
     def _active(self, plane: int) -> bool:
         """Whether any point has a tap on ``plane``."""
-        return any(self.spreader.active(part.points, plane)[1] for part in self._parts)
+        if self._stream is not None:
+            return bool(self._touch[plane])
+        return any(self.spreader.active(part.points, plane - part.base)[1] for part in self._parts
+                   if plane in part.planes)
+
+    # a streaming engine's call: which slab's group of points is on the device
+    def _stream_begin(self, direction: str, vis, wgt, out) -> None:
+        """Start a call of a streaming engine: no points on the device yet; ``direction``
+        "grid" (``vis``, ``wgt``: the caller's) or "degrid" (``out``: the visibilities,
+        zeroed, that each group's values are added to)."""
+        fill_zeros(self.queue, self._values_tally, 12, np.int32)
+        self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None)
+
+    def _stream_enter(self, slab: int, group: int) -> None:
+        """Put group ``group`` of slab ``slab`` on the device (planned now; the last group's
+        values added to the output first, in dirty2vis, and its buffers released), with
+        its values gathered (vis2dirty) or zeroed (dirty2vis)."""
+        call = self._call
+        if call.at == (slab, group):
+            return
+        self._stream_leave()
+        planes, rows = self._stream[slab].planes, self._stream[slab].groups[group]
+        uvw, scale, keep, signs, deterministic = self._sources
+        self._parts = [self._make_part(slice(rows.start + r.start, rows.start + r.stop), uvw, scale, keep, signs,
+                                       deterministic, planes)
+                       for r in _row_parts(rows.stop - rows.start, self.nchan, self._part_samples)]
+        if call.direction == "grid":
+            self._gather_parts(call.vis, call.wgt)
+        else:
+            for part in self._parts:
+                fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
+        call.at = (slab, group)
+
+    def _stream_leave(self) -> None:
+        """Release the group on the device, its values added to the output first in dirty2vis."""
+        call = self._call
+        if call.at is not None and call.direction == "degrid":
+            self._scatter_parts(call.out, call.wgt, add=True)
+        self.queue.finish()          # its kernels done before its memory is taken again
+        self._parts, call.at = [], None
+
+    def _stream_groups(self, plane: int):
+        """The groups (slab, group) whose points have taps on ``plane``, in order."""
+        slab = int(self._slab_of[plane])
+        return [(slab, group) for group in range(len(self._stream[slab].groups))]
 
     def _setup_planes(self, facts):
         """The image side on the device (device FFT): per-pixel correction and w phases
@@ -297,6 +439,9 @@ class ImagingEngine:
         point moved, phase-shifted) and put them back, and their tally."""
         ctx, mf = self.queue.context, cl.mem_flags
         self._tally = cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
+        # what gather_vis and scatter_vis count: apart from the image's tally where a
+        # streaming engine gathers while the planes go through
+        self._values_tally = self._tally if self._stream is None else cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
         self._no_phase = cl.Buffer(ctx, mf.READ_ONLY, np.dtype(self.complex).itemsize)
         self._gather = cl.Kernel(program, "gather_vis")
         self._scatter = cl.Kernel(program, "scatter_vis")
@@ -326,23 +471,27 @@ class ImagingEngine:
         target = part.values.vis if kernel is self._gather else self._vis_held
         phase = p.phase if p.phase is not None else self._no_phase
         kernel(self.queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
-               np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._tally)
+               np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._values_tally)
 
     def _tally_counts(self) -> np.ndarray:
         """(non-finite values, non-finite weights, non-zero weighted values) of the last launches."""
         tally = np.empty(3, np.int32)
-        cl.enqueue_copy(self.queue, tally, self._tally)
+        cl.enqueue_copy(self.queue, tally, self._values_tally)
         return tally
 
     def _gather_values(self, vis, wgt) -> np.ndarray:
         """The caller's ``vis`` (and ``wgt``, or None: every weight 1) into each part's values in
         plan order, one part at a time through the held buffers; the tally."""
-        fill_zeros(self.queue, self._tally, 12, np.int32)
+        fill_zeros(self.queue, self._values_tally, 12, np.int32)
+        self._gather_parts(vis, wgt)
+        return self._tally_counts()
+
+    def _gather_parts(self, vis, wgt) -> None:
+        """`_gather_values` without the tally zeroed or read."""
         for part in self._parts:
             if part.points.num_vis:
                 self._upload_held(part, vis, wgt)
                 self._part_launch(self._gather, part, wgt is not None)
-        return self._tally_counts()
 
     def _checked_wgt(self, wgt):
         """``wgt`` as an array of the data's shape, or None: checked when called, also where
@@ -357,8 +506,12 @@ class ImagingEngine:
         """Spread this call's values onto ``plane`` of the grid, part by part; the last event
         (the queue is in order), or None."""
         events = []
-        for part in self._parts:
-            events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane)
+        for at in ([None] if self._stream is None else self._stream_groups(plane)):
+            if at is not None:
+                self._stream_enter(*at)
+            for part in self._parts:
+                if plane in part.planes:
+                    events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane - part.base)
         return events[-1] if events else None
 
     def stage_seconds(self, direction: str) -> float:
@@ -368,18 +521,24 @@ class ImagingEngine:
         with self._lock:
             for plane in self.planes:
                 for part in self._parts:
+                    if plane not in part.planes:
+                        continue
                     if direction == "grid":
-                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane)
+                        events += self.spreader.grid(part.values, 1, self._grid, None, plane=plane - part.base)
                     else:
-                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane)
+                        events += self.interpolator.degrid(part.values, 1, self._grid, None, plane=plane - part.base)
             cl.wait_for_events(events)
         return sum((e.profile.end - e.profile.start) * 1e-9 for e in events)
 
     def _launch_interp(self, plane: int, wait_for=None):
         """Add ``plane``'s share to the values, part by part; the last event, or None."""
         events = []
-        for part in self._parts:
-            events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane)
+        for at in ([None] if self._stream is None else self._stream_groups(plane)):
+            if at is not None:
+                self._stream_enter(*at)
+            for part in self._parts:
+                if plane in part.planes:
+                    events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane - part.base)
         return events[-1] if events else None
 
     def _check_values(self, name, a, shape, complex_ok: bool = False):
@@ -419,18 +578,46 @@ class ImagingEngine:
         if self.num_kept == 0:
             self._zero_data_warning("the image")
             return np.zeros((g.npix_x, g.npix_y), self.real)
+        if self._stream is not None:
+            return self._vis2dirty_streamed(vis, wgt, progress)
         # the caller's array goes up as it is; the device picks, weights, conjugates and
         # phase-shifts the kept visibilities (gather_vis), and counts what is wrong
         bad_vis, bad_wgt, nonzero = self._gather_values(vis, wgt)
-        if bad_vis:
-            raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
-        if bad_wgt:
-            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+        self._check_gathered(bad_vis, bad_wgt)
         if nonzero == 0:
             self._zero_data_warning("the image", kept=True)
             return np.zeros((g.npix_x, g.npix_y), self.real)
         if self.device_fft is not None:
             return self._vis2dirty_device(progress)
+        return self._vis2dirty_host(progress)
+
+    def _check_gathered(self, bad_vis, bad_wgt) -> None:
+        if bad_vis:
+            raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
+        if bad_wgt:
+            raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
+
+    def _vis2dirty_streamed(self, vis, wgt, progress):
+        """`_vis2dirty` of a streaming engine: each slab's values gathered as the planes
+        reach it; the values' checks (the same errors) once every slab is through."""
+        g = self.geometry
+        self._stream_begin("grid", vis, wgt, None)
+        try:
+            image = self._vis2dirty_device(progress) if self.device_fft is not None else \
+                self._vis2dirty_host(progress)
+        finally:
+            self._stream_leave()
+            self._call = None
+        bad_vis, bad_wgt, nonzero = self._tally_counts()
+        self._check_gathered(bad_vis, bad_wgt)
+        if nonzero == 0:
+            self._zero_data_warning("the image", kept=True)
+            return np.zeros((g.npix_x, g.npix_y), self.real)
+        return image
+
+    def _vis2dirty_host(self, progress):
+        """Spread every plane on the device, transform it and accumulate on the host."""
+        g = self.geometry
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self.pixels.plane_phases()
         tilt = self.pixels.tilt_phases()
@@ -566,6 +753,28 @@ class ImagingEngine:
             self.pixels.advance(phase, step)
             self.pixels.advance_tilt(tilt)
 
+    def _scatter_parts(self, out, wgt, add: bool) -> None:
+        """Each part's values scattered to its samples of ``out`` through the held buffers,
+        then down (``add``: added to what ``out`` holds); the tally counts what overflowed."""
+        itemsize = np.dtype(self.complex).itemsize
+        for part in self._parts:
+            self._upload_held(part, None, wgt)
+            fill_zeros(self.queue, self._vis_held, part.held * itemsize, self.real)
+            self._part_launch(self._scatter, part, wgt is not None)
+            if part.index is None and not add:
+                download(self.queue, self._vis_held, out[part.rows], self.staging)
+                continue
+            got = np.empty(part.held, self.complex)
+            download(self.queue, self._vis_held, got, self.staging)
+            rows = out[part.rows].reshape(-1)
+            if part.index is None:
+                rows += got
+            elif add:
+                rows[part.index] += got          # a part's samples are distinct
+            else:
+                rows[...] = 0
+                rows[part.index] = got
+
     def _region(self, plane: int):
         """Where plane ``plane`` holds taps (a `clgrid.imaging.regions.Region`), or None."""
         return self.regions.at(plane) if self.regions is not None else None
@@ -599,27 +808,26 @@ class ImagingEngine:
             self._zero_data_warning("every visibility")
             out[...] = 0
             return out
-        itemsize = np.dtype(self.complex).itemsize
-        for part in self._parts:
-            fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
-        if self.device_fft is not None:
-            self._dirty2vis_device(dirty)
-        else:
-            self._dirty2vis_host(dirty)
-        # each part's values scattered to its samples through the held buffers, then down
-        fill_zeros(self.queue, self._tally, 12, np.int32)
-        for part in self._parts:
-            self._upload_held(part, None, wgt)
-            fill_zeros(self.queue, self._vis_held, part.held * itemsize, self.real)
-            self._part_launch(self._scatter, part, wgt is not None)       # counts what overflowed
-            if part.index is None:
-                download(self.queue, self._vis_held, out[part.rows], self.staging)
-                continue
-            picked = np.empty(part.index.size, self.complex)
-            download(self.queue, self._vis_held, picked, self.staging)
-            rows = out[part.rows].reshape(-1)
-            rows[...] = 0
-            rows[part.index] = picked
+        if self._stream is None:
+            for part in self._parts:
+                fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
+        else:        # each slab's values added to the output as the planes leave it
+            out[...] = 0
+            self._stream_begin("degrid", None, wgt, out)
+        try:
+            if self.device_fft is not None:
+                self._dirty2vis_device(dirty)
+            else:
+                self._dirty2vis_host(dirty)
+            if self._stream is None:      # (slabs of a large key space: a sample's share in each, added)
+                fill_zeros(self.queue, self._values_tally, 12, np.int32)
+                if self._max_planes is not None:
+                    out[...] = 0
+                self._scatter_parts(out, wgt, add=self._max_planes is not None)
+            else:
+                self._stream_leave()
+        finally:
+            self._call = None
         not_finite, bad_wgt, _ = self._tally_counts()
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")

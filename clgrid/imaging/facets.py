@@ -37,7 +37,7 @@ import pyopencl as cl
 from ..errors import HostMemoryError
 from ..operators.checks import check_finite_result
 from ..sources.accuracy import min_epsilon
-from .geometry import MIN_NPIX, ImageGeometry, choose_geometry, imaging_work
+from .geometry import GRID_CELL_LIMIT, MIN_NPIX, ImageGeometry, choose_geometry, imaging_work
 from .memory import check_host_memory, engine_device_bytes
 
 __all__ = ["Facet", "FacetedImager", "faceted_operator", "DeviceLimits", "device_limits", "facet_layout", "grid_fits", "plan_facets",
@@ -156,10 +156,11 @@ def grid_bytes(geometry: ImageGeometry, precision: str) -> int:
 def grid_fits(geometry: ImageGeometry, precision: str, limits: DeviceLimits) -> bool:
     """Whether one operator's grid fits the device: in one buffer, and with the image-side
     buffers of a device FFT (accumulator, output and per-pixel tables: at most 5 images'
-    worth) in half of its memory, the other half left to the points."""
+    worth) in half of its memory, the other half left to the points; and its cells within
+    the kernels' 32-bit indices (`GRID_CELL_LIMIT`)."""
     real = 8 if precision == "double" else 4
     grid = grid_bytes(geometry, precision)
-    return grid <= limits.max_allocation and grid + 5 * geometry.npix_x * geometry.npix_y * real \
+    return geometry.nu * geometry.nv <= GRID_CELL_LIMIT and grid <= limits.max_allocation and grid + 5 * geometry.npix_x * geometry.npix_y * real \
         <= limits.global_memory // 2
 
 
@@ -307,7 +308,8 @@ def faceted_operator(facets, whole: ImageGeometry, keywords: dict, w_range, num_
     geometries = [whole] if layout is None else layout[1]
     each_epsilon = k["epsilon"] if layout is None else facet_epsilon(k["epsilon"], len(layout[0]), k["precision"])
     check_host_memory(k["npix_x"], k["npix_y"], k["precision"], num_samples, geometries,
-                      limits.shares_host_memory, layout is not None, epsilon=each_epsilon)
+                      limits.shares_host_memory, layout is not None, epsilon=each_epsilon,
+                      device_memory=limits.global_memory)
     if layout is None:
         return None
     facet_list, geometries = layout

@@ -14,9 +14,15 @@ from ..device.host_threads import in_slices
 from ..sources.accuracy import KernelChoice, choose_kernel
 
 __all__ = ["ImageGeometry", "choose_geometry", "imaging_work", "image_fields", "flip_signs", "abs_w_range",
-           "check_geometry", "plane_range", "n_minus_one_range", "recentre_tilt", "MIN_NPIX"]
+           "check_geometry", "plane_range", "n_minus_one_range", "recentre_tilt", "MIN_NPIX",
+           "GRID_CELL_LIMIT"]
 
 MIN_NPIX = 16
+
+
+# cells of a padded grid (and so pixels of an image) that the kernels index with 32-bit
+# integers; beyond it an image is made in facets
+GRID_CELL_LIMIT = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -120,12 +126,25 @@ def _good_size(n: float) -> int:
     times the image's side) is rounded up, never down: a grid smaller than sigma asks for
     loses the accuracy the kernel was chosen for (small images missed epsilon:
     docs/reliability.md)."""
-    import scipy.fft
-
-    m = scipy.fft.next_fast_len(math.ceil(n))
+    m = _next_fast_len(math.ceil(n))
     while m % 2:
-        m = scipy.fft.next_fast_len(m + 1)
+        m = _next_fast_len(m + 1)
     return m
+
+
+def _next_fast_len(n: int) -> int:
+    """The smallest m >= n whose prime factors are all 2, 3, 5, 7 or 11: what
+    ``scipy.fft.next_fast_len(n)`` returns for complex transforms, without importing
+    scipy.fft (which brings scipy.special, ~20 MiB, into the process)."""
+    m = max(int(n), 1)
+    while True:
+        rest = m
+        for p in (2, 3, 5, 7, 11):
+            while rest % p == 0:
+                rest //= p
+        if rest == 1:
+            return m
+        m += 1
 
 
 def n_minus_one_range(x, y, tilt_x: float = 0.0, tilt_y: float = 0.0):

@@ -19,7 +19,8 @@ from ..errors import HostMemoryError
 from ..sources.accuracy import float_taps_allowed
 from .geometry import ImageGeometry
 
-__all__ = ["host_memory_available", "engine_device_bytes", "engine_point_bytes", "host_image_bytes",
+__all__ = ["host_memory_available", "engine_device_bytes", "engine_point_bytes", "engine_stream_bytes",
+           "stream_sample_bytes",           "host_image_bytes",
            "check_host_memory", "HOST_PART_SAMPLES", "return_freed_memory"]
 
 GiB = float(2 ** 30)
@@ -118,7 +119,7 @@ def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: in
     if spread is None:
         return max(engine_device_bytes(geometry, precision, num_samples, "rows", HOST_PART_SAMPLES, float_taps,
                                        epsilon),
-                   engine_device_bytes(geometry, precision, num_samples, "bins", None, float_taps, epsilon))
+                   engine_device_bytes(geometry, precision, num_samples, "tiled", None, float_taps, epsilon))
     if float_taps is None:
         float_taps = float_taps_allowed(geometry.kernel, precision, 3 if geometry.do_wgridding else 2, epsilon)
     cplx, real = _sizes(precision)
@@ -132,6 +133,29 @@ def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: in
     return geometry.nu * geometry.nv * cplx + max(setup, call) + tables
 
 
+def stream_sample_bytes(precision: str, support: int, spread: str, float_taps: bool) -> int:
+    """Device bytes per sample of the rows a streaming engine plans at once: one part's
+    set-up (`_part_setup_bytes`) and the caller's value and weight held for it."""
+    cplx, real = _sizes(precision)
+    return _part_setup_bytes(precision, support, spread, float_taps) + cplx + real
+
+
+def engine_stream_bytes(geometry: ImageGeometry, precision: str, part_samples: int, parts: int, spread: str,
+                        float_taps: bool, device_fft: bool) -> tuple:
+    """``(fixed, per point)``: a model of a streaming engine's device memory (one whose
+    points do not fit its device at once: `clgrid.imaging.stream`), the bytes it holds
+    whatever it streams (the grid, the image buffers of a device FFT, the held caller's
+    values and weights and one part's set-up, ``part_samples`` of the rows' samples, and
+    the tables of ``parts`` parts), and the bytes each point it holds at once adds
+    (`engine_point_bytes`)."""
+    cplx, real = _sizes(precision)
+    support = geometry.kernel.support
+    fixed = geometry.nu * geometry.nv * cplx + (2 * geometry.npix_x * geometry.npix_y * real if device_fft else 0)
+    fixed += part_samples * stream_sample_bytes(precision, support, spread, float_taps)
+    fixed += (parts + 2) * 4 * (geometry.num_planes * (geometry.nu + 1) + 1)
+    return fixed, engine_point_bytes(precision, support, spread, float_taps)
+
+
 def host_image_bytes(npix_x: int, npix_y: int) -> int:
     """The host-side image work of one operator (`HOST_IMAGE_BYTES_PER_PIXEL`)."""
     return HOST_IMAGE_BYTES_PER_PIXEL * npix_x * npix_y
@@ -139,7 +163,8 @@ def host_image_bytes(npix_x: int, npix_y: int) -> int:
 
 def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int, geometries: list,
                       device_is_host: bool, faceted: bool, available: int | None = None,
-                      together: bool = False, epsilon: float | None = None) -> None:
+                      together: bool = False, epsilon: float | None = None,
+                      device_memory: int | None = None) -> None:
     """Refuse, before any work, an operator the host cannot hold: the output image, the
     largest facet's (or the whole image's) host-side work, the visibilities dirty2vis
     returns (twice with facets: the sum and one facet's), and on a device that shares the
@@ -148,7 +173,9 @@ def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int
     visibilities only, what any way of imaging needs); ``together``: the operators are
     all kept at once (else one at a time); ``available``: bytes (None:
     `host_memory_available`; unknown: no check); ``epsilon``: each operator's (what its
-    kernel values' precision follows; None: the larger model)."""
+    kernel values' precision follows; None: the larger model); ``device_memory``: the
+    device's global memory, where known (an engine streams points beyond it: its buffers
+    are counted up to it)."""
     available = host_memory_available() if available is None else available
     if available is None:
         return
@@ -161,6 +188,8 @@ def check_host_memory(npix_x: int, npix_y: int, precision: str, num_samples: int
     if geometries and device_is_host:
         each = [engine_device_bytes(g, precision, num_samples, "rows", HOST_PART_SAMPLES, epsilon=epsilon)
                 for g in geometries]
+        if device_memory is not None:
+            each = [min(e, device_memory) for e in each]
         parts["device buffers (in host memory)"] = sum(each) if together else max(each)
     need = sum(parts.values())
     if need > available:

@@ -439,15 +439,15 @@ def stacked_positions(uvw, scale, keep, signs, geometry, fold: bool, planes: ran
         frac_w = first_w - pos_w
     else:
         first_w = frac_w = np.zeros_like(u)
-    if g.do_wgridding and (np.any(first_w < 0) or np.any(first_w + support > g.num_planes)):
-        raise RuntimeError("clgrid internal error: a point's w-planes fall outside the stack")
     flagged = uvw.shape[0] * scale.size - flat.size
-    if g.do_wgridding and planes is not None:
-        on = (first_w < planes.stop) & (first_w + support > planes.start)
+    if g.do_wgridding and planes is not None:          # (before the stack's check: a slab's geometry
+        on = (first_w < planes.stop) & (first_w + support > planes.start)     # holds its own points only)
         if not on.all():
             u, v, w, flat, moved = u[on], v[on], w[on], flat[on], moved[on]
             pos_u, pos_v, first_u, first_v = pos_u[on], pos_v[on], first_u[on], first_v[on]
             first_w, frac_w = first_w[on], frac_w[on]
+    if g.do_wgridding and (np.any(first_w < 0) or np.any(first_w + support > g.num_planes)):
+        raise RuntimeError("clgrid internal error: a point's w-planes fall outside the stack")
     packed = np.zeros((u.size, 4), np.int64)
     packed[:, 0] = first_u.astype(np.int64) % g.nu
     packed[:, 1] = first_v.astype(np.int64) % g.nv

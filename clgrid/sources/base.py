@@ -24,7 +24,6 @@ import abc
 import os
 
 import numpy as np
-import scipy.fft
 
 __all__ = ["KernelSource", "grid_to_image"]
 
@@ -33,6 +32,8 @@ def grid_to_image(grid: np.ndarray) -> np.ndarray:
     """``sum G exp(+2 pi i (u l + v m))`` with both grid and image centred at N // 2, in the
     grid's precision (complex64 or complex128), on every core: the imaging convention of
     `clgrid.imaging.dirty_image`, and how a table's grid correction is made."""
+    import scipy.fft  # here, not at import: scipy.fft brings scipy.special (~20 MiB) to every clgrid process
+
     shifted = np.fft.ifftshift(grid, axes=(-2, -1))         # a copy: the transform may overwrite it
     image = scipy.fft.ifft2(shifted, axes=(-2, -1), norm="forward", overwrite_x=True, workers=os.cpu_count())
     return np.fft.fftshift(image, axes=(-2, -1))

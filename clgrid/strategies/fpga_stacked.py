@@ -49,7 +49,8 @@ class _FpgaStacked(StackedStrategy):
         self.stable = True
         points = super().arrange(plan, npol)
         layout, k = self.layout(), self.kernels
-        starts = np.empty(k.num_planes * layout.keys_per_plane + 1, np.int32)
+        num_planes = points.plane_start.size - 1       # the plan's stack (a slab's, where it has one)
+        starts = np.empty(num_planes * layout.keys_per_plane + 1, np.int32)
         cl.enqueue_copy(self.queue, starts, points.starts)
         counts = np.diff(starts)
         busy = np.flatnonzero(counts)
@@ -58,7 +59,7 @@ class _FpgaStacked(StackedStrategy):
         runs = np.column_stack([(bin_ // layout.bins[1]) * tile, (bin_ % layout.bins[1]) * tile,
                                 starts[busy], starts[busy] + counts[busy]]).astype(np.int32)
         plane_of = busy // layout.keys_per_plane
-        run_start = np.searchsorted(plane_of, np.arange(k.num_planes + 1)).tolist()
+        run_start = np.searchsorted(plane_of, np.arange(num_planes + 1)).tolist()
         points.extra.update(runs=read_only_buffer(self.queue.context, runs if runs.size else np.zeros((1, 4), np.int32)),
                             run_start=run_start)
         return points

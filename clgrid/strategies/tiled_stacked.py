@@ -108,19 +108,20 @@ class TiledStackedGridding(StackedStrategy):
         last entry where they end."""
         points = super().arrange(plan, npol)
         k, bins = self.kernels, self.layout().keys_per_plane
-        n = k.num_planes * bins
+        num_planes = points.plane_start.size - 1       # the plan's stack (a slab's, where it has one)
+        n = num_planes * bins
         if n >= 2 ** 31 - 1:
             raise ValueError(f"{n} (plane, bin) pairs overflow 32-bit counts: use larger bins")
         context, mf = self.queue.context, cl.mem_flags
         pieces = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         first_job = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         program_kernel = self.program
-        launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(k.num_planes),
+        launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(num_planes),
                np.int32(k.width if k.use_w else 1), pieces)
         ExclusiveScan(self.queue)(pieces, first_job, n + 1)
         jobs = every_nth(self.queue, stacked_program(context, plan.geometry, plan.geometry.do_wgridding,
                                                      self.precision == "double"),
-                         first_job, bins, k.num_planes + 1)
+                         first_job, bins, num_planes + 1)
         table = cl.Buffer(context, mf.READ_WRITE, 8 * max(int(jobs[-1]), 1))
         launch(program_kernel("list_jobs"), self.queue, n, pieces, first_job, np.int32(n), table)
         points.extra.update(subproblems=table, jobs=jobs.tolist())

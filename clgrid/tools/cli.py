@@ -17,7 +17,7 @@ from . import bench
 from . import compare
 from ..device.binaries import INTEL_FPGA_PLATFORM, emit_program, offline_target
 from ..sources.tables import KernelStack, quarter_size
-from ..device.runtime import device_facts, devices, get_queue, select_device
+from ..device.runtime import device_facts, devices, get_queue, open_only_drivers_for, select_device
 from ..device.tuning import format_entry, matching_entries
 from ..strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, IMAGING
 from ..sources.accuracy import choose_kernel
@@ -351,19 +351,20 @@ def image_options(args):
     if len(values) < takes:
         raise ValueError("--weight briggs needs its robustness, e.g. --weight briggs 0.5")
     extra = values[takes:]
-    if extra and args.ms is None and len(extra) == 1:
-        args.ms = extra[0]                            # "--weight natural obs.ms": the MS after it
+    if extra and not args.ms:
+        args.ms = extra                               # "--weight natural obs.ms": the MSs after it
     elif extra:
         raise ValueError(f"--weight {mode} takes {takes or 'no'} value{'s' if takes != 1 else ''}, "
                          f"got {' '.join(args.weight)}")
-    if args.ms is None:
+    if not args.ms:
         raise ValueError("give the Measurement Set to image")
     try:
         robust = float(values[0]) if takes else 0.0
     except ValueError:
         raise ValueError(f"--weight briggs: the robustness must be a number, got {values[0]!r}") from None
     return ImagingOptions(
-        ms=args.ms, name=args.name, size=tuple(args.size) if args.size else None,
+        ms=args.ms[0] if len(args.ms) == 1 else tuple(args.ms), name=args.name,
+        size=tuple(args.size) if args.size else None,
         scale=parse_angle(args.scale, "--scale") if args.scale is not None else None,
         weight=mode, robust=robust, super_weight=args.super_weight, mf_weighting=args.mf_weighting,
         rank_filter=args.weighting_rank_filter, rank_filter_size=args.weighting_rank_filter_size,
@@ -486,7 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Dirty images (and PSFs) of a Measurement Set, as WSClean makes them: its option "
                                    "names (also with one dash: -size, -scale, -weight, -pol, -name, ...), defaults, "
                                    "weighting, flux scale (not divided by n), file names and FITS keywords.")
-    i.add_argument("ms", nargs="?", help="the Measurement Set")
+    i.add_argument("ms", nargs="*", help="the Measurement Set(s): several are imaged together, as WSClean images "
+                                         "them (one phase centre; every spectral window of each)")
     i.add_argument("-o", "--name", "-name", dest="name", required=True, metavar="NAME",
                    help="prefix of the files: NAME-dirty.fits, NAME-psf.fits, NAME-0000-dirty.fits, "
                         "NAME-MFS-dirty.fits, NAME-Q-dirty.fits, ... (WSClean's -name)")
@@ -540,6 +542,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
+    if argv is None and args.command == "image" and args.device:
+        # run as the program, one device for the whole process: the OpenCL drivers that cannot
+        # give it are not opened (their memory: docs/benchmarks/imaging.md)
+        open_only_drivers_for(args.device)
     if getattr(args, "method", None) is None and args.command == "bench" and not args.compare:
         args.method = bench.benchmark_methods()
     if getattr(args, "precision", None) is None and args.command == "bench":

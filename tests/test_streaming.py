@@ -1,0 +1,204 @@
+"""Points beyond the device (clgrid/imaging/stream.py, `ImagingEngine`'s streaming): an
+operator whose points do not fit its device's memory at once takes them through it slab
+by slab of w-planes (a plane's rows in groups where its own points do not fit), and its
+image and visibilities agree with ducc0 at epsilon=1e-12 within epsilon and with the same
+operator on a device that holds them all; every buffer live at once stays within the
+device.  The real PoCL limit (POCL_MEMORY_LIMIT) runs in a subprocess."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import clgrid
+from clgrid.imaging import engine as engine_module
+from clgrid.imaging.geometry import choose_geometry
+from clgrid.imaging.split import first_planes
+from clgrid.imaging.stream import stream_schedule
+from clgrid.tools.buffers import BufferTracker
+from conftest import relative_error
+
+ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
+
+DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
+IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=4e-3, pixsize_y=5e-3)
+
+
+def many_channels(rng, nrow=1500, nchan=16):
+    freq = np.linspace(1.0e8, 1.6e8, nchan)
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
+    vis = rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))
+    wgt = rng.uniform(0.2, 1.0, (nrow, nchan))
+    mask = (rng.random((nrow, nchan)) > 0.1).astype(np.uint8)
+    return uvw, freq, vis, wgt, mask
+
+
+def small_device(monkeypatch, memory: int):
+    """The engine sees its device with ``memory`` bytes of global memory."""
+    real = engine_module.device_facts
+    monkeypatch.setattr(engine_module, "device_facts",
+                        lambda device: dataclasses.replace(real(device), global_memory=memory))
+
+
+@pytest.mark.parametrize("keywords,device", [
+    (dict(do_wgridding=True, center_x=0.01, flip_v=True), DEVICE),
+    (dict(do_wgridding=True, flip_u=True, divide_by_n=False, tuning={"fft": "mapped"}), DEVICE),
+    (dict(do_wgridding=True, precision="single", center_y=-0.02), [DEVICE, DEVICE]),
+    (dict(do_wgridding=False, tuning={"spread": "tiled"}), DEVICE),
+])
+def test_points_beyond_the_device_are_streamed_and_agree_with_ducc0_and_the_kept_operator(rng, monkeypatch,
+                                                                                         keywords, device):
+    """1.5 MiB of device memory for 24000 samples whose points need 3.5 to 7: the engine
+    streams (several slabs with w; without w, the one plane's rows in groups), says so,
+    never holds more than the device, and its results are the kept operator's."""
+    uvw, freq, vis, wgt, mask = many_channels(rng)
+    single = keywords.get("precision") == "single"
+    eps = 1e-4 if single else 1e-7
+    args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=eps, **IMAGE, **keywords)
+    kept = clgrid.WGridder(device=device, **args)
+    assert all(e.streamed is None for e in kept.engines)
+    memory = 3 << 19
+    small_device(monkeypatch, memory)
+    live = BufferTracker().install(monkeypatch)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        op = clgrid.WGridder(device=device, **args)
+    streamed = [e.streamed for e in op.engines]
+    assert all(s is not None and s.replanned for s in streamed)
+    assert [w for w in said if issubclass(w.category, clgrid.StreamedWarning)
+            and "streamed through it" in str(w.message)]
+    if keywords["do_wgridding"]:
+        assert all(s.slabs > 1 for s in streamed)
+    else:
+        assert streamed[0].slabs == 1 and streamed[0].groups > 1
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    image, got_vis = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)
+    for e in op.engines:
+        assert e.device_bytes() <= memory * engine_module.DEVICE_SHARE
+    # every buffer of both engines (device lists: two) live at once
+    assert live.peak <= len(op.engines) * memory * engine_module.DEVICE_SHARE, live.peak
+    same = 1e-5 if single else 1e-12
+    image2, vis2 = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)      # again: planned again, the same
+    assert relative_error(image2, image) <= same and relative_error(vis2, got_vis) <= same
+    monkeypatch.undo()
+    assert relative_error(image, kept.vis2dirty(vis, wgt)) <= same
+    assert relative_error(got_vis, kept.dirty2vis(dirty, wgt)) <= same
+    ducc = {k: v for k, v in args.items() if k not in ("epsilon", "precision", "tuning")}
+    d2v = {k: v for k, v in ducc.items() if not k.startswith("npix")}
+    ref = ducc0_wgridder.vis2dirty(vis=vis, wgt=wgt, epsilon=1e-12, **ducc)
+    ref_vis = ducc0_wgridder.dirty2vis(dirty=dirty, wgt=wgt, epsilon=1e-12, **d2v)
+    assert relative_error(image, ref) <= eps
+    assert relative_error(got_vis, ref_vis) <= eps
+
+
+def test_the_schedule_covers_every_plane_and_row_within_its_capacity(rng):
+    uvw, freq, _, _, mask = many_channels(rng, nrow=700, nchan=5)
+    keep = mask != 0
+    scale = freq / 299792458.0
+    w = np.abs(uvw[:, 2:3] * scale)
+    g = choose_geometry(64, 48, 4e-3, 5e-3, 1e-6, True, (w[keep].min(), w[keep].max()), int(keep.sum()))
+    first = first_planes(uvw, scale, keep, g)
+    support = g.kernel.support
+    for capacity in (50, 400, 10 ** 6):
+        slabs, touch, kept = stream_schedule(uvw, scale, keep, g, range(g.num_planes), capacity)
+        assert kept == keep.sum()
+        assert [p for s in slabs for p in s.planes] == list(range(g.num_planes))
+        for s in slabs:
+            touching = (first >= s.planes.start - support + 1) & (first < s.planes.stop) & (first >= 0)
+            assert s.points == touching.sum()
+            rows = [r for group in s.groups for r in range(*group.indices(uvw.shape[0]))]
+            assert rows == list(range(uvw.shape[0]))
+            if len(s.groups) > 1:
+                assert len(s.planes) == 1 and s.points > capacity
+            for group in s.groups:
+                assert touching[group].sum() <= capacity or group.stop - group.start == 1
+        for p in range(g.num_planes):
+            assert touch[p] == ((first >= p - support + 1) & (first <= p) & (first >= 0)).sum()
+        assert (capacity >= kept) == (len(slabs) == 1 and len(slabs[0].groups) == 1)
+
+
+def test_a_device_that_cannot_hold_the_grid_and_one_part_is_refused_by_name(rng, monkeypatch):
+    uvw, freq, vis, wgt, mask = many_channels(rng, nrow=200)
+    small_device(monkeypatch, 1 << 14)
+    with pytest.raises(clgrid.DeviceCapabilityError, match=r"grid and one part of \d+ samples' set-up need"):
+        clgrid.WGridder(uvw, freq, epsilon=1e-6, device=DEVICE, do_wgridding=True, **IMAGE)
+
+
+VIS_BEYOND_THE_DEVICE = textwrap.dedent("""
+    import json, sys, warnings
+    import numpy as np
+    import pytest
+    import clgrid, ducc0.wgridder as wg
+    from clgrid.device.runtime import device_facts, get_queue
+    from clgrid.tools.buffers import BufferTracker
+    rng = np.random.default_rng(int(sys.argv[1]))
+    nrow, nchan, eps = 3000, 5600, 1e-5
+    freq = np.linspace(1.0e8, 1.5e8, nchan)
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
+    vis = rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))
+    wgt = rng.uniform(0.5, 1.0, (nrow, nchan))
+    n, pix = 48, 0.4 / (2500 * 1.5e8 / 299792458.0)
+    facts = device_facts(get_queue("pocl").device)
+    live = BufferTracker().install(pytest.MonkeyPatch())
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        op = clgrid.WGridder(uvw, freq, n, n, pix, pix, eps, False, device="pocl", nthreads=2)
+    image = op.vis2dirty(vis, wgt)
+    dirty = rng.normal(size=(n, n))
+    got_vis = op.dirty2vis(dirty, wgt)
+    kw = dict(uvw=uvw, freq=freq, wgt=wgt, pixsize_x=pix, pixsize_y=pix, do_wgridding=False, epsilon=1e-12,
+              nthreads=2)
+    ref, ref_vis = wg.vis2dirty(vis=vis, npix_x=n, npix_y=n, **kw), wg.dirty2vis(dirty=dirty, **kw)
+    err = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    e = op.engine
+    print(json.dumps(dict(max_allocation=facts.max_allocation, global_memory=facts.global_memory,
+                          vis_bytes=vis.size * 16, every_point=e.device_bytes() if e.streamed is None
+                          else e.streamed.every_point, streamed=e.streamed is not None and vars(e.streamed),
+                          warned=[str(w.message) for w in said if issubclass(w.category, clgrid.StreamedWarning)],
+                          peak=live.peak, image_error=err(image, ref), vis_error=err(got_vis, ref_vis))))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DEVICE != "pocl", reason="POCL_MEMORY_LIMIT shrinks PoCL's device only")
+def test_visibilities_beyond_one_pocl_buffer_and_the_device_are_streamed(rng):
+    """POCL_MEMORY_LIMIT=1 (GB): PoCL's device reports 1 GiB, its largest buffer 256 MiB.
+    1.68e7 samples: the visibilities (complex128) 269 MB, beyond one buffer; their points
+    about 1.6 GiB, beyond the device.  (PoCL does not refuse more than its global memory
+    in all: the buffers live at once are counted.)"""
+    env = dict(os.environ, POCL_MEMORY_LIMIT="1", PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", VIS_BEYOND_THE_DEVICE, str(int(rng.integers(2 ** 31)))],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["max_allocation"] == 2 ** 28 and got["global_memory"] == 2 ** 30
+    assert got["vis_bytes"] > got["max_allocation"] and got["every_point"] > got["global_memory"]
+    assert got["streamed"] and got["warned"] and "streamed through it" in got["warned"][0]
+    assert got["peak"] <= got["global_memory"] * 0.9
+    assert got["image_error"] <= 1e-5 and got["vis_error"] <= 1e-5
+
+
+def test_no_buffer_passes_the_largest_the_device_allows(rng, monkeypatch):
+    """A 1 MiB largest buffer and epsilon 1e-12 in double: the "rows" spread keeps 2 W = 32
+    doubles a point, so its parts are cut by those, not by the plan's 16 bytes a sample."""
+    uvw, freq, vis, wgt, mask = many_channels(rng, nrow=1500)
+    largest = 1 << 20
+    real = engine_module.device_facts
+    monkeypatch.setattr(engine_module, "device_facts",
+                        lambda device: dataclasses.replace(real(device), max_allocation=largest))
+    live = BufferTracker().install(monkeypatch)
+    sizes, made = [], live._made
+    monkeypatch.setattr(live, "_made", lambda key, size: (sizes.append(size), made(key, size)))
+    args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-12, do_wgridding=True, **IMAGE)
+    op = clgrid.WGridder(device=DEVICE, tuning={"spread": "rows"}, **args)
+    assert op.engine.geometry.kernel.support >= 12 and len(op.plans) > 1
+    image = op.vis2dirty(vis, wgt)
+    assert max(sizes) <= largest, max(sizes)
+    ducc = {k: v for k, v in args.items() if k != "epsilon"}
+    assert relative_error(image, ducc0_wgridder.vis2dirty(vis=vis, wgt=wgt, epsilon=1e-12, **ducc)) <= 1e-11
