@@ -34,10 +34,10 @@ STAGES = [
     ("clgrid.planning.plan", "stacked_program", "planning program"),
     ("clgrid.planning.plan", "ExclusiveScan", "scan (make)"),
     ("clgrid.planning.stacking", "CountingSort", "counting sort (make)"),
-    ("clgrid.strategies.tiled_stacked.TiledStackedGridding", "arrange", "arrange (tiled)"),
+    ("clgrid.strategies.bins.BinsGridding", "arrange", "arrange (bins)"),
     ("clgrid.strategies.stacked", "arrange", "arrange (sort, take)"),
     ("clgrid.planning.stacking", "every_nth", "table download"),
-    ("clgrid.strategies.tiled_stacked", "every_nth", "jobs download"),
+    ("clgrid.strategies.bins", "every_nth", "jobs download"),
     ("clgrid.imaging.engine.ImagingEngine", "_setup_data", "values kernels"),
     ("clgrid.imaging.engine.ImagingEngine", "_setup_planes", "plane kernels"),
     ("clgrid.imaging.engine", "DeviceFFT", "device FFT"),
@@ -51,7 +51,7 @@ def wrap_stages(queue, times: dict, depth: list):
 
     for where, name, label in STAGES:
         try:
-            if where.endswith(("ImagingEngine", "TiledStackedGridding")):
+            if where.endswith(("ImagingEngine", "BinsGridding")):
                 module, cls_name = where.rsplit(".", 1)
                 owner = getattr(importlib.import_module(module), cls_name)
             else:

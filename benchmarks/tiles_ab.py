@@ -1,4 +1,4 @@
-"""Tiled and bins before and after they became one strategy (issue 31): two clgrid trees
+"""Tiled and bins, one tree against another (issue 31b: the attempt to make them one strategy): two clgrid trees
 measured in turn, in alternating subprocesses, on the same machine.
 
 Each round runs tree A, then tree B (each a fresh process with that tree first on

@@ -1,4 +1,4 @@
-"""A tiny `WGridder` vis2dirty and dirty2vis with the "tiled" spread or the FPGA pipelines
+"""A tiny `WGridder` vis2dirty and dirty2vis with the "bins" spread or the FPGA pipelines
 ("fpga"), run under Oclgrind (``oclgrind python3 tests/oclgrind_wgrid_case.py OUT.npz
 [--spread fpga]``): the planning, gather, spread and interpolation kernels run on the
 simulator, the FFT on the host; the image and visibilities are saved for the test to
@@ -40,8 +40,8 @@ def model(seed: int):
     return np.random.default_rng(seed + 1).normal(size=(NPIX, NPIX)).astype(np.float32)
 
 
-TUNINGS = {"tiled": {"spread": "tiled", "bin_u": 8, "bin_v": 8, "footprint_wg": 16, "piece": 20,
-                     "fft": "host", "atomic": "xchg"},  # every global access atomic: "cas"'s first read is a benign race
+TUNINGS = {"bins": {"spread": "bins", "bin_u": 8, "bin_v": 8, "bins_work_group": 16, "bins_subproblem": 20,
+                    "fft": "host", "atomic": "xchg"},  # every global access atomic: "cas"'s first read is a benign race
            "fpga": {"spread": "fpga", "tile": 8, "banks": 2, "unroll_u": 2, "shift_depth": 3, "fft": "host"}}
 
 
@@ -49,7 +49,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--spread", default="tiled", choices=sorted(TUNINGS))
+    parser.add_argument("--spread", default="bins", choices=sorted(TUNINGS))
     args = parser.parse_args()
     uvw, freq, vis = tiny_case(args.seed)
     op = operator(uvw, freq, "oclgrind", TUNINGS[args.spread])

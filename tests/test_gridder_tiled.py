@@ -382,27 +382,6 @@ def test_local_memory_known_before_the_build_is_what_the_kernel_takes(queue, sta
                                              f"local_memory() says {predicted} (allowed: +-{slack})")
 
 
-@pytest.mark.parametrize("precision", ["single", "double"])
-def test_stacked_tiles_know_their_local_memory_before_the_build(queue, precision):
-    """The same count for the tiled strategy over a w-stacking plan (the imaging operator's
-    spread: the stacked source stages an entry's taps at an odd stride, no chunk counter),
-    which sizes its batch by it."""
-    from clgrid.sources.analytic import StackedKernel
-    from clgrid.strategies.tiled_stacked import TiledStackedGridding
-
-    kernels = StackedKernel(7, 2.3, 4, True)
-    strategy = TiledStackedGridding(queue, (96, 80), kernels, precision, {"bin_u": 16, "bin_v": 24})
-    with pytest.raises(TuningTableError, match="mapping .cells."):
-        TiledStackedGridding(queue, (96, 80), kernels, precision, {"mapping": "footprint"})
-    batch = strategy.tuning["batch"]
-    predicted = strategy.local_memory(strategy.tuning, kernels, precision, batch)
-    assert predicted <= strategy.facts.local_memory
-    built = strategy.kernel("grid_tiles", 1).get_work_group_info(cl.kernel_work_group_info.LOCAL_MEM_SIZE,
-                                                                 queue.device)
-    slack = 0 if local_variables_packed(queue) else 16 * 5
-    assert abs(built - predicted) <= slack, (built, predicted)
-
-
 def local_variables_packed(queue) -> bool:
     """Whether the device reports a kernel's __local variables laid end to end, as asked of a
     probe whose variables need padding between them (a float2 array after an int)."""

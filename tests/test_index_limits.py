@@ -41,7 +41,7 @@ def data(rng, nrow=1200, nchan=4):
 
 @pytest.mark.parametrize("options", [
     dict(),
-    dict(tuning={"spread": "tiled"}, flip_u=True),
+    dict(tuning={"spread": "bins"}, flip_u=True),
     dict(deterministic=True, center_y=0.02),             # planned on the host (its twin)
     dict(precision="single", tuning={"fft": "mapped"}, divide_by_n=False),
 ])

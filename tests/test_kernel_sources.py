@@ -16,8 +16,6 @@ from clgrid.device.codegen import render
 from clgrid.sources.analytic import StackedKernel
 from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
 from clgrid.strategies.points import PointDegridding, PointGridding
-from clgrid.strategies.tiled import TiledGridding
-from clgrid.strategies.tiled_stacked import TiledStackedGridding
 
 TEMPLATES = Path(clgrid.__file__).with_name("cl_kernels")
 DISTRIBUTIONS = ("grid_atomic.cl", "degrid_gather.cl", "grid_tiled.cl", "grid_moving_window.cl", "points.cl")
@@ -80,17 +78,6 @@ def test_sources_of_the_tiled_distribution_define_the_same_names(source, variabl
     text = render(source, double=False, **variables)
     missing = [name for name in TILE_NAMES if not re.search(rf"(#define|typedef|inline)\b[^\n]*\b{name}\b", text)]
     assert missing == [], f"{source} lacks {missing}"
-
-
-def test_the_tiled_distribution_builds_with_the_stacked_source(queue):
-    """grid_tiled.cl with the w-stacking source and plan (the imaging operator's spread)
-    renders from the same template as W-projection's and builds, reading the source's
-    arguments."""
-    strategy = TiledStackedGridding(queue, (64, 48), StackedKernel(7, 2.3, 4, True), "single")
-    params = strategy.template_params(1)
-    assert params["source"] == "source_stacked.cl" and params["plan"] == "plan_stacked.cl"
-    assert strategy.template == TiledGridding.template == "grid_tiled.cl"
-    assert strategy.kernel("grid_tiles", 1).num_args == 9
 
 
 @pytest.mark.parametrize("cls,name", [(PointGridding, "spread"), (PointDegridding, "interp")])

@@ -288,7 +288,7 @@ def test_single_work_item_strategies_are_not_pruned_by_simd_width(queue):
 
 
 
-@pytest.mark.parametrize("section", ["tiled_stacked", "points", "degrid_points", "rows_stacked"])
+@pytest.mark.parametrize("section", ["bins", "points", "degrid_points", "rows_stacked"])
 def test_cli_tune_runs_for_the_imaging_strategies(queue, device_name, section, capsys):
     """`clgrid tune --imaging`: two values of the section's first parameter beside the table
     default, each image checked against the default's."""
@@ -302,23 +302,3 @@ def test_cli_tune_runs_for_the_imaging_strategies(queue, device_name, section, c
     assert "table default: " in out and f"[devices.{section}]" in out
     assert cli.main(["tune", "--imaging", "--method", "moving_window", "--device", device_name]) == 2
 
-
-def test_cli_tune_names_the_imaging_spread_by_its_section(queue, device_name, capsys):
-    """`clgrid tune --imaging --method tiled`: the tiled strategy over the w-stacking plan
-    (the spread "tiled" of [wgridding]) is tuned in its section [tiled_stacked]."""
-    from clgrid.tools import cli
-
-    assert cli.main(["tune", "--imaging", "--method", "tiled", "--device", device_name, "--num-vis", "2000",
-                     "--grid-size", "96", "--repeats", "1", "--no-save", "--write-table",
-                     "--space", "piece=[32]"]) == 0
-    assert "[devices.tiled_stacked]" in capsys.readouterr().out
-
-
-def test_a_file_with_the_former_bins_section_names_its_new_name(tmp_path, monkeypatch):
-    """A tuning file written before the imaging operator's "bins" became the tiled strategy
-    ([bins] bins_work_group = ...) is refused with the section's and parameters' new names."""
-    path = tmp_path / "old.toml"
-    path.write_text("[[devices]]\nname = 'X'\n[devices.bins]\nbins_work_group = 32\n")
-    with pytest.raises(tuning.TuningTableError, match=r"\[bins\] is now \[tiled_stacked\].*footprint_wg \(was "
-                                                      r"bins_work_group\)"):
-        tuning.parse_file(path)

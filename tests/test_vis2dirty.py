@@ -135,7 +135,7 @@ def test_all_masked_or_zero_weight_gives_zeros_and_a_warning(rng):
 
 
 @pytest.mark.parametrize("spread,fft,single", [("rows", "host", False),
-                                               pytest.param("tiled", "mapped", True, marks=pytest.mark.slow)])
+                                               pytest.param("bins", "mapped", True, marks=pytest.mark.slow)])
 def test_shared_geometry_and_plane_ranges_add_up_to_the_whole(rng, spread, fft, single):
     """Operators over parts of the points, given the whole set's geometry and a partition
     of its w-planes (each part x each range), sum to the whole operator's image and
@@ -195,7 +195,7 @@ def test_deterministic_operators_give_the_same_bits(rng):
     assert all(np.array_equal(images[0], image) for image in images[1:])
     assert relative_error(images[0].view(np.float32), clgrid.WGridder(uvw, freq, **kw).vis2dirty(vis)) < 1e-6
     with pytest.raises(ValueError, match="deterministic=True needs spread 'rows'"):
-        clgrid.WGridder(uvw, freq, deterministic=True, tuning={"spread": "tiled"}, **kw)
+        clgrid.WGridder(uvw, freq, deterministic=True, tuning={"spread": "bins"}, **kw)
 
 
 @pytest.mark.parametrize("bad,match", [

@@ -28,7 +28,7 @@ def download(queue, buffer, shape, dtype):
     return out
 
 
-@pytest.mark.parametrize("spread,double,wgrid", [("rows", True, True), ("tiled", False, True), ("tiled", True, False)])
+@pytest.mark.parametrize("spread,double,wgrid", [("rows", True, True), ("bins", False, True), ("bins", True, False)])
 def test_device_planning_is_bit_identical_to_host(rng, spread, double, wgrid):
     uvw, freq, _, _ = wide_field(rng, nrow=3000)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=wgrid, device=DEVICE, tuning={"spread": spread},
@@ -90,7 +90,7 @@ def test_without_fp64_the_host_plans_and_sends_the_pixels(rng, monkeypatch):
     uvw, freq, vis, wgt = wide_field(rng, nrow=800)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     kw = dict(epsilon=1e-5, do_wgridding=True, device=DEVICE, precision="single", center_y=0.02,
-              tuning={"fft": "vkfft", "spread": "tiled"}, **IMAGE)
+              tuning={"fft": "vkfft", "spread": "bins"}, **IMAGE)
     full = clgrid.WGridder(uvw, freq, **kw)
     real_facts = planning.device_facts
 

@@ -1,5 +1,5 @@
 """The w-gridding operator's other paths against ducc0: the spread variant the table does
-not pick on PoCL ("points", "tiled"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
+not pick on PoCL ("points", "bins"; PoCL runs "rows") and the device FFT (pyvkfft on OpenCL) with
 crop, w phase and grid correction on the device, which the table picks on GPUs."""
 
 import dataclasses
@@ -51,7 +51,7 @@ def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
 
 @pytest.mark.parametrize("epsilon,single,wgrid", [pytest.param(1e-10, False, True, marks=pytest.mark.slow),
                                                    (1e-4, True, True), (1e-5, False, False)])
-@pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "tiled", "footprint_wg": 32},
+@pytest.mark.parametrize("tuning", [{"spread": "points"}, {"spread": "bins", "bins_work_group": 32},
                                     {"spread": "fpga", "tile": 16, "banks": 3, "unroll_u": 3, "shift_depth": 5}])
 def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
     img, vis = against_ducc0(rng, tuning, epsilon, single, wgrid)
@@ -61,12 +61,12 @@ def test_spread_variants_against_ducc0(rng, tuning, epsilon, single, wgrid):
 @pytest.mark.parametrize("bin_size", [(8, 16), (5, 3)])
 @pytest.mark.parametrize("work_group,subproblem", [pytest.param(256, 7, marks=pytest.mark.slow), (32, 7), (16, 40)])
 def test_bins_of_any_size_match_rows(rng, bin_size, work_group, subproblem):
-    """The "tiled" spread with bins that do not divide the grid (the last bin short, footprints
+    """The "bins" spread with bins that do not divide the grid (the last bin short, footprints
     wrapping round the grid's edge), subproblems shorter or longer than a work-group's batch
     and footprints (W^2 cells) larger or smaller than the work-group gives the "rows" spread's image."""
     uvw, freq, vis, wgt = wide_field(rng, nrow=700)
-    bins = {"spread": "tiled", "bin_u": bin_size[0], "bin_v": bin_size[1], "footprint_wg": work_group,
-            "piece": subproblem}
+    bins = {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": work_group,
+            "bins_subproblem": subproblem}
     images = [clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                               tuning=tuning).vis2dirty(vis, wgt)
               for tuning in ({"spread": "rows"}, bins)]
@@ -79,11 +79,11 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
     uvw, freq, vis, wgt = wide_field(rng, nrow=300)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning={"fft": "host"})
     w = op.geometry.kernel.support
-    per_point = 112 + 2 * (w | 1) * 8   # tile_visibility and the staged taps, in double
+    per_point = 16 + 2 * (w | 1) * 8 + 8
     side = int(np.sqrt((op.engine.facts.local_memory - 100 * per_point) / 16)) - w + 1   # room for ~100 points
-    bins = {"spread": "tiled", "bin_u": side, "bin_v": side, "footprint_wg": 256, "fft": "host"}
+    bins = {"spread": "bins", "bin_u": side, "bin_v": side, "bins_work_group": 256, "fft": "host"}
     big = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning=bins)
-    assert 1 <= big.engine.spreader.tuning["batch"] < 256
+    assert 1 <= big.engine.spreader.tuning["bins_batch"] < 256
     rows = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                            tuning={"spread": "rows", "fft": "host"})
     assert relative_error(big.vis2dirty(vis, wgt), rows.vis2dirty(vis, wgt)) < 1e-12
@@ -93,10 +93,10 @@ def test_bins_batch_shrinks_to_fit_local_memory(rng):
 
 
 @pytest.mark.oclgrind
-@pytest.mark.parametrize("spread", ["tiled", "fpga"])
+@pytest.mark.parametrize("spread", ["bins", "fpga"])
 def test_spread_and_interpolation_under_oclgrind(tmp_path, spread):
     """No data race (a missing barrier between points shows here), no out-of-bounds access
-    in the planning, gather and the "tiled" spread kernels or the FPGA pipelines
+    in the planning, gather and the "bins" spread kernels or the FPGA pipelines
     (tests/oclgrind_wgrid_case.py), and the simulated image and visibilities are the
     "rows" spread's."""
     from oclgrind_cases import run_case
@@ -235,7 +235,7 @@ def test_device_path_refuses_non_finite_values(rng):
         op.dirty2vis(dirty)
 
 
-@pytest.mark.parametrize("spread", ["rows", "tiled"])
+@pytest.mark.parametrize("spread", ["rows", "bins"])
 def test_points_in_parts_give_the_image_of_one_part(rng, spread):
     """Points beyond one device buffer are held in parts of whole rows, each spread and
     interpolated in turn (forced here with a small part_samples): the same image and
@@ -268,12 +268,12 @@ def test_a_grid_beyond_the_largest_buffer_is_refused_by_name(rng, monkeypatch):
 
 
 def test_bins_work_groups_listed_on_the_device_are_the_pieces_of_each_plane(rng):
-    """TiledStackedGridding lists each plane's work-groups on the device: (bin, piece) for every
-    piece of at most ``piece`` of the points with a tap on the plane, counted here in numpy
+    """BinsGridding lists each plane's work-groups on the device: (bin, piece) for every piece
+    of at most bins_subproblem of the points with a tap on the plane, counted here in numpy
     from the points' first planes and bins."""
     uvw, freq, _, _ = wide_field(rng, nrow=3000)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE,
-                         tuning={"spread": "tiled", "piece": 16, "bin_u": 16, "bin_v": 16}, **IMAGE)
+                         tuning={"spread": "bins", "bins_subproblem": 16, "bin_u": 16, "bin_v": 16}, **IMAGE)
     e = op.engine
     points, k, layout = e._parts[0].points, e.spreader.kernels, e.layout
     n = points.num_vis

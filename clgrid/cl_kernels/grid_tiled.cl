@@ -1,5 +1,4 @@
-{# Tiled gridder (seed 003 §3.3-3.5, seed 000 Part I), and the imaging operator's bins
-   (cuFINUFFT's "subproblem" method, Shih et al. 2021): one idea, the points of one tile of the
+{# Tiled gridder (seed 003 §3.3-3.5, seed 000 Part I): the points of one tile of the
    grid added into a copy of the tile held by one work-group, each entry's kernel values made
    once (from tables, or by the source into local memory: TILE_STAGE), and the tile flushed to
    the grid with float atomics only when the work-group moves on to another tile.
@@ -22,21 +21,15 @@
                 (tap j, tap k) of every footprint, of a MAX_WIDTH x MAX_WIDTH box (the widest
                 footprint), fixed before the first entry, with a barrier between visibilities
                 (cuFINUFFT's subproblems with the roles of points and cells swapped: the
-                imaging operator's "bins" mapping before the strategies merged).
+                imaging operator's bins mapping, grid_bins.cl).
 
-   Which entries a work-group takes (`schedule`, with its include):
-   "chunks"     (tile_sort.cl, W-projection plans: clgrid/strategies/tiled.py) the
-                bucket-sorted entries (a visibility in each tile its footprint touches, or
-                in the one window that holds it), pulled by persistent work-groups in chunks
-                through a global counter, one batch of visibilities cached in local memory
-                at a time (seed 000 §3.1-3.2), so dense tiles are shared out like any others.
-                The central box (seed 003 §3.4) and the windows are this kernel launched
-                again over their buckets.
-   "pieces"     (tile_pieces.cl, mapping "cells"; w-stacking plans arranged by (first plane, bin):
-                clgrid/strategies/tiled_stacked.py) a work-group per (bin, piece): at most
-                PIECE of the points with a tap on this plane whose first cell lies in the
-                bin, the tile being the bin and the cells its footprints reach beyond it
-                (a window that holds every footprint whole); one flush at the end.
+   The entries: the bucket-sorted visibilities (tile_sort.cl; a visibility in each tile its
+   footprint touches, or in the one window that holds it), pulled by persistent work-groups
+   in chunks through a global counter, one batch cached in local memory at a time (seed 000
+   §3.1-3.2), so dense tiles are shared out like any others.  The central box (seed 003
+   §3.4) and the windows are this kernel launched again over their buckets.  (The imaging
+   operator's bins, grid_bins.cl, are the same idea over the w-stacking plan; they stay a
+   template of their own: docs/design/strategies.md says why.)
    The plan (`plan`: plan.cl or plan_stacked.cl) and the kernel source (`source`) come in
    through includes defining the same names (source_table.cl's header): tables in the
    u_rows layout (source_table.cl; KernelStack.u_rows, seed 000 §4.1), so neighbouring
@@ -47,8 +40,8 @@
    wrap around the grid's edges (the stacked grid).
    In deterministic mode the tile's sums are 64-bit fixed point (tile_sum_t).
    Template variables: double, atomic, deterministic, npol, oversample, grid_size, mapping, regsz,
-   shmsz, footprint_unroll, max_width, wg_u, wg_v, batch (0: WG), schedule, periodic, plan, source (and those
-   of the schedule's include and the source). #}
+   shmsz, footprint_unroll, max_width, wg_u, wg_v, batch (0: WG), periodic, plan, source (and those
+   of tile_sort.cl and the source). #}
 {% include "common.cl" %}
 #define NPOL {{ npol }}
 #define OVERSAMPLE {{ oversample }}
@@ -68,17 +61,13 @@
 #define SHMSZ {{ shmsz }}
 {% endif %}
 {% include plan %}
-{% include "tile_sort.cl" if schedule == "chunks" else "tile_pieces.cl" %}
+{% include "tile_sort.cl" %}
 {% include source %}
 /* visibilities cached in local memory at a time: one per work-item, or fewer where local memory is short */
 #define BATCH {{ batch or "WG" }}
 
 /* One sorted entry (a visibility in one tile), prepared once for the whole work-group. */
 typedef struct {
-{% if mapping == "cells" %}
-    int4 cells;               /* tile cell of tap (0, 0) (may lie off the tile), taps per side, column
-                                 (tile_column) of tap 0 and from one tap to the next: one load */
-{% endif %}
     int bucket;
     int origin_u, origin_v;   /* first cell of the tile */
     int k0;                   /* tap k + support of the tile's first column */
@@ -101,9 +90,6 @@ inline tile_visibility prepare_visibility(SOURCE_PARAMS int4 packed, int i, int 
 {
     const planned_vis p = decode_plan(packed);
     const int4 f = source_footprint(SOURCE_PASS p, i);   /* first cell (u, v), width, support */
-{% if schedule == "pieces" %}
-    const real_t scale = source_plane_weight(SOURCE_PASS p, i, plane);   /* one plane of a stack */
-{% endif %}
     tile_visibility t;
     t.bucket = bucket;
     t.origin_u = origin.x;
@@ -112,10 +98,6 @@ inline tile_visibility prepare_visibility(SOURCE_PARAMS int4 packed, int i, int 
     t.j0 = origin.y - f.y;
     t.width = f.z;
     t.taps = tile_taps_of(SOURCE_PASS p, f.w, t.width, origin.x, i);
-{% if mapping == "cells" %}
-    const int column0 = tile_column(t.taps, -t.k0);   /* tap k's column: tile column k - k0, linear in it */
-    t.cells = (int4)(-t.j0 * TILE_U - t.k0, t.width, column0, tile_column(t.taps, 1 - t.k0) - column0);
-{% endif %}
 {% if mapping == "footprint" %}
     t.cu0 = max(0, -t.k0);
     t.cv0 = max(0, -t.j0);
@@ -126,7 +108,7 @@ inline tile_visibility prepare_visibility(SOURCE_PARAMS int4 packed, int i, int 
 {% endif %}
     const real_t sign = p.conjugate ? -1 : 1;
     for (int pol = 0; pol < NPOL; ++pol) {
-        const complex_t v = vis[(size_t)i * NPOL + pol]{{ " * scale" if schedule == "pieces" }};
+        const complex_t v = vis[(size_t)i * NPOL + pol];
         t.re[pol] = (complex_t)(v.x, -sign * v.y);
         t.im[pol] = (complex_t)(v.y, sign * v.x);
     }
@@ -211,35 +193,12 @@ inline bool same_work_items(tile_visibility a, __local const tile_visibility *b)
 #define GRID_CELL(pol, u, v) ((pol) * pol_stride + (size_t)(v) * GRID_U + (u))
 {% endif %}
 
-{% if schedule == "pieces" %}
-/* What the "pieces" schedule keeps of an entry in local memory: its footprint lies whole in
-   the tile (mapping "cells"), and the source reads its weights from what it staged
-   (TILE_STAGE), so the cells' int4 and the value; a small batch leaves room for more
-   work-groups. */
-typedef struct {
-    int4 cells;
-    complex_t re[NPOL], im[NPOL];
-} tile_entry;
-
-inline tile_entry entry_of(tile_visibility v)
-{
-    tile_entry t;
-    t.cells = v.cells;
-    for (int pol = 0; pol < NPOL; ++pol) {
-        t.re[pol] = v.re[pol];
-        t.im[pol] = v.im[pol];
-    }
-    return t;
-}
-{% endif %}
 
 {# The work-group's local memory and private accumulators. #}
 {% macro tile_storage() %}
-    __local {{ "tile_entry" if schedule == "pieces" else "tile_visibility" }} batch[BATCH];
+    __local tile_visibility batch[BATCH];
     TILE_LOCAL
-{% if schedule == "chunks" %}
     __local int chunk_first;
-{% endif %}
 {% if mapping != "rows" %}
     __local tile_sum_t tile[NPOL * TILE_U * TILE_V];
 {% else %}
@@ -289,21 +248,6 @@ inline tile_entry entry_of(tile_visibility v)
         }
 {% endcall %}
                 }
-{% elif mapping == "cells" and schedule == "pieces" %}
-                /* every footprint lies whole in the tile: no clipping, and what the entry's
-                   cells need in one int4 */
-                const int4 where = t.cells;
-                #pragma unroll
-                for (int i = 0; i < CELLS_PER_ITEM; ++i) {
-                    if (cell_j[i] < where.y && cell_k[i] < where.y) {
-                        const tile_weight_t c = TAP(t, where.z + where.w * cell_k[i], cell_j[i]);
-                        #pragma unroll
-                        for (int pol = 0; pol < NPOL; ++pol)
-                            TILE_CELL(where.x + cell_off[i], pol) = ACCUMULATE(TILE_CELL(where.x + cell_off[i], pol),
-                                                                                t.re[pol], t.im[pol], c);
-                    }
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);   /* the next footprint's cells may be other work-items' */
 {% elif mapping == "cells" %}
                 #pragma unroll
                 for (int i = 0; i < CELLS_PER_ITEM; ++i) {
@@ -364,7 +308,6 @@ inline tile_entry entry_of(tile_visibility v)
 {% endcall %}
 {% endmacro %}
 
-{% if schedule == "chunks" %}
 __kernel __attribute__((reqd_work_group_size(WG_U, WG_V, 1)))
 void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or (!sort_copies_plan) the plan */
                 __global const int2 *restrict entry_vis_bucket,
@@ -417,50 +360,3 @@ void grid_tiles(__global const int4 *restrict entries,   /* the sorted plans, or
     }
 {{ flush_tile() }}
 }
-{% else %}
-__kernel __attribute__((reqd_work_group_size(WG_U, WG_V, 1)))
-void grid_tiles(__global const int4 *restrict first,             /* [n]: the arranged plan (plan_stacked.cl) */
-                SOURCE_ARGS
-                __global const complex_t *restrict vis,          /* [n][NPOL]: values in the plan's order */
-                __global const int *restrict starts,             /* where each (first plane, bin) run starts */
-                __global const int2 *restrict pieces,            /* (bin, piece) of each work-group, by plane */
-                const int first_job,                             /* this plane's first (bin, piece) */
-                const int plane, const int reach,                /* the plane; planes a point spans */
-                __global grid_real_t *grid)                      /* [NPOL][GRID_V][GRID_U] complex */
-{
-{{ tile_storage() }}
-{{ tile_init() }}
-    const int2 job = pieces[first_job + get_group_id(0)];
-    const int bucket = job.x;
-    const int2 origin = bin_origin(bucket);
-    /* this work-group's points: [skip, skip + PIECE) of the bin's runs, first plane by first plane */
-    int skip = job.y * PIECE, left = PIECE;
-    for (int g = max(0, plane - reach + 1); g <= plane && left > 0; ++g) {
-        const int run = starts[g * KEYS_PER_PLANE + bucket];
-        const int count = starts[g * KEYS_PER_PLANE + bucket + 1] - run;
-        if (skip >= count) {
-            skip -= count;
-            continue;
-        }
-        const int start = run + skip, end = run + min(count, skip + left);
-        left -= end - start;
-        skip = 0;
-        for (int at = start; at < end; at += BATCH) {
-            const int n = min(BATCH, end - at);
-            if (lid < n) {
-                const tile_visibility v = prepare_visibility(SOURCE_PASS first[at + lid], at + lid, bucket, origin,
-                                                             vis, plane);
-                batch[lid] = entry_of(v);
-                TILE_STAGE(lid, v.taps)
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (int e = 0; e < n; ++e) {
-                const tile_entry t = batch[e];
-{{ accumulate() }}
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);   /* the batch is rewritten next */
-        }
-    }
-{{ flush_tile() }}
-}
-{% endif %}

@@ -41,11 +41,6 @@ __all__ = ["TuningTableError", "TableEntry", "platform_dir", "user_tuning_path",
 MATCH_KEYS = ("platform", "vendor", "type", "name", "compute_capability")
 # Keys of a ``when`` table that say when it applies (the rest are parameters).
 CONDITION_KEYS = {"npol": (1, 2, 4), "precision": ("single", "double")}
-# Sections that took another name, with their parameters' new names, for the error a file
-# written before says.
-RENAMED_SECTIONS = {"bins": "[tiled_stacked], the tiled strategy over the w-stacking plan: bin_u, bin_v, "
-                            "footprint_wg (was bins_work_group), piece (was bins_subproblem), batch (was "
-                            "bins_batch), atomic"}
 _COMPARISON = re.compile(r"^\s*(>=|<=|==|>|<)\s*(\d+)\.(\d+)\s*$")
 _COMPARE = {">=": tuple.__ge__, "<=": tuple.__le__, "==": tuple.__eq__, ">": tuple.__gt__, "<": tuple.__lt__}
 
@@ -152,9 +147,7 @@ def check_params(params: dict, where: str) -> None:
     known = schema()
     for section, values in params.items():
         if section not in known:
-            renamed = RENAMED_SECTIONS.get(section)
-            hint = f" ([{section}] is now {renamed})" if renamed else ""
-            raise TuningTableError(f"{where}: unknown section [{section}]{hint}; known: {sorted(known)}")
+            raise TuningTableError(f"{where}: unknown section [{section}]; known: {sorted(known)}")
         if not isinstance(values, dict):
             raise TuningTableError(f"{where}: [{section}] must be a table")
         for key, value in values.items():

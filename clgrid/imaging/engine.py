@@ -3,7 +3,7 @@ there, and per call the values gathered into plan order, every w-plane spread (o
 interpolated), transformed and accumulated into the image (or made from it).
 
 Where the work runs is the tuning table's ``[wgridding]`` choice (clgrid/platforms/*.toml,
-or ``tuning=``): ``spread = "tiled"`` (a work-group per bin of cells and piece of its
+or ``tuning=``): ``spread = "bins"`` (a work-group per bin of cells and piece of its
 points, accumulating in local memory: GPUs), ``"atomic"`` (a work-item per visibility,
 float atomic adds) or ``"rows"`` (a work-item per grid row, no atomics, kernel values
 computed once per operator: CPUs); ``fft = "host"`` (scipy.fft or ducc0.fft in place on
@@ -157,7 +157,7 @@ class ImagingEngine:
                                  f"spread={tuning['spread']!r}")
             self.spread_mode = "rows"
         if self.spread_mode not in SPREADS:
-            former = {"atomic": "points", "bins": "tiled"}.get(self.spread_mode)
+            former = {"atomic": "points"}.get(self.spread_mode)
             hint = f" ({self.spread_mode!r} is now {former!r})" if former else ""
             raise ValueError(f"tuning [wgridding] spread must be one of {tuple(SPREADS)}, got "
                              f"{self.spread_mode!r}{hint}")

@@ -119,7 +119,7 @@ def engine_device_bytes(geometry: ImageGeometry, precision: str, num_samples: in
     if spread is None:
         return max(engine_device_bytes(geometry, precision, num_samples, "rows", HOST_PART_SAMPLES, float_taps,
                                        epsilon),
-                   engine_device_bytes(geometry, precision, num_samples, "tiled", None, float_taps, epsilon))
+                   engine_device_bytes(geometry, precision, num_samples, "bins", None, float_taps, epsilon))
     if float_taps is None:
         float_taps = float_taps_allowed(geometry.kernel, precision, 3 if geometry.do_wgridding else 2, epsilon)
     cplx, real = _sizes(precision)

@@ -29,7 +29,7 @@ halves the range of w the planes cover.
 The points are planned once per operator, on the device (`clgrid.planning.stacking`: first
 cells, offsets and plane in float64, sorted by plane and by bin or row).  Where the
 work runs is the tuning table's ``[wgridding]`` choice (clgrid/platforms/*.toml, or
-``tuning=``): ``spread = "tiled"`` (a work-group per bin of cells and piece of its points,
+``tuning=``): ``spread = "bins"`` (a work-group per bin of cells and piece of its points,
 accumulating in local memory: GPUs), ``"atomic"`` (a work-item per visibility, float
 atomic adds) or ``"rows"`` (a work-item per grid row, no atomics, kernel values computed
 once per operator: CPUs); ``fft = "host"`` (scipy.fft in place on the grid mapped to the host,

@@ -13,6 +13,7 @@ tooling (bench, tune, emit) names strategies by those labels.
 """
 
 from .atomic import AtomicGridding
+from .bins import BinsGridding
 from .degrid_moving_window import MovingWindowDegridding
 from .fpga import FpgaDegridding, FpgaGridding
 from .fpga_stacked import FpgaStackedDegridding, FpgaStackedGridding
@@ -24,7 +25,6 @@ from .rows_stacked import StackedRowsDegridding, StackedRowsGridding
 from .texture import TextureDegridding, TextureGridding
 from .texture_moving_window import TextureMovingWindowGridding
 from .tiled import TiledGridding
-from .tiled_stacked import TiledStackedGridding
 
 # every strategy, by label
 GRIDDING_METHODS = {"atomic": AtomicGridding, "tiled": TiledGridding, "moving_window": MovingWindowGridding,
@@ -43,7 +43,7 @@ SPELLINGS = {
 INTERPOLATIONS = ("nearest", "linear")
 # the imaging operator's w-stacking distributions (clgrid.imaging), by its tuning [wgridding]
 # spread: (the spreading strategy, the interpolating one)
-IMAGING = {"tiled": (TiledStackedGridding, PointDegridding), "points": (PointGridding, PointDegridding),
+IMAGING = {"bins": (BinsGridding, PointDegridding), "points": (PointGridding, PointDegridding),
            "rows": (StackedRowsGridding, StackedRowsDegridding),
            "fpga": (FpgaStackedGridding, FpgaStackedDegridding)}
 

@@ -1,9 +1,5 @@
 """Tiled gridding (seed 003 §3.3-3.6, seed 000 Part I): tiles accumulated on chip, flushed once.
 
-One strategy over both plans: this module's `TiledGridding` for W-projection plans (the
-"chunks" schedule of ``grid_tiled.cl``), `clgrid.strategies.tiled_stacked` for the imaging
-operator's w-stacking plans (its "pieces" schedule), one template for both.
-
 Every stage runs on the device and has its own method, so tests can check each one
 and benchmarks can time each one (``stages`` holds the events of the last call):
 
@@ -71,28 +67,20 @@ def tiles_across(grid_size: int, tile: int, step: int | None = None) -> int:
 
 
 def tile_local_memory(mapping: str, batch: int, npol: int, precision: str, deterministic: bool, evaluated: bool,
-                      tile_cells: int, staged_reals: int, chunks: bool = True) -> int:
+                      tile_cells: int, staged_reals: int) -> int:
     """Bytes of local memory grid_tiled.cl's kernel takes: ``batch`` prepared entries
     (tile_visibility, whose taps hold reals where the source is ``evaluated``) and the
     ``staged_reals`` kernel values the source stages for each, the ``tile_cells`` cells
-    (of ``npol`` sums) the work-group keeps there, and (schedule "chunks") the chunk's
-    first entry; schedule "pieces" keeps a smaller entry (tile_entry)."""
+    (of ``npol`` sums) the work-group keeps there, and the chunk's first entry."""
     real_size = 8 if precision == "double" else 4
     complex_size = 2 * real_size
-    cell_size = 16 if deterministic else complex_size   # two longs a cell in fixed point
-    if not chunks:   # "pieces" keeps tile_entry: the cells' int4 and the value
-        entry = -(-(16 + 2 * npol * complex_size) // 16) * 16
-        return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size
     words = (15 if mapping == "footprint" else 9) - evaluated   # tile_visibility's ints (and float)
     header = words * 4
     if evaluated:   # tile_taps without off_v0, with d_u and d_v: the same size as after the ints
         header = -(-header // real_size) * real_size + 2 * real_size
-    if mapping == "cells":   # an int4 first: the struct aligned to 16 bytes
-        header += 16
     entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
-    if mapping == "cells":
-        entry = -(-entry // 16) * 16
-    return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size + 4 * chunks
+    cell_size = 16 if deterministic else complex_size   # two longs a cell in fixed point
+    return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size + 4
 
 
 @dataclass
@@ -200,7 +188,7 @@ class TiledGridding(Strategy):
         max_tiles, windows_base, _ = cls.buckets(tuning, grid_size)
         return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), wg_u=wg_u,
                     wg_v=wg_v, max_tiles=max_tiles, windows_base=windows_base,
-                    tile_factor_4096=round(tuning["tile_factor"] * 4096), schedule="chunks", periodic=False,
+                    tile_factor_4096=round(tuning["tile_factor"] * 4096), periodic=False,
                     plan="plan.cl", batch=0, max_width=2 * kernels.max_support + 1)
 
     @cached_property

@@ -2,7 +2,7 @@
 
 Any gridding method (``atomic``, ``tiled``, ...) or degridding method
 (``degrid-gather``, ... as `clgrid bench` names them) can be tuned, and the imaging
-operator's strategies (``tiled_stacked``, ``points``, ``degrid_points``, ``rows_stacked``:
+operator's strategies (``bins``, ``points``, ``degrid_points``, ``rows_stacked``:
 `tune_imaging`, timed on its spread or interpolation of every w-plane).  Candidates come
 from ``[tune.<section>]`` in clgrid/platforms/generic.toml, pruned by simple rules (a
 work-group shape the strategy can launch, a multiple of the device's SIMD width and
@@ -198,7 +198,7 @@ def save_user_entry(result: TuneResult, facts, path=None) -> str:
 
 def imaging_section(name: str) -> tuple:
     """``(spread label, direction, strategy class)`` of an imaging strategy's section
-    (``tiled_stacked``, ``points``, ``degrid_points``, ``rows_stacked``)."""
+    (``bins``, ``points``, ``degrid_points``, ``rows_stacked``)."""
     for label, (spread, interp) in IMAGING.items():
         if name == spread.name:
             return label, "grid", spread
