@@ -10,6 +10,9 @@ rotated from one round to the next:
 
 - ``clgrid``: ``python -m clgrid.tools.cli image MS -o NAME --size N N --scale S --device D`` (uniform
   weighting, Stokes I, w-correction: the defaults, as WSClean's);
+- ``clgrid-jN``: the same with ``--parallel-reading N`` (``clgrid-j1``: the MS read in the one
+  process, what clgrid image did before reader processes; by default several read a large
+  MS on a machine of 4 cores or more);
 - ``wsclean``: ``wsclean -size N N -scale S -name NAME MS`` (WSClean 3.1's defaults: its
   w-stacking gridder, uniform weighting, Stokes I, CORRECTED_DATA where present);
 - ``wsclean-wgridder``: the same with ``-use-wgridder`` (ducc0's w-gridder inside WSClean);
@@ -95,6 +98,8 @@ def commands(peer: str, ms: str, name: str, case: dict, device: str | None) -> l
         clgrid_args += ["--device", device]
     if peer == "clgrid":
         return [sys.executable, "-m", "clgrid.tools.cli", *clgrid_args]
+    if peer.startswith("clgrid-j") and peer[8:].isdigit():
+        return [sys.executable, "-m", "clgrid.tools.cli", *clgrid_args, "--parallel-reading", peer[8:]]
     if peer == "ducc0":
         try:
             import ducc0  # noqa: F401
@@ -124,8 +129,10 @@ def clgrid_stages(output: str) -> dict:
     import re
 
     stages = {}
-    for key, pattern in (("read", r"read in ([0-9.]+) s"), ("weights", r"weights in ([0-9.]+) s"),
+    for key, pattern in (("opened", r"opened in ([0-9.]+) s"), ("read", r"read in ([0-9.]+) s"),
+                         ("weights", r"weights in ([0-9.]+) s"), ("device_wait", r"waited ([0-9.]+) s for"),
                          ("planned", r"planned in ([0-9.]+) s"), ("imaged", r"imaged in ([0-9.]+) s"),
+                         ("written", r"wrote \S+ in ([0-9.]+) s"), ("reader_peak_mib", r"peak ([0-9]+) MiB each"),
                          ("run", r"file\(s\) in ([0-9.]+) s")):
         found = re.findall(pattern, output)
         if found:
@@ -194,7 +201,7 @@ def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, de
     runs = [p for p in peers if available[p] is not None]
     times = {p: [] for p in runs}
     memory = {p: [] for p in runs}
-    stages = []
+    stages = {}
     longest_round = 0.0
     rounds = 0
     for r in range(repeats):
@@ -207,8 +214,8 @@ def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, de
             result = measure(available[p])
             times[p].append(result["wall"])
             memory[p].append(result["maxrss_kb"] / 1024)
-            if p == "clgrid":
-                stages.append(clgrid_stages(result["output"]))
+            if p.startswith("clgrid"):
+                stages.setdefault(p, []).append(clgrid_stages(result["output"]))
             print(f"{label} round {r + 1}/{repeats}: {p} {result['wall']:.2f} s, "
                   f"{result['maxrss_kb'] / 1024:.0f} MiB", file=sys.stderr)
         longest_round = max(longest_round, time.monotonic() - started)
@@ -218,9 +225,10 @@ def run_case(label: str, case: dict, workdir: str, peers: list, repeats: int, de
         summary[p] = {"median_s": statistics.median(times[p]), "min_s": min(times[p]), "max_s": max(times[p]),
                       "peak_mib_median": statistics.median(memory[p]), "peak_mib_max": max(memory[p]),
                       "runs_s": [round(t, 3) for t in times[p]]}
+    for p, found in stages.items():
+        keys = dict.fromkeys(k for s in found for k in s)         # a stage some runs print (device_wait)
+        summary[p]["stages_median_s"] = {k: statistics.median(s.get(k, 0.0) for s in found) for k in keys}
     if "clgrid" in summary:
-        summary["clgrid"]["stages_median_s"] = {k: statistics.median(s[k] for s in stages if k in s)
-                                                for k in stages[0]} if stages else {}
         for p in runs:
             if p != "clgrid":
                 summary[p]["clgrid_speedup"] = summary[p]["median_s"] / summary["clgrid"]["median_s"]
@@ -286,7 +294,7 @@ def main(argv=None) -> int:
     parser.add_argument("--case", choices=[*CASES, "cpu", "all"], default="cpu",
                         help="cpu: compact, wide and large (default); gpu: 64.5 M visibilities into 4096^2")
     parser.add_argument("--peers", default="clgrid,wsclean,wsclean-wgridder,ducc0",
-                        help="comma-separated, among clgrid, wsclean, wsclean-wgridder, ducc0")
+                        help="comma-separated, among clgrid, clgrid-jN (N readers), wsclean, wsclean-wgridder, ducc0")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", help="clgrid's device (default: the default device)")
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "clgrid-imager-bench"))

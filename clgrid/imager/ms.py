@@ -14,7 +14,10 @@ column is chosen as WSClean chooses it: ``CORRECTED_DATA`` where the MS has one,
 straight into its output arrays: memory is the output (8 + 4 bytes a visibility per
 polarisation, 24 bytes a row of uvw) plus one block.  Autocorrelations, flagged samples,
 rows with ``FLAG_ROW`` and non-finite data get weight 0.  Rows of field ``field`` only
-(WSClean's default, field 0).  An MS whose rows use several spectral windows or
+(WSClean's default, field 0).  A large MS on a machine of several cores is read by
+several processes at once, each a range of rows, into shared memory (``readers``,
+`reader_count`, `clgrid.imager.parallel_reading`): the same loop
+(`clgrid.imager.ms_rows`), the same values.  An MS whose rows use several spectral windows or
 polarisation setups (``DATA_DESC_ID``) has one `Band` each, read one at a time
 (``read(..., band=b)``), each with its own channel frequencies and correlations;
 `output_channels` divides the channels of every band of every MS among the output
@@ -24,15 +27,17 @@ channels as WSClean does.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..device.host_threads import in_background, in_slices
 from .correlations import CODE_NAMES, Recipe, recipe
+from .ms_rows import RowSpec, read_rows
 
 __all__ = ["MSError", "MeasurementSet", "Band", "Visibilities", "OutputChannel", "open_ms", "channel_groups",
-           "output_channels"]
+           "output_channels", "reader_count"]
 
 SPEED_OF_LIGHT = 299792458.0
 _REQUIRED_COLUMNS = ("UVW", "ANTENNA1", "ANTENNA2", "FLAG", "TIME")
@@ -43,6 +48,39 @@ _BLOCK_SAMPLES = 1 << 20
 # correlations needed: casacore copies a strided slice several times slower than a whole
 # cell (docs/benchmarks/imaging.md, "Reading the MS"); 0 reads slices always
 WHOLE_CELLS_UP_TO = 2
+
+
+# reader processes: each starts in a tenth of a second or two of one core (a fresh
+# interpreter, numpy, casacore) and all start at once, so they pay from about this many
+# samples (row x channel x correlation) read in all, on a machine with at least
+# READER_MIN_CORES cores (fewer: the main process's own work at the same time, the device
+# programs built while the MS is read, takes the cores); each reader gets at least
+# READER_MIN_SAMPLES
+READER_FROM_SAMPLES = 1 << 24
+READER_MIN_SAMPLES = 1 << 21
+READER_MIN_CORES = 4
+
+
+def reader_count(readers: int | None, samples: int) -> int:
+    """How many processes read ``samples`` (row x channel x correlation): ``readers`` where
+    given (>= 1); for None, one per core this process may use when there are at least
+    ``READER_MIN_CORES`` and ``READER_FROM_SAMPLES`` samples, each reader at least
+    ``READER_MIN_SAMPLES``, else 1 (this process).  Always 1 where shared memory for the
+    readers is not available (``os.memfd_create``: Linux) or no interpreter can be started
+    (``sys.executable`` empty)."""
+    if readers is not None and int(readers) < 1:
+        raise MSError(f"--parallel-reading must be >= 1 reader, got {readers}")
+    if not hasattr(os, "memfd_create") or not sys.executable:
+        return 1
+    if readers is not None:
+        return int(readers)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if cores < READER_MIN_CORES or samples < READER_FROM_SAMPLES:
+        return 1
+    return max(1, min(cores, samples // READER_MIN_SAMPLES))
 
 
 class MSError(ValueError):
@@ -138,7 +176,9 @@ class Visibilities:
     ``wgt[pol][g]`` float32, each (nrow, nchan of group g), the polarisation formed from the
     correlations (`clgrid.imager.correlations`) and its visibility weight (0: not used);
     ``groups`` the channel slices; ``time_range`` (first, last) TIME in MJD seconds;
-    ``counts`` what was left out and why."""
+    ``counts`` what was left out and why; ``readers`` the processes that read them and
+    ``reader_peak`` the largest peak resident memory of one of them (bytes; 0 for this
+    process)."""
 
     uvw: np.ndarray
     vis: dict
@@ -146,6 +186,8 @@ class Visibilities:
     groups: list
     time_range: tuple
     counts: dict = field(default_factory=dict)
+    readers: int = 1
+    reader_peak: int = 0
 
 
 class MeasurementSet:
@@ -223,10 +265,13 @@ class MeasurementSet:
             raise MSError(f"{self.path}: DATA_DESC_ID {missing} ha{'s' if len(missing) == 1 else 've'} no row in "
                           f"DATA_DESCRIPTION")
         spw, pol = sub("SPECTRAL_WINDOW"), sub("POLARIZATION")
+        field_queries = []
         if len(ids["FIELD_ID"]) > 1:
-            self._main = main.query(f"FIELD_ID=={int(field_id)}")
+            field_queries = [f"FIELD_ID=={int(field_id)}"]
+            self._main = main.query(field_queries[0])
             self._tables.append(main)
-        self.bands, self._band_tables = [], {}
+        # each band's rows: a table, and the TaQL conditions that select them (for reader processes)
+        self.bands, self._band_tables, self._band_queries = [], {}, {}
         for desc in descriptions:
             spw_id = int(dd.getcell("SPECTRAL_WINDOW_ID", desc))
             pol_id = int(dd.getcell("POLARIZATION_ID", desc))
@@ -235,19 +280,22 @@ class MeasurementSet:
             if unknown:
                 raise MSError(f"{self.path}: correlation types {unknown} (CORR_TYPE) are not ones clgrid "
                               f"image forms images from ({' '.join(CODE_NAMES.values())})")
-            rows = self._main
+            rows, queries = self._main, list(field_queries)
             if len(descriptions) > 1:
-                rows = self._main.query(f"DATA_DESC_ID=={int(desc)}")
+                queries.append(f"DATA_DESC_ID=={int(desc)}")
+                rows = self._main.query(queries[-1])
                 self._tables.append(rows)
             self.bands.append(Band(int(desc), spw_id,
                                    np.asarray(spw.getcell("CHAN_FREQ", spw_id), np.float64).reshape(-1),
                                    np.abs(np.asarray(spw.getcell("CHAN_WIDTH", spw_id), np.float64).reshape(-1)),
                                    tuple(CODE_NAMES[c] for c in codes), rows.nrows()))
             self._band_tables[len(self.bands) - 1] = rows
+            self._band_queries[len(self.bands) - 1] = queries
         if len(self.bands) > 1:                       # a spectral window only other fields' rows use
             kept = [i for i, b in enumerate(self.bands) if b.nrow]
             self.bands = [self.bands[i] for i in kept]
             self._band_tables = {new: self._band_tables[old] for new, old in enumerate(kept)}
+            self._band_queries = {new: self._band_queries[old] for new, old in enumerate(kept)}
         self.nrow = self._main.nrows()
         phase_dir = np.asarray(fields.getcell("PHASE_DIR", field_id), np.float64).reshape(-1, 2)[0]
         measinfo = fields.getcolkeywords("PHASE_DIR").get("MEASINFO", {})
@@ -309,11 +357,14 @@ class MeasurementSet:
             raise MSError(f"{self.path}{several}: {exc}" if several else str(exc)) from None
 
     def read(self, polarizations, groups, block_rows: int | None = None, progress=None,
-             band: int = 0) -> Visibilities:
+             band: int = 0, readers: int | None = None, begun=None) -> Visibilities:
         """One pass over the rows of band ``band`` (see the module docstring).  ``groups``:
         slices of the band's channels (`channel_groups`, or an `OutputChannel`'s slice of
         it; an empty slice gives arrays of no channel); ``progress(n)`` is called after each
-        block with its row count."""
+        block with its row count.  ``readers``: processes reading disjoint ranges of rows
+        (`clgrid.imager.parallel_reading`; same values as one); None chooses
+        (`reader_count`), 1 reads in this process.  ``begun()``, where given, is called
+        once the reading has begun (the readers launched; at once for this process)."""
         recipes = self.recipes(polarizations, band)
         main, nrow, nchan = self._band_tables[band], self.bands[band].nrow, self.bands[band].freqs.size
         needed = sorted({i for r in recipes.values() for i in r.indices})
@@ -332,53 +383,28 @@ class MeasurementSet:
         if block_rows is None:
             block_rows = max(1, _BLOCK_SAMPLES // max(1, nchan * ncorr))
         block_rows = int(min(block_rows, max(nrow, 1)))
-        blc, trc, inc = [0, lo], [nchan - 1, hi], [1, step]
+        spec = RowSpec(self.data_column, self.weight_column == "WEIGHT_SPECTRUM", whole, lo, hi, step, nchan, ncorr,
+                       [(p, r.indices, r.coefficients) for p, r in local.items()],
+                       [(g.start, g.stop) for g in groups], "FLAG_ROW" in main.colnames(), block_rows)
+        readers = reader_count(readers, nrow * nchan * ncorr)
+        if readers > 1:
+            from .parallel_reading import read_in_processes
 
-        uvw = np.empty((nrow, 3), np.float64)
-        vis = {p: [np.empty((nrow, g.stop - g.start), np.complex64) for g in groups] for p in recipes}
-        wgt = {p: [np.empty((nrow, g.stop - g.start), np.float32) for g in groups] for p in recipes}
-        spectrum = self.weight_column == "WEIGHT_SPECTRUM"
-        has_flag_row = "FLAG_ROW" in main.colnames()
-        # two sets of buffers: a block is formed on the host threads while the next is read
-        buffers = [_Block(block_rows, nchan, ncorr, spectrum) for _ in range(2)]
-        counts = {"rows": nrow, "autocorrelation rows": 0, "flagged rows": 0}
-        first, last = np.inf, -np.inf
-        forming = None
-        for index, start in enumerate(range(0, nrow, block_rows)):
-            n = min(block_rows, nrow - start)
-            b = buffers[index % 2]
-            if whole:
-                main.getcolnp(self.data_column, b.data[:n], start, n)
-                main.getcolnp("FLAG", b.flags[:n], start, n)
-                main.getcolnp(self.weight_column, b.weights[:n], start, n)
-            else:
-                main.getcolslicenp(self.data_column, b.data[:n], blc, trc, inc, start, n)
-                main.getcolslicenp("FLAG", b.flags[:n], blc, trc, inc, start, n)
-                if spectrum:
-                    main.getcolslicenp("WEIGHT_SPECTRUM", b.weights[:n], blc, trc, inc, start, n)
-                else:
-                    main.getcolslicenp("WEIGHT", b.weights[:n], [lo], [hi], [step], start, n)
-            main.getcolnp("UVW", uvw[start:start + n], start, n)
-            main.getcolnp("ANTENNA1", b.ant1[:n], start, n)
-            main.getcolnp("ANTENNA2", b.ant2[:n], start, n)
-            main.getcolnp("TIME", b.time[:n], start, n)
-            first, last = min(first, float(b.time[:n].min())), max(last, float(b.time[:n].max()))
-            dropped = b.ant1[:n] == b.ant2[:n]
-            counts["autocorrelation rows"] += int(np.count_nonzero(dropped))
-            if has_flag_row:
-                main.getcolnp("FLAG_ROW", b.flag_row[:n], start, n)
-                counts["flagged rows"] += int(np.count_nonzero(b.flag_row[:n] & ~dropped))
-                dropped |= b.flag_row[:n]
-            if forming is not None:
-                forming.result()
-            forming = in_background(_form_block, b, n, start, dropped, local, groups, vis, wgt, nchan, ncorr)
-            if progress is not None:
-                progress(n)
-        if forming is not None:
-            forming.result()
+            uvw, vis, wgt, counts, first, last, reader_peak = read_in_processes(
+                self.path, self._band_queries[band], spec, nrow, list(recipes), readers, progress, begun)
+        else:
+            if begun is not None:
+                begun()
+            reader_peak = 0
+            uvw = np.empty((nrow, 3), np.float64)
+            vis = {p: [np.empty((nrow, g.stop - g.start), np.complex64) for g in groups] for p in recipes}
+            wgt = {p: [np.empty((nrow, g.stop - g.start), np.float32) for g in groups] for p in recipes}
+            counts, first, last = read_rows(main, spec, 0, nrow, uvw, vis, wgt, progress,
+                                            lambda n, fn: in_slices(os.cpu_count() or 1, n, fn), in_background)
+        counts = {"rows": nrow, **counts}
         if nrow == 0:
             first = last = float("nan")
-        return Visibilities(uvw, vis, wgt, list(groups), (first, last), counts)
+        return Visibilities(uvw, vis, wgt, list(groups), (first, last), counts, readers, reader_peak)
 
     def close(self) -> None:
         for t in [self._main] + self._tables:
@@ -393,41 +419,6 @@ class MeasurementSet:
 
     def __exit__(self, *exc):
         self.close()
-
-
-class _Block:
-    """Buffers for one block of rows as read from the MS."""
-
-    def __init__(self, rows: int, nchan: int, ncorr: int, spectrum: bool):
-        self.data = np.empty((rows, nchan, ncorr), np.complex64)
-        self.flags = np.empty((rows, nchan, ncorr), bool)
-        self.weights = np.empty((rows, nchan, ncorr) if spectrum else (rows, ncorr), np.float32)
-        self.ant1, self.ant2 = np.empty(rows, np.int32), np.empty(rows, np.int32)
-        self.time = np.empty(rows, np.float64)
-        self.flag_row = np.empty(rows, bool)
-
-
-def _form_block(b: _Block, n: int, start: int, dropped, recipes: dict, groups, vis, wgt, nchan: int,
-                ncorr: int) -> None:
-    """Each polarisation of a block of ``n`` rows into its output arrays (rows ``start`` on),
-    the block's rows shared out over the host threads."""
-    weights = b.weights[:n] if b.weights.ndim == 3 else np.broadcast_to(b.weights[:n, None, :], (n, nchan, ncorr))
-
-    def part(rows):
-        for p, r in recipes.items():
-            for g, group in enumerate(groups):
-                if group.stop <= group.start:
-                    continue
-                out = slice(start + rows.start, start + rows.stop)
-                out_v, out_w = vis[p][g][out], wgt[p][g][out]
-                r.form(b.data[rows, group], b.flags[rows, group], weights[rows, group], out_v, out_w)
-                if r.coefficients != (1.0,):
-                    out_w *= 4.0                      # WSClean's factor for a formed Stokes weight
-                gone = dropped[rows]
-                out_w[gone] = 0
-                out_v[gone] = 0
-
-    in_slices(os.cpu_count() or 1, n, part)
 
 
 def open_ms(path, data_column: str | None = None, field_id: int = 0) -> MeasurementSet:

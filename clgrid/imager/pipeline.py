@@ -58,7 +58,9 @@ class ImagingOptions:
     ``ms`` one path or a sequence of paths (imaged together, as WSClean images several
     MSs: one phase centre); ``scale`` in radians; ``size`` (nx, ny); ``polarizations`` as given to ``--pol``
     (``"I"``, ``"IQUV"``, ``"xx,yy"``) or a tuple of names; ``precision`` None picks single
-    precision for ``epsilon >= 1e-5``, else double."""
+    precision for ``epsilon >= 1e-5``, else double; ``readers`` the processes that read each
+    MS (``--parallel-reading``; None: `clgrid.imager.ms.reader_count` chooses, 1: this
+    process)."""
 
     ms: object
     name: str
@@ -83,6 +85,7 @@ class ImagingOptions:
     device: object = None
     weights_on: str = "auto"
     field_id: int = 0
+    readers: int | None = None
     overwrite: bool = False
     history: tuple = field(default_factory=tuple)
 
@@ -148,6 +151,8 @@ def argument_errors(options: ImagingOptions) -> list:
         errors.append(f"--super-weight must be a positive number, got {options.super_weight}")
     if options.rank_filter_size < 1:
         errors.append(f"--weighting-rank-filter-size must be >= 1, got {options.rank_filter_size}")
+    if options.readers is not None and options.readers < 1:
+        errors.append(f"--parallel-reading must be >= 1 (1: read in this process), got {options.readers}")
     if options.channels_out < 1:
         errors.append(f"--channels-out must be >= 1, got {options.channels_out}")
     if not (0 < options.epsilon < 1):
@@ -244,11 +249,24 @@ def _same_phase_centre(opened) -> None:
         raise ImagingError("\n".join(errors))
 
 
-def _read(options, pols, say, quiet):
-    """Steps 1 and 2: open the MSs (every error here), read each band of each once."""
-    from .ms import MSError, open_ms, output_channels
+def _once(fn):
+    """``fn`` as a callable that calls it on its first call only."""
+    called = []
+
+    def call():
+        if not called:
+            called.append(True)
+            fn()
+    return call
+
+
+def _read(options, pols, say, quiet, begun=None):
+    """Steps 1 and 2: open the MSs (every error here), read each band of each once;
+    ``begun()`` is called once the first read has begun (its reader processes launched)."""
+    from .ms import MSError, open_ms, output_channels, reader_count
 
     opened = []
+    opening = time.perf_counter()
     try:
         for path in options.paths():
             opened.append(open_ms(path, options.data_column, options.field_id))
@@ -272,6 +290,7 @@ def _read(options, pols, say, quiet):
                     f"({band.freqs.min() / 1e6:.6g}-{band.freqs.max() / 1e6:.6g} MHz), correlations "
                     f"{' '.join(band.correlations)}")
             say(f"  data column {ms.data_column} ({ms.data_column_note}); weights from {ms.weight_column}")
+        say(f"  opened in {time.perf_counter() - opening:.2f} s")
         shown = set()
         for (ms, b), recipe_of in zip(bands, recipes):
             for p in pols:
@@ -279,14 +298,24 @@ def _read(options, pols, say, quiet):
                 if line not in shown:
                     shown.add(line)
                     say(f"  {line}")
+        if any(reader_count(options.readers, band.nrow * band.freqs.size * len(band.correlations)) > 1
+               for band in (ms.bands[b] for ms, b in bands)):
+            # reader processes read a large MS: this process waits meanwhile, and the FITS
+            # writer's import (astropy, some tenths of a second) is done then, not at the end
+            # (not for small MSs: its ~90 MiB would then count in the imaging's peak memory)
+            threading.Thread(target=_import_fits_writer, daemon=True).start()
         started = time.perf_counter()
         parts = []
         counts = {"autocorrelation rows": 0, "flagged rows": 0}
+        readers_used, reader_peak = 1, 0
         total = sum(ms.bands[b].nrow for ms, b in bands)
         with _progress(total, "reading", "row", quiet) as bar:
             for k, (ms, b) in enumerate(bands):
                 band = ms.bands[b]
-                data = ms.read(pols, [o.slices[k] for o in outputs], progress=bar.update, band=b)
+                data = ms.read(pols, [o.slices[k] for o in outputs], progress=bar.update, band=b,
+                               readers=options.readers, begun=begun)
+                readers_used = max(readers_used, data.readers)
+                reader_peak = max(reader_peak, data.reader_peak)
                 label = ms.path + (f" spectral window {band.spectral_window}" if len(ms.bands) > 1 else "")
                 parts.append(_Part(label, data, band.freqs.copy(), band.widths.copy()))
                 for key in counts:
@@ -298,7 +327,9 @@ def _read(options, pols, say, quiet):
     finally:
         for ms in opened:
             ms.close()
-    say(f"  read in {time.perf_counter() - started:.2f} s; left out: {counts['autocorrelation rows']} "
+    by = f" by {readers_used} reader processes (peak {reader_peak / 2 ** 20:.0f} MiB each at most)" \
+        if readers_used > 1 else ""
+    say(f"  read in {time.perf_counter() - started:.2f} s{by}; left out: {counts['autocorrelation rows']} "
         f"autocorrelation row(s), {counts['flagged rows']} flagged row(s) (FLAG_ROW)")
     return parts, outputs, meta
 
@@ -354,10 +385,11 @@ class _Imaging:
         from . import fits
 
         path = self.names[key]
+        started = time.perf_counter()
         fits.write_image(path, image, fits.ImageDescription(**self.describe, **extra),
                          overwrite=self.options.overwrite)
         self.written.append(path)
-        self.say(f"  wrote {path}")
+        self.say(f"  wrote {path} in {time.perf_counter() - started:.2f} s")
 
     def _fit(self, psf, estimate):
         from .beam import fit_beam
@@ -424,7 +456,7 @@ class _Imaging:
         state = {"psf_factor": 1.0, "beam": None}
 
         def finish_psf(psf):
-            psf = np.ascontiguousarray(psf.T, np.float64)
+            psf = _transposed(psf, np.float64)
             centre = psf[self.ny // 2, self.nx // 2]
             state["psf_factor"] = image_weight[first] / centre if centre != 0 else 0.0
             psf /= centre if centre != 0 else 1.0
@@ -438,7 +470,7 @@ class _Imaging:
                 self.mfs_psf += psf * image_weight[first]
 
         def finish_image(p, dirty):
-            dirty = np.ascontiguousarray(dirty.T)
+            dirty = _transposed(dirty, dirty.dtype)
             # divided by the sum of weights; with a PSF, also by its centre (WSClean's normalisation)
             dirty *= (state["psf_factor"] if o.make_psf else 1.0) / image_weight[p] if image_weight[p] else 0.0
             peak = np.unravel_index(np.argmax(np.abs(dirty)), dirty.shape)
@@ -529,6 +561,27 @@ class _Imaging:
                     visibility_weight_sum=sum(c.vis_weight_sum[p] for c in self.channels))
 
 
+def _transposed(image, dtype):
+    """``image.T`` as a new C-ordered array of ``dtype``, its rows copied on the host threads
+    (a 4096^2 transpose is a tenth of a second on one core)."""
+    from ..device.host_threads import in_slices
+
+    out = np.empty(image.shape[::-1], dtype)
+
+    def part(rows):
+        out[rows] = image[:, rows].T
+
+    in_slices(os.cpu_count() or 1, out.shape[0], part)
+    return out
+
+
+def _import_fits_writer() -> None:
+    try:
+        from astropy.io import fits  # noqa: F401
+    except ImportError:
+        pass
+
+
 def _warm_up(options, size) -> None:
     """Open the device and build the imaging programs on a few points while the MS is read
     (the first operator of a process spends most of a second there); the real operator then
@@ -558,8 +611,12 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
     pols = options.pols()
     started = time.perf_counter()
     warming = threading.Thread(target=_warm_up, args=(options, options.size), daemon=True)
-    warming.start()
-    parts, outputs, meta = _read(options, pols, say, quiet)
+    # the device's set-up starts once the MSs are open and their reading has begun (reader
+    # processes launched): it holds the interpreter's lock in long driver calls, which would
+    # hold up the opening and the launches on the critical path
+    start_warming = _once(warming.start)
+    parts, outputs, meta = _read(options, pols, say, quiet, begun=start_warming)
+    start_warming()
     first = pols[0]
     weights = [np.concatenate([part.data.wgt[first][g] for g in range(len(outputs))], axis=1)
                if len(outputs) > 1 else part.data.wgt[first][0] for part in parts]
@@ -575,7 +632,11 @@ def run(options: ImagingOptions, say=print, quiet: bool = False) -> list:
     if (size[0] * scale / 2) ** 2 + (size[1] * scale / 2) ** 2 >= 1:
         raise ImagingError(f"--size {size[0]} {size[1]} with pixels of {math.degrees(scale):.4g} deg reaches "
                            f"past the horizon")
+    waiting = time.perf_counter()
     warming.join()
+    waited = time.perf_counter() - waiting
+    if waited >= 0.01:
+        say(f"  waited {waited:.2f} s for the device's set-up (begun while the MS was read)")
     imaging = _Imaging(options, pols, parts, outputs, meta, scale, size, say, quiet)
     say(f"  weighting {imaging.weighting}{' (MF weighting)' if options.mf_weighting else ''}, "
         f"{'w-correction' if options.do_wgridding else 'no w-correction'}, epsilon {options.epsilon:g} "

@@ -371,7 +371,7 @@ def image_options(args):
         padding=args.padding, data_column=args.data_column, polarizations=args.pol,
         channels_out=args.channels_out, make_psf=args.make_psf, beam_fit=args.beam_fit, do_wgridding=not args.no_w,
         divide_by_n=args.divide_by_n, epsilon=args.epsilon, precision=args.precision, device=args.device,
-        weights_on=args.weights_on, field_id=args.field, overwrite=args.overwrite,
+        weights_on=args.weights_on, field_id=args.field, readers=args.parallel_reading, overwrite=args.overwrite,
         history=("clgrid image " + " ".join(sys.argv[1:] if args.argv is None else args.argv),))
 
 
@@ -533,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--weights-on", choices=["auto", "device", "host"], default="auto",
                    help="where the imaging weights' passes over the samples run: on the imaging device, "
                         "on the host threads, or auto (the device where it is a GPU, else the host; default)")
+    i.add_argument("--parallel-reading", "-parallel-reading", "-j", type=int, metavar="N",
+                   help="processes reading the MS at once, each a range of rows (1: this process; default: "
+                        "one per 8 M samples read, up to the cores)")
     i.add_argument("--overwrite", action="store_true", help="replace existing output files")
     i.add_argument("--quiet", action="store_true", help="no progress bars")
     i.set_defaults(func=cmd_image)
