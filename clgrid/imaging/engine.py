@@ -44,12 +44,15 @@ from .pixels import PixelModel, pixel_blocks
 from .regions import plane_regions
 from .stream import KEY_LIMIT, max_slab_planes, slab_geometry, stream_schedule
 
-__all__ = ["ImagingEngine", "SPREADS", "check_grid"]
+__all__ = ["ImagingEngine", "SPREADS", "check_grid", "check_samples"]
 
 SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
 # the share of a device's global memory an engine's buffers may take; beyond it, its points
 # are streamed (`ImagingEngine.streamed`)
 DEVICE_SHARE = 0.9
+# samples of one part of rows: a part's plan counts its samples in 32 bits (plan_positions.cl,
+# values_stacked.cl); more samples go through in more parts (docs/design/streaming.md)
+SAMPLE_LIMIT = 2 ** 31 - 1
 
 
 def _route_tuning(tuning, facts) -> tuple:
@@ -101,6 +104,14 @@ def check_grid(geometry: ImageGeometry, complex_dtype, facts) -> None:
             f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
 
 
+def check_samples(nchan: int) -> None:
+    """Refuse, naming it, a row of more channels than one part of rows may hold
+    (`SAMPLE_LIMIT`): rows are the parts' unit, a row is not split."""
+    if nchan > SAMPLE_LIMIT:
+        raise ValueError(f"nchan = {nchan} channels: one row's samples are counted in 32 bits, at most "
+                         f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
+
+
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
     """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
     rows = max(1, samples // max(nchan, 1))
@@ -132,6 +143,7 @@ class ImagingEngine:
         self.epsilon = epsilon
         self.planes = planes
         self.nrow, self.nchan = uvw.shape[0], scale.size
+        check_samples(self.nchan)
         self.shape = (self.nrow, self.nchan)
         self.precision = precision
         self.divide_by_n = divide_by_n
@@ -188,7 +200,7 @@ class ImagingEngine:
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
-        self._part_samples = wparams["part_samples"] or self._samples_per_part()
+        self._part_samples = min(wparams["part_samples"] or self._samples_per_part(), SAMPLE_LIMIT)
         self._check_fits()
         self._max_planes = max_slab_planes(g, self.layout.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
         self.streamed, self._stream = None, None
@@ -237,7 +249,7 @@ class ImagingEngine:
         if self.spread_mode == "rows":          # its kernel values: 2 W a point (rows_stacked.settle)
             tap = 4 if self._float_values or self.precision == "single" else 8
             largest = max(largest, 2 * self.geometry.kernel.support * tap)
-        samples = max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
+        samples = max(1, min(self.facts.max_allocation // largest, SAMPLE_LIMIT))
         if "CPU" in self.facts.type:
             samples = min(samples, HOST_PART_SAMPLES)
         return samples
