@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -181,6 +182,7 @@ class ImagingEngine:
         source = StackedKernel.of(g)
         spread_cls, interp_cls = SPREADS[self.spread_mode]
         self.spreader = spread_cls(self.queue, (g.nu, g.nv), source, self.precision, spread_tuning or None)
+        self._spread_args = (spread_cls, source, spread_tuning or None)
         self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
         # the rows spread keeps every point's kernel values: in double precision, in float
         # where epsilon allows (in single they are float already)
@@ -294,7 +296,8 @@ class ImagingEngine:
 
         part = self._part_samples
         fixed, point = model(part)
-        capacity = (limit - fixed) // point
+        # two groups on the device at once: the one being spread and the next being planned
+        capacity = (limit - fixed) // (2 * point)
         if capacity < 1:
             raise DeviceCapabilityError(
                 f"the {g.nu}x{g.nv} grid and one part of {part} samples' set-up need about {fixed / 2**30:.2f} GiB "
@@ -313,26 +316,45 @@ class ImagingEngine:
         self._call = None
         most = max(min(slab.points, capacity) for slab in slabs)
         groups = sum(len(slab.groups) for slab in slabs)
-        self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True,
-                                        device_bytes=fixed + most * point, capacity=int(capacity), every_point=every)
+        self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True, overlapped=True,
+                                        device_bytes=fixed + 2 * most * point, capacity=int(capacity),
+                                        every_point=every)
+        self._prep = self._preparer(deterministic)
         warnings.warn(
             f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
             f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
             f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",
             StreamedWarning, stacklevel=5)        # the WGridder call
 
-    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None) -> SimpleNamespace:
+    def _preparer(self, deterministic) -> SimpleNamespace:
+        """What a streaming engine plans its next group with while the current one is spread:
+        a second in-order queue on the device, a spreading strategy of its own on it (its
+        own kernel objects: the arrangement runs beside the spreads), its own staging."""
+        spread_cls, source, tuning = self._spread_args
+        g = self.geometry
+        queue = cl.CommandQueue(self.queue.context, self.queue.device, properties=self.queue.properties)
+        spreader = spread_cls(queue, (g.nu, g.nv), source, self.precision, tuning)
+        spreader.stable = self.spreader.stable
+        if self.spread_mode == "rows":
+            spreader.tap_single = self.spreader.tap_single
+        return SimpleNamespace(queue=queue, spreader=spreader, staging=shared_staging(queue))
+
+    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None,
+                   on=None) -> SimpleNamespace:
         """The points of ``rows`` with a tap on ``planes`` (None: the engine's): planned,
         arranged for the spread, with their buffers.  Where the stack's sort keys pass 32
         bits (``_max_planes``), in the slab's own geometry
-        (`clgrid.imaging.stream.slab_geometry`): the part's planes count from its ``base``."""
+        (`clgrid.imaging.stream.slab_geometry`): the part's planes count from its ``base``.
+        ``on``: the `_preparer` whose queue and strategy do the work (None: the engine's)."""
         ctx, mf = self.queue.context, cl.mem_flags
+        queue, spreader, staging = (self.queue, self.spreader, self.staging) if on is None else \
+            (on.queue, on.spreader, on.staging)
         planes = self.planes if planes is None else planes
         # a slab's own geometry only where the stack's keys need it: otherwise the whole
         # stack's, whose plane positions are the schedule's to the bit (split.first_planes)
         g, base = slab_geometry(self.geometry, planes) if self._max_planes is not None else (self.geometry, 0)
-        plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
-                            fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
+        plan = plan_stacked(queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
+                            fold=g.do_wgridding, double=self.precision == "double", staging=staging,
                             on_host=deterministic, planes=range(planes.start - base, planes.stop - base))
         nsample = (rows.stop - rows.start) * self.nchan
         # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
@@ -341,16 +363,16 @@ class ImagingEngine:
         if plan.num_kept < SPARSE_SHARE * nsample:
             plan.values_by_position = True
             index = plan.sample.get()[:plan.num_kept]
-        points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
+        points = plan.arranged(spreader.arrangement_key(), spreader.arrange)
         plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
-        points = self.spreader.settle(points)     # then the strategy's own per-point data
+        points = spreader.settle(points)     # then the strategy's own per-point data
         if "CPU" in self.facts.type:               # the part's freed scratch back to the system
-            self.queue.finish()
+            queue.finish()
             return_freed_memory()
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
         return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
-                               values=self.spreader.with_values(points, values), planes=planes, base=base)
+                               values=spreader.with_values(points, values), planes=planes, base=base)
 
     @property
     def plans(self) -> list:
@@ -376,41 +398,94 @@ class ImagingEngine:
         return any(self.spreader.active(part.points, plane - part.base)[1] for part in self._parts
                    if plane in part.planes)
 
-    # a streaming engine's call: which slab's group of points is on the device
+    # a streaming engine's call: which slab's group of points is on the device, and the next
+    # one planned beside it on the preparer's queue (docs/design/streaming.md)
     def _stream_begin(self, direction: str, vis, wgt, out) -> None:
-        """Start a call of a streaming engine: no points on the device yet; ``direction``
-        "grid" (``vis``, ``wgt``: the caller's) or "degrid" (``out``: the visibilities,
-        zeroed, that each group's values are added to)."""
-        fill_zeros(self.queue, self._values_tally, 12, np.int32)
-        self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None)
+        """Start a call of a streaming engine: the groups (slab, group) it will reach, in
+        order, and the first one's planning started on the preparer; ``direction`` "grid"
+        (``vis``, ``wgt``: the caller's) or "degrid" (``out``: the visibilities, zeroed, that
+        each group's values are added to)."""
+        order = [(i, k) for i, slab in enumerate(self._stream) if any(self._touch[p] for p in slab.planes)
+                 for k in range(len(slab.groups))]
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clgrid-stream")
+        self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None, order=order,
+                                     next=0, worker=worker, pending=None)
+        prep = self._prep
+        fill_zeros(prep.queue, self._values_tally, 12, np.int32)
+        self._call.pending = worker.submit(self._stream_job, [], None, order[0] if order else None)
+
+    def _stream_job(self, handed, after, group):
+        """The preparer's work between two groups (on its thread and queue): once ``after``
+        (an event of the engine's queue: the last kernel of the group in the list ``handed``)
+        is complete, that group's values added to the output (dirty2vis) and its buffers
+        released (taken out of ``handed``: nothing else holds them); then
+        ``group`` (slab, group) planned, its values gathered (vis2dirty) or zeroed.  Returns
+        its parts, every command done."""
+        call, prep = self._call, self._prep
+        old = handed.pop() if handed else []
+        if after is not None:
+            after.wait()
+        if old and call.direction == "degrid":
+            self._scatter_parts(call.out, call.wgt, add=True, parts=old, on=prep)
+            prep.queue.finish()
+        del old
+        if group is None:
+            prep.queue.finish()
+            return []
+        slab, k = group
+        planes, rows = self._stream[slab].planes, self._stream[slab].groups[k]
+        uvw, scale, keep, signs, deterministic = self._sources
+        parts = [self._make_part(slice(rows.start + r.start, rows.start + r.stop), uvw, scale, keep, signs,
+                                 deterministic, planes, on=prep)
+                 for r in _row_parts(rows.stop - rows.start, self.nchan, self._part_samples)]
+        if call.direction == "grid":
+            self._gather_parts(call.vis, call.wgt, parts, on=prep)
+        else:
+            for part in parts:
+                fill_zeros(prep.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
+        prep.queue.finish()
+        return parts
+
+    def _stream_retire(self, group):
+        """Hand the group on the device to the preparer (released once the engine's queue is
+        past it, its values added to the output first in dirty2vis), which then plans
+        ``group`` (None: none)."""
+        call = self._call
+        after = None
+        if call.at is not None:
+            after = cl.enqueue_marker(self.queue)
+            self.queue.flush()             # the marker must reach the device for the preparer's wait
+        handed, self._parts, call.at = [self._parts], [], None
+        call.pending = call.worker.submit(self._stream_job, handed, after, group)
+        del handed
 
     def _stream_enter(self, slab: int, group: int) -> None:
-        """Put group ``group`` of slab ``slab`` on the device (planned now; the last group's
-        values added to the output first, in dirty2vis, and its buffers released), with
-        its values gathered (vis2dirty) or zeroed (dirty2vis)."""
+        """Put group ``group`` of slab ``slab`` on the device: the preparer's planned parts
+        taken (waiting for them only where planning is slower than the last group's
+        kernels), the last group handed back, the one after planned meanwhile."""
         call = self._call
         if call.at == (slab, group):
             return
-        self._stream_leave()
-        planes, rows = self._stream[slab].planes, self._stream[slab].groups[group]
-        uvw, scale, keep, signs, deterministic = self._sources
-        self._parts = [self._make_part(slice(rows.start + r.start, rows.start + r.stop), uvw, scale, keep, signs,
-                                       deterministic, planes)
-                       for r in _row_parts(rows.stop - rows.start, self.nchan, self._part_samples)]
-        if call.direction == "grid":
-            self._gather_parts(call.vis, call.wgt)
-        else:
-            for part in self._parts:
-                fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
-        call.at = (slab, group)
+        if call.order[call.next] != (slab, group):
+            raise AssertionError(f"internal error: stream reached {(slab, group)}, planned "
+                                 f"{call.order[call.next]}")
+        self.queue.flush()             # the last group's kernels run while this waits
+        parts = call.pending.result()
+        call.next += 1
+        self._stream_retire(call.order[call.next] if call.next < len(call.order) else None)
+        self._parts, call.at = parts, (slab, group)
 
     def _stream_leave(self) -> None:
-        """Release the group on the device, its values added to the output first in dirty2vis."""
+        """End a streaming call: the group on the device handed back and everything the
+        preparer holds done (its errors raised), its thread gone."""
         call = self._call
-        if call.at is not None and call.direction == "degrid":
-            self._scatter_parts(call.out, call.wgt, add=True)
-        self.queue.finish()          # its kernels done before its memory is taken again
-        self._parts, call.at = [], None
+        try:
+            if call.at is not None or self._parts:
+                self._stream_retire(None)
+            call.pending.result()
+        finally:
+            call.worker.shutdown(wait=True)
+            self._parts = []
 
     def _stream_groups(self, plane: int):
         """The groups (slab, group) whose points have taps on ``plane``, in order."""
@@ -466,15 +541,17 @@ class ImagingEngine:
             mine = np.take(mine.reshape(-1), part.index)
         return np.asarray(mine, dtype)
 
-    def _upload_held(self, part, vis, wgt) -> None:
+    def _upload_held(self, part, vis, wgt, on=None) -> None:
         """``part``'s share of ``vis`` and ``wgt`` (either may be None) to the held buffers, after
-        the last part's kernels (the queue is in order)."""
+        the last part's kernels (the queue is in order; ``on``: a `_preparer`'s queue)."""
+        queue, staging = (self.queue, self.staging) if on is None else (on.queue, on.staging)
         for given, dtype, buffer in ((wgt, self.real, self._wgt_held), (vis, self.complex, self._vis_held)):
             if given is not None:
-                upload(self.queue, self._held_values(part, given, dtype), buffer, self.staging)
+                upload(queue, self._held_values(part, given, dtype), buffer, staging)
 
-    def _part_launch(self, kernel, part, use_wgt) -> None:
-        """Gather ``part``'s values from the held buffers into plan order, or scatter them back."""
+    def _part_launch(self, kernel, part, use_wgt, on=None) -> None:
+        """Gather ``part``'s values from the held buffers into plan order, or scatter them back
+        (on the engine's queue, or ``on``'s)."""
         p = part.points
         if not p.num_vis:
             return
@@ -482,7 +559,7 @@ class ImagingEngine:
         source = self._vis_held if kernel is self._gather else part.values.vis
         target = part.values.vis if kernel is self._gather else self._vis_held
         phase = p.phase if p.phase is not None else self._no_phase
-        kernel(self.queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
+        kernel(self.queue if on is None else on.queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
                np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._values_tally)
 
     def _tally_counts(self) -> np.ndarray:
@@ -498,12 +575,13 @@ class ImagingEngine:
         self._gather_parts(vis, wgt)
         return self._tally_counts()
 
-    def _gather_parts(self, vis, wgt) -> None:
-        """`_gather_values` without the tally zeroed or read."""
-        for part in self._parts:
+    def _gather_parts(self, vis, wgt, parts=None, on=None) -> None:
+        """`_gather_values` without the tally zeroed or read (of ``parts``, None: the engine's,
+        on ``on``'s queue, None: the engine's)."""
+        for part in self._parts if parts is None else parts:
             if part.points.num_vis:
-                self._upload_held(part, vis, wgt)
-                self._part_launch(self._gather, part, wgt is not None)
+                self._upload_held(part, vis, wgt, on)
+                self._part_launch(self._gather, part, wgt is not None, on)
 
     def _checked_wgt(self, wgt):
         """``wgt`` as an array of the data's shape, or None: checked when called, also where
@@ -765,19 +843,21 @@ class ImagingEngine:
             self.pixels.advance(phase, step)
             self.pixels.advance_tilt(tilt)
 
-    def _scatter_parts(self, out, wgt, add: bool) -> None:
+    def _scatter_parts(self, out, wgt, add: bool, parts=None, on=None) -> None:
         """Each part's values scattered to its samples of ``out`` through the held buffers,
-        then down (``add``: added to what ``out`` holds); the tally counts what overflowed."""
+        then down (``add``: added to what ``out`` holds); the tally counts what overflowed.
+        ``parts`` (None: the engine's), ``on``: as `_gather_parts`'."""
         itemsize = np.dtype(self.complex).itemsize
-        for part in self._parts:
-            self._upload_held(part, None, wgt)
-            fill_zeros(self.queue, self._vis_held, part.held * itemsize, self.real)
-            self._part_launch(self._scatter, part, wgt is not None)
+        queue, staging = (self.queue, self.staging) if on is None else (on.queue, on.staging)
+        for part in self._parts if parts is None else parts:
+            self._upload_held(part, None, wgt, on)
+            fill_zeros(queue, self._vis_held, part.held * itemsize, self.real)
+            self._part_launch(self._scatter, part, wgt is not None, on)
             if part.index is None and not add:
-                download(self.queue, self._vis_held, out[part.rows], self.staging)
+                download(queue, self._vis_held, out[part.rows], staging)
                 continue
             got = np.empty(part.held, self.complex)
-            download(self.queue, self._vis_held, got, self.staging)
+            download(queue, self._vis_held, got, staging)
             rows = out[part.rows].reshape(-1)
             if part.index is None:
                 rows += got
