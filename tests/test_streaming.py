@@ -222,7 +222,7 @@ def test_the_next_group_is_planned_on_its_own_queue_and_thread_while_the_current
         warnings.simplefilter("ignore", clgrid.StreamedWarning)
         op = clgrid.WGridder(**args)
     engine = op.engine
-    assert engine.streamed.slabs > 2 and engine.streamed.overlapped
+    assert engine.streamed.slabs > 2 and engine_module.STREAM_OVERLAP
     planned, entered = [], []
     make_part, enter = engine_module.ImagingEngine._make_part, engine_module.ImagingEngine._stream_enter
 
@@ -252,3 +252,8 @@ def test_the_next_group_is_planned_on_its_own_queue_and_thread_while_the_current
     assert engine._parts == [] and engine._call is None
     assert relative_error(image, want_image) <= 1e-12
     assert relative_error(got_vis, want_vis) <= 1e-12
+    monkeypatch.setattr(engine_module, "STREAM_OVERLAP", False)        # in turn, on this thread: the same
+    planned.clear()
+    assert relative_error(op.vis2dirty(vis, wgt), want_image) <= 1e-12
+    assert relative_error(op.dirty2vis(dirty, wgt), want_vis) <= 1e-12
+    assert planned and all(main for main, _ in planned)

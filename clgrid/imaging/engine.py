@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -54,6 +54,9 @@ DEVICE_SHARE = 0.9
 # samples of one part of rows: a part's plan counts its samples in 32 bits (plan_positions.cl,
 # values_stacked.cl); more samples go through in more parts (docs/design/streaming.md)
 SAMPLE_LIMIT = 2 ** 31 - 1
+# a streaming engine plans its next group on its own thread and queue while the current one
+# is spread (False: in turn, on the calling thread: the benchmarks' A/B)
+STREAM_OVERLAP = True
 
 
 def _route_tuning(tuning, facts) -> tuple:
@@ -117,6 +120,22 @@ def _row_parts(nrow: int, nchan: int, samples: int) -> list:
     """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
     rows = max(1, samples // max(nchan, 1))
     return [slice(a, min(a + rows, nrow)) for a in range(0, max(nrow, 1), rows)]
+
+
+class _InTurn:
+    """A stand-in for a one-thread executor that runs each job at once on the caller's thread
+    (`STREAM_OVERLAP` off)."""
+
+    def submit(self, fn, *args) -> Future:
+        done = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:       # raised where the result is taken, as the executor's
+            done.set_exception(exc)
+        return done
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
 
 
 class ImagingEngine:
@@ -316,7 +335,7 @@ class ImagingEngine:
         self._call = None
         most = max(min(slab.points, capacity) for slab in slabs)
         groups = sum(len(slab.groups) for slab in slabs)
-        self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True, overlapped=True,
+        self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True,
                                         device_bytes=fixed + 2 * most * point, capacity=int(capacity),
                                         every_point=every)
         self._prep = self._preparer(deterministic)
@@ -407,7 +426,8 @@ class ImagingEngine:
         each group's values are added to)."""
         order = [(i, k) for i, slab in enumerate(self._stream) if any(self._touch[p] for p in slab.planes)
                  for k in range(len(slab.groups))]
-        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clgrid-stream")
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clgrid-stream") if STREAM_OVERLAP \
+            else _InTurn()
         self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None, order=order,
                                      next=0, worker=worker, pending=None)
         prep = self._prep
