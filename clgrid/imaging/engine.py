@@ -301,8 +301,9 @@ class ImagingEngine:
     def _setup_stream(self, uvw, scale, keep, signs, deterministic, every: int) -> None:
         """Points that do not fit the device at once (`device_bytes` beyond `DEVICE_SHARE` of
         it): a schedule of slabs of w-planes (`clgrid.imaging.stream`), each slab's points
-        planned when a call reaches it and released after it, re-planned every call; said
-        in ``streamed`` and a `StreamedWarning`.  Refused, naming the sizes, where the grid
+        planned when a call reaches it and released after it, re-planned every call, the
+        next group planned on a second queue (`_preparer`) while the current one is spread;
+        said in ``streamed`` and a `StreamedWarning`.  Refused, naming the sizes, where the grid
         and one part's set-up alone do not fit."""
         facts, g = self.facts, self.geometry
         limit = int(facts.global_memory * DEVICE_SHARE)

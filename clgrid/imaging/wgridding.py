@@ -100,7 +100,9 @@ class WGridder:
     operator to w-planes lo..hi-1: it spreads, transforms and interpolates only the taps
     that fall on them, so over a partition of the planes the images add up to the whole
     image, and the visibilities to the whole visibilities; points whose taps all fall
-    outside add nothing.  ``deterministic``: the same image bits from run to run, for a
+    outside add nothing.  Any number of samples: more than one part's 32-bit counts
+    (2^31 - 1) go through in parts of rows onto one grid (a row of more channels is refused).
+    ``deterministic``: the same image bits from run to run, for a
     price: the points planned on the host and spread by rows (no atomics).
 
     ``facets``: None (or "auto") images the whole field on one padded grid where that
