@@ -294,13 +294,4 @@ __kernel void take_stacked(__global const int *restrict order, __global const in
     if (phase)
         sorted_phase[k] = phase[i];
 }
-
-/* out[k] = values[k * step] for k in [0, count): where each plane's run of keys begins. */
-__kernel void every_nth(__global const int *restrict values, const int step, const int count,
-                        __global int *restrict out)
-{
-    const int k = get_global_id(0);
-    if (k < count)
-        out[k] = values[(size_t)k * step];
-}
 {% endif %}

@@ -44,3 +44,13 @@ __kernel void add_block_offsets(__global int *restrict prefix, __global const in
     if (i < n)
         prefix[i] += block_offsets[i / BLOCK];
 }
+
+/* out[k] = values[k * step] for k in [0, count): where each step-th run begins (a plane's
+   first key, in a table of key starts), a small copy back instead of the whole table. */
+__kernel void every_nth(__global const int *restrict values, const int step, const int count,
+                        __global int *restrict out)
+{
+    const int k = get_global_id(0);
+    if (k < count)
+        out[k] = values[(size_t)k * step];
+}

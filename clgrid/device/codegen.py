@@ -61,9 +61,39 @@ def _env() -> jinja2.Environment:
     return _environment
 
 
+_rendered: dict = {}
+RENDERS_KEPT = 256
+_PLAIN = (type(None), bool, int, float, str, np.integer, np.floating, np.bool_)
+
+
+def _plain_key(value):
+    """``value`` as a dictionary key where it is made of plain values (numbers, strings,
+    tuples and lists of them), else None: such a render is not kept."""
+    if isinstance(value, _PLAIN):
+        return (type(value).__name__, value)
+    if isinstance(value, (tuple, list)):
+        keys = [_plain_key(v) for v in value]
+        return None if any(k is None for k in keys) else (type(value).__name__, tuple(keys))
+    return None
+
+
 def render(template: str, **params) -> str:
-    """Render ``clgrid/cl_kernels/<template>`` with the given template variables."""
-    return _env().get_template(template).render(**params)
+    """Render ``clgrid/cl_kernels/<template>`` with the given template variables.
+
+    A render of plain template variables is kept (operators are set up many times with the
+    same programs, and rendering a large template costs a visible part of a set-up)."""
+    key = _plain_key(tuple(sorted(params.items())))
+    if key is not None:
+        key = (template, key)
+        found = _rendered.get(key)
+        if found is not None:
+            return found
+    source = _env().get_template(template).render(**params)
+    if key is not None:
+        if len(_rendered) >= RENDERS_KEPT:
+            _rendered.pop(next(iter(_rendered)))          # the oldest
+        _rendered[key] = source
+    return source
 
 
 def build_program(context: cl.Context, source: str, options: tuple = ()) -> cl.Program:

@@ -29,7 +29,7 @@ class CountingSort:
         self.queue = queue
         self.num_keys = int(num_keys)
         self._program = build_program(queue.context, render("counting_sort.cl", key=key, num_keys=self.num_keys))
-        self._scan = ExclusiveScan(queue)
+        self._scan = ExclusiveScan.of(queue)
 
     def __call__(self, packed: cl.Buffer, source: cl.Buffer, n: int, wait_for=None, starts: cl.Buffer = None):
         """``(sorted_packed, sorted_source, events)``: new buffers in key order.  ``starts``,

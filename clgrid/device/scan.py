@@ -10,16 +10,30 @@ values are scanned in local memory; their totals are scanned the same way
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyopencl as cl
 
-from .codegen import build_program, render, kernel as codegen_kernel
+from .codegen import build_program, launch, render, kernel as codegen_kernel
 
 __all__ = ["ExclusiveScan"]
 
 
 class ExclusiveScan:
     """``prefix[i] = sum(values[:i])`` for int32 buffers; scratch kept between calls."""
+
+    _shared: dict = {}
+
+    @classmethod
+    def of(cls, queue: cl.CommandQueue) -> "ExclusiveScan":
+        """The default scan of ``queue`` for the calling thread (its scratch is not shared
+        between threads), made once: set-ups that scan every time need not build one."""
+        key = (queue.int_ptr, threading.get_ident())
+        found = cls._shared.get(key)
+        if found is None or found.queue is not queue:
+            found = cls._shared[key] = cls(queue)
+        return found
 
     def __init__(self, queue: cl.CommandQueue, wg: int = 256, items: int = 4):
         self.queue = queue
@@ -52,3 +66,11 @@ class ExclusiveScan:
             events.append(add_block_offsets(self.queue, (blocks * self.block,), None, prefix, offsets,
                                             np.int32(n)))
         return events
+
+    def every_nth(self, values: cl.Buffer, step: int, count: int, host: np.ndarray) -> cl.Event:
+        """Enqueue the copy of ``values[k * step]`` for k in [0, count) into ``host`` (int32,
+        ``count`` entries) without waiting: the event says when it is there."""
+        out = cl.Buffer(self.queue.context, cl.mem_flags.READ_WRITE, 4 * max(count, 1))
+        launch(codegen_kernel(self._program, "every_nth"), self.queue, count, values, np.int32(step),
+               np.int32(count), out)
+        return cl.enqueue_copy(self.queue, host[:count], out, is_blocking=False)

@@ -25,14 +25,15 @@ from types import SimpleNamespace
 import numpy as np
 import pyopencl as cl
 
-from ..device.codegen import build_program, launch, render
+from ..device.codegen import build_program, kernel as codegen_kernel, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning, StreamedWarning
 from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
-from ..planning.plan import plan_stacked
+from ..planning.fused import plan_arranged
+from ..planning.plan import as_host, plan_stacked
 from ..sources.accuracy import float_taps_allowed
 from .memory import (HOST_PART_SAMPLES, engine_device_bytes, engine_stream_bytes, return_freed_memory,
                      stream_sample_bytes)
@@ -145,7 +146,8 @@ class ImagingEngine:
 
     Parameters
     ----------
-    uvw : (nrow, 3) float64 metres.
+    uvw : (nrow, 3) float64 metres, on the host or a `pyopencl.array.Array` on the device's
+        context (planned there, `clgrid.planning.device_points`).
     scale : (nchan,) float64, frequency / c.
     keep : (nrow, nchan) bool, or None: the samples to image.
     signs : the flips, +1 or -1 per axis.
@@ -216,8 +218,9 @@ class ImagingEngine:
         self._value_bytes = 8 if float_taps else np.dtype(self.complex).itemsize
         self.layout = self.spreader.layout()
         # where each w-plane holds taps: the host FFT's passes run there only (regions.py)
-        self.regions = plane_regions(uvw, scale, keep, signs, g, self._workers) \
-            if g.do_wgridding and self.fft_mode in ("host", "mapped") else None
+        self.regions = None
+        if g.do_wgridding and self.fft_mode in ("host", "mapped"):     # (device uvw: read back for it)
+            self.regions = plane_regions(as_host(uvw), scale, keep, signs, g, self._workers)
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
@@ -323,7 +326,7 @@ class ImagingEngine:
                 f"the {g.nu}x{g.nv} grid and one part of {part} samples' set-up need about {fixed / 2**30:.2f} GiB "
                 f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: image in facets or "
                 f"in single precision")
-        slabs, touch, kept = stream_schedule(uvw, scale, keep, g, self.planes, capacity, self._workers,
+        slabs, touch, kept = stream_schedule(as_host(uvw), scale, keep, g, self.planes, capacity, self._workers,
                                              self._max_planes)
         self._part_samples = part
         self._stream = slabs
@@ -373,18 +376,28 @@ class ImagingEngine:
         # a slab's own geometry only where the stack's keys need it: otherwise the whole
         # stack's, whose plane positions are the schedule's to the bit (split.first_planes)
         g, base = slab_geometry(self.geometry, planes) if self._max_planes is not None else (self.geometry, 0)
-        plan = plan_stacked(queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
-                            fold=g.do_wgridding, double=self.precision == "double", staging=staging,
-                            on_host=deterministic, planes=range(planes.start - base, planes.stop - base))
         nsample = (rows.stop - rows.start) * self.nchan
-        # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
-        # picks theirs, in plan order, instead of sending every sample each call
-        index = None
-        if plan.num_kept < SPARSE_SHARE * nsample:
-            plan.values_by_position = True
-            index = plan.sample.get()[:plan.num_kept]
-        points = plan.arranged(spreader.arrangement_key(), spreader.arrange)
-        plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
+        if spreader.arranges_by_layout and not (deterministic or spreader.stable) and self.facts.fp64:
+            # planned straight into the spread's order (clgrid.planning.fused); few of the
+            # rows' samples kept: the values go by position, picked by the host (index)
+            plan, points, index = plan_arranged(
+                queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs, fold=g.do_wgridding,
+                double=self.precision == "double", layout=self.layout, staging=staging,
+                planes=range(planes.start - base, planes.stop - base), sparse_share=SPARSE_SHARE)
+            points = spreader.add_tables(points, g).wait_ready()     # the set-up's one wait
+            plan.keep_arranged(spreader.arrangement_key(), points)
+        else:
+            plan = plan_stacked(queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
+                                fold=g.do_wgridding, double=self.precision == "double", staging=staging,
+                                on_host=deterministic, planes=range(planes.start - base, planes.stop - base))
+            # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
+            # picks theirs, in plan order, instead of sending every sample each call
+            index = None
+            if plan.num_kept < SPARSE_SHARE * nsample:
+                plan.values_by_position = True
+                index = plan.sample.get()[:plan.num_kept]
+            points = plan.arranged(spreader.arrangement_key(), spreader.arrange)
+            plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
         points = spreader.settle(points)     # then the strategy's own per-point data
         if "CPU" in self.facts.type:               # the part's freed scratch back to the system
             queue.finish()
@@ -521,9 +534,7 @@ class ImagingEngine:
         source = render("wgrid_planes.cl", double=self.precision == "double", use_w=g.do_wgridding,
                         phase_double=phase_double)
         program = build_program(ctx, source)
-        self._accumulate = cl.Kernel(program, "accumulate")
-        self._finish = cl.Kernel(program, "finish")
-        self._load_plane = cl.Kernel(program, "load_plane")
+        self._planes_program = program        # its kernels: _accumulate, _finish, _load_plane
 
         def copy(a, dtype):
             return read_only_buffer(ctx, np.asarray(a, dtype))
@@ -542,6 +553,14 @@ class ImagingEngine:
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._npix_bytes = npix_bytes
 
+    # The engine's own kernels, one object per calling thread (codegen.kernel), kept across
+    # operators: a new pyopencl Kernel per set-up reads its invoker from pyopencl's on-disk cache.
+    _gather = property(lambda self: codegen_kernel(self._values_program, "gather_vis"))
+    _scatter = property(lambda self: codegen_kernel(self._values_program, "scatter_vis"))
+    _accumulate = property(lambda self: codegen_kernel(self._planes_program, "accumulate"))
+    _finish = property(lambda self: codegen_kernel(self._planes_program, "finish"))
+    _load_plane = property(lambda self: codegen_kernel(self._planes_program, "load_plane"))
+
     def _setup_data(self, program):
         """The kernels that pick the kept values in plan order (weighted, conjugated where the
         point moved, phase-shifted) and put them back, and their tally."""
@@ -551,8 +570,7 @@ class ImagingEngine:
         # streaming engine gathers while the planes go through
         self._values_tally = self._tally if self._stream is None else cl.Buffer(ctx, mf.READ_WRITE, 4 * 3)
         self._no_phase = cl.Buffer(ctx, mf.READ_ONLY, np.dtype(self.complex).itemsize)
-        self._gather = cl.Kernel(program, "gather_vis")
-        self._scatter = cl.Kernel(program, "scatter_vis")
+        self._values_program = program        # its kernels: _gather, _scatter
 
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:

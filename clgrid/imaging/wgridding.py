@@ -58,6 +58,8 @@ from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
 from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, touching
+from ..device.runtime import get_queue
+from ..planning.device_points import abs_w_range as device_w_range, check_device_uvw, is_device_array
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
 
@@ -79,6 +81,11 @@ class WGridder:
 
     It checks the keywords, chooses the geometry (or takes one) and drives the work of
     its devices, one `clgrid.imaging.engine.ImagingEngine` each.
+
+    ``uvw`` (nrow, 3) metres may be a float64 C-contiguous `pyopencl.array.Array` (points
+    already on the device, as cuFINUFFT's ``setpts`` takes them): it is planned where it is,
+    with no copy through the host, on ``device`` (which must share its context; None: its
+    own queue); one device only.  ``freq`` may be a device array too (it is read back).
 
     ``device``: one device (a name, a pyopencl Device, Context or CommandQueue, or None:
     `clgrid.device.runtime`), or a list of them (a device may appear twice: two queues on
@@ -120,7 +127,13 @@ class WGridder:
                  verbosity: int = 0, tuning: dict | None = None, geometry: ImageGeometry | None = None,
                  planes: tuple | None = None, deterministic: bool = False, split: str = "auto",
                  facets=None):
-        uvw = np.asarray(uvw, np.float64)
+        if is_device_array(freq):
+            freq = freq.get()                  # nchan numbers: the host chooses the geometry with them
+        on_device = is_device_array(uvw)
+        if on_device:                          # points already on the device (device_points.py)
+            device = _device_for_points(uvw, device)
+        else:
+            uvw = np.asarray(uvw, np.float64)
         freq = np.asarray(freq, np.float64).reshape(-1) if np.ndim(freq) else np.asarray([freq], np.float64)
         if uvw.ndim != 2 or uvw.shape[1] != 3:
             raise ValueError(f"uvw must have shape (nrow, 3), got {uvw.shape}")
@@ -151,7 +164,9 @@ class WGridder:
         # is conj(V) at (-u, -v, -w)): the planes cover |w| only, half the range.
         workers = int(nthreads) if nthreads and nthreads > 0 else (os.cpu_count() or 1)
         self._workers = workers
-        w_range = abs_w_range(uvw, scale, keep, workers) if do_wgridding and num_kept else None
+        w_range = None
+        if do_wgridding and num_kept:
+            w_range = device_w_range(device, uvw, scale, keep) if on_device else abs_w_range(uvw, scale, keep, workers)
         given = geometry is not None or planes is not None
         if geometry is None:
             geometry = choose_geometry(npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, w_range,
@@ -307,6 +322,19 @@ class WGridder:
         for r, part in zip(self._rows, parts):
             out[r] = part
         return out
+
+
+def _device_for_points(uvw, device):
+    """The one device (its queue) that plans device ``uvw``: ``device``, or None for uvw's own
+    queue; ``uvw`` checked there (`clgrid.planning.device_points.check_device_uvw`)."""
+    if isinstance(device, (list, tuple)) or (device is None and device_list(None) is not None):
+        raise ValueError("uvw is a device array: it is planned on its own device, but device= (or $CLGRID_DEVICE) "
+                         "names several; pass a host array to share the samples out between devices")
+    queue = uvw.queue if device is None else get_queue(device)
+    if queue is None:
+        raise ValueError("uvw is a device array without a queue: pass device= (a queue on its context)")
+    check_device_uvw(uvw, queue.context, rows=True)
+    return queue
 
 
 def _progress_reports(progress, engines: int, each_plane_once: bool) -> list:

@@ -38,6 +38,7 @@ from .host import (SPEED_OF_LIGHT, Positions, Samples, check_coordinates, in_wav
 from ..device.scan import ExclusiveScan
 from ..device.runtime import device_facts
 from ..device.transfer import to_device_array, upload
+from .device_points import check_device_uvw, device_rows, is_device_array
 
 __all__ = ["GridGeometry", "Plan", "make_plan", "plan_stacked", "split_flags", "as_host"]
 
@@ -222,6 +223,13 @@ class Plan:
                 self._arranged[key] = arrange(self)
             return self._arranged[key]
 
+    def keep_arranged(self, key, arrangement):
+        """Keep ``arrangement`` as this plan's order ``key`` (made elsewhere:
+        `clgrid.planning.fused.plan_arranged`); returns it."""
+        with self._lock:
+            self._arranged[key] = arrangement
+            return arrangement
+
     def release_points(self) -> None:
         """Free the per-point device arrays in the caller's order (``sample``, ``packed``,
         ``fraction``, ``phase``, ``support``, ``weight_sum``) once the arrangements made so far
@@ -229,7 +237,7 @@ class Plan:
         on a CPU device these are host memory).  The counts stay; `host` and a new
         arrangement are refused after it."""
         with self._lock:
-            if self._positions is None and self.sample is not None:
+            if self._positions is None:
                 self._positions = False
             for name in ("sample", "packed", "fraction", "phase", "support", "weight_sum"):
                 array = getattr(self, name)
@@ -269,16 +277,13 @@ class _Planner:
         program = build_program(queue.context, render("plan_positions.cl", stacked=False))
         self.classify = codegen_kernel(program, "classify")
         self.compact = codegen_kernel(program, "compact")
-        self.scan = ExclusiveScan(queue)
+        self.scan = ExclusiveScan.of(queue)
 
 
 def _device_uvw(queue, uvw, staging) -> cla.Array:
     """uvw as a float64 device array of shape (..., 3) (uploaded through ``staging``)."""
     if isinstance(uvw, cla.Array):
-        if uvw.dtype != np.float64 or uvw.shape[-1:] != (3,) or uvw.ndim < 2 or not uvw.flags.c_contiguous:
-            raise ValueError(f"a device uvw must be a C-contiguous float64 array of shape (..., 3), got "
-                             f"{uvw.dtype} {uvw.shape}")
-        return uvw
+        return device_rows(check_device_uvw(uvw, queue.context))
     return to_device_array(queue, np.ascontiguousarray(uvw, np.float64), staging)
 
 
@@ -422,7 +427,8 @@ def stacked_program(context, geometry, fold: bool, double: bool) -> cl.Program:
 
 def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: bool, staging=None,
                  on_host: bool = False, planes: range | None = None) -> Plan:
-    """Plan the samples of ``uvw`` (nrow, 3) metres at ``scale`` (nchan,) = freq / c for
+    """Plan the samples of ``uvw`` (nrow, 3) metres (a host array, or a float64
+    `pyopencl.array.Array` on ``queue``'s context: planned where it is) at ``scale`` (nchan,) = freq / c for
     w-stacking on ``geometry`` (a `clgrid.imaging.geometry.ImageGeometry`), where ``keep``
     (nrow, nchan; None: all) is set, on ``queue``'s device: a `Plan` in the caller's sample
     order.  ``signs``: the flips (+1 or -1 per axis); ``fold``: move w < 0 to -uvw;
@@ -439,7 +445,7 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     counts = {"kept": 0, "flagged": 0, "off_grid": 0, "beyond_kernel_stack": 0, "elsewhere": 0}
     planes = range(g.num_planes) if planes is None else planes
     if on_host or not device_facts(queue.device).fp64:
-        host = stacked_positions(uvw, scale, keep, signs, g, fold, planes)
+        host = stacked_positions(as_host(uvw), scale, keep, signs, g, fold, planes)
         n = host["sample"].size
         counts.update(kept=n, flagged=host["flagged"], elsewhere=nsample - n - host["flagged"])
 
@@ -452,9 +458,12 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
                     phase=None if host["phase"] is None else up(host["phase"], cplx))
     context = queue.context
     program = stacked_program(context, g, fold, double)
-    uvw_d = cla.empty(queue, max(nsample and nrow, 1) * 3, np.float64)
-    if nrow:
-        upload(queue, np.ascontiguousarray(uvw, np.float64), uvw_d.data, staging)
+    if is_device_array(uvw):       # points already on the device: planned where they are
+        uvw_d = device_rows(check_device_uvw(uvw, context, rows=True)) if nrow else cla.empty(queue, 3, np.float64)
+    else:
+        uvw_d = cla.empty(queue, max(nsample and nrow, 1) * 3, np.float64)
+        if nrow:
+            upload(queue, np.ascontiguousarray(uvw, np.float64), uvw_d.data, staging)
     scale_d = cla.to_device(queue, np.asarray(scale, np.float64))
     keep_d = None if keep is None else cla.to_device(queue, np.ascontiguousarray(keep, np.uint8).reshape(-1))
     cells_u, cells_v = g.cells_per_wavelength
@@ -481,7 +490,7 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
     fraction = cla.empty(queue, (max(m, 1), 4), real)
     phase = cla.empty(queue, max(m, 1), cplx) if g.has_phase else None
     if m:
-        ExclusiveScan(queue)(kept.data, position.data, nsample)
+        ExclusiveScan.of(queue)(kept.data, position.data, nsample)
         launch(codegen_kernel(program, "compact_stacked"),
                queue, nsample, status.data, packed_all.data, position.data, uvw_d.data, scale_d.data,
                stacking, sample.data, packed.data, fraction.data, None if phase is None else phase.data)

@@ -20,6 +20,7 @@ import pyopencl.array as cla
 
 from ..device.codegen import kernel as codegen_kernel, launch
 from ..device.counting_sort import CountingSort
+from ..device.scan import ExclusiveScan
 from .plan import stacked_program
 
 __all__ = ["PlaneOrder", "PointPlan", "arrange"]
@@ -81,6 +82,18 @@ class PointPlan:
     vis: object = None           # one call's values in this order (a cl.Buffer), or None
     extra: dict = field(default_factory=dict)   # what a strategy adds (tables, kernel values)
 
+    def wait_ready(self) -> "PointPlan":
+        """Wait for the host copies of the tables that were enqueued without waiting
+        (``extra["ready"]``, the last of them: the queue is in order), then run the checks
+        and conversions that read them (``extra["after_ready"]``); returns self."""
+        ready = self.extra.pop("ready", None)
+        if ready is not None:
+            ready.wait()
+        for then in self.extra.pop("after_ready", []):
+            then()
+        self.plane_start = np.asarray(self.plane_start, np.int64)
+        return self
+
     def active(self, plane: int, support: int) -> tuple[int, int]:
         """(start, count) of the visibilities with a tap on ``plane``."""
         lo = self.plane_start[max(0, plane - support + 1)]
@@ -136,15 +149,13 @@ def arrange(plan, layout: PlaneOrder, stable: bool = False) -> PointPlan:
                queue, n, order_d.data, plan.sample.data, plan.packed.data, plan.fraction.data,
                None if plan.phase is None else plan.phase.data, np.int32(n), np.int32(plan.values_by_position),
                first_d, frac_d, src_d, phase_d)
-    plane_start = every_nth(queue, program, starts, layout.keys_per_plane, g.num_planes + 1).astype(np.int64)
+    plane_start = every_nth(queue, starts, layout.keys_per_plane, g.num_planes + 1).astype(np.int64)
     return PointPlan(first_d, frac_d, src_d, phase_d, starts, plane_start, n, plan.planned_on)
 
 
-def every_nth(queue, program, values: cl.Buffer, step: int, count: int) -> np.ndarray:
-    """``values[k * step]`` for k in [0, count), to the host (int32): a small download
-    instead of the whole table."""
-    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4 * max(count, 1))
-    launch(codegen_kernel(program, "every_nth"), queue, count, values, np.int32(step), np.int32(count), out)
+def every_nth(queue, values: cl.Buffer, step: int, count: int) -> np.ndarray:
+    """``values[k * step]`` for k in [0, count), to the host (int32), waited for: a small
+    download instead of the whole table (`clgrid.device.scan.ExclusiveScan.every_nth`)."""
     host = np.empty(count, np.int32)
-    cl.enqueue_copy(queue, host, out)
+    ExclusiveScan.of(queue).every_nth(values, step, count, host).wait()
     return host

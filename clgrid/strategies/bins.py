@@ -14,8 +14,7 @@ import pyopencl as cl
 
 from ..device.codegen import launch
 from ..device.scan import ExclusiveScan
-from ..planning.plan import stacked_program
-from ..planning.stacking import PlaneOrder, PointPlan, every_nth
+from ..planning.stacking import PlaneOrder, PointPlan
 from .stacked import StackedStrategy
 
 __all__ = ["BinsGridding"]
@@ -72,29 +71,39 @@ class BinsGridding(StackedStrategy):
         return PlaneOrder("bins", self.nu, self.nv, self.tuning["bin_u"], self.tuning["bin_v"])
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
-        """By (first plane, bin), with each plane's work-groups: (bin, piece) for every piece
-        of at most ``bins_subproblem`` of the points with a tap on the plane whose first cell
-        is in the bin, listed on the device; ``extra["jobs"][p]`` (host) is where plane p's
-        begin, the last entry where they end."""
-        points = super().arrange(plan, npol)
+        """By (first plane, bin), with each plane's work-groups (`add_tables`)."""
+        return self.add_tables(super().arrange(plan, npol), plan.geometry).wait_ready()
+
+    def add_tables(self, points: PointPlan, geometry) -> PointPlan:
+        """``points`` (arranged by (first plane, bin) for ``geometry``) with each plane's
+        work-groups: (bin, piece) for every piece of at most ``bins_subproblem`` of the points
+        with a tap on the plane whose first cell is in the bin, listed on the device;
+        ``extra["jobs"][p]`` (host) is where plane p's begin, the last entry where they end,
+        once `PointPlan.wait_ready` (the copy back is not waited for here; the table is
+        sized for the most pieces the points can make)."""
         k, bins = self.kernels, self.layout().keys_per_plane
         num_planes = points.plane_start.size - 1       # the plan's stack (a slab's, where it has one)
         n = num_planes * bins
         if n >= 2 ** 31 - 1:
             raise ValueError(f"{n} (plane, bin) pairs overflow 32-bit counts: use larger bins")
         context, mf = self.queue.context, cl.mem_flags
+        reach = k.width if k.use_w else 1
         pieces = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
         first_job = cl.Buffer(context, mf.READ_WRITE, 4 * (n + 1))
-        program_kernel = self.program
+        program_kernel = self.set_up_kernel
         launch(program_kernel("count_pieces"), self.queue, n + 1, points.starts, np.int32(num_planes),
-               np.int32(k.width if k.use_w else 1), pieces)
-        ExclusiveScan(self.queue)(pieces, first_job, n + 1)
-        jobs = every_nth(self.queue, stacked_program(context, plan.geometry, plan.geometry.do_wgridding,
-                                                     self.precision == "double"),
-                         first_job, bins, num_planes + 1)
-        table = cl.Buffer(context, mf.READ_WRITE, 8 * max(int(jobs[-1]), 1))
+               np.int32(reach), pieces)
+        scan = ExclusiveScan.of(self.queue)
+        scan(pieces, first_job, n + 1)
+        # each entry's points (at most reach * num_vis over all entries) make ceil(count / piece)
+        # pieces: at most reach * num_vis / piece, plus one for each entry that has points
+        most = reach * points.num_vis // self.tuning["bins_subproblem"] + min(n, reach * points.num_vis) + 1
+        table = cl.Buffer(context, mf.READ_WRITE, 8 * most)
         launch(program_kernel("list_jobs"), self.queue, n, pieces, first_job, np.int32(n), table)
-        points.extra.update(subproblems=table, jobs=jobs.tolist())
+        jobs = np.empty(num_planes + 1, np.int32)
+        points.extra["ready"] = scan.every_nth(first_job, bins, num_planes + 1, jobs)
+        points.extra.setdefault("after_ready", []).append(lambda: points.extra.update(jobs=jobs.tolist()))
+        points.extra.update(subproblems=table)
         return points
 
     def grid(self, points: PointPlan, npol: int, grid_buffer, wait_for=None, plane: int = 0) -> list:

@@ -25,6 +25,7 @@ class _FpgaStacked(StackedStrategy):
     template = "fpga_stacked.cl"
     counts = ("tile", "unroll_u")
     stable = True          # the host order of an FPGA pipeline: the same every run
+    arranges_by_layout = False     # its runs are made on the host (arrange)
 
     def layout(self) -> PlaneOrder:
         return PlaneOrder("bins", self.nu, self.nv, self.tuning["tile"], self.tuning["tile"])

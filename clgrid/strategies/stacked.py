@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 
+from ..device.codegen import kernel as codegen_kernel
+from ..errors import KernelBuildError
 from ..sources.analytic import StackedKernel
 from ..planning.stacking import PlaneOrder, PointPlan, arrange
 from .base import Strategy
@@ -34,6 +36,9 @@ class StackedStrategy(Strategy):
     atomics = False
     work_group_parameters = ()
     stable = False     # arrange in the same order every run (deterministic images)
+    # `arrange` is the layout's order (`clgrid.planning.stacking.arrange`) then `add_tables`:
+    # the imaging engine may plan straight into that order (`clgrid.planning.fused`)
+    arranges_by_layout = True
 
     @classmethod
     def check_kernel_source(cls, kernels) -> None:
@@ -75,6 +80,12 @@ class StackedStrategy(Strategy):
         order every run (a stable sort on the host)."""
         return arrange(plan, self.layout(), stable=self.stable)
 
+    def add_tables(self, points: PointPlan, geometry) -> PointPlan:
+        """What the strategy's kernels read beside the points arranged in `layout`'s order for
+        ``geometry`` (`arrange` adds it; the imaging engine's fused planning,
+        `clgrid.planning.fused`, calls it itself; here: nothing)."""
+        return points
+
     def settle(self, points: PointPlan) -> PointPlan:
         """What the strategy derives from its arrangement once the plan in the caller's order
         is released (the imaging engine calls it once per arrangement; here: nothing)."""
@@ -94,6 +105,21 @@ class StackedStrategy(Strategy):
 
     def program(self, name: str):
         return self.kernel(name, 1)
+
+    def set_up_kernel(self, name: str):
+        """Kernel ``name`` for a launch enqueued now, in the calling thread (the tables
+        `add_tables` makes): one object per thread and program, kept across operators
+        (`clgrid.device.codegen.kernel`; a new pyopencl Kernel reads its invoker from
+        pyopencl's on-disk cache, a visible part of a set-up).  A program from a binary, or
+        one whose build fails (the atomic path's fallback), goes through `program`."""
+        if not self.binary:
+            try:
+                if getattr(self, "_set_up_program", None) is None:
+                    self._set_up_program = self._build(1)
+                return codegen_kernel(self._set_up_program, name)
+            except KernelBuildError:
+                pass
+        return self.program(name)
 
 
 def check_plane(plane: int, kernels: StackedKernel) -> int:
