@@ -598,7 +598,8 @@ class ImagingEngine:
         source = self._vis_held if kernel is self._gather else part.values.vis
         target = part.values.vis if kernel is self._gather else self._vis_held
         phase = p.phase if p.phase is not None else self._no_phase
-        kernel(self.queue if on is None else on.queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
+        queue = self.queue if on is None else on.queue
+        kernel(queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
                np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._values_tally)
 
     def _tally_counts(self) -> np.ndarray:
