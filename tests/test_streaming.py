@@ -257,3 +257,31 @@ def test_the_next_group_is_planned_on_its_own_queue_and_thread_while_the_current
     assert relative_error(op.vis2dirty(vis, wgt), want_image) <= 1e-12
     assert relative_error(op.dirty2vis(dirty, wgt), want_vis) <= 1e-12
     assert planned and all(main for main, _ in planned)
+
+
+def test_a_streamed_call_refused_midway_leaves_no_planning_behind(rng, monkeypatch):
+    """Bad values refused in a streamed call (NaN visibilities, counted as the groups go
+    through; a NaN image, found on the device before the planes): the same errors as the
+    kept operator's, no planning thread left, and the next call is right."""
+    import threading
+    uvw, freq, vis, wgt, mask = many_channels(rng)
+    args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-7, device=DEVICE, do_wgridding=True,
+                tuning={"fft": "mapped"}, **IMAGE)
+    kept = clgrid.WGridder(**args)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    small_device(monkeypatch, 3 << 19)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", clgrid.StreamedWarning)
+        op = clgrid.WGridder(**args)
+    assert op.engine.streamed is not None
+    bad_vis, bad_dirty = vis.copy(), dirty.copy()
+    bad_vis[np.nonzero(mask)[0][-1], np.nonzero(mask)[1][-1]] = np.nan
+    bad_dirty[3, 4] = np.inf
+    with pytest.raises(ValueError, match="vis has NaN or infinite entries where not masked"):
+        op.vis2dirty(bad_vis, wgt)
+    with pytest.raises(ValueError, match="dirty has NaN or infinite entries"):
+        op.dirty2vis(bad_dirty, wgt)
+    assert not [t for t in threading.enumerate() if t.name.startswith("clgrid-stream")]
+    assert op.engine._parts == [] and op.engine._call is None
+    assert relative_error(op.vis2dirty(vis, wgt), kept.vis2dirty(vis, wgt)) <= 1e-12
+    assert relative_error(op.dirty2vis(dirty, wgt), kept.dirty2vis(dirty, wgt)) <= 1e-12

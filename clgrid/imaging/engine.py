@@ -28,7 +28,7 @@ import pyopencl as cl
 from ..device.codegen import build_program, kernel as codegen_kernel, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
-from ..errors import DeviceCapabilityError, EmptyInputWarning, StreamedWarning
+from ..errors import DeviceCapabilityError, EmptyInputWarning, NonFiniteResultError, StreamedWarning
 from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
@@ -446,16 +446,16 @@ class ImagingEngine:
                                      next=0, worker=worker, pending=None)
         prep = self._prep
         fill_zeros(prep.queue, self._values_tally, 12, np.int32)
-        self._call.pending = worker.submit(self._stream_job, [], None, order[0] if order else None)
+        self._call.pending = worker.submit(self._stream_job, self._call, [], None, order[0] if order else None)
 
-    def _stream_job(self, handed, after, group):
+    def _stream_job(self, call, handed, after, group):
         """The preparer's work between two groups (on its thread and queue): once ``after``
         (an event of the engine's queue: the last kernel of the group in the list ``handed``)
         is complete, that group's values added to the output (dirty2vis) and its buffers
         released (taken out of ``handed``: nothing else holds them); then
-        ``group`` (slab, group) planned, its values gathered (vis2dirty) or zeroed.  Returns
-        its parts, every command done."""
-        call, prep = self._call, self._prep
+        ``group`` (slab, group) planned, its values gathered (vis2dirty) or zeroed (``call``:
+        the call's state, `_stream_begin`'s).  Returns its parts, every command done."""
+        prep = self._prep
         old = handed.pop() if handed else []
         if after is not None:
             after.wait()
@@ -490,7 +490,7 @@ class ImagingEngine:
             after = cl.enqueue_marker(self.queue)
             self.queue.flush()             # the marker must reach the device for the preparer's wait
         handed, self._parts, call.at = [self._parts], [], None
-        call.pending = call.worker.submit(self._stream_job, handed, after, group)
+        call.pending = call.worker.submit(self._stream_job, call, handed, after, group)
         del handed
 
     def _stream_enter(self, slab: int, group: int) -> None:
@@ -509,16 +509,23 @@ class ImagingEngine:
         self._stream_retire(call.order[call.next] if call.next < len(call.order) else None)
         self._parts, call.at = parts, (slab, group)
 
-    def _stream_leave(self) -> None:
+    def _stream_leave(self, quiet: bool = False) -> None:
         """End a streaming call: the group on the device handed back and everything the
-        preparer holds done (its errors raised), its thread gone."""
+        preparer holds done (its errors raised, unless ``quiet``: the call is failing
+        already), its thread gone."""
         call = self._call
+        if call is None or call.worker is None:
+            return
         try:
             if call.at is not None or self._parts:
                 self._stream_retire(None)
             call.pending.result()
+        except Exception:
+            if not quiet:
+                raise
         finally:
             call.worker.shutdown(wait=True)
+            call.worker = None
             self._parts = []
 
     def _stream_groups(self, plane: int):
@@ -732,14 +739,24 @@ class ImagingEngine:
         reach it; the values' checks (the same errors) once every slab is through."""
         g = self.geometry
         self._stream_begin("grid", vis, wgt, None)
+        failed = None
         try:
-            image = self._vis2dirty_device(progress) if self.device_fft is not None else \
-                self._vis2dirty_host(progress)
-        finally:
+            try:
+                image = self._vis2dirty_device(progress) if self.device_fft is not None else \
+                    self._vis2dirty_host(progress)
+            except NonFiniteResultError as exc:      # the values' own errors said first, as kept
+                failed = exc
+        except BaseException:
+            self._stream_leave(quiet=True)
+            raise
+        else:
             self._stream_leave()
+        finally:
             self._call = None
         bad_vis, bad_wgt, nonzero = self._tally_counts()
         self._check_gathered(bad_vis, bad_wgt)
+        if failed is not None:
+            raise failed
         if nonzero == 0:
             self._zero_data_warning("the image", kept=True)
             return np.zeros((g.npix_x, g.npix_y), self.real)
@@ -958,6 +975,10 @@ class ImagingEngine:
                 self._scatter_parts(out, wgt, add=self._max_planes is not None)
             else:
                 self._stream_leave()
+        except BaseException:
+            if self._call is not None:
+                self._stream_leave(quiet=True)
+            raise
         finally:
             self._call = None
         not_finite, bad_wgt, _ = self._tally_counts()
