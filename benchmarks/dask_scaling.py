@@ -78,6 +78,7 @@ def observation(rows: int, nchan: int, f_lo: float, f_hi: float):
 
 # task names as dask.utils.key_split gives them (no leading underscore)
 IMAGING = ("image_chunk", "image_slab")
+REDUCING = ("add_images", "sum_facet")
 PREPARING = ("chunk_extent", "geometry_of", "chunk_counts", "chunk_selection", "chunk_parts", "slab_points",
              "chunk_values", "getitem")
 
@@ -92,14 +93,16 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
     and transfers left then) and ``gather_s`` (the image back to the client).  Beside it,
     summed over tasks: the preparing tasks' compute, the imaging tasks' compute (all
     workers, and the busiest worker: ``images_s`` minus that is idle or imbalance; and
-    each task's, longest first), the additions' compute and the transfers between
-    workers."""
+    each task's, longest first), the additions' compute (the tree's `add_images`, or the
+    facets' `sum_facet` where the workers share memory), the transfers between workers,
+    and how many tasks of each name ran."""
     from dask.utils import key_split
 
-    per_worker, tasks, add, prepare, transfer = {}, [], 0.0, 0.0, 0.0
+    per_worker, tasks, add, prepare, transfer, names = {}, [], 0.0, 0.0, 0.0, {}
     first, image_start, image_stop, last = stop, stop, start, start
     for task in stream:
         name = key_split(task["key"])
+        names[name] = names.get(name, 0) + 1
         for part in task["startstops"]:
             seconds = part["stop"] - part["start"]
             last = max(last, part["stop"])
@@ -113,7 +116,7 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
                 per_worker[task["worker"]] = per_worker.get(task["worker"], 0.0) + seconds
                 tasks.append(seconds)
                 image_start, image_stop = min(image_start, part["start"]), max(image_stop, part["stop"])
-            elif name == "add_images":
+            elif name in REDUCING:
                 add += seconds
             elif name in PREPARING:
                 prepare += seconds
@@ -122,7 +125,7 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
             "prepare_compute_s": prepare, "image_compute_s": sum(per_worker.values()),
             "image_compute_busiest_worker_s": max(per_worker.values(), default=0.0),
             "image_tasks_s": sorted(tasks, reverse=True),
-            "reduction_compute_s": add, "transfer_s": transfer}
+            "reduction_compute_s": add, "transfer_s": transfer, "tasks": names}
 
 
 def slabs(n: int, data: dict, common: dict, precision: str) -> list:

@@ -45,10 +45,16 @@ import time
 
 import numpy as np
 
-import clgrid
-from report import report
-
+# this repository's clgrid, here and in the Dask workers (they inherit PYTHONPATH), not an
+# installed copy: a run that imported another tree's library measured that tree
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+import clgrid  # noqa: E402
+from report import report  # noqa: E402
+
 SPEED_OF_LIGHT = 299792458.0
 SETS = {"large": (4_000_000, 16, 8192), "small": (250_000, 16, 4096), "medium": (100_000, 16, 1024),
         "quick": (20_000, 4, 256)}
@@ -198,6 +204,24 @@ def process_part(name: str, data: dict, devices: list, a) -> dict:
 
 # -- Dask --------------------------------------------------------------------------------
 
+def _clgrid_path():
+    return os.path.dirname(os.path.abspath(clgrid.__file__))
+
+
+def tree_digest() -> str:
+    """A digest of the library's sources as imported (the run's tree, whatever git says)."""
+    import hashlib
+
+    digest = hashlib.sha1()
+    base = _clgrid_path()
+    for folder, _, files in sorted(os.walk(base)):
+        for name in sorted(files):
+            if name.endswith((".py", ".cl", ".json")):
+                with open(os.path.join(folder, name), "rb") as f:
+                    digest.update(os.path.relpath(os.path.join(folder, name), base).encode() + f.read())
+    return digest.hexdigest()[:12]
+
+
 def _set_device(spec):
     os.environ["CLGRID_DEVICE"] = spec
     import clgrid.dask
@@ -207,6 +231,7 @@ def _set_device(spec):
 
 
 def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: dict, a) -> dict:
+    import dask
     import dask.array as da
     from distributed import Client, LocalCluster, get_task_stream, wait
 
@@ -214,18 +239,28 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
     from dask_scaling import breakdown
 
     uvw, freq, vis, dirty, npix, pix = (data[k] for k in ("uvw", "freq", "vis", "dirty", "npix", "pix"))
-    configs = [("1 worker, 1 device", [devices[:1]])]
+    configs = [("1 worker, 1 device", [devices[:1]])] if "1" in a.dask_configs else []
     if len(devices) > 1:
-        configs += [(f"{len(devices)} workers, 1 device each", [[d] for d in devices]),
-                    (f"1 worker, {len(devices)} devices", [devices])]
+        if "n" in a.dask_configs:
+            configs.append((f"{len(devices)} workers, 1 device each", [[d] for d in devices]))
+        if "1n" in a.dask_configs:
+            configs.append((f"1 worker, {len(devices)} devices", [devices]))
     out = {"set": name, "num_vis": int(vis.size), "npix": npix, "configs": []}
     for label, assignment in configs:
         n = len(assignment)
         threads = max(1, a.nthreads // n)
         row = {"config": label, "workers": n, "devices": assignment, "threads_per_worker": threads}
-        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                          memory_limit=0) as cluster, Client(cluster) as client:
+        # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (every large temporary
+        # fresh pages): unset unless --dask-malloc-trim (docs/user-guide/dask.md)
+        trim = {} if a.dask_malloc_trim else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+        row["workers_malloc_trim_threshold"] = "dask's 65536" if a.dask_malloc_trim else "unset"
+        with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                                 dashboard_address=None, memory_limit=0) as cluster, \
+                Client(cluster) as client:
             workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            elsewhere = {w: p for w, p in client.run(_clgrid_path).items() if p != _clgrid_path()}
+            if elsewhere:
+                raise SystemExit(f"the workers imported another clgrid: {elsewhere}")
             for address, devs in zip(workers, assignment):
                 client.run(_set_device, ", ".join(devs), workers=[address])
             rows = -(-len(uvw) // n)
@@ -269,9 +304,15 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
             client.run(cd.clear_cache)
             cd.clear_cache()
         out["configs"].append(row)
+        b = row["vis2dirty_reused_breakdown"]
+        ratio = row.get("speedup_vis2dirty_vs_one_process_one_device")
         print(f"  dask {name}, {label}: vis2dirty first {row['vis2dirty_first_s']:.3f} s, reused "
-              f"{row['vis2dirty_reused_s']:.3f} s; dirty2vis first {row['dirty2vis_first_s']:.3f} s, reused "
-              f"{row['dirty2vis_reused_s']:.3f} s", flush=True)
+              f"{row['vis2dirty_reused_s']:.3f} s" + (f" ({ratio:.2f}x one process)" if ratio else "")
+              + f"; dirty2vis first {row['dirty2vis_first_s']:.3f} s, reused {row['dirty2vis_reused_s']:.3f} s; "
+              f"reused vis2dirty: start {b['startup_s']:.3f} + prepare {b['prepare_s']:.3f} + images "
+              f"{b['images_s']:.3f} (busiest {b['image_compute_busiest_worker_s']:.3f}) + tail "
+              f"{b['reduction_tail_s']:.3f} + gather {b['gather_s']:.3f}; transfers {b['transfer_s']:.3f} s; errors "
+              f"{row['image_error_vs_one_process']:.1e} / {row['vis_error_vs_one_process']:.1e}", flush=True)
     return out
 
 
@@ -305,6 +346,10 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5, help="reused calls, one process")
     p.add_argument("--call-repeats", type=int, default=3, help="one calls, one process")
     p.add_argument("--dask-repeats", type=int, default=3)
+    p.add_argument("--dask-configs", nargs="+", default=["1", "n", "1n"], choices=("1", "n", "1n"),
+                   help="Dask clusters: 1 worker with d0; one worker per device; 1 worker with all devices")
+    p.add_argument("--dask-malloc-trim", action="store_true",
+                   help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers")
     p.add_argument("--oracle", action="store_true", help="ducc0 at 1e-12 (double) as reference, small sets")
     p.add_argument("--no-ducc0", action="store_true")
     p.add_argument("--cpu-device", default="pocl")
@@ -313,6 +358,8 @@ def main(argv=None):
     p.add_argument("--cpu-repeats", type=int, default=2)
     p.add_argument("--cpu-set", default="small", choices=tuple(SETS))
     p.add_argument("--quick", action="store_true", help="the quick set only, few repeats, CPU workers 1 and 2")
+    p.add_argument("--budget", type=float, default=540.0,
+                   help="seconds: a set or part that would start after this is skipped (and said so)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     if a.quick:
@@ -324,6 +371,15 @@ def main(argv=None):
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "devices": devices,
            "device_names": [clgrid.device.runtime.select_device(d).name.strip() for d in devices],
            "epsilon": a.epsilon, "precision": "single", "nthreads": a.nthreads, "cores": os.cpu_count()}
+    res["clgrid_path"] = _clgrid_path()
+    res["clgrid_tree_sha1"] = tree_digest()
+    print(f"clgrid from {res['clgrid_path']} (sources {res['clgrid_tree_sha1']})", flush=True)
+    if not res["clgrid_path"].startswith(ROOT + os.sep):
+        raise SystemExit(f"clgrid was imported from {res['clgrid_path']}, not this repository ({ROOT})")
+    if os.path.isdir("/dev/shm"):              # clgrid.dask's values and images pass there (kept files)
+        fs = os.statvfs("/dev/shm")
+        res["dev_shm_gib"] = {"size": fs.f_blocks * fs.f_frsize / 2 ** 30, "free": fs.f_bavail * fs.f_frsize / 2 ** 30}
+        print(f"/dev/shm: {res['dev_shm_gib']['free']:.1f} GiB free of {res['dev_shm_gib']['size']:.1f}", flush=True)
     try:
         import subprocess
 
@@ -333,7 +389,18 @@ def main(argv=None):
         pass
     began = time.perf_counter()
     res["process"], res["dask"] = [], []
+    res["skipped"] = []
+
+    def over(what: str) -> bool:
+        if time.perf_counter() - began > a.budget:
+            res["skipped"].append(what)
+            print(f"skipped (past --budget {a.budget:.0f} s): {what}", flush=True)
+            return True
+        return False
+
     for name in a.sets:
+        if over(f"set {name}"):
+            continue
         start = time.perf_counter()
         data = make_set(*SETS[name])
         print(f"{name}: {data['vis'].size:,} visibilities into {data['npix']}^2, made in "
@@ -347,7 +414,8 @@ def main(argv=None):
             row["part_s"] = time.perf_counter() - start
             res["process"].append(row)
             summary(row)
-        if "dask" in a.parts:
+            print(f"  ({row['part_s']:.0f} s; {time.perf_counter() - began:.0f} s so far)", flush=True)
+        if "dask" in a.parts and not over(f"dask, set {name}"):
             if reference is None:
                 one = clgrid.WGridder(data["uvw"], data["freq"], data["npix"], data["npix"], data["pix"], data["pix"],
                                       a.epsilon, True, precision="single", device=devices[0], nthreads=a.nthreads)
@@ -357,12 +425,13 @@ def main(argv=None):
             row = dask_part(name, data, devices, baseline, reference, a)
             row["part_s"] = time.perf_counter() - start
             res["dask"].append(row)
+            print(f"  ({row['part_s']:.0f} s; {time.perf_counter() - began:.0f} s so far)", flush=True)
         del data, reference
         gc.collect()
         if a.json:                                   # what is done so far, should a later part fail
             with open(a.json, "w") as f:
                 json.dump(res, f, indent=1)
-    if "cpu" in a.parts:
+    if "cpu" in a.parts and not over("cpu"):
         start = time.perf_counter()
         res["cpu"] = cpu_part(*SETS[a.cpu_set], a)
         res["cpu"]["part_s"] = time.perf_counter() - start

@@ -252,7 +252,8 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     """Rows and channels chunked: the image within 1e-5 (single) or 2 epsilon (double) of
     `clgrid.vis2dirty`'s by chunks of rows, to rounding by slabs of planes (the same
     geometry), and within epsilon of ducc0's at 1e-12; the visibilities likewise;
-    <dirty2vis(d), v> == <d, vis2dirty(v)>; the image went to each worker once."""
+    <dirty2vis(d), v> == <d, vis2dirty(v)>; the image went to the workers once (one file in
+    shared memory where they share the client's host)."""
     wgridder = optional("ducc0.wgridder", "test")
     eps = EPSILON[precision]
     tolerance = (1e-5 if precision == "single" else 2 * eps) if split == "rows" else \
@@ -275,7 +276,10 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     predicted = cd.dirty2vis(dirty=dirty, split=split, **dict(geometry, uvw=blocks(uvw), wgt=blocks(wgt)))
     assert predicted.chunks == ((ROW_CHUNK, ROW_CHUNK, WIDE_ROWS - 2 * ROW_CHUNK), (CHANNEL_CHUNK, CHANNEL_CHUNK))
     held = [[key for key in keys if str(key).startswith("clgrid-dirty-")] for keys in client.has_what().values()]
-    assert len(held) == 2 and all(len(keys) == 1 for keys in held)        # scattered once, one copy each
+    if os.path.isdir("/dev/shm"):             # workers on this host: written once into a file there, not scattered
+        assert not any(held) and any(f.startswith("clgrid-x-") and f.endswith("-d") for f in os.listdir("/dev/shm"))
+    else:
+        assert len(held) == 2 and all(len(keys) == 1 for keys in held)    # scattered once, one copy each
     predicted = predicted.compute()
     assert predicted.dtype == vis.dtype
     expected = clgrid.dirty2vis(dirty=dirty, device=device_name, **geometry)
@@ -346,20 +350,37 @@ def test_a_major_cycle_moves_only_values_and_rebuilds_lost_operators_from_kept_p
 
 
 def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path):
-    """A worker on the client's host writes its facet into the client's file in /dev/shm
-    (none left behind); a task that does not find the file (another host) returns its rows,
-    and the client joins both."""
+    """A worker on the client's host writes its facet into the client's file in /dev/shm,
+    the values and partial images pass through files there too (`clgrid.dask.exchange`),
+    kept for the next call on the same points and removed by `clear_cache`; a task that
+    does not find the file (another host) returns its rows, and the client joins both."""
     from clgrid.dask import delivery
 
-    before = set(os.listdir(delivery.SHARED_MEMORY)) if os.path.isdir(delivery.SHARED_MEMORY) else set()
+    def ours() -> set:                 # this process's files (other processes may use /dev/shm meanwhile)
+        return {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith(f"clgrid-x-{os.getpid()}-")}
+
     uvw, vis, wgt, mask = wide_field(rng, "single")
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, **IMAGE)
     image = cd.vis2dirty(vis=blocks(vis), **common)
-    assert relative_error(image, clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask,
-                                                  epsilon=1e-4, do_wgridding=True, **IMAGE)) <= 1e-6
+    expected = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
+                                do_wgridding=True, **IMAGE)
+    assert relative_error(image, expected) <= 1e-6
     if os.path.isdir(delivery.SHARED_MEMORY):
-        assert {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith("clgrid-")} <= before
+        made = ours()
+        assert made                                                       # values and partial images
+        other = rng.normal(size=vis.shape) + 1j * rng.normal(size=vis.shape)
+        again = cd.vis2dirty(vis=blocks(other.astype(np.complex64)), **common)      # the same files, new values
+        assert ours() == made
+        assert relative_error(again, clgrid.vis2dirty(vis=other.astype(np.complex64), uvw=uvw, freq=WIDE_FREQS,
+                                                      wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True,
+                                                      **IMAGE)) <= 1e-6
+        assert relative_error(image, expected) <= 1e-6                    # the first image is the caller's
+        boxes = [box.path for free in delivery._boxes.values() for box in free]
+        assert boxes and all(os.path.exists(path) for path in boxes)      # the client's box, kept
+        client.run(cd.clear_cache)
+        cd.clear_cache()
+        assert not ours() and not any(os.path.exists(path) for path in boxes)
     whole = rng.normal(size=(10, 4)).astype(np.float32)
     box = delivery.open_box(whole.shape, whole.dtype)
     if box is None:
@@ -369,6 +390,117 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     rows = delivery.deliver(whole[6:], elsewhere, 6)
     assert rows is not None
     assert np.array_equal(delivery.collect(box, [None, rows], [0, 6]), whole) and not os.path.exists(box.path)
+
+
+def test_changed_points_are_imaged_anew_and_deterministic_calls_repeat_their_bits(client, rng):
+    """Operators, selections and shared-memory files are kept per set of points: uvw changed
+    in place in the caller's numpy array and a new mask make the next call image the new
+    points (equal to a fresh single-process call), not the kept ones; with
+    ``deterministic=True`` calls on the same points repeat their bits through the kept
+    files, and equal the single process to 1e-6 (single precision)."""
+    uvw, vis, wgt, mask = wide_field(rng, "single")
+    common = dict(freq=WIDE_FREQS, epsilon=1e-4, do_wgridding=True, slab_samples=vis.size, row_chunks=ROW_CHUNK,
+                  channel_chunks=CHANNEL_CHUNK, **IMAGE)
+    single = dict(freq=WIDE_FREQS, epsilon=1e-4, do_wgridding=True, **IMAGE)
+    first = cd.vis2dirty(uvw=uvw, vis=vis, wgt=wgt, mask=mask, **common)
+    assert relative_error(first, clgrid.vis2dirty(uvw=uvw, vis=vis, wgt=wgt, mask=mask, **single)) <= 1e-6
+    uvw[:, :2] *= 0.8                                   # the same array, new points
+    uvw[:, 2] *= 1.3
+    changed = mask.copy()
+    changed[:300] = 0
+    for m in (mask, changed):
+        image = cd.vis2dirty(uvw=uvw, vis=vis, wgt=wgt, mask=m, **common)
+        expected = clgrid.vis2dirty(uvw=uvw, vis=vis, wgt=wgt, mask=m, **single)
+        assert relative_error(image, expected) <= 1e-6 and relative_error(image, first) > 1e-2
+    runs = [cd.vis2dirty(uvw=uvw, vis=v, wgt=wgt, mask=changed, deterministic=True, **common)
+            for v in (vis, 3 * vis, vis)]
+    assert np.array_equal(runs[0].view(np.uint32), runs[2].view(np.uint32))
+    assert relative_error(runs[1], 3 * runs[0]) <= 1e-6
+
+
+def test_a_prediction_whose_image_a_later_call_replaced_is_refused(client, rng):
+    """dirty2vis's image goes to the workers through one kept file per set of points: a
+    second prediction made on the same points before the first was computed replaces it,
+    and the first then refuses to compute (naming why) instead of predicting the second
+    image; the second equals the single process's."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm: the image is scattered, each call its own")
+    uvw, vis, wgt, mask = wide_field(rng, "single")
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    models = [rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32) for _ in range(2)]
+    first, second = (cd.dirty2vis(dirty=m, **points) for m in models)
+    expected = clgrid.dirty2vis(dirty=models[1], uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
+                                do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    assert relative_error(second.compute(), expected) <= 1e-6
+    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+        first.compute()
+
+
+def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng):
+    """Where no file can be made in /dev/shm (full, or too small a tmpfs), the values,
+    facets, image and model go through Dask as before, with the same results."""
+    from clgrid.dask import exchange
+
+    def full(on: bool):
+        import errno
+        import os as os_module
+
+        if on:
+            os_module._clgrid_fallocate = os_module.posix_fallocate
+
+            def no_room(*args):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            os_module.posix_fallocate = no_room
+        elif hasattr(os_module, "_clgrid_fallocate"):
+            os_module.posix_fallocate = os_module.__dict__.pop("_clgrid_fallocate")
+        from clgrid.dask import exchange as kept
+        kept.release()
+
+    uvw, vis, wgt, mask = wide_field(rng, "single")
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, slab_samples=vis.size)
+    image_size = dict(npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
+    pixels = dict(pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    cd.clear_cache()
+    client.run(cd.clear_cache)
+    try:
+        client.run(full, True)
+        full(True)
+        image = cd.vis2dirty(vis=blocks(vis), **points, **image_size, **pixels)
+        predicted = cd.dirty2vis(dirty=image, **points, **pixels).compute()
+        made = [f for f in os.listdir(exchange.SHARED_MEMORY) if f.startswith("clgrid-x-")] \
+            if os.path.isdir(exchange.SHARED_MEMORY) else []
+        assert all(os.path.getsize(os.path.join(exchange.SHARED_MEMORY, f)) == 0 for f in made)
+    finally:
+        client.run(full, False)
+        full(False)
+        client.run(cd.clear_cache)
+        cd.clear_cache()
+    single = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True, **pixels)
+    assert relative_error(image, clgrid.vis2dirty(vis=vis, **single, **image_size)) <= 1e-6
+    assert relative_error(predicted, clgrid.dirty2vis(dirty=image, **single)) <= 1e-6
+
+
+def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(rng, tmp_path):
+    """`clgrid.dask.exchange`: a slab's prediction written once for its chunks behind the
+    image's stamp reads back exactly, piece by piece; once another call's prediction (another
+    stamp) is written there, the first call's readers refuse instead of reading it."""
+    from clgrid.dask import exchange
+
+    predicted = (rng.normal(size=1000) + 1j * rng.normal(size=1000)).astype(np.complex64)
+    pieces = tuple(np.split(predicted, [300, 650]))
+    path = str(tmp_path / "shares")                 # any file system: the mapping is the same
+    first = exchange.share_stamped(path, pieces, b"a" * exchange.STAMP)
+    assert all(isinstance(p, exchange.Shared) for p in first)
+    with exchange.reading(list(first) + [None]) as arrays:
+        assert all(np.array_equal(a, p) for a, p in zip(arrays, pieces)) and arrays[-1] is None
+    exchange.share_stamped(path, tuple(2 * p for p in pieces), b"b" * exchange.STAMP)
+    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+        with exchange.reading(list(first)):
+            pass
+    exchange.release()
 
 
 @pytest.mark.slow
@@ -461,9 +593,9 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     seen = []                                 # (slab, chunks, samples per part) of each task
 
     def counted(function):
-        def task(*args):                      # (points, geometry, slab, ..., *values) or (image, points, ...)
+        def task(*args):                      # (points, geometry, slab, ..., places, *values) or (image, points, ...)
             slab = args[2] if function.__name__ == "image_slab" else args[3]
-            sizes = [len(v) for v in args[6:]] if function.__name__ == "image_slab" else args[1].lengths
+            sizes = [len(v) for v in args[7:]] if function.__name__ == "image_slab" else args[1].lengths
             seen.append((slab.index, slab.chunks, sizes))
             return function(*args)
         task.__name__ = function.__name__

@@ -9,23 +9,31 @@ each task writes its rows into that file where it finds it (a file of a fresh ra
 name exists only on the client's host) and returns None, and the client's array is the
 file's mapping (no copy); the file's name is removed once the call is over, its memory
 freed with the array.  A task on another host, or any failure to make the file, falls
-back to returning its rows as usual.
+back to returning its rows as usual.  A call's box may be kept (`kept_box`): its file
+and the mappings on both sides are made once (a fresh file's pages cost more than the
+copy out of it), and the client copies the result out of it into the caller's array.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import exchange
 from ..device.host_threads import in_slices
 
-__all__ = ["DropBox", "open_box", "deliver", "collect", "discard"]
+__all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region", "collect", "discard"]
 
 SHARED_MEMORY = "/dev/shm"
 COPY_THREADS = 16
+KEPT_BOXES = 2               # kept boxes per shape and dtype
+_boxes: dict = {}            # on the client: (shape, dtype) -> free kept boxes
+_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,7 @@ class DropBox:
     path: str
     shape: tuple
     dtype: str
+    kept: bool = False
 
 
 def open_box(shape: tuple, dtype) -> DropBox | None:
@@ -58,41 +67,99 @@ def open_box(shape: tuple, dtype) -> DropBox | None:
     return DropBox(path, tuple(int(n) for n in shape), np.dtype(dtype).str)
 
 
+def kept_box(shape: tuple, dtype) -> DropBox | None:
+    """A box for a result of ``shape`` and ``dtype`` that the client keeps for later calls
+    (its file and both sides' mappings made once: a fresh file's pages cost more than the
+    copy out of it); given back by `collect`.  None as `open_box`."""
+    key = (tuple(int(n) for n in shape), np.dtype(dtype).str)
+    with _lock:
+        free = _boxes.get(key)
+        if free:
+            return free.pop()
+    box = open_box(shape, dtype)
+    return None if box is None else DropBox(box.path, box.shape, box.dtype, kept=True)
+
+
+def forget_boxes() -> None:
+    """On the client: remove the kept boxes' files."""
+    with _lock:
+        boxes = [box for free in _boxes.values() for box in free]
+        _boxes.clear()
+    for box in boxes:
+        discard(DropBox(box.path, box.shape, box.dtype))      # (not kept: removed)
+
+
+def _give_back(box: DropBox) -> None:
+    with _lock:
+        free = _boxes.setdefault((box.shape, box.dtype), [])
+        if len(free) < KEPT_BOXES:
+            free.append(box)
+            return
+    discard(DropBox(box.path, box.shape, box.dtype))
+
+
+def region(box: DropBox | None, start: int, shape: tuple):
+    """In a task: rows ``start`` onwards (``shape``) of the client's file, writable, where
+    this host has it (over a mapping the process keeps: `clgrid.dask.exchange`); else None."""
+    if box is None or not os.path.exists(box.path):
+        return None
+    dtype = np.dtype(box.dtype)
+    row = int(np.prod(box.shape[1:])) * dtype.itemsize
+    try:
+        room = exchange.region_of(box.path, start * row, int(np.prod(shape)) * dtype.itemsize)
+    except (OSError, ValueError):
+        return None
+    return room.view(dtype).reshape(shape)
+
+
 def deliver(rows: np.ndarray, box: DropBox | None, start: int):
     """In a task: ``rows`` written at row ``start`` of the client's file where this host has
     it (then None), else ``rows`` themselves."""
-    if box is None or not os.path.exists(box.path):
+    part = region(box, start, rows.shape)
+    if part is None:
         return rows
-    try:
-        target = np.memmap(box.path, dtype=np.dtype(box.dtype), mode="r+", shape=box.shape)
-    except (OSError, ValueError):
-        return rows
-    part = target[start:start + rows.shape[0]]
-    in_slices(min(COPY_THREADS, os.cpu_count() or 1), rows.shape[0],
+    in_slices(exchange.copy_threads(rows.nbytes, COPY_THREADS), rows.shape[0],
               lambda r: np.copyto(part[r], rows[r]))
-    del part, target
     return None
 
 
-def collect(box: DropBox | None, parts: list, starts: list) -> np.ndarray:
+def collect(box: DropBox | None, parts: list, starts: list, out: np.ndarray | None = None) -> np.ndarray:
     """On the client: the result, from the file (rows delivered there) and the rows that
-    came back; the file's name removed.  Without a box, the rows joined."""
+    came back.  A box of `open_box`: the file's name removed, the result its mapping (no
+    copy); a kept box (`kept_box`): copied into ``out`` (or a new array) and given back.
+    Without a box, the rows joined."""
     if box is None:
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-    try:
-        result = np.memmap(box.path, dtype=np.dtype(box.dtype), mode="r+", shape=box.shape)
-    finally:
-        discard(box)
+    if box.kept:
+        try:
+            result = out if out is not None else np.empty(box.shape, np.dtype(box.dtype))
+            mapped = exchange.read(exchange.Shared(box.path, 0, int(np.prod(box.shape)), box.dtype, box.shape))
+            in_slices(exchange.copy_threads(result.nbytes, COPY_THREADS), box.shape[0],
+                      lambda r: np.copyto(result[r], mapped[r]))
+        finally:
+            _give_back(box)
+    else:
+        try:
+            result = np.memmap(box.path, dtype=np.dtype(box.dtype), mode="r+", shape=box.shape)
+        finally:
+            discard(box)
     for part, start in zip(parts, starts):
         if part is not None:
             result[start:start + part.shape[0]] = part
-    return np.asarray(result)           # a plain array over the mapping (kept alive by it)
+    return result if box.kept else np.asarray(result)   # a plain array over the mapping (kept alive by it)
 
 
 def discard(box: DropBox | None) -> None:
-    """Remove the file's name (its memory goes when the last mapping does)."""
+    """Remove the file's name (its memory goes when the last mapping does); a kept box is
+    given back instead."""
+    if box is not None and box.kept:
+        _give_back(box)
+        return
     if box is not None:
         try:
             os.unlink(box.path)
         except FileNotFoundError:
             pass
+
+
+atexit.register(forget_boxes)

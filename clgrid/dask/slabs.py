@@ -236,19 +236,25 @@ def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list) -> list:
     return taken
 
 
-def values_at(vis, wgt, flat, threads: int = 1) -> np.ndarray:
+def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -> np.ndarray:
     """vis times wgt (None: 1) at the flat indices ``flat`` (None: all), refusing NaN or
-    infinite ones; a share of them on each of ``threads`` host threads."""
+    infinite ones; a share of them on each of ``threads`` host threads, written into
+    ``out`` where given.  All of them without weights and without ``out``: ``vis`` itself,
+    flattened (a view where it is contiguous), once checked."""
     vis = np.asarray(vis).reshape(-1)
     weights = None if wgt is None else np.asarray(wgt).reshape(-1)
     n = vis.size if flat is None else len(flat)
-    values = np.empty(n, vis.dtype)
+    whole = flat is None and weights is None and out is None
+    values = vis if whole else out if out is not None else np.empty(n, vis.dtype)
+    if len(values) != n:
+        raise ValueError(f"values_at: room for {len(values)} values, {n} selected")
     bad, lock = [0, 0], threading.Lock()
 
     def share(r):
-        index = np.arange(r.start, r.stop) if flat is None else flat[r]
         part = values[r]
-        np.take(vis, index, out=part)
+        if not whole:
+            index = np.arange(r.start, r.stop) if flat is None else flat[r]
+            np.take(vis, index, out=part)
         found = [np.count_nonzero(~np.isfinite(part)), 0]
         if weights is not None:
             w = np.take(weights, index).astype(vis.real.dtype)
@@ -269,7 +275,8 @@ def values_at(vis, wgt, flat, threads: int = 1) -> np.ndarray:
 def parts_at(uvw, freq, taken: list, values: list | None = None) -> list:
     """The `Part` of each slab's samples ``taken`` (from `selection`), with their values."""
     uvw, scale = np.asarray(uvw, np.float64), _scale(freq)
-    return [_part(uvw, scale, flat, None if values is None else v)
+    every = np.arange(uvw.shape[0] * scale.size)                # a selection of None: every sample
+    return [_part(uvw, scale, every if flat is None else flat, None if values is None else v)
             for flat, v in zip(taken, values if values is not None else [None] * len(taken))]
 
 
@@ -306,6 +313,10 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype) -> np.nd
     out = np.zeros(shape[0] * shape[1], dtype)
     with np.errstate(over="ignore", invalid="ignore"):      # counted below
         for flat, share in zip(taken, shares):
+            if flat is None:                      # (every sample of the chunk)
+                if share.size:
+                    out += share
+                continue
             out[flat] += share                    # a slab takes a sample at most once
         if wgt is not None:
             kept = _kept(mask)

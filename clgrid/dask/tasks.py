@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import exchange
 from .chunks import naming
+from .delivery import region
 from .slabs import Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, values_at
 from ..device.host_threads import in_slices
 from ..imaging.wgridding import WGridder
@@ -26,7 +28,7 @@ from ..planning.host import SPEED_OF_LIGHT
 
 __all__ = ["SlabPoints", "cached_wgridders", "forget_operators", "image_chunk", "vis_chunk", "chunk_extent",
            "chunk_counts", "chunk_selection", "chunk_values", "chunk_parts", "slab_points", "image_slab",
-           "vis_slab", "chunk_assemble", "add_images", "warnings_union", "chunk_shape", "zeros_image",
+           "vis_slab", "chunk_assemble", "add_images", "sum_facet", "warnings_union", "chunk_shape", "zeros_image",
            "complex_dtype"]
 
 _operators: OrderedDict = OrderedDict()     # key -> (WGridder, its lock)
@@ -127,17 +129,29 @@ def _imaged(operator, lock, vis, wgt) -> tuple:
     with lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         image = operator.vis2dirty(vis, wgt)
-    return image, frozenset(str(w.message) for w in caught) if np.any(image) else frozenset()
+    said = frozenset(str(w.message) for w in caught)
+    return image, said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
 
 
-def image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets):
-    """One task of the rows split: the dirty image of one chunk, in facets, and its warnings."""
+def image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets, places=None):
+    """One task of the rows split: the dirty image of one chunk, in facets, and its
+    warnings (``places`` as for `image_slab`)."""
     with naming(chunk):
         if _all_masked(mask):                # nothing to image: no operator, no warning
             return _facets(zeros_image(options), facets) + (frozenset(),)
         operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
         image, said = _imaged(operator, lock, vis, wgt)
-        return _facets(image, facets) + (said,)
+        return _shared_facets(image, facets, places, options) + (said,)
+
+
+def _shared_facets(image: np.ndarray, facets: int, places, options) -> tuple:
+    """``image``'s facets, those with a place in shared memory written there (`Shared` in
+    their stead)."""
+    parts = _facets(image, facets)
+    if places is None:
+        return parts
+    threads = max(1, options["nthreads"])
+    return tuple(exchange.share(path, part, threads) for path, part in zip(places, parts))
 
 
 def vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
@@ -146,8 +160,8 @@ def vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
         if _all_masked(mask):
             return np.zeros((len(uvw), len(freq)), complex_dtype(options["precision"]))
         operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
-        with lock:
-            return operator.dirty2vis(dirty, wgt)
+        with lock, exchange.taken(dirty) as image:
+            return operator.dirty2vis(image, wgt)
 
 
 def chunk_extent(chunk, uvw, freq, mask):
@@ -161,16 +175,36 @@ def chunk_counts(chunk, uvw, freq, mask, geometry):
 
 
 def chunk_selection(chunk, uvw, freq, mask, geometry, bounds) -> list:
-    """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`)."""
+    """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`), or
+    None where a slab takes every sample of an unmasked chunk (then nothing is kept, and
+    its values are the chunk's vis as they are: no copy where unweighted)."""
     with naming(chunk):
-        return selection(uvw, freq, mask, geometry, bounds)
+        taken = selection(uvw, freq, mask, geometry, bounds)
+        every = len(uvw) * len(freq)
+        return [None if mask is None and len(flat) == every else flat for flat in taken]
 
 
-def chunk_values(chunk, vis, wgt, taken, threads: int) -> tuple:
+def chunk_values(chunk, vis, wgt, taken, threads: int, targets=None) -> tuple:
     """A chunk's weighted values for each slab, at its kept selection (on ``threads``
-    host threads); non-finite ones refused here, where the chunk is known."""
+    host threads); non-finite ones refused here, where the chunk is known.  With
+    ``targets`` (per slab: None, or (file, element offset, count) in shared memory), a
+    slab's values are written there (its task's file, at this chunk's place in it) and
+    their `clgrid.dask.exchange.Shared` returned instead."""
     with naming(chunk):
-        return tuple(values_at(vis, wgt, flat, threads) for flat in taken)
+        out = []
+        for s, flat in enumerate(taken):
+            target = None if targets is None else targets[s]
+            if target is None:
+                out.append(values_at(vis, wgt, flat, threads))
+                continue
+            path, offset, count = target
+            n = np.size(vis) if flat is None else len(flat)
+            if n != count:
+                raise RuntimeError(f"clgrid.dask: internal error: {n} samples selected for slab {s}, {count} "
+                                   f"counted from the first pass")
+            out.append(exchange.write_into(path, offset, (n,), np.asarray(vis).dtype,
+                                           lambda room, flat=flat: values_at(vis, wgt, flat, threads, out=room)))
+        return tuple(out)
 
 
 def chunk_parts(chunk, uvw, freq, taken) -> tuple:
@@ -194,14 +228,46 @@ def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
                      slab.planes)
 
 
-def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, *values):
+def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, places, *values):
     """One task of the planes split: the image of the taps on one slab's planes, from its
-    samples of its group of chunks (values: one array per chunk, as arguments: `slab_points`
-    says why), in facets, and its warnings."""
+    samples of its group of chunks (values: one array, or `clgrid.dask.exchange.Shared`,
+    per chunk, as arguments: `slab_points` says why), in facets, and its warnings.  With
+    ``places`` (per facet: a file in shared memory or None), a facet summed on another
+    worker is written there and its `Shared` returned in its stead."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
-        image, said = _imaged(operator, lock, _joined(values, options["nthreads"])[:, None], None)
-        return _facets(image, facets) + (said,)
+        threads = max(1, options["nthreads"])
+        joined = exchange.readable(list(values))
+        if joined is None:
+            joined = _joined([exchange.read(v) for v in values], threads)
+        image, said = _imaged(operator, lock, joined[:, None], None)
+        return _shared_facets(image, facets, places, options) + (said,)
+
+
+def sum_facet(box, start: int, threads: int, *parts) -> tuple:
+    """One facet of the image: the imaging tasks' parts of it (arrays, or `Shared`) added
+    pairwise by task number (`clgrid.dask.chunks.tree_sum`'s order: the same bits as its
+    tree of `add_images`), on ``threads`` host threads, written into the client's
+    ``box`` at row ``start`` where this host has it (then None), else returned; with how
+    many of its pixels are not finite, and whether any is non-zero (counted as they are
+    written, so the client need not pass over the image again)."""
+    arrays = [exchange.read(p) for p in parts]
+    out = region(box, start, arrays[0].shape)
+    target = out if out is not None else np.empty(arrays[0].shape, arrays[0].dtype)
+    bad, nonzero, lock = [0], [False], threading.Lock()
+
+    def rows(r):
+        level = [a[r] for a in arrays]
+        while len(level) > 1:
+            level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+        target[r] = level[0]
+        found, some = int(np.count_nonzero(~np.isfinite(target[r]))), bool(np.any(target[r]))
+        with lock:
+            bad[0] += found
+            nonzero[0] = nonzero[0] or some
+
+    in_slices(exchange.copy_threads(target.nbytes * len(arrays), threads), target.shape[0], rows)
+    return None if out is not None else target, bad[0], nonzero[0]
 
 
 def _joined(values: list, threads: int) -> np.ndarray:
@@ -217,21 +283,26 @@ def _joined(values: list, threads: int) -> np.ndarray:
     return out
 
 
-def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep):
+def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, place=None):
     """One task of the planes split: its samples' shares of the visibilities (the taps on
-    its planes, unweighted), one array per chunk of its group."""
+    its planes, unweighted), one array per chunk of its group; with ``place`` (a file in
+    shared memory) and a published image, written there behind the image's stamp
+    (`clgrid.dask.exchange.share_stamped`), a `Shared` per chunk returned instead."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
-        with lock:
-            return split(operator.dirty2vis(dirty)[:, 0], points.parts)
+        with lock, exchange.taken(dirty) as image:
+            pieces = split(operator.dirty2vis(image)[:, 0], points.parts)
+        if place is None or not isinstance(dirty, exchange.Published):
+            return pieces
+        return exchange.share_stamped(place, pieces, dirty.stamp, max(1, options["nthreads"]))
 
 
 def chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
     """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
     added at its samples in slab order, then weighted."""
-    with naming(chunk):
-        shares = [np.zeros(0, dtype) if share is None else share for share in shares]
-        return assemble(chunk_shape(chunk), taken, shares, wgt, mask, dtype)
+    with naming(chunk), exchange.reading(shares) as arrays:
+        arrays = [np.zeros(0, dtype) if share is None else share for share in arrays]
+        return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype)
 
 
 def add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -57,14 +57,37 @@ docs/benchmarks/dask.md):
   points), so nothing is planned, selected or tokenised again.  `clear_cache` drops them.
 - On the workers: the ``keep_operators`` `WGridder` s used last, keyed by their points
   (the slab's kept points, or a chunk's blocks with the call's token); `vis2dirty` and
-  `dirty2vis` on the same data share them.
+  `dirty2vis` on the same data share them.  A selection that takes every sample of an
+  unmasked chunk is kept as None: that slab's values are the chunk's vis block itself
+  (no copy without weights).
+- In shared memory, where every worker is on the client's host and operators are kept
+  (`clgrid.dask.exchange`): per set of points, the files through which each chunk's
+  values reach its slab's task (written at the chunk's place in the task's file, so the
+  task maps one array), through which the partial images' facets reach the worker that
+  sums them, through which `dirty2vis`'s image reaches every task (written once by the
+  client, not scattered to each worker, behind a stamp: a prediction computed after a
+  later `dirty2vis` on the same points replaced it refuses, `exchange.taken`) and through
+  which each slab's prediction reaches its chunks (behind the same stamp); and the
+  client's box for the image (`clgrid.dask.delivery`).  Fresh pages cost more than the copies, so the files and
+  the mappings are kept, and removed with the points' record (the last
+  ``exchange.KEPT_PREFIXES``) or by `clear_cache`.  Elsewhere (workers on other hosts)
+  the same values go through Dask.
+
+So there is one API for major cycles: the functions, called again with the same uvw,
+mask and frequencies (the same Dask keys, or the same numpy content) and keywords, find
+what the first call left; the vis (or the image) may change from call to call.  Points
+that change (new uvw or mask content, other chunks or keywords) are a new set of points:
+planned, selected and kept anew, the oldest set dropped.
 
 The sum.  Each imaging task cuts its image into n facets (row blocks; n the workers),
 and facet f of all tasks is summed on worker f, pairwise in a tree fixed by the tasks'
-numbers (`clgrid.dask.chunks.tree_sum`), so the result does not depend on which task
-finished first; the client gathers the n summed facets from the n workers at once.
-Each worker so sends and receives about one image per call, not log2(n) of them, and
-the client receives its image in n pieces.
+numbers (`clgrid.dask.chunks.tree_sum`'s order), so the result does not depend on which
+task finished first.  On a distributed cluster each facet's sum is one task
+(`clgrid.dask.tasks.sum_facet`) that takes the parts (from shared memory where it can),
+writes the sum into the client's box and counts its non-finite and non-zero pixels, so
+the client receives one image and does not pass over it again; with Dask's local
+schedulers, a tree of additions.  Each worker so sends and receives about one image per
+call, not log2(n) of them.
 
 Memory, with one thread per worker: a task holds one chunk (the rows split's imaging;
 the planes split's selection), or at most ``slab_samples`` samples (the planes split's
@@ -83,10 +106,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import chunks as chunking, tasks as worker_tasks
+from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
-from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, shared, tree_sum, workers_to_prefer
-from .delivery import collect, deliver, discard, open_box
+from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, tree_sum, workers_to_prefer
+from .delivery import collect, deliver, discard, forget_boxes, kept_box
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .tasks import forget_operators
 from ..operators.checks import check_finite_result, check_output, precision_of
@@ -100,6 +123,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
 __all__ = ["vis2dirty", "dirty2vis", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
 
 KEEP_OPERATORS = 4
+COPY_THREADS = 16            # host threads of the client's copies into shared memory
 KEPT_LAYOUTS = 8             # sets of points whose first pass and persisted selections the client keeps
 SPLITS = ("auto", "planes", "rows")
 _layouts: OrderedDict = OrderedDict()       # on the client: (client id, token) -> SlabLayout
@@ -130,6 +154,9 @@ def clear_wgridders() -> int:
     (`clgrid.dask.clear_cache` does too); returns how many operators were dropped."""
     with _lock:
         _layouts.clear()
+    exchange.forget()
+    exchange.release()
+    forget_boxes()
     return forget_operators()
 
 
@@ -324,18 +351,28 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
     return selections, points
 
 
-def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None) -> tuple:
-    """The image (``shape``, ``dtype``) from the imaging tasks' outputs (``facets`` facets
-    and the warnings each): facet f summed pairwise by task number on worker f, and handed
-    to the client through shared memory where worker f is on its host
-    (`clgrid.dask.delivery`), else gathered; all facets at once."""
+def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None, shared=None,
+            threads: int = 1, out=None) -> tuple:
+    """The image (``shape``, ``dtype``; into ``out`` where given) from the imaging tasks'
+    outputs (``facets`` facets and the warnings each): facet f summed pairwise by task
+    number on worker f, and handed to the client through shared memory where worker f
+    is on its host (`clgrid.dask.delivery`, a box kept for later calls), else gathered;
+    all facets at once.  On a distributed cluster each facet is one task
+    (`clgrid.dask.tasks.sum_facet`: the tree's order, the same bits) that takes the parts
+    (from shared memory where ``shared``, the call's `clgrid.dask.exchange` prefix: every
+    worker on the client's host), adds them into the client's box and counts what the
+    client would check; without one (Dask's local schedulers), a tree of additions."""
     if not outputs:
-        return None, frozenset()
-    box = open_box(shape, dtype) if workers else None
+        return None, frozenset(), None
+    box = kept_box(shape, dtype) if workers else None
     starts = [int(s) for s in np.cumsum([0] + [len(r) for r in np.array_split(np.arange(shape[0]), facets)])[:-1]]
     sums = []
+    whole = shared is not None or workers is not None
     for f in range(facets):
         with prefer_worker(f, workers):
+            if whole:
+                sums.append(_task(worker_tasks.sum_facet)(box, starts[f], threads, *[out[f] for out in outputs]))
+                continue
             total = tree_sum([out[f] for out in outputs], _task(worker_tasks.add_images))
             sums.append(_task(deliver)(total, box, starts[f]) if box is not None else total)
     try:
@@ -344,16 +381,30 @@ def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_time
     except BaseException:
         discard(box)
         raise
-    return collect(box, parts, starts), said
+    counts = None
+    if whole:                                # (rows or None, non-finite pixels, any non-zero) per facet
+        counts = (sum(p[1] for p in parts), any(p[2] for p in parts))
+        parts = [p[0] for p in parts]
+    return collect(box, parts, starts, out), said, counts
 
 
-def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets) -> list:
+def _places(shared, task: int, facets: int, workers) -> tuple | None:
+    """Where imaging task ``task`` leaves each facet in shared memory: a file for a facet
+    summed on another worker than the task's (by `prefer_worker`), None for its own."""
+    if shared is None:
+        return None
+    n = len(workers)
+    return tuple(None if task % n == f % n else exchange.place(shared, f"i{task}-{f}") for f in range(facets))
+
+
+def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared=None) -> list:
     outputs = []
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
             outputs.append(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
-                token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets))
+                token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
+                _places(shared, chunk.index, facets, workers)))
     return outputs
 
 
@@ -364,31 +415,55 @@ def _slab_pieces(layout: ChunkLayout, uvw, freq, mask) -> list:
                     layout.pieces(mask)))
 
 
-def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets) -> list:
+def _value_targets(slab_layout, shared) -> list | None:
+    """Per chunk, per slab: where in shared memory the chunk's values for that slab go
+    (its imaging task's file, at the chunk's place after the group's earlier chunks, and
+    how many), None for a slab task without samples; None without ``shared``."""
+    if shared is None:
+        return None
+    sizes, count = slab_layout.sizes, len(slab_layout.bounds)
+    targets = [[None] * count for _ in sizes]
+    for t, slab in enumerate(slab_layout.tasks):
+        if not _busy(slab_layout, slab):
+            continue
+        offset = 0
+        for i in range(*slab.chunks):
+            targets[i][slab.index] = (exchange.place(shared, f"v{t}"), offset, sizes[i][slab.index])
+            offset += sizes[i][slab.index]
+    return targets
+
+
+def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets, shared=None) -> list:
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
-    values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads)
-              for (chunk, _, _, _), v, w, taken in zip(pieces, vis_pieces, wgt_pieces, selections)]
+    targets = _value_targets(slab_layout, shared) or [None] * len(pieces)
+    values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads, target)
+              for (chunk, _, _, _), v, w, taken, target in zip(pieces, vis_pieces, wgt_pieces, selections, targets)]
     outputs = []
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
         with prefer_worker(t, workers):
             outputs.append(dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
-                points[t], slab_layout.geometry, slab, options, keep, facets,
+                points[t], slab_layout.geometry, slab, options, keep, facets, _places(shared, t, facets, workers),
                 *[chunk[slab.index] for chunk in values[slice(*slab.chunks)]]))
     return outputs
 
 
-def _sent(dirty: np.ndarray):
-    """The image as one dependency of every task (`shared`), sent as the graph that uses
-    it is built: the scheduler may drop replicas that no task waits for yet."""
-    return shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
+def _sent(dirty: np.ndarray, shared: str | None = None, threads: int = 1):
+    """The image as one dependency of every task: written once into a kept file in shared
+    memory where ``shared`` (`clgrid.dask.exchange.publish`: every worker on this host),
+    else `shared` (scattered to every worker once, sent as the graph that uses it is
+    built: the scheduler may drop replicas that no task waits for yet)."""
+    published = exchange.publish(shared, "d", dirty, threads)
+    if published is not None:
+        return published
+    return chunking.shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
 
 
-def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype) -> list:
-    image, pieces = _sent(dirty), []
+def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared=None) -> list:
+    image, pieces = _sent(dirty, shared, COPY_THREADS), []
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
@@ -398,18 +473,19 @@ def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers
     return pieces
 
 
-def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype) -> list:
+def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype, shared=None) -> list:
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
-    image = _sent(dirty)
+    image = _sent(dirty, shared, COPY_THREADS)
     count = len(slab_layout.bounds)
     shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
         a, b = slab.chunks
+        place = exchange.place(shared, f"s{t}") if isinstance(image, exchange.Published) else None
         with prefer_worker(t, workers):
             out = dask.delayed(worker_tasks.vis_slab, pure=False, nout=b - a)(
-                image, points[t], slab_layout.geometry, slab, options, keep)
+                image, points[t], slab_layout.geometry, slab, options, keep, place)
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
@@ -469,26 +545,36 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     facets = _facet_count(workers, options)
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
-        outputs = _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets)
     else:
         pieces = _slab_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
-        slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
-        outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep, workers,
-                               facets)
-    real = np.float64 if options["precision"] == "double" else np.float32
-    image, said = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real, stall_timeout)
+    # several workers, all on this host, operators kept: values and facets pass through
+    # files in shared memory kept for these points (`clgrid.dask.exchange`)
+    shared = (exchange.prefix(chunking.client(), workers, f"{token}-{facets}")
+              if workers and len(workers) > 1 and keep > 0 else None)
+    with exchange.using(shared):
+        if split == "rows":
+            outputs = _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared)
+        else:
+            slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
+            outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
+                                   workers, facets, shared)
+        real = np.float64 if options["precision"] == "double" else np.float32
+        image, said, counts = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real,
+                                      stall_timeout, shared, max(1, options["nthreads"]), dirty)
     if image is None:
         image = worker_tasks.zeros_image(options)
-    check_finite_result(np.count_nonzero(~np.isfinite(image)), f"the {image.dtype} image (the sum of the parts)",
+    bad, nonzero = counts if counts is not None else (np.count_nonzero(~np.isfinite(image)), np.any(image))
+    check_finite_result(bad, f"the {image.dtype} image (the sum of the parts)",
                         precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
         warnings.warn(message, stacklevel=2)
-    if not np.any(image):
+    if not nonzero:
         warnings.warn("clgrid.dask: the image is zero: no chunk has an unmasked, non-zero visibility with "
                       "non-zero weight", stacklevel=2)
     if dirty is not None:
-        dirty[...] = image
+        if image is not dirty:
+            dirty[...] = image
         return dirty
     return image
 
@@ -544,12 +630,19 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     cap = _slab_samples(slab_samples, layout)
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
-        pieces = _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype)
     else:
         chunks = _slab_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in chunks], [p[3] for p in chunks], freq, options, count, cap)
-        slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
-        pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype)
+    # workers on this host, operators kept: the image goes through a kept file in shared
+    # memory, written once (`clgrid.dask.exchange.publish`), not scattered to each worker
+    shared = exchange.prefix(chunking.client(), workers, f"{token}-dirty2vis") if workers and keep > 0 else None
+    with exchange.using(shared):
+        if split == "rows":
+            pieces = _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared)
+        else:
+            slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
+            pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype,
+                               shared)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = compute(result, stall_timeout=stall_timeout)[0]

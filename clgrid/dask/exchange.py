@@ -1,0 +1,408 @@
+"""Large arrays passed between the tasks of one `clgrid.dask.vis2dirty` or `dirty2vis`
+call through the host's shared memory, where every worker and the client are on one host (a
+`LocalCluster`, the workers of a many-GPU node beside their client).
+
+Dask moves a task's result to another worker through a socket: the result pickled,
+sent, received into fresh memory.  For the planes split that is, in every call, each
+chunk's values for the slabs imaged on other workers and each imaging task's partial
+image for the facets summed on other workers (on two GPU workers, most of what a call
+did besides imaging: docs/benchmarks/dask.md).  Here the producing task writes its array
+once into a file in ``/dev/shm`` (`write_into`: its space reserved first with
+``posix_fallocate``, so a write into the mapping cannot fail) and returns a `Shared`,
+a few bytes naming the file's region; the consuming task maps that region (`read`): one
+copy instead of three, and no pickling.  Several producers may fill one file at their
+own regions (each chunk its values' place in its slab's file), so the consumer maps one
+array without joining them.
+
+The files and the mappings are kept: making a file's pages (``posix_fallocate``) and
+mapping them cost several times the copy itself (docs/benchmarks/dask.md, "The floor
+of a Dask call"), so a major cycle's calls on the same points reuse one set of files.
+They are named under a `prefix` that the client makes from the points' token
+(`clgrid.dask.wgridding`'s) and keeps for the last ``KEPT_PREFIXES`` sets of points;
+the client removes a set's files when it drops it (`forget`, `clgrid.dask.clear_cache`,
+the client's exit), and each worker keeps its mappings (`_region`) until their file is
+gone or replaced (checked when it maps another), so their memory goes then.  Two calls
+on the same points at once would share the files: the client runs them one after the
+other (`using`).  A producer that cannot make its file (``/dev/shm`` full, absent)
+returns its array instead, and the consumers take either.  `prefix` is None (nothing
+shared) unless the client and every worker share the host (the same boot of the same
+machine, asked once per set of workers).
+
+`dirty2vis` returns a lazy array, computed after the call: its image is written once
+by the client (`publish`) and each slab's prediction for its chunks by the slab's task
+(`share_stamped`), both behind a stamp that the readers check before and after reading
+(`taken`, `reading`), so a prediction computed after a later call on the same points
+rewrote the files refuses instead of reading the other call's arrays.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import hashlib
+import mmap
+import os
+import socket
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..device.host_threads import in_slices
+
+__all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
+           "write_into", "share", "share_stamped", "reading", "read", "readable", "remove", "host_identity",
+           "copy_threads"]
+
+SHARED_MEMORY = "/dev/shm"
+KEPT_PREFIXES = 8            # sets of points whose files the client keeps
+KEPT_MAPS = 256              # mappings each process keeps
+THREADED_BYTES = 4 << 20     # passes over fewer bytes run on one thread
+_hosts: dict = {}            # on the client: (client id, worker addresses) -> all on this host
+_prefixes: OrderedDict = OrderedDict()     # on the client: kept prefix -> the lock its calls take
+_maps: OrderedDict = OrderedDict()         # in any process: (path, offset, bytes, writable) -> (array, inode)
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Shared:
+    """``count`` elements of ``dtype`` at element ``offset`` of the file ``path``, shaped
+    ``shape`` (None: 1-D): what a task returns in place of an array it wrote there."""
+
+    path: str
+    offset: int
+    count: int
+    dtype: str
+    shape: tuple | None = None
+    stamp: bytes | None = None       # where the writer stamped the file (`share_stamped`)
+
+
+def host_identity() -> tuple:
+    """(host name, boot id, whether shared memory is there): equal in two processes on the
+    same boot of the same host."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = None
+    return socket.gethostname(), boot, os.path.isdir(SHARED_MEMORY) and hasattr(os, "posix_fallocate")
+
+
+def prefix(client, workers: list | None, token: str) -> str | None:
+    """The path prefix in shared memory of the files for the points ``token`` (kept, with
+    the last ``KEPT_PREFIXES`` others; the oldest's files removed), or None where some
+    worker (or the client) is elsewhere, or there is no shared memory."""
+    if client is None or not workers:
+        return None
+    key = (client.id, tuple(workers))
+    with _lock:
+        together = _hosts.get(key)
+    if together is None:
+        here = host_identity()
+        try:
+            theirs = client.run(host_identity, workers=list(workers))
+        except Exception:                      # a worker gone: ask again next call
+            return None
+        together = bool(here[2]) and here[1] is not None and all(tuple(t) == here for t in theirs.values())
+        with _lock:
+            _hosts[key] = together
+            while len(_hosts) > 16:
+                _hosts.pop(next(iter(_hosts)))
+    if not together:
+        return None
+    name = hashlib.sha1(f"{client.id}|{token}".encode()).hexdigest()[:24]
+    path = os.path.join(SHARED_MEMORY, f"clgrid-x-{os.getpid()}-{name}")
+    with _lock:
+        _prefixes.setdefault(path, threading.Lock())
+        _prefixes.move_to_end(path)
+        dropped = [_prefixes.popitem(last=False)[0] for _ in range(max(0, len(_prefixes) - KEPT_PREFIXES))]
+    for old in dropped:
+        remove(old)
+    return path
+
+
+def using(call_prefix: str | None):
+    """On the client: a context in which one call uses the files of ``call_prefix`` (calls
+    on the same points wait for each other)."""
+    if call_prefix is None:
+        return contextlib.nullcontext()
+    with _lock:
+        lock = _prefixes.setdefault(call_prefix, threading.Lock())
+    return lock
+
+
+def forget() -> None:
+    """On the client: remove the files of every kept set of points."""
+    with _lock:
+        paths = list(_prefixes)
+        _prefixes.clear()
+    for path in paths:
+        remove(path)
+
+
+def place(call_prefix: str | None, name: str) -> str | None:
+    """The path of one file of the call (None without a prefix)."""
+    return None if call_prefix is None else f"{call_prefix}-{name}"
+
+
+def region_of(path: str, offset_bytes: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` at ``offset_bytes`` of the existing file ``path``, writable, as a uint8
+    array over a mapping this process keeps (`clgrid.dask.delivery`'s boxes)."""
+    return _region(path, offset_bytes, nbytes, True, make=False)
+
+
+def release() -> None:
+    """Drop this process's kept mappings."""
+    with _lock:
+        _maps.clear()
+
+
+def _region(path: str, offset_bytes: int, nbytes: int, writable: bool, make: bool = True) -> np.ndarray:
+    """``nbytes`` at ``offset_bytes`` of the file ``path`` as a uint8 array over a mapping
+    this process keeps (made, and the file and its region made first where ``writable``
+    and ``make``, on first use or when the file was replaced or removed)."""
+    make = make and writable
+    key = (path, offset_bytes, nbytes, writable)
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        if not make:
+            raise
+        found = None
+    with _lock:
+        kept = _maps.get(key)
+        if kept is not None and found is not None and kept[1] == (found.st_dev, found.st_ino):
+            _maps.move_to_end(key)
+            return kept[0]
+        for other in [k for k, (_, ino) in _maps.items() if _gone(k[0], ino)]:
+            del _maps[other]
+    granularity = mmap.ALLOCATIONGRANULARITY
+    start = offset_bytes - offset_bytes % granularity
+    fd = os.open(path, (os.O_RDWR | (os.O_CREAT if make else 0)) if writable else os.O_RDONLY, 0o600)
+    try:
+        if make:
+            os.posix_fallocate(fd, offset_bytes, nbytes)
+        stat = os.fstat(fd)
+        m = mmap.mmap(fd, offset_bytes - start + nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                      prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0), offset=start)
+    finally:
+        os.close(fd)
+    array = np.frombuffer(m, np.uint8, nbytes, offset_bytes - start)
+    with _lock:
+        _maps[key] = (array, (stat.st_dev, stat.st_ino))
+        while len(_maps) > KEPT_MAPS:
+            _maps.popitem(last=False)
+    return array
+
+
+def _gone(path: str, ino: tuple) -> bool:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return True
+    return (found.st_dev, found.st_ino) != ino
+
+
+def write_into(path: str | None, offset: int, shape: tuple, dtype, fill):
+    """An array of ``shape`` and ``dtype`` that ``fill(out)`` writes, made at element
+    ``offset`` of the file ``path``: its `Shared`; without ``path``, or where the file
+    cannot be made, the array itself."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    if path is not None and count:
+        try:
+            room = _region(path, offset * dtype.itemsize, count * dtype.itemsize, True)
+        except (OSError, ValueError):
+            room = None
+        if room is not None:
+            fill(room.view(dtype).reshape(shape))
+            return Shared(path, int(offset), count, dtype.str, tuple(int(n) for n in shape))
+    out = np.empty(shape, dtype)
+    fill(out)
+    return out
+
+
+def share(path: str | None, array: np.ndarray, threads: int = 1):
+    """``array`` copied into the file ``path`` (on ``threads`` host threads): its `Shared`;
+    without ``path``, or where the file cannot be made, the array itself (no copy)."""
+    if path is None or array.size == 0:
+        return array
+    try:
+        room = _region(path, 0, array.nbytes, True)
+    except (OSError, ValueError):
+        return array
+    _copy(room.view(array.dtype).reshape(array.shape), array, threads)
+    return Shared(path, 0, int(array.size), np.dtype(array.dtype).str, tuple(int(n) for n in array.shape))
+
+
+def copy_threads(nbytes: int, threads: int) -> int:
+    """Host threads for a pass over ``nbytes``: one below ``THREADED_BYTES`` (starting
+    threads costs more than a small copy), else ``threads``, at most the cores."""
+    return 1 if nbytes < THREADED_BYTES else max(1, min(int(threads), os.cpu_count() or 1))
+
+
+def _copy(out: np.ndarray, array: np.ndarray, threads: int) -> None:
+    flat_out, flat_in = out.reshape(-1), np.ascontiguousarray(array).reshape(-1)
+    in_slices(copy_threads(flat_out.nbytes, threads), flat_out.size, lambda r: np.copyto(flat_out[r], flat_in[r]))
+
+
+def read(shared) -> np.ndarray:
+    """A `Shared` region as a read-only array (over a kept mapping, no copy); anything else
+    as it is."""
+    if not isinstance(shared, Shared):
+        return shared
+    dtype = np.dtype(shared.dtype)
+    if shared.count == 0:
+        return np.empty(shared.shape or (0,), dtype)
+    room = _region(shared.path, shared.offset * dtype.itemsize, shared.count * dtype.itemsize, False)
+    return room.view(dtype).reshape(shared.shape or (shared.count,))
+
+
+def readable(parts: list) -> np.ndarray | None:
+    """Consecutive `Shared` regions of one file (each chunk's values for one slab task, in
+    order) as one array, mapped once; None where they are not that."""
+    parts = [p for p in parts if isinstance(p, Shared) or np.size(p)]      # a chunk that gives nothing
+    if not parts or not all(isinstance(p, Shared) for p in parts):
+        return None
+    if any(p.path != parts[0].path or p.dtype != parts[0].dtype for p in parts):
+        return None
+    if any(b.offset != a.offset + a.count for a, b in zip(parts, parts[1:])):
+        return None
+    total = sum(p.count for p in parts)
+    return read(Shared(parts[0].path, parts[0].offset, total, parts[0].dtype))
+
+
+@dataclass(frozen=True)
+class Published:
+    """An array the client wrote once into the file ``path`` for every task of a call to
+    read (`dirty2vis`'s image), under the stamp ``stamp``: a later call on the same points
+    writes the same file with another stamp, and a task that finds another stamp, before
+    or after it reads, refuses to go on (`taken`) instead of reading another call's array."""
+
+    path: str
+    stamp: bytes
+    shape: tuple
+    dtype: str
+
+
+STAMP = 16                   # bytes of the stamp at the head of a published file
+
+
+def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1) -> Published | None:
+    """On the client: ``array`` written into the kept file ``name`` of ``call_prefix``
+    behind a fresh stamp (cleared while it is written); None without a prefix or where the
+    file cannot be made."""
+    path = place(call_prefix, name)
+    if path is None:
+        return None
+    array = np.ascontiguousarray(array)
+    try:
+        room = _region(path, 0, STAMP + array.nbytes, True)
+    except (OSError, ValueError):
+        return None
+    stamp = uuid.uuid4().bytes
+    room[:STAMP] = 0
+    _copy(room[STAMP:].view(array.dtype).reshape(array.shape), array, threads)
+    room[:STAMP] = np.frombuffer(stamp, np.uint8)
+    return Published(path, stamp, tuple(array.shape), array.dtype.str)
+
+
+@contextlib.contextmanager
+def taken(published):
+    """In a task: the published array (over the kept mapping), its stamp checked before
+    and after the block; anything else as it is."""
+    if not isinstance(published, Published):
+        yield published
+        return
+    dtype = np.dtype(published.dtype)
+    nbytes = int(np.prod(published.shape)) * dtype.itemsize
+    try:
+        room = _region(published.path, 0, STAMP + nbytes, False)
+    except FileNotFoundError:
+        room = None
+    _check_stamp(room, published)
+    yield room[STAMP:].view(dtype).reshape(published.shape)
+    _check_stamp(room, published)
+
+
+REPLACED = ("clgrid.dask: the image of this dirty2vis was replaced by a later dirty2vis call on the same points "
+            "(or dropped by clear_cache) before it was computed: compute each prediction before the next is made, "
+            "or pass keep_operators=0")
+
+
+def _check_stamp(room, published: Published) -> None:
+    if room is None or bytes(room[:STAMP]) != published.stamp:
+        raise RuntimeError(REPLACED)
+
+
+def _stamp_room(path: str, writable: bool) -> np.ndarray:
+    return _region(f"{path}-stamp", 0, STAMP, writable)
+
+
+def share_stamped(path: str | None, pieces: tuple, stamp: bytes, threads: int = 1):
+    """In a task: consecutive ``pieces`` (one prediction cut per chunk) written into the
+    file ``path`` behind ``stamp`` (the call's published image's, cleared while writing),
+    as a `Shared` each that its reader checks (`reading`); the pieces themselves without
+    ``path`` or where the file cannot be made."""
+    if path is None or not pieces:
+        return pieces
+    whole = pieces[0].base if len(pieces) > 1 else None
+    total = sum(len(p) for p in pieces)
+    dtype = np.dtype(pieces[0].dtype)
+    try:
+        stamp_room = _stamp_room(path, True)
+        stamp_room[:] = 0
+        room = _region(path, 0, max(total, 1) * dtype.itemsize, True).view(dtype)[:total]
+    except (OSError, ValueError):
+        return pieces
+    if whole is not None and whole.size == total and whole.dtype == dtype:
+        _copy(room, whole, threads)
+    else:
+        start = 0
+        for p in pieces:
+            _copy(room[start:start + len(p)], p, threads)
+            start += len(p)
+    stamp_room[:] = np.frombuffer(stamp, np.uint8)
+    out, start = [], 0
+    for p in pieces:
+        out.append(Shared(path, start, len(p), dtype.str, None, stamp))
+        start += len(p)
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def reading(parts: list):
+    """In a task: ``parts`` (arrays, `Shared`) as arrays, the stamps of stamped ones
+    (`share_stamped`) checked before and after the block."""
+    stamped = [p for p in parts if isinstance(p, Shared) and p.stamp is not None]
+
+    def check():
+        for p in stamped:
+            try:
+                room = _stamp_room(p.path, False)
+            except FileNotFoundError:
+                room = None
+            if room is None or bytes(room) != p.stamp:
+                raise RuntimeError(REPLACED)
+
+    check()
+    yield [read(p) if p is not None else None for p in parts]
+    check()
+
+
+def remove(call_prefix: str | None) -> None:
+    """On the client: remove every file under ``call_prefix`` (their memory goes with the
+    last mapping: the workers drop theirs at their next use of shared memory)."""
+    if call_prefix is None:
+        return
+    for path in glob.glob(glob.escape(call_prefix) + "-*"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+atexit.register(forget)
