@@ -976,7 +976,7 @@ class ImagingEngine:
             else:
                 self._stream_leave()
         except BaseException:
-            if self._call is not None:
+            if self._stream is not None:
                 self._stream_leave(quiet=True)
             raise
         finally:
