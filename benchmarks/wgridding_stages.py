@@ -152,7 +152,7 @@ def main(argv=None):
     p.add_argument("--device", default=None)
     p.add_argument("--nthreads", type=int, default=0)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--spread", default=None, help="tuning [wgridding] spread: points, bins or rows")
+    p.add_argument("--spread", default=None, help="tuning [wgridding] spread: points, tiled or rows")
     p.add_argument("--tuning", default=None, help="more [wgridding] overrides as JSON, e.g. '{\"bin_u\": 64}'")
     p.add_argument("--sweep", default=None, help="a JSON list of [wgridding] tunings to time the spread of")
     p.add_argument("--cufinufft", action="store_true")

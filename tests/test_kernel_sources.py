@@ -1,20 +1,31 @@
-"""Kernel sources as a protocol on the device: the W-projection work distributions include
-the source their strategy's `KernelSource` names (``source_table.cl``, ``source_texture.cl``,
-``source_analytic.cl``) and never branch on which one it is."""
+"""Kernel sources as a protocol on the device: the work distributions include the source
+their strategy's kernel source names (``source_table.cl``, ``source_texture.cl``,
+``source_analytic.cl``, and the imaging operator's ``source_stacked.cl``) and never branch
+on which one it is; the sources define the same names."""
 
 from pathlib import Path
+
+import re
 
 import jinja2
 import jinja2.nodes
 import pytest
 
 import clgrid
+from clgrid.device.codegen import render
+from clgrid.sources.analytic import StackedKernel
 from clgrid.strategies import DEGRIDDING_METHODS, GRIDDING_METHODS, spelling
+from clgrid.strategies.points import PointDegridding, PointGridding
 
 TEMPLATES = Path(clgrid.__file__).with_name("cl_kernels")
-DISTRIBUTIONS = ("grid_atomic.cl", "degrid_gather.cl", "grid_tiled.cl", "grid_moving_window.cl")
+DISTRIBUTIONS = ("grid_atomic.cl", "degrid_gather.cl", "grid_tiled.cl", "grid_moving_window.cl", "points.cl")
 # template variables that would say which source a distribution runs with
-SOURCE_KINDS = {"texture", "analytic", "evaluated", "interpolation", "sampler", "table_layout"}
+SOURCE_KINDS = {"texture", "analytic", "evaluated", "interpolation", "sampler", "table_layout", "stacked", "use_w",
+                "es_width", "es_taps"}
+# the names every source that serves the tiled distribution defines (source_table.cl's header)
+TILE_NAMES = ("SOURCE_ARGS", "SOURCE_PARAMS", "SOURCE_PASS", "source_support", "source_footprint",
+              "source_plane_weight", "source_conj", "tile_taps", "tile_taps_of", "tile_column", "TILE_LOCAL",
+              "TILE_STAGE", "TILE_STORE", "tile_weight", "tile_weight_t", "tile_mad")
 N, CELL = 64, 4e-3
 
 
@@ -31,7 +42,8 @@ def test_distribution_templates_do_not_branch_on_the_source(template):
     kinds = sorted({n.name for n in ast.find_all(jinja2.nodes.Name)} & SOURCE_KINDS)
     assert kinds == [], f"{template} asks which kernel source it runs with: {kinds}"
     includes = [n.template for n in ast.find_all(jinja2.nodes.Include)]
-    assert [t.name for t in includes if isinstance(t, jinja2.nodes.Name)] == ["source"]
+    # the source, and the plan it reads (grid_tiled.cl: W-projection's or the w-stacking one)
+    assert [t.name for t in includes if isinstance(t, jinja2.nodes.Name) and t.name != "plan"] == ["source"]
     assert [n.name for n in ast.find_all(jinja2.nodes.Name)].count("source") == 1, \
         f"{template} uses the source's name beyond including it"
     named = {t.value for t in includes if isinstance(t, jinja2.nodes.Const)}
@@ -48,16 +60,48 @@ def test_sources_name_their_includes():
         analytic.device_source("linear")
     with pytest.raises(ValueError, match="interpolation must be one of"):
         stack.device_source("cubic")
-    for name in ("source_table.cl", "source_texture.cl", "source_analytic.cl"):
+    stacked = StackedKernel(7, 2.3, 4, True)
+    assert stacked.device_source() == "source_stacked.cl"
+    with pytest.raises(ValueError, match="no interpolation='linear'"):
+        stacked.device_source("linear")
+    for name in ("source_table.cl", "source_texture.cl", "source_analytic.cl", "source_stacked.cl"):
         assert (TEMPLATES / name).is_file()
 
 
-CASES = ([("grid", m, "table") for m, c in GRIDDING_METHODS.items() if c.template in DISTRIBUTIONS]
-         + [("degrid", m, "table") for m, c in DEGRIDDING_METHODS.items() if c.template in DISTRIBUTIONS]
+@pytest.mark.parametrize("source,variables", [
+    ("source_table.cl", {"table_layout": "u_rows", "oversample": 4}),
+    ("source_analytic.cl", clgrid.KernelStack.analytic(1e-5).template_parameters()),
+    ("source_stacked.cl", StackedKernel(7, 2.3, 4, True).template_parameters())])
+def test_sources_of_the_tiled_distribution_define_the_same_names(source, variables):
+    """Every source the tiled distribution reads (W-projection tables, the analytic kernel,
+    the w-stacking kernel) defines its per-tile names, so grid_tiled.cl reads all three alike."""
+    text = render(source, double=False, **variables)
+    missing = [name for name in TILE_NAMES if not re.search(rf"(#define|typedef|inline)\b[^\n]*\b{name}\b", text)]
+    assert missing == [], f"{source} lacks {missing}"
+
+
+@pytest.mark.parametrize("cls,name", [(PointGridding, "spread"), (PointDegridding, "interp")])
+def test_the_points_distribution_reads_the_stacked_source_by_the_common_names(queue, cls, name):
+    """points.cl (the imaging operator's interpolation on GPUs) includes the plan and source
+    its strategy names, and reads the per-point names source_table.cl's header lists."""
+    strategy = cls(queue, (64, 48), StackedKernel(7, 2.3, 4, True), "single")
+    params = strategy.template_params(1)
+    assert params["source"] == "source_stacked.cl" and params["plan"] == "plan_stacked.cl"
+    text = (TEMPLATES / "points.cl").read_text()
+    for used in ("point_taps_of", "point_row", "point_weight_in_row", "source_footprint", "source_plane_weight"):
+        assert used in text
+    for private in ("es_taps", "plane_weight(f", "SUPPORT", "real4_t"):
+        assert private not in text, private
+    assert strategy.kernel(name, 1).num_args == 9
+
+
+PROJECTION = {"grid_atomic.cl", "degrid_gather.cl", "grid_tiled.cl", "grid_moving_window.cl"}
+CASES = ([("grid", m, "table") for m, c in GRIDDING_METHODS.items() if c.template in PROJECTION]
+         + [("degrid", m, "table") for m, c in DEGRIDDING_METHODS.items() if c.template in PROJECTION]
          + [("grid", m, "analytic") for m, c in GRIDDING_METHODS.items()
-            if c.template in DISTRIBUTIONS and c.analytic_source]
+            if c.template in PROJECTION and c.analytic_source]
          + [("degrid", m, "analytic") for m, c in DEGRIDDING_METHODS.items()
-            if c.template in DISTRIBUTIONS and c.analytic_source])
+            if c.template in PROJECTION and c.analytic_source])
 
 
 @pytest.mark.parametrize("kind,method,source", CASES, ids=[f"{k}-{m}-{s}" for k, m, s in CASES])

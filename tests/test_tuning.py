@@ -300,4 +300,5 @@ def test_cli_tune_runs_for_the_imaging_strategies(queue, device_name, section, c
                      "--grid-size", "128", "--repeats", "2", "--no-save", "--write-table", "--space", sweep]) == 0
     out = capsys.readouterr().out
     assert "table default: " in out and f"[devices.{section}]" in out
-    assert cli.main(["tune", "--imaging", "--method", "tiled", "--device", device_name]) == 2
+    assert cli.main(["tune", "--imaging", "--method", "moving_window", "--device", device_name]) == 2
+

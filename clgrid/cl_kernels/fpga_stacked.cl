@@ -14,6 +14,7 @@
     Template variables: double, use_w, source_stacked.cl's, tile, unroll_u, and banks
     (spread) or shift_depth (interpolation). #}
 {% include "complex.cl" %}
+{% include "plan_stacked.cl" %}
 {% include "source_stacked.cl" %}
 {% include "fpga_task.cl" %}
 #define TILE {{ tile }}

@@ -3,6 +3,7 @@
     keys_per_plane, wg, subproblem (points per work-group at most) and batch (points in
     local memory at a time). #}
 {% include "common.cl" %}
+{% include "plan_stacked.cl" %}
 {% include "source_stacked.cl" %}
 
 /* For GPUs (tuning: [wgridding] spread = "bins", parameters in [bins]): cuFINUFFT's

@@ -4,6 +4,7 @@
     value_single (value_types.cl) and source_stacked.cl's. #}
 {% include "complex.cl" %}
 {% include "value_types.cl" %}
+{% include "plan_stacked.cl" %}
 {% include "source_stacked.cl" %}
 
 /* For CPUs (tuning: [wgridding] spread = "rows"), where float

@@ -26,6 +26,17 @@ inline int source_support(SOURCE_PARAMS planned_vis p, int i)
     return support[p.plane];
 }
 
+inline int4 source_footprint(SOURCE_PARAMS planned_vis p, int i)
+{
+    const int s = source_support(SOURCE_PASS p, i);
+    return (int4)(p.grid_u - s, p.grid_v - s, 2 * s + 1, s);
+}
+
+inline real_t source_plane_weight(SOURCE_PARAMS planned_vis p, int i, int plane)
+{
+    return 1;
+}
+
 /* real: conj(c) = c */
 #define source_conj(c, conjugate) (c)
 
@@ -74,5 +85,8 @@ inline int tile_column(tile_taps t, int u)
         tile_taps_local[e][TAPS + k] = es_weight((taps).d_v + k); \
     }
 #define TILE_STORE(e) tile_taps_local[e]
-/* Tap (jj, column) = (j, k) + support: the product of its u and v values. */
-#define tile_weight(store, t, width, column, jj) ((complex_t)((store)[column] * (store)[TAPS + (jj)], 0))
+/* Tap (jj, column) = (j, k) + support: the product of its u and v values (real). */
+#define tile_weight(store, t, width, column, jj) ((store)[column] * (store)[TAPS + (jj)])
+typedef real_t tile_weight_t;   /* what tile_weight gives */
+/* sum + value * c for a real weight c (the value is re.x, im.x; conjugating a real weight does nothing) */
+#define tile_mad(sum, re, im, c) ((complex_t)(mad((re).x, (c), (sum).x), mad((im).x, (c), (sum).y)))

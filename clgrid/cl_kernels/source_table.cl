@@ -13,6 +13,8 @@
       SOURCE_STORE_TYPE    what a weight is read from, as a helper function's parameter
       SOURCE_STORE         its name in a kernel (after POINT_SETUP)
       source_support(SOURCE_PASS p, i)   half-width of visibility i's footprint
+      source_footprint(SOURCE_PASS p, i) int4: its first cell (u, v), taps per side, support
+      source_plane_weight(SOURCE_PASS p, i, plane)   its weight on a stacking plane (1 here)
       source_conj(c, conjugate)          a weight conjugated for w < 0 (as the source needs)
     per point (atomic "compact", gather "by_offset"): a work-group or team per visibility
       POINT_SETUP          statements at the top of the kernel, by every work-item
@@ -22,18 +24,22 @@
                            the same weight, with what a row of taps shares made once per row
     per tile ("u_rows", grid_tiled.cl): taps relative to a tile's first column
       tile_taps            tile_taps_of(SOURCE_PASS p, s, width, origin_u, i)
-      tile_column(taps, u) the index of the tile's column u
+      tile_column(taps, u) the index of the tile's column u (linear in u: base + step u)
       TILE_LOCAL           local memory the source stages an entry's taps in (declarations)
       TILE_STAGE(e, taps)  stage entry e's taps there (the work-item that prepared it)
       TILE_STORE(e)        what entry e's weights are read from
       tile_weight(TILE_STORE(e), taps, width, column, jj): unconjugated weight of tap
-                           (jj - s, the tap of column)
+                           (jj - s, the tap of column): complex, or real where the source's are
+      tile_weight_t        its type
+      tile_mad(sum, re, im, c)  sum + the value times weight c, the value given as
+                           re = (x, -y), im = (y, x) (conjugated: (x, y), (y, -x))
     per window ("offset_rows", grid_moving_window.cl): taps relative to a window
       window_taps(SOURCE_PASS p, support, width, r_u, r_v)   int2 kept with the window
       WINDOW_LOCAL, WINDOW_STAGE(t, i), window_point, WINDOW_POINT(t): what the source
                            stages per visibility besides the window
       window_row(window, e_v, r_v, support, row_stride), window_weight(SOURCE_STORE, at,
                            row, e_u, r_u, support): unconjugated weight at window place (e_u, e_v)
+    (source_stacked.cl adds SOURCE_WIDTH, the w-stacking source's fixed footprint.)
     Needs plan.cl and OVERSAMPLE (and OFFSET_RANGE for offset_rows).
     Template variables: oversample, table_layout. #}
 {% if table_layout == "by_offset" %}
@@ -69,7 +75,18 @@ inline int source_support(SOURCE_PARAMS planned_vis p, int i)
 {
     return support[p.plane];
 }
+
+inline int4 source_footprint(SOURCE_PARAMS planned_vis p, int i)
+{
+    const int s = source_support(SOURCE_PASS p, i);
+    return (int4)(p.grid_u - s, p.grid_v - s, 2 * s + 1, s);
+}
 {% endif %}
+
+inline real_t source_plane_weight(SOURCE_PARAMS planned_vis p, int i, int plane)
+{
+    return 1;
+}
 
 inline complex_t source_conj(complex_t c, int conjugate)
 {
@@ -148,6 +165,9 @@ inline int tile_column(tile_taps t, int u)
 #define TILE_STORE(e) kernels
 /* Tap j (jj = j + support) in the column whose u_rows index (quarter row 0) is `column`. */
 #define tile_weight(store, t, width, column, jj) (store)[(column) + (int)abs((t).off_v0 + (jj) * OVERSAMPLE) * (width)]
+typedef complex_t tile_weight_t;   /* what tile_weight gives */
+#define tile_mad(sum, re, im, c) ((complex_t)(mad((re).x, (c).x, mad((re).y, (c).y, (sum).x)), \
+                                              mad((im).x, (c).x, mad((im).y, (c).y, (sum).y))))
 {% elif table_layout == "offset_rows" %}
 
 /* KernelStack.offset_rows: a row of u taps per (|off_v + j * OS|, off_u).  Kept with the

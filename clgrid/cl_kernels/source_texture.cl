@@ -18,6 +18,17 @@ inline int source_support(SOURCE_PARAMS planned_vis p, int i)
     return footprint_support(position[i]);
 }
 
+inline int4 source_footprint(SOURCE_PARAMS planned_vis p, int i)
+{
+    const int s = source_support(SOURCE_PASS p, i);
+    return (int4)(p.grid_u - s, p.grid_v - s, 2 * s + 1, s);
+}
+
+inline real_t source_plane_weight(SOURCE_PARAMS planned_vis p, int i, int plane)
+{
+    return 1;
+}
+
 inline complex_t source_conj(complex_t c, int conjugate)
 {
     if (conjugate)

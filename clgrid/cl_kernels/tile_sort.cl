@@ -6,8 +6,9 @@
    With sort_copies_plan, each entry carries a copy of its visibility's plan (seed 000
    §4.2: the tile kernel reads w-plane and offsets from the sorted stream); without, an
    entry is only (visibility, bucket) and the tile kernel reads the plan by index.
-   Template variables: sort_wg, sort_run, sort_copies_plan (and those of tile_grid.cl,
-   plan.cl). #}
+   grid_tiled.cl's "chunks" schedule.  Template variables: sort_wg, sort_run,
+   sort_copies_plan (and those of tile_grid.cl, plan.cl). #}
+{% include "tile_grid.cl" %}
 #define SORT_WG {{ sort_wg }}
 #define SORT_RUN {{ sort_run }}
 

@@ -224,6 +224,15 @@ class StackedKernel:
         coef.flags.writeable = False
         return coef
 
+    def device_source(self, interpolation: str = "nearest") -> str:
+        """The template include that evaluates this source on the device (the names every
+        kernel source defines: ``source_table.cl``'s header); only evaluated, so
+        ``interpolation`` must be "nearest"."""
+        if interpolation != "nearest":
+            raise ValueError(f"the w-stacking kernel source is evaluated at exact offsets; it has no "
+                             f"interpolation={interpolation!r}")
+        return "source_stacked.cl"
+
     def template_parameters(self) -> dict:
         """``source_stacked.cl``'s template variables."""
         return {"es_width": self.width, "es_degree": self.coefficients.shape[0] - 1,

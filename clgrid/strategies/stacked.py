@@ -63,7 +63,8 @@ class StackedStrategy(Strategy):
         cls.check_kernel_source(kernels)
         params = {k: v for k, v in tuning.items() if k not in ("build_options", "aoc_options", "binary")}
         params.setdefault("atomic", "cas")
-        return dict(params, double=precision == "double", deterministic=False, **kernels.template_parameters())
+        return dict(params, double=precision == "double", deterministic=False, plan="plan_stacked.cl",
+                    source=kernels.device_source(), **kernels.template_parameters())
 
     def template_params(self, npol: int) -> dict:
         return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)

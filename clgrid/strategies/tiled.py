@@ -39,11 +39,11 @@ from ..device.tuning import TuningTableError
 from .atomic import AtomicGridding
 from .base import DevicePlan, Strategy
 
-__all__ = ["TiledGridding", "TiledDevicePlan", "footprint_tile_range", "tiles_across"]
+__all__ = ["TiledGridding", "TiledDevicePlan", "footprint_tile_range", "tiles_across", "tile_local_memory"]
 
 INT32_MAX = 2 ** 31 - 1
 EMPTY_BOX = np.array([INT32_MAX, -INT32_MAX - 1, INT32_MAX, -INT32_MAX - 1], np.int32)  # u_min, u_max, v_min, v_max
-MAPPINGS = ("rows", "footprint")   # how a tile's work-items share its cells (grid_tiled.cl)
+MAPPINGS = ("rows", "footprint", "cells")   # how a tile's work-items share its cells (grid_tiled.cl)
 PARTS = ("tiles", "central box", "windows")   # bucket ranges, each gridded by its own launch
 
 
@@ -64,6 +64,23 @@ def tiles_across(grid_size: int, tile: int, step: int | None = None) -> int:
     step = step or tile
     origin = first_tile_cell(grid_size, tile)
     return int((grid_size - 1 - origin) // step - (0 - origin) // step + 1)
+
+
+def tile_local_memory(mapping: str, batch: int, npol: int, precision: str, deterministic: bool, evaluated: bool,
+                      tile_cells: int, staged_reals: int) -> int:
+    """Bytes of local memory grid_tiled.cl's kernel takes: ``batch`` prepared entries
+    (tile_visibility, whose taps hold reals where the source is ``evaluated``) and the
+    ``staged_reals`` kernel values the source stages for each, the ``tile_cells`` cells
+    (of ``npol`` sums) the work-group keeps there, and the chunk's first entry."""
+    real_size = 8 if precision == "double" else 4
+    complex_size = 2 * real_size
+    words = (15 if mapping == "footprint" else 9) - evaluated   # tile_visibility's ints (and float)
+    header = words * 4
+    if evaluated:   # tile_taps without off_v0, with d_u and d_v: the same size as after the ints
+        header = -(-header // real_size) * real_size + 2 * real_size
+    entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
+    cell_size = 16 if deterministic else complex_size   # two longs a cell in fixed point
+    return batch * (entry + staged_reals * real_size) + tile_cells * npol * cell_size + 4
 
 
 @dataclass
@@ -124,8 +141,8 @@ class TiledGridding(Strategy):
     @staticmethod
     def work_group_shape(tuning: dict) -> tuple:
         """``rows``: a work-item per column of a tile, each owning regsz + shmsz of its rows;
-        ``footprint``: footprint_wg work-items sharing whatever the footprints cover."""
-        if tuning["mapping"] == "footprint":
+        ``footprint``, ``cells``: footprint_wg work-items sharing whatever the footprints cover."""
+        if tuning["mapping"] in ("footprint", "cells"):
             return (tuning["footprint_wg"], 1)
         rows = tuning["regsz"] + tuning["shmsz"]
         if rows < 1 or tuning["tile_v"] % rows:
@@ -155,26 +172,15 @@ class TiledGridding(Strategy):
                                    f"{t['tile_u']} (a work-item per column of the widest footprint row)")
 
     def local_memory(self, npol: int) -> int:
-        """Bytes of local memory grid_tiles takes: the batch of prepared visibilities, plus the
-        whole tile (``footprint``) or its shmsz rows (``rows``), plus the chunk's first entry
-        (known before the build, so an oversized tile is refused by name, not by the compiler;
-        a test holds it to what the built kernel reports)."""
+        """Bytes of local memory grid_tiles takes (`tile_local_memory`: known before the build,
+        so an oversized tile is refused by name, not by the compiler; a test holds it to what
+        the built kernel reports)."""
         t = self.tuning
-        complex_size = np.dtype(self.complex_dtype).itemsize
         items = int(np.prod(self.local_size()))
-        analytic = self.kernels.evaluated
-        words = (15 if t["mapping"] == "footprint" else 9) - analytic   # tile_visibility's ints (and float)
-        header = words * 4
-        if analytic:   # tile_taps without off_v0, with d_u and d_v: the same size as after the ints
-            real_size = np.dtype(self.real_dtype).itemsize
-            header = -(-header // real_size) * real_size + 2 * real_size
-        entry = -(-header // complex_size) * complex_size + 2 * npol * complex_size
-        cells = t["tile_u"] * t["tile_v"] if t["mapping"] == "footprint" else t["shmsz"] * items
-        cell_size = 16 if self.deterministic else complex_size   # two longs a cell in fixed point
-        taps = 0
-        if analytic:   # batch_taps: an entry's kernel values along u and v
-            taps = items * 2 * self.kernels.template_parameters()["es_taps"] * np.dtype(self.real_dtype).itemsize
-        return items * entry + taps + cells * npol * cell_size + 4
+        cells = t["shmsz"] * items if t["mapping"] == "rows" else t["tile_u"] * t["tile_v"]
+        staged = 2 * self.kernels.template_parameters()["es_taps"] if self.kernels.evaluated else 0
+        return tile_local_memory(t["mapping"], items, npol, self.precision, self.deterministic,
+                                 self.kernels.evaluated, cells, staged)
 
     @classmethod
     def program_parameters(cls, tuning, precision, npol, grid_size, kernels) -> dict:
@@ -182,7 +188,8 @@ class TiledGridding(Strategy):
         max_tiles, windows_base, _ = cls.buckets(tuning, grid_size)
         return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), wg_u=wg_u,
                     wg_v=wg_v, max_tiles=max_tiles, windows_base=windows_base,
-                    tile_factor_4096=round(tuning["tile_factor"] * 4096))
+                    tile_factor_4096=round(tuning["tile_factor"] * 4096), periodic=False,
+                    plan="plan.cl", batch=0, max_width=2 * kernels.max_support + 1)
 
     @cached_property
     def untiled_strategy(self) -> AtomicGridding:

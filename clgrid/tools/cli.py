@@ -234,6 +234,8 @@ def cmd_tune(args) -> int:
     from . import tuner
 
     known = IMAGING_SECTIONS if args.imaging else bench.benchmark_methods()
+    if args.imaging and args.method not in known and args.method in IMAGING:   # a spread: its section
+        args.method = IMAGING[args.method][0].name
     if args.method not in known:
         print(f"clgrid tune: unknown {'imaging ' if args.imaging else ''}method {args.method!r}; choose one of "
               f"{list(known)}", file=sys.stderr)
@@ -425,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="measure a strategy's parameters on a device and save the best")
     t.add_argument("--method", default="atomic",
                    help=f"gridding method or degrid-<method> (default: atomic): {', '.join(bench.benchmark_methods())}; "
-                        f"with --imaging the imaging operator's: {', '.join(IMAGING_SECTIONS)}")
+                        f"with --imaging the imaging operator's: {', '.join(IMAGING_SECTIONS)} (or a [wgridding] spread, "
+                        f"such as tiled: its spreading strategy's section)")
     t.add_argument("--imaging", action="store_true",
                    help="tune a strategy of the imaging operator (vis2dirty / dirty2vis), timed on its spread or "
                         "interpolation of every w-plane of MeerKAT tracks imaged with w (--num-vis, --grid-size "
@@ -469,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="emit for an analytic kernel source of this accuracy (KernelStack.analytic: the program "
                         "bakes in its polynomials) instead of a table stack")
     e.add_argument("--imaging", action="store_true",
-                   help="the imaging operator's (vis2dirty/dirty2vis) w-stacking spread of --method (bins, points, "
+                   help="the imaging operator's (vis2dirty/dirty2vis) w-stacking spread of --method (tiled, points, "
                         "rows), or with --degrid its interpolation; needs --epsilon")
     e.add_argument("--w-planes", type=int, default=0,
                    help="with --imaging: the w-planes of the stack (0: 2-D imaging, no w)")
