@@ -9,13 +9,18 @@ process, medians of ``--repeats``; vis2dirty and dirty2vis are each one whole ca
 Variants:
 
     kept        every point on the device (the device's real memory)
-    streamed    the engine's stream (`ImagingEngine.streamed`): FFTs once a plane
+    streamed    the engine's stream (`ImagingEngine.streamed`): FFTs once a plane, the next
+                group planned on a second queue and thread while the current one is spread
+    in_turn     the same stream with each group planned in turn on the calling thread
+                (`engine.STREAM_OVERLAP` off): what the overlap gains
     row_parts   the fewest parts of rows whose points would fit the same memory (kept
                 bytes / memory: fewer than would, as a part's set-up is left out), each a
                 `WGridder` on the whole geometry made and called in turn: every part
                 transforms every plane
 
     python benchmarks/streaming.py --npix 1024 --num-vis 1000000 --freq 7e8 --share 0.25 --nthreads 2
+
+``--skip row_parts,ducc0`` leaves variants out (a GPU run within minutes).
 """
 
 import argparse
@@ -46,6 +51,7 @@ def main(argv=None):
     p.add_argument("--nthreads", type=int, default=os.cpu_count())
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", default=None)
+    p.add_argument("--skip", default="", help="variants left out, comma-separated (row_parts, ducc0, in_turn)")
     a = p.parse_args(argv)
     import ducc0.wgridder as wg
 
@@ -98,6 +104,20 @@ def main(argv=None):
             "row_parts_dirty2vis": lambda: row_parts("dirty2vis"),
             "ducc0_vis2dirty": lambda: wg.vis2dirty(vis=vis, npix_x=a.npix, npix_y=a.npix, **kw),
             "ducc0_dirty2vis": lambda: wg.dirty2vis(dirty=dirty, **kw)}
+
+    def in_turn(fn):
+        def run():
+            engine_module.STREAM_OVERLAP = False
+            try:
+                return fn()
+            finally:
+                engine_module.STREAM_OVERLAP = True
+        return run
+
+    runs["in_turn_vis2dirty"] = in_turn(runs["streamed_vis2dirty"])
+    runs["in_turn_dirty2vis"] = in_turn(runs["streamed_dirty2vis"])
+    skip = {v for v in a.skip.split(",") if v}
+    runs = {k: fn for k, fn in runs.items() if k.rsplit("_", 1)[0] not in skip}
     outputs = {k: fn() for k, fn in runs.items()}                 # warm-up, and the results
     samples = {k: [] for k in runs}
     for _ in range(a.repeats):
@@ -113,8 +133,11 @@ def main(argv=None):
         return float(np.linalg.norm(np.asarray(x, np.complex128) - y) / np.linalg.norm(y))
 
     for k in runs:
-        if not k.startswith("ducc0"):
-            res[f"{k}_vs_ducc0"] = err(outputs[k], outputs["ducc0_" + k.rsplit("_", 1)[1]])
+        reference = "ducc0_" + k.rsplit("_", 1)[1]
+        if not k.startswith("ducc0") and reference in outputs:
+            res[f"{k}_vs_ducc0"] = err(outputs[k], outputs[reference])
+        if k.startswith(("streamed", "in_turn")):
+            res[f"{k}_vs_kept"] = err(outputs[k], outputs["kept_" + k.rsplit("_", 1)[1]])
     report(res, a.json)
 
 

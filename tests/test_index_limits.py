@@ -137,7 +137,7 @@ def test_a_slab_geometry_puts_points_on_the_same_planes(rng):
         assert sub.first_planes(w[mine]).max() + g.kernel.support <= sub.num_planes
 
 
-def test_what_stays_refused_past_32_bits_is_refused_by_name(rng):
+def test_what_stays_refused_past_32_bits_is_refused_by_name(rng, monkeypatch):
     queue = get_queue(DEVICE)
     with pytest.raises(ValueError, match=r"num_keys must be in \[1, 2\*\*31 - 1\), got 2147483647"):
         CountingSort(queue, "p.x", 2 ** 31 - 1)
@@ -156,6 +156,52 @@ def test_what_stays_refused_past_32_bits_is_refused_by_name(rng):
     check_grid(big_geometry(46340, 10), np.complex64, facts)
     assert not grid_fits(huge, "single", DeviceLimits(2 ** 40, 2 ** 42))
     assert grid_fits(big_geometry(46340, 10), "single", DeviceLimits(2 ** 40, 2 ** 42))
-    # samples of one operator: refused before anything is made
-    with pytest.raises(ValueError, match=r"nrow \* nchan = 2147483648 visibilities: at most 2\^31 - 1"):
-        clgrid.WGridder(np.zeros((2 ** 16, 3)), np.full(2 ** 15, 1e8), 64, 64, 1e-3, 1e-3, 1e-4, device=DEVICE)
+    # a row of more channels than one part counts: refused before anything is made (the
+    # limit lowered: a real one needs a 16 GB frequency array)
+    monkeypatch.setattr(engine_module, "SAMPLE_LIMIT", 1000)
+    with pytest.raises(ValueError, match=r"nchan = 1001 channels: .* at most 1000 channels per row"):
+        clgrid.WGridder(np.zeros((4, 3)), np.full(1001, 1e8), 64, 64, 1e-3, 1e-3, 1e-4, device=DEVICE)
+
+
+@pytest.mark.parametrize("options", [
+    dict(),
+    dict(tuning={"spread": "bins"}, flip_v=True),
+    dict(precision="single", tuning={"fft": "mapped"}, divide_by_n=False),
+])
+def test_more_samples_than_32_bits_go_through_in_parts_of_rows_and_agree_with_ducc0(rng, monkeypatch, options):
+    """An operator of more samples than one part's 32-bit counts (the limit lowered): parts
+    of rows each at most the limit, onto one grid; the same image and visibilities as one
+    part, and ducc0's at 1e-12 within epsilon, through vis2dirty / dirty2vis as well."""
+    uvw, freq, vis, wgt, mask = data(rng, nrow=1000, nchan=5)
+    single = options.get("precision") == "single"
+    eps = 1e-4 if single else 1e-7
+    if single:
+        vis = vis.astype(np.complex64)
+    args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=eps, do_wgridding=True, center_x=0.01, device=DEVICE,
+                **IMAGE, **options)
+    whole = clgrid.WGridder(**args)
+    assert len(whole.plans) == 1
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32 if single else np.float64)
+    want_image, want_vis = whole.vis2dirty(vis, wgt), whole.dirty2vis(dirty, wgt)
+    limit = 1234            # 246 rows of 5 channels a part: 5 parts (the last of 16 rows)
+    monkeypatch.setattr(engine_module, "SAMPLE_LIMIT", limit)
+    op = clgrid.WGridder(**args)
+    parts = op.engine._parts
+    assert [p.rows for p in parts] == [slice(a, min(a + 246, 1000)) for a in range(0, 1000, 246)]
+    assert all(p.nsample <= limit for p in parts)
+    assert sum(p.plan.num_kept for p in parts) == whole.plans[0].num_kept
+    image, got_vis = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)
+    same = 1e-5 if single else 1e-12
+    assert relative_error(image, want_image) <= same
+    assert relative_error(got_vis, want_vis) <= same
+    ducc = {k: v for k, v in args.items() if k not in ("epsilon", "precision", "tuning", "device")}
+    d2v = {k: v for k, v in ducc.items() if not k.startswith("npix")}
+    vis128 = vis.astype(np.complex128)
+    assert relative_error(image, ducc0_wgridder.vis2dirty(vis=vis128, wgt=wgt, epsilon=1e-12, **ducc)) <= eps
+    assert relative_error(got_vis, ducc0_wgridder.dirty2vis(dirty=dirty.astype(np.float64), wgt=wgt,
+                                                            epsilon=1e-12, **d2v)) <= eps
+    # the ducc0-like calls split the same way
+    call = {k: v for k, v in args.items() if k != "precision"}
+    assert relative_error(clgrid.vis2dirty(vis=vis, wgt=wgt.astype(vis.real.dtype), **call), image) <= same
+    d2v_call = {k: v for k, v in call.items() if not k.startswith("npix")}
+    assert relative_error(clgrid.dirty2vis(dirty=dirty, wgt=wgt.astype(dirty.dtype), **d2v_call), got_vis) <= same

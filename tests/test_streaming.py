@@ -202,3 +202,86 @@ def test_no_buffer_passes_the_largest_the_device_allows(rng, monkeypatch):
     assert max(sizes) <= largest, max(sizes)
     ducc = {k: v for k, v in args.items() if k != "epsilon"}
     assert relative_error(image, ducc0_wgridder.vis2dirty(vis=vis, wgt=wgt, epsilon=1e-12, **ducc)) <= 1e-11
+
+
+@pytest.mark.parametrize("keywords", [dict(do_wgridding=True), dict(do_wgridding=True, tuning={"fft": "mapped"})])
+def test_the_next_group_is_planned_on_its_own_queue_and_thread_while_the_current_one_is_spread(rng, monkeypatch,
+                                                                                             keywords):
+    """A streaming call plans every group on the preparer (a second queue, a thread of its
+    own), the next group's planning handed over as the current one goes onto the device, so
+    that the engine's queue never waits for the host's planning between groups; the image
+    and visibilities are the kept operator's."""
+    import threading
+    uvw, freq, vis, wgt, mask = many_channels(rng)
+    args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-7, device=DEVICE, **IMAGE, **keywords)
+    kept = clgrid.WGridder(**args)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    want_image, want_vis = kept.vis2dirty(vis, wgt), kept.dirty2vis(dirty, wgt)
+    small_device(monkeypatch, 3 << 19)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", clgrid.StreamedWarning)
+        op = clgrid.WGridder(**args)
+    engine = op.engine
+    assert engine.streamed.slabs > 2 and engine_module.STREAM_OVERLAP
+    planned, entered = [], []
+    make_part, enter = engine_module.ImagingEngine._make_part, engine_module.ImagingEngine._stream_enter
+
+    def recording_make_part(self, *a, on=None, **k):
+        planned.append((threading.current_thread() is threading.main_thread(), on))
+        return make_part(self, *a, on=on, **k)
+
+    def recording_enter(self, slab, group):
+        before = self._call.next
+        enter(self, slab, group)
+        call = self._call
+        if call.next != before:         # (a slab of several planes is entered once)
+            entered.append(((slab, group), call.order[call.next] if call.next < len(call.order) else None))
+
+    monkeypatch.setattr(engine_module.ImagingEngine, "_make_part", recording_make_part)
+    monkeypatch.setattr(engine_module.ImagingEngine, "_stream_enter", recording_enter)
+    image, got_vis = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)
+    assert planned and all(not main and on is engine._prep for main, on in planned)
+    assert engine._prep.queue is not engine.queue and engine._prep.spreader is not engine.spreader
+    assert engine._prep.queue.device == engine.queue.device
+    assert len(entered) % 2 == 0
+    for call in (entered[:len(entered) // 2], entered[len(entered) // 2:]):     # vis2dirty, dirty2vis
+        groups = [at for at, _ in call]
+        assert len(set(groups)) == len(groups) > 2
+        # as a group goes onto the device, the one after it is the one being planned
+        assert [following for _, following in call] == groups[1:] + [None]
+    assert engine._parts == [] and engine._call is None
+    assert relative_error(image, want_image) <= 1e-12
+    assert relative_error(got_vis, want_vis) <= 1e-12
+    monkeypatch.setattr(engine_module, "STREAM_OVERLAP", False)        # in turn, on this thread: the same
+    planned.clear()
+    assert relative_error(op.vis2dirty(vis, wgt), want_image) <= 1e-12
+    assert relative_error(op.dirty2vis(dirty, wgt), want_vis) <= 1e-12
+    assert planned and all(main for main, _ in planned)
+
+
+def test_a_streamed_call_refused_midway_leaves_no_planning_behind(rng, monkeypatch):
+    """Bad values refused in a streamed call (NaN visibilities, counted as the groups go
+    through; a NaN image, found on the device before the planes): the same errors as the
+    kept operator's, no planning thread left, and the next call is right."""
+    import threading
+    uvw, freq, vis, wgt, mask = many_channels(rng)
+    args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-7, device=DEVICE, do_wgridding=True,
+                tuning={"fft": "mapped"}, **IMAGE)
+    kept = clgrid.WGridder(**args)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    small_device(monkeypatch, 3 << 19)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", clgrid.StreamedWarning)
+        op = clgrid.WGridder(**args)
+    assert op.engine.streamed is not None
+    bad_vis, bad_dirty = vis.copy(), dirty.copy()
+    bad_vis[np.nonzero(mask)[0][-1], np.nonzero(mask)[1][-1]] = np.nan
+    bad_dirty[3, 4] = np.inf
+    with pytest.raises(ValueError, match="vis has NaN or infinite entries where not masked"):
+        op.vis2dirty(bad_vis, wgt)
+    with pytest.raises(ValueError, match="dirty has NaN or infinite entries"):
+        op.dirty2vis(bad_dirty, wgt)
+    assert not [t for t in threading.enumerate() if t.name.startswith("clgrid-stream")]
+    assert op.engine._parts == [] and op.engine._call is None
+    assert relative_error(op.vis2dirty(vis, wgt), kept.vis2dirty(vis, wgt)) <= 1e-12
+    assert relative_error(op.dirty2vis(dirty, wgt), kept.dirty2vis(dirty, wgt)) <= 1e-12

@@ -43,7 +43,9 @@ __kernel void gather_vis(__global const complex_t *restrict vis_in, __global con
         out[k] = AS_VALUE(v);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < 3 && seen[lid])
+    /* counts stop growing past 2^30 (an operator of more than 2^31 samples must not wrap
+       its count of non-zero values to 0) */
+    if (lid < 3 && seen[lid] && tally[lid] < (1 << 30))
         atomic_add(&tally[lid], seen[lid]);
 }
 

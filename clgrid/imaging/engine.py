@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -27,7 +28,7 @@ import pyopencl as cl
 from ..device.codegen import build_program, kernel as codegen_kernel, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
-from ..errors import DeviceCapabilityError, EmptyInputWarning, StreamedWarning
+from ..errors import DeviceCapabilityError, EmptyInputWarning, NonFiniteResultError, StreamedWarning
 from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
@@ -45,12 +46,18 @@ from .pixels import PixelModel, pixel_blocks
 from .regions import plane_regions
 from .stream import KEY_LIMIT, max_slab_planes, slab_geometry, stream_schedule
 
-__all__ = ["ImagingEngine", "SPREADS", "check_grid"]
+__all__ = ["ImagingEngine", "SPREADS", "check_grid", "check_samples"]
 
 SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
 # the share of a device's global memory an engine's buffers may take; beyond it, its points
 # are streamed (`ImagingEngine.streamed`)
 DEVICE_SHARE = 0.9
+# samples of one part of rows: a part's plan counts its samples in 32 bits (plan_positions.cl,
+# values_stacked.cl); more samples go through in more parts (docs/design/streaming.md)
+SAMPLE_LIMIT = 2 ** 31 - 1
+# a streaming engine plans its next group on its own thread and queue while the current one
+# is spread (False: in turn, on the calling thread: the benchmarks' A/B)
+STREAM_OVERLAP = True
 
 
 def _route_tuning(tuning, facts) -> tuple:
@@ -102,10 +109,34 @@ def check_grid(geometry: ImageGeometry, complex_dtype, facts) -> None:
             f"{facts.max_allocation / 2**30:.2f} GiB: image in facets or in single precision")
 
 
+def check_samples(nchan: int) -> None:
+    """Refuse, naming it, a row of more channels than one part of rows may hold
+    (`SAMPLE_LIMIT`): rows are the parts' unit, a row is not split."""
+    if nchan > SAMPLE_LIMIT:
+        raise ValueError(f"nchan = {nchan} channels: one row's samples are counted in 32 bits, at most "
+                         f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
+
+
 def _row_parts(nrow: int, nchan: int, samples: int) -> list:
     """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
     rows = max(1, samples // max(nchan, 1))
     return [slice(a, min(a + rows, nrow)) for a in range(0, max(nrow, 1), rows)]
+
+
+class _InTurn:
+    """A stand-in for a one-thread executor that runs each job at once on the caller's thread
+    (`STREAM_OVERLAP` off)."""
+
+    def submit(self, fn, *args) -> Future:
+        done = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:       # raised where the result is taken, as the executor's
+            done.set_exception(exc)
+        return done
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
 
 
 class ImagingEngine:
@@ -134,6 +165,7 @@ class ImagingEngine:
         self.epsilon = epsilon
         self.planes = planes
         self.nrow, self.nchan = uvw.shape[0], scale.size
+        check_samples(self.nchan)
         self.shape = (self.nrow, self.nchan)
         self.precision = precision
         self.divide_by_n = divide_by_n
@@ -171,6 +203,7 @@ class ImagingEngine:
         source = StackedKernel.of(g)
         spread_cls, interp_cls = SPREADS[self.spread_mode]
         self.spreader = spread_cls(self.queue, (g.nu, g.nv), source, self.precision, spread_tuning or None)
+        self._spread_args = (spread_cls, source, spread_tuning or None)
         self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
         # the rows spread keeps every point's kernel values: in double precision, in float
         # where epsilon allows (in single they are float already)
@@ -191,7 +224,7 @@ class ImagingEngine:
         ctx, mf = self.queue.context, cl.mem_flags
         self._wg = 64
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
-        self._part_samples = wparams["part_samples"] or self._samples_per_part()
+        self._part_samples = min(wparams["part_samples"] or self._samples_per_part(), SAMPLE_LIMIT)
         self._check_fits()
         self._max_planes = max_slab_planes(g, self.layout.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
         self.streamed, self._stream = None, None
@@ -240,7 +273,7 @@ class ImagingEngine:
         if self.spread_mode == "rows":          # its kernel values: 2 W a point (rows_stacked.settle)
             tap = 4 if self._float_values or self.precision == "single" else 8
             largest = max(largest, 2 * self.geometry.kernel.support * tap)
-        samples = max(1, min(self.facts.max_allocation // largest, 2 ** 31 - 1))
+        samples = max(1, min(self.facts.max_allocation // largest, SAMPLE_LIMIT))
         if "CPU" in self.facts.type:
             samples = min(samples, HOST_PART_SAMPLES)
         return samples
@@ -271,8 +304,9 @@ class ImagingEngine:
     def _setup_stream(self, uvw, scale, keep, signs, deterministic, every: int) -> None:
         """Points that do not fit the device at once (`device_bytes` beyond `DEVICE_SHARE` of
         it): a schedule of slabs of w-planes (`clgrid.imaging.stream`), each slab's points
-        planned when a call reaches it and released after it, re-planned every call; said
-        in ``streamed`` and a `StreamedWarning`.  Refused, naming the sizes, where the grid
+        planned when a call reaches it and released after it, re-planned every call, the
+        next group planned on a second queue (`_preparer`) while the current one is spread;
+        said in ``streamed`` and a `StreamedWarning`.  Refused, naming the sizes, where the grid
         and one part's set-up alone do not fit."""
         facts, g = self.facts, self.geometry
         limit = int(facts.global_memory * DEVICE_SHARE)
@@ -285,7 +319,8 @@ class ImagingEngine:
 
         part = self._part_samples
         fixed, point = model(part)
-        capacity = (limit - fixed) // point
+        # two groups on the device at once: the one being spread and the next being planned
+        capacity = (limit - fixed) // (2 * point)
         if capacity < 1:
             raise DeviceCapabilityError(
                 f"the {g.nu}x{g.nv} grid and one part of {part} samples' set-up need about {fixed / 2**30:.2f} GiB "
@@ -305,36 +340,55 @@ class ImagingEngine:
         most = max(min(slab.points, capacity) for slab in slabs)
         groups = sum(len(slab.groups) for slab in slabs)
         self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True,
-                                        device_bytes=fixed + most * point, capacity=int(capacity), every_point=every)
+                                        device_bytes=fixed + 2 * most * point, capacity=int(capacity),
+                                        every_point=every)
+        self._prep = self._preparer(deterministic)
         warnings.warn(
             f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
             f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
             f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",
             StreamedWarning, stacklevel=5)        # the WGridder call
 
-    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None) -> SimpleNamespace:
+    def _preparer(self, deterministic) -> SimpleNamespace:
+        """What a streaming engine plans its next group with while the current one is spread:
+        a second in-order queue on the device, a spreading strategy of its own on it (its
+        own kernel objects: the arrangement runs beside the spreads), its own staging."""
+        spread_cls, source, tuning = self._spread_args
+        g = self.geometry
+        queue = cl.CommandQueue(self.queue.context, self.queue.device, properties=self.queue.properties)
+        spreader = spread_cls(queue, (g.nu, g.nv), source, self.precision, tuning)
+        spreader.stable = self.spreader.stable
+        if self.spread_mode == "rows":
+            spreader.tap_single = self.spreader.tap_single
+        return SimpleNamespace(queue=queue, spreader=spreader, staging=shared_staging(queue))
+
+    def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None,
+                   on=None) -> SimpleNamespace:
         """The points of ``rows`` with a tap on ``planes`` (None: the engine's): planned,
         arranged for the spread, with their buffers.  Where the stack's sort keys pass 32
         bits (``_max_planes``), in the slab's own geometry
-        (`clgrid.imaging.stream.slab_geometry`): the part's planes count from its ``base``."""
+        (`clgrid.imaging.stream.slab_geometry`): the part's planes count from its ``base``.
+        ``on``: the `_preparer` whose queue and strategy do the work (None: the engine's)."""
         ctx, mf = self.queue.context, cl.mem_flags
+        queue, spreader, staging = (self.queue, self.spreader, self.staging) if on is None else \
+            (on.queue, on.spreader, on.staging)
         planes = self.planes if planes is None else planes
         # a slab's own geometry only where the stack's keys need it: otherwise the whole
         # stack's, whose plane positions are the schedule's to the bit (split.first_planes)
         g, base = slab_geometry(self.geometry, planes) if self._max_planes is not None else (self.geometry, 0)
         nsample = (rows.stop - rows.start) * self.nchan
-        if self.spreader.arranges_by_layout and not (deterministic or self.spreader.stable) and self.facts.fp64:
+        if spreader.arranges_by_layout and not (deterministic or spreader.stable) and self.facts.fp64:
             # planned straight into the spread's order (clgrid.planning.fused); few of the
             # rows' samples kept: the values go by position, picked by the host (index)
             plan, points, index = plan_arranged(
-                self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs, fold=g.do_wgridding,
-                double=self.precision == "double", layout=self.layout, staging=self.staging,
+                queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs, fold=g.do_wgridding,
+                double=self.precision == "double", layout=self.layout, staging=staging,
                 planes=range(planes.start - base, planes.stop - base), sparse_share=SPARSE_SHARE)
-            points = self.spreader.add_tables(points, g).wait_ready()     # the set-up's one wait
-            plan.keep_arranged(self.spreader.arrangement_key(), points)
+            points = spreader.add_tables(points, g).wait_ready()     # the set-up's one wait
+            plan.keep_arranged(spreader.arrangement_key(), points)
         else:
-            plan = plan_stacked(self.queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
-                                fold=g.do_wgridding, double=self.precision == "double", staging=self.staging,
+            plan = plan_stacked(queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs,
+                                fold=g.do_wgridding, double=self.precision == "double", staging=staging,
                                 on_host=deterministic, planes=range(planes.start - base, planes.stop - base))
             # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
             # picks theirs, in plan order, instead of sending every sample each call
@@ -342,16 +396,16 @@ class ImagingEngine:
             if plan.num_kept < SPARSE_SHARE * nsample:
                 plan.values_by_position = True
                 index = plan.sample.get()[:plan.num_kept]
-            points = plan.arranged(self.spreader.arrangement_key(), self.spreader.arrange)
+            points = plan.arranged(spreader.arrangement_key(), spreader.arrange)
             plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
-        points = self.spreader.settle(points)     # then the strategy's own per-point data
+        points = spreader.settle(points)     # then the strategy's own per-point data
         if "CPU" in self.facts.type:               # the part's freed scratch back to the system
-            self.queue.finish()
+            queue.finish()
             return_freed_memory()
         values = cl.Buffer(ctx, mf.READ_WRITE, max(points.num_vis, 1) * self._value_bytes)
         held = nsample if index is None else index.size
         return SimpleNamespace(rows=rows, nsample=nsample, plan=plan, points=points, index=index, held=held,
-                               values=self.spreader.with_values(points, values), planes=planes, base=base)
+                               values=spreader.with_values(points, values), planes=planes, base=base)
 
     @property
     def plans(self) -> list:
@@ -377,41 +431,102 @@ class ImagingEngine:
         return any(self.spreader.active(part.points, plane - part.base)[1] for part in self._parts
                    if plane in part.planes)
 
-    # a streaming engine's call: which slab's group of points is on the device
+    # a streaming engine's call: which slab's group of points is on the device, and the next
+    # one planned beside it on the preparer's queue (docs/design/streaming.md)
     def _stream_begin(self, direction: str, vis, wgt, out) -> None:
-        """Start a call of a streaming engine: no points on the device yet; ``direction``
-        "grid" (``vis``, ``wgt``: the caller's) or "degrid" (``out``: the visibilities,
-        zeroed, that each group's values are added to)."""
-        fill_zeros(self.queue, self._values_tally, 12, np.int32)
-        self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None)
+        """Start a call of a streaming engine: the groups (slab, group) it will reach, in
+        order, and the first one's planning started on the preparer; ``direction`` "grid"
+        (``vis``, ``wgt``: the caller's) or "degrid" (``out``: the visibilities, zeroed, that
+        each group's values are added to)."""
+        order = [(i, k) for i, slab in enumerate(self._stream) if any(self._touch[p] for p in slab.planes)
+                 for k in range(len(slab.groups))]
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clgrid-stream") if STREAM_OVERLAP \
+            else _InTurn()
+        self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None, order=order,
+                                     next=0, worker=worker, pending=None)
+        prep = self._prep
+        fill_zeros(prep.queue, self._values_tally, 12, np.int32)
+        self._call.pending = worker.submit(self._stream_job, self._call, [], None, order[0] if order else None)
+
+    def _stream_job(self, call, handed, after, group):
+        """The preparer's work between two groups (on its thread and queue): once ``after``
+        (an event of the engine's queue: the last kernel of the group in the list ``handed``)
+        is complete, that group's values added to the output (dirty2vis) and its buffers
+        released (taken out of ``handed``: nothing else holds them); then
+        ``group`` (slab, group) planned, its values gathered (vis2dirty) or zeroed (``call``:
+        the call's state, `_stream_begin`'s).  Returns its parts, every command done."""
+        prep = self._prep
+        old = handed.pop() if handed else []
+        if after is not None:
+            after.wait()
+        if old and call.direction == "degrid":
+            self._scatter_parts(call.out, call.wgt, add=True, parts=old, on=prep)
+            prep.queue.finish()
+        del old
+        if group is None:
+            prep.queue.finish()
+            return []
+        slab, k = group
+        planes, rows = self._stream[slab].planes, self._stream[slab].groups[k]
+        uvw, scale, keep, signs, deterministic = self._sources
+        parts = [self._make_part(slice(rows.start + r.start, rows.start + r.stop), uvw, scale, keep, signs,
+                                 deterministic, planes, on=prep)
+                 for r in _row_parts(rows.stop - rows.start, self.nchan, self._part_samples)]
+        if call.direction == "grid":
+            self._gather_parts(call.vis, call.wgt, parts, on=prep)
+        else:
+            for part in parts:
+                fill_zeros(prep.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
+        prep.queue.finish()
+        return parts
+
+    def _stream_retire(self, group):
+        """Hand the group on the device to the preparer (released once the engine's queue is
+        past it, its values added to the output first in dirty2vis), which then plans
+        ``group`` (None: none)."""
+        call = self._call
+        after = None
+        if call.at is not None:
+            after = cl.enqueue_marker(self.queue)
+            self.queue.flush()             # the marker must reach the device for the preparer's wait
+        handed, self._parts, call.at = [self._parts], [], None
+        call.pending = call.worker.submit(self._stream_job, call, handed, after, group)
+        del handed
 
     def _stream_enter(self, slab: int, group: int) -> None:
-        """Put group ``group`` of slab ``slab`` on the device (planned now; the last group's
-        values added to the output first, in dirty2vis, and its buffers released), with
-        its values gathered (vis2dirty) or zeroed (dirty2vis)."""
+        """Put group ``group`` of slab ``slab`` on the device: the preparer's planned parts
+        taken (waiting for them only where planning is slower than the last group's
+        kernels), the last group handed back, the one after planned meanwhile."""
         call = self._call
         if call.at == (slab, group):
             return
-        self._stream_leave()
-        planes, rows = self._stream[slab].planes, self._stream[slab].groups[group]
-        uvw, scale, keep, signs, deterministic = self._sources
-        self._parts = [self._make_part(slice(rows.start + r.start, rows.start + r.stop), uvw, scale, keep, signs,
-                                       deterministic, planes)
-                       for r in _row_parts(rows.stop - rows.start, self.nchan, self._part_samples)]
-        if call.direction == "grid":
-            self._gather_parts(call.vis, call.wgt)
-        else:
-            for part in self._parts:
-                fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
-        call.at = (slab, group)
+        if call.order[call.next] != (slab, group):
+            raise AssertionError(f"internal error: stream reached {(slab, group)}, planned "
+                                 f"{call.order[call.next]}")
+        self.queue.flush()             # the last group's kernels run while this waits
+        parts = call.pending.result()
+        call.next += 1
+        self._stream_retire(call.order[call.next] if call.next < len(call.order) else None)
+        self._parts, call.at = parts, (slab, group)
 
-    def _stream_leave(self) -> None:
-        """Release the group on the device, its values added to the output first in dirty2vis."""
+    def _stream_leave(self, quiet: bool = False) -> None:
+        """End a streaming call: the group on the device handed back and everything the
+        preparer holds done (its errors raised, unless ``quiet``: the call is failing
+        already), its thread gone."""
         call = self._call
-        if call.at is not None and call.direction == "degrid":
-            self._scatter_parts(call.out, call.wgt, add=True)
-        self.queue.finish()          # its kernels done before its memory is taken again
-        self._parts, call.at = [], None
+        if call is None or call.worker is None:
+            return
+        try:
+            if call.at is not None or self._parts:
+                self._stream_retire(None)
+            call.pending.result()
+        except Exception:
+            if not quiet:
+                raise
+        finally:
+            call.worker.shutdown(wait=True)
+            call.worker = None
+            self._parts = []
 
     def _stream_groups(self, plane: int):
         """The groups (slab, group) whose points have taps on ``plane``, in order."""
@@ -472,15 +587,17 @@ class ImagingEngine:
             mine = np.take(mine.reshape(-1), part.index)
         return np.asarray(mine, dtype)
 
-    def _upload_held(self, part, vis, wgt) -> None:
+    def _upload_held(self, part, vis, wgt, on=None) -> None:
         """``part``'s share of ``vis`` and ``wgt`` (either may be None) to the held buffers, after
-        the last part's kernels (the queue is in order)."""
+        the last part's kernels (the queue is in order; ``on``: a `_preparer`'s queue)."""
+        queue, staging = (self.queue, self.staging) if on is None else (on.queue, on.staging)
         for given, dtype, buffer in ((wgt, self.real, self._wgt_held), (vis, self.complex, self._vis_held)):
             if given is not None:
-                upload(self.queue, self._held_values(part, given, dtype), buffer, self.staging)
+                upload(queue, self._held_values(part, given, dtype), buffer, staging)
 
-    def _part_launch(self, kernel, part, use_wgt) -> None:
-        """Gather ``part``'s values from the held buffers into plan order, or scatter them back."""
+    def _part_launch(self, kernel, part, use_wgt, on=None) -> None:
+        """Gather ``part``'s values from the held buffers into plan order, or scatter them back
+        (on the engine's queue, or ``on``'s)."""
         p = part.points
         if not p.num_vis:
             return
@@ -488,7 +605,8 @@ class ImagingEngine:
         source = self._vis_held if kernel is self._gather else part.values.vis
         target = part.values.vis if kernel is self._gather else self._vis_held
         phase = p.phase if p.phase is not None else self._no_phase
-        kernel(self.queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
+        queue = self.queue if on is None else on.queue
+        kernel(queue, (size,), (self._wg,), source, self._wgt_held, p.src, phase, target,
                np.int32(p.num_vis), np.int32(use_wgt), np.int32(p.phase is not None), self._values_tally)
 
     def _tally_counts(self) -> np.ndarray:
@@ -504,12 +622,13 @@ class ImagingEngine:
         self._gather_parts(vis, wgt)
         return self._tally_counts()
 
-    def _gather_parts(self, vis, wgt) -> None:
-        """`_gather_values` without the tally zeroed or read."""
-        for part in self._parts:
+    def _gather_parts(self, vis, wgt, parts=None, on=None) -> None:
+        """`_gather_values` without the tally zeroed or read (of ``parts``, None: the engine's,
+        on ``on``'s queue, None: the engine's)."""
+        for part in self._parts if parts is None else parts:
             if part.points.num_vis:
-                self._upload_held(part, vis, wgt)
-                self._part_launch(self._gather, part, wgt is not None)
+                self._upload_held(part, vis, wgt, on)
+                self._part_launch(self._gather, part, wgt is not None, on)
 
     def _checked_wgt(self, wgt):
         """``wgt`` as an array of the data's shape, or None: checked when called, also where
@@ -620,14 +739,24 @@ class ImagingEngine:
         reach it; the values' checks (the same errors) once every slab is through."""
         g = self.geometry
         self._stream_begin("grid", vis, wgt, None)
+        failed = None
         try:
-            image = self._vis2dirty_device(progress) if self.device_fft is not None else \
-                self._vis2dirty_host(progress)
-        finally:
+            try:
+                image = self._vis2dirty_device(progress) if self.device_fft is not None else \
+                    self._vis2dirty_host(progress)
+            except NonFiniteResultError as exc:      # the values' own errors said first, as kept
+                failed = exc
+        except BaseException:
+            self._stream_leave(quiet=True)
+            raise
+        else:
             self._stream_leave()
+        finally:
             self._call = None
         bad_vis, bad_wgt, nonzero = self._tally_counts()
         self._check_gathered(bad_vis, bad_wgt)
+        if failed is not None:
+            raise failed
         if nonzero == 0:
             self._zero_data_warning("the image", kept=True)
             return np.zeros((g.npix_x, g.npix_y), self.real)
@@ -771,19 +900,21 @@ class ImagingEngine:
             self.pixels.advance(phase, step)
             self.pixels.advance_tilt(tilt)
 
-    def _scatter_parts(self, out, wgt, add: bool) -> None:
+    def _scatter_parts(self, out, wgt, add: bool, parts=None, on=None) -> None:
         """Each part's values scattered to its samples of ``out`` through the held buffers,
-        then down (``add``: added to what ``out`` holds); the tally counts what overflowed."""
+        then down (``add``: added to what ``out`` holds); the tally counts what overflowed.
+        ``parts`` (None: the engine's), ``on``: as `_gather_parts`'."""
         itemsize = np.dtype(self.complex).itemsize
-        for part in self._parts:
-            self._upload_held(part, None, wgt)
-            fill_zeros(self.queue, self._vis_held, part.held * itemsize, self.real)
-            self._part_launch(self._scatter, part, wgt is not None)
+        queue, staging = (self.queue, self.staging) if on is None else (on.queue, on.staging)
+        for part in self._parts if parts is None else parts:
+            self._upload_held(part, None, wgt, on)
+            fill_zeros(queue, self._vis_held, part.held * itemsize, self.real)
+            self._part_launch(self._scatter, part, wgt is not None, on)
             if part.index is None and not add:
-                download(self.queue, self._vis_held, out[part.rows], self.staging)
+                download(queue, self._vis_held, out[part.rows], staging)
                 continue
             got = np.empty(part.held, self.complex)
-            download(self.queue, self._vis_held, got, self.staging)
+            download(queue, self._vis_held, got, staging)
             rows = out[part.rows].reshape(-1)
             if part.index is None:
                 rows += got
@@ -844,6 +975,10 @@ class ImagingEngine:
                 self._scatter_parts(out, wgt, add=self._max_planes is not None)
             else:
                 self._stream_leave()
+        except BaseException:
+            if self._stream is not None:
+                self._stream_leave(quiet=True)
+            raise
         finally:
             self._call = None
         not_finite, bad_wgt, _ = self._tally_counts()

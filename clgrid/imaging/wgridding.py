@@ -53,7 +53,7 @@ from ..errors import EmptyInputWarning
 from ..planning.host import SPEED_OF_LIGHT
 from ..operators.checks import check_finite_result, check_output, precision_of
 from .devices import add_in_order, check_devices, device_list, on_devices, queues_for, share_bytes
-from .engine import ImagingEngine
+from .engine import ImagingEngine, check_samples
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
@@ -107,7 +107,9 @@ class WGridder:
     operator to w-planes lo..hi-1: it spreads, transforms and interpolates only the taps
     that fall on them, so over a partition of the planes the images add up to the whole
     image, and the visibilities to the whole visibilities; points whose taps all fall
-    outside add nothing.  ``deterministic``: the same image bits from run to run, for a
+    outside add nothing.  Any number of samples: more than one part's 32-bit counts
+    (2^31 - 1) go through in parts of rows onto one grid (a row of more channels is refused).
+    ``deterministic``: the same image bits from run to run, for a
     price: the points planned on the host and spread by rows (no atomics).
 
     ``facets``: None (or "auto") images the whole field on one padded grid where that
@@ -146,8 +148,7 @@ class WGridder:
                                  recentre)
         self.nrow, self.nchan = uvw.shape[0], freq.size
         self.shape = (self.nrow, self.nchan)
-        if self.nrow * self.nchan >= 1 << 31:
-            raise ValueError(f"nrow * nchan = {self.nrow * self.nchan} visibilities: at most 2^31 - 1 per operator")
+        check_samples(self.nchan)        # more samples than 32 bits count: parts of rows (the engine's)
         self.npix_x, self.npix_y = fields["npix_x"], fields["npix_y"]
         self.precision = precision
         self.verbosity = verbosity

@@ -5,6 +5,7 @@ tests: on a CPU device the buffers are host memory)."""
 from __future__ import annotations
 
 import collections
+import threading
 import traceback
 import weakref
 
@@ -17,7 +18,8 @@ __all__ = ["BufferTracker"]
 class BufferTracker:
     """Counts the bytes of every ``pyopencl.Buffer`` made after `install` (pyopencl.array's
     too: the class is replaced in pyopencl's namespace), until each is released or
-    collected.
+    collected.  Buffers may be made and collected on several threads (a streaming engine
+    plans on one of its own): the count is kept under a lock, as a running total.
 
     Parameters
     ----------
@@ -38,15 +40,18 @@ class BufferTracker:
         self.live: dict = {}
         self.peak = 0
         self.at_peak = collections.Counter()
+        self._total = 0
+        self._lock = threading.RLock()      # re-entrant: a collection may run inside `_made`
 
     @property
     def now(self) -> int:
         """The bytes live now."""
-        return sum(size for _, size in self.live.values())
+        return self._total
 
     def reset(self) -> None:
         """Start a new peak from the bytes live now."""
-        self.peak = self.now
+        with self._lock:
+            self.peak = self._total
 
     def install(self, monkeypatch=None) -> "BufferTracker":
         """Replace ``pyopencl.Buffer`` by a counting subclass (through pytest's
@@ -61,10 +66,10 @@ class BufferTracker:
                     super().__init__(context, flags, size, hostbuf)
                     size = size or np.asarray(hostbuf).nbytes
                 tracker._made(id(self), int(size))
-                weakref.finalize(self, tracker.live.pop, id(self), None)
+                weakref.finalize(self, tracker._gone, id(self))
 
             def release(self):
-                tracker.live.pop(id(self), None)
+                tracker._gone(id(self))
                 super().release()
 
         if monkeypatch is not None:
@@ -75,14 +80,21 @@ class BufferTracker:
 
     def _made(self, key: int, size: int) -> None:
         site = _clgrid_site() if self.sites else None
-        self.live[key] = (site, size)
-        total = self.now
-        if total > self.peak:
-            self.peak = total
-            if self.sites:
-                self.at_peak = collections.Counter()
-                for name, s in self.live.values():
-                    self.at_peak[name] += s
+        with self._lock:
+            self._gone(key)           # (an id of a buffer collected unseen, used again)
+            self.live[key] = (site, size)
+            self._total += size
+            if self._total > self.peak:
+                self.peak = self._total
+                if self.sites:
+                    self.at_peak = collections.Counter()
+                    for name, s in list(self.live.values()):
+                        self.at_peak[name] += s
+
+    def _gone(self, key: int) -> None:
+        with self._lock:
+            _, size = self.live.pop(key, (None, 0))
+            self._total -= size
 
 
 def _clgrid_site() -> str:
