@@ -324,8 +324,9 @@ class ImagingEngine:
         if capacity < 1:
             raise DeviceCapabilityError(
                 f"the {g.nu}x{g.nv} grid and one part of {part} samples' set-up need about {fixed / 2**30:.2f} GiB "
-                f"on the device; {facts.name} has {facts.global_memory / 2**30:.2f} GiB: image in facets or "
-                f"in single precision")
+                f"on the device, and a stream room for two groups of points beside them; {facts.name} lends "
+                f"{limit / 2**30:.2f} GiB ({DEVICE_SHARE:.0%} of its {facts.global_memory / 2**30:.2f} GiB): "
+                f"image in facets or in single precision")
         slabs, touch, kept = stream_schedule(as_host(uvw), scale, keep, g, self.planes, capacity, self._workers,
                                              self._max_planes)
         self._part_samples = part
