@@ -415,7 +415,9 @@ def test_changed_points_are_imaged_anew_and_deterministic_calls_repeat_their_bit
     runs = [cd.vis2dirty(uvw=uvw, vis=v, wgt=wgt, mask=changed, deterministic=True, **common)
             for v in (vis, 3 * vis, vis)]
     assert np.array_equal(runs[0].view(np.uint32), runs[2].view(np.uint32))
-    assert relative_error(runs[1], 3 * runs[0]) <= 1e-6
+    # 3 * vis is rounded to single before gridding: 1e-6 is a few ulps, past which sums of many
+    # rounded terms go (1.02e-6 at seed 1301192514); values kept from the last call would give 2/3
+    assert relative_error(runs[1], 3 * runs[0]) <= 1e-5
 
 
 def test_a_prediction_whose_image_a_later_call_replaced_is_refused(client, rng):
