@@ -118,3 +118,44 @@ def test_every_method_builds_with_every_source_it_reads(queue, kind, method, sou
                               "grid_tiled.cl": "grid_tiles", "grid_moving_window.cl": "grid_moving_window"
                               }[strategy.template], 1)
     assert kernel.num_args > 0
+
+
+# the imaging operator's other templates over the w-stacking plan and source
+STACKED_DISTRIBUTIONS = ("points.cl", "grid_bins.cl", "rows_stacked.cl", "fpga_stacked.cl")
+# what source_stacked.cl (and es_horner.cl, which it includes) define beside the common names
+STACKED_PRIVATE = ("es_taps", "es_piece", "ES_WIDTH", "ES_COEF", "plane_weight(f", "SUPPORT", "real4_t", "frac",
+                   "SOURCE_DECL", ".u[", ".v[", "tile_taps_u", "tile_taps_v", "TILE_TAP_STRIDE")
+
+
+def _without_comments(text):
+    text = re.sub(r"\{#.*?#\}", "", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+@pytest.mark.parametrize("template", STACKED_DISTRIBUTIONS)
+def test_stacked_templates_read_the_source_only_through_the_common_names(template):
+    """Every template over the w-stacking source includes the plan and source its strategy
+    names (no named include of them) and reads the source only through the names the sources'
+    headers list, never its own helpers (es_taps, plane_weight, SUPPORT, ...)."""
+    text = (TEMPLATES / template).read_text()
+    ast = jinja2.Environment().parse(text)
+    includes = [n.template for n in ast.find_all(jinja2.nodes.Include)]
+    assert sorted(t.name for t in includes if isinstance(t, jinja2.nodes.Name)) == ["plan", "source"]
+    named = {t.value for t in includes if isinstance(t, jinja2.nodes.Const)}
+    assert not named & {"source_stacked.cl", "plan_stacked.cl", "es_horner.cl"}, named
+    code = _without_comments(text)
+    used = [name for name in STACKED_PRIVATE if name in code]
+    assert used == [], f"{template} reads source_stacked.cl's own helpers {used}"
+    # every source name it does use is one source_stacked.cl defines
+    source = render("source_stacked.cl", double=False, **StackedKernel(7, 2.3, 4, True).template_parameters())
+    for name in set(re.findall(r"\b(?:source_\w+|point_\w+|tile_\w+|TILE_\w+|SOURCE_\w+|POINT_\w+)\b", code)):
+        if name in {"tile", "tile_u", "tile_v"} or name.startswith(("TILE_U", "TILE_V")):
+            continue
+        assert re.search(rf"\b{name}\b", source), f"{template} uses {name}, which source_stacked.cl lacks"
+
+
+def test_a_template_calling_a_source_helper_fails_the_rule():
+    """The rule above catches a template that calls the stacked source's own helper."""
+    code = _without_comments((TEMPLATES / "grid_bins.cl").read_text()) + "\nes_taps(t, x.x);\n"
+    assert [name for name in STACKED_PRIVATE if name in code] == ["es_taps"]

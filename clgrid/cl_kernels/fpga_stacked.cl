@@ -11,15 +11,16 @@
     adds into on-chip memory (visibility i of a run adds to copy i % BANKS, ivdep safelen),
     and as in degrid_fpga.cl a visibility's sum goes through a shift register of
     SHIFT_DEPTH partial sums.  Kernel columns go UNROLL_U per pipeline step.
-    Template variables: double, use_w, source_stacked.cl's, tile, unroll_u, and banks
+    Template variables: double, use_w, plan and source (plan_stacked.cl and source_stacked.cl,
+    read only through the names their headers list), the source's, tile, unroll_u, and banks
     (spread) or shift_depth (interpolation). #}
 {% include "complex.cl" %}
-{% include "plan_stacked.cl" %}
-{% include "source_stacked.cl" %}
+{% include plan %}
+{% include source %}
 {% include "fpga_task.cl" %}
 #define TILE {{ tile }}
 #define UNROLL_U {{ unroll_u }}
-#define PADDED (TILE + SUPPORT - 1)       /* a run's tile and the cells its footprints reach */
+#define PADDED (TILE + SOURCE_WIDTH - 1)       /* a run's tile and the cells its footprints reach */
 
 inline int wrapped(const int i, const int n)
 {
@@ -32,13 +33,14 @@ inline int wrapped(const int i, const int n)
 /* Spread the runs [run_lo, run_hi) onto plane `plane` of the grid (runs[r]: the tile's
    first cell (u, v), then [start, end) into the points). */
 __kernel SINGLE_WORK_ITEM
-void spread_fpga(__global const int4 *restrict first, __global const real4_t *restrict frac,
+void spread_fpga(__global const int4 *restrict first, SOURCE_ARGS
                  __global const complex_t *restrict vis, __global complex_t *restrict grid,
                  __global const int4 *restrict runs, const int run_lo, const int run_hi,
                  const int nu, const int nv, const int plane)
 {
     __local complex_t acc[BANKS][PADDED * PADDED];
     const complex_t zero = (complex_t)(0, 0);
+    POINT_SETUP
     for (int b = 0; b < BANKS; ++b) {
         #pragma unroll {{ unroll_u }}
         for (int c = 0; c < PADDED * PADDED; ++c)
@@ -49,23 +51,22 @@ void spread_fpga(__global const int4 *restrict first, __global const real4_t *re
         int bank = 0;
         INTEL_PRAGMA("ivdep safelen({{ banks }}) array(acc)")
         for (int i = run.z; i < run.w; ++i) {
-            const int4 f = first[i];
-            const real4_t x = frac[i];
-            real_t ku[SUPPORT], kv[SUPPORT];
-            es_taps(ku, x.x);
-            es_taps(kv, x.y);
-            const complex_t v = vis[i] * plane_weight(f, x, plane);
-            const int base = (f.x - run.x) * PADDED + (f.y - run.y);
+            const planned_vis p = decode_plan(first[i]);
+            /* first cell along a row (v), its row (u), width, support */
+            const int4 f = source_footprint(SOURCE_PASS p, i);
+            const point_taps taps = point_taps_of(SOURCE_PASS p, f.w, i);
+            const complex_t v = vis[i] * source_plane_weight(SOURCE_PASS p, i, plane);
+            const int base = (f.y - run.x) * PADDED + (f.x - run.y);
             INTEL_PRAGMA("ivdep array(acc)")
-            for (int a = 0; a < SUPPORT; ++a) {
-                const complex_t va = v * ku[a];
+            for (int a = 0; a < SOURCE_WIDTH; ++a) {
+                const complex_t va = v * point_row(SOURCE_STORE, taps, a - f.w);
                 INTEL_PRAGMA("ivdep array(acc)")
-                for (int b0 = 0; b0 < SUPPORT; b0 += UNROLL_U) {
+                for (int b0 = 0; b0 < SOURCE_WIDTH; b0 += UNROLL_U) {
                     #pragma unroll
                     for (int lane = 0; lane < UNROLL_U; ++lane) {
                         const int b = b0 + lane;
-                        if (b < SUPPORT)
-                            acc[bank][base + a * PADDED + b] += va * kv[b];
+                        if (b < SOURCE_WIDTH)
+                            acc[bank][base + a * PADDED + b] += va * point_column(SOURCE_STORE, taps, b - f.w);
                     }
                 }
             }
@@ -93,13 +94,14 @@ void spread_fpga(__global const int4 *restrict first, __global const real4_t *re
 
 /* Add plane `plane`'s share to the values of the points of runs [run_lo, run_hi). */
 __kernel SINGLE_WORK_ITEM
-void interp_fpga(__global const int4 *restrict first, __global const real4_t *restrict frac,
+void interp_fpga(__global const int4 *restrict first, SOURCE_ARGS
                  __global const complex_t *restrict grid, __global complex_t *restrict vis,
                  __global const int4 *restrict runs, const int run_lo, const int run_hi,
                  const int nu, const int nv, const int plane)
 {
     __local complex_t patch[PADDED * PADDED];
     const complex_t zero = (complex_t)(0, 0);
+    POINT_SETUP
     for (int r = run_lo; r < run_hi; ++r) {
         const int4 run = runs[r];
         /* Read the tile once, row by row, wrapping round the grid's edges. */
@@ -110,24 +112,23 @@ void interp_fpga(__global const int4 *restrict first, __global const real4_t *re
                 patch[y * PADDED + x] = grid[row + wrapped(run.y + x, nv)];
         }
         for (int i = run.z; i < run.w; ++i) {
-            const int4 f = first[i];
-            const real4_t x = frac[i];
-            real_t ku[SUPPORT], kv[SUPPORT];
-            es_taps(ku, x.x);
-            es_taps(kv, x.y);
-            const int base = (f.x - run.x) * PADDED + (f.y - run.y);
+            const planned_vis p = decode_plan(first[i]);
+            /* first cell along a row (v), its row (u), width, support */
+            const int4 f = source_footprint(SOURCE_PASS p, i);
+            const point_taps taps = point_taps_of(SOURCE_PASS p, f.w, i);
+            const int base = (f.y - run.x) * PADDED + (f.x - run.y);
             complex_t partial[SHIFT_DEPTH];
             #pragma unroll
             for (int d = 0; d < SHIFT_DEPTH; ++d)
                 partial[d] = zero;
-            for (int a = 0; a < SUPPORT; ++a) {
-                for (int b0 = 0; b0 < SUPPORT; b0 += UNROLL_U) {
+            for (int a = 0; a < SOURCE_WIDTH; ++a) {
+                for (int b0 = 0; b0 < SOURCE_WIDTH; b0 += UNROLL_U) {
                     complex_t step = zero;
                     #pragma unroll
                     for (int lane = 0; lane < UNROLL_U; ++lane) {
                         const int b = b0 + lane;
-                        if (b < SUPPORT)
-                            step += patch[base + a * PADDED + b] * (ku[a] * kv[b]);
+                        if (b < SOURCE_WIDTH)
+                            step += patch[base + a * PADDED + b] * point_weight(SOURCE_STORE, taps, a - f.w, b - f.w);
                     }
                     /* Shift register: the oldest partial sum takes this step's sum. */
                     const complex_t oldest = partial[SHIFT_DEPTH - 1];
@@ -141,7 +142,7 @@ void interp_fpga(__global const int4 *restrict first, __global const real4_t *re
             #pragma unroll
             for (int d = 0; d < SHIFT_DEPTH; ++d)
                 total += partial[d];
-            vis[i] += total * plane_weight(f, x, plane);
+            vis[i] += total * source_plane_weight(SOURCE_PASS p, i, plane);
         }
     }
 }

@@ -1,10 +1,12 @@
 {# Bins (clgrid/strategies/bins.py), for the w-stacking kernel source (source_stacked.cl).
-    Template variables: double, atomic, use_w, source_stacked.cl's, bin_u, bin_v,
+    Template variables: double, atomic, use_w, plan and source (plan_stacked.cl and
+    source_stacked.cl, read only through the names source_table.cl's header lists), the
+    source's, bin_u, bin_v,
     keys_per_plane, wg, subproblem (points per work-group at most) and batch (points in
     local memory at a time). #}
 {% include "common.cl" %}
-{% include "plan_stacked.cl" %}
-{% include "source_stacked.cl" %}
+{% include plan %}
+{% include source %}
 
 /* For GPUs (tuning: [wgridding] spread = "bins", parameters in [bins]): cuFINUFFT's
    "subproblem" method (Shih et al. 2021, IPDPSW) with the kernel values by Horner's rule.
@@ -26,19 +28,16 @@
    red.shared, took about three times as long as this one: docs/benchmarks/kernels.md.) */
 #define BIN_U {{ bin_u }}
 #define BIN_V {{ bin_v }}
-#define TILE_U (BIN_U + SUPPORT - 1)
-#define TILE_V (BIN_V + SUPPORT - 1)
+#define TILE_U (BIN_U + SOURCE_WIDTH - 1)
+#define TILE_V (BIN_V + SOURCE_WIDTH - 1)
 #define KEYS_PER_PLANE {{ keys_per_plane }}
 #define WG {{ wg }}
 #define SUBPROBLEM {{ subproblem }}
 #define BATCH {{ batch }}
-#define CELLS_PER_ITEM ((SUPPORT * SUPPORT + WG - 1) / WG)
-/* a point's kernel values in local memory at an odd stride: the work-items reading one
-   point's W values, and those writing W values of consecutive points, hit distinct banks */
-#define KSTRIDE (SUPPORT | 1)
+#define CELLS_PER_ITEM ((SOURCE_WIDTH * SOURCE_WIDTH + WG - 1) / WG)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void spread_bins(__global const int4 *restrict first, __global const real4_t *restrict frac,
+void spread_bins(__global const int4 *restrict first, SOURCE_ARGS
                  __global const complex_t *restrict vis, __global real_t *grid,
                  __global const int *restrict starts, __global const int2 *restrict subproblems,
                  const int first_job, const int nu, const int nv, const int plane)
@@ -49,7 +48,7 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
     const int bin = job.x;
     const int bins_v = (nv + BIN_V - 1) / BIN_V;
 {% if use_w %}
-    const int g_lo = max(0, plane - SUPPORT + 1);
+    const int g_lo = max(0, plane - SOURCE_WIDTH + 1);
 {% else %}
     const int g_lo = plane;
 {% endif %}
@@ -57,15 +56,16 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
         tile[c] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const int u0 = (bin / bins_v) * BIN_U, v0 = (bin % bins_v) * BIN_V;
-    /* the points of one batch, and this work-item's cells of every footprint */
+    /* the points of one batch (their kernel values staged by the source: TILE_LOCAL), and
+       this work-item's cells of every footprint */
     __local complex_t batch_v[BATCH];              /* value, times its weight on this plane */
-    __local real_t batch_ku[BATCH][KSTRIDE], batch_kv[BATCH][KSTRIDE];
+    TILE_LOCAL
     __local int2 batch_cell[BATCH];                /* first cell, in the tile */
     int cell_a[CELLS_PER_ITEM], cell_b[CELLS_PER_ITEM];
     for (int i = 0; i < CELLS_PER_ITEM; ++i) {
-        const int c = min(lid + i * WG, SUPPORT * SUPPORT - 1);
-        cell_a[i] = c / SUPPORT;
-        cell_b[i] = c - cell_a[i] * SUPPORT;
+        const int c = min(lid + i * WG, SOURCE_WIDTH * SOURCE_WIDTH - 1);
+        cell_a[i] = c / SOURCE_WIDTH;
+        cell_b[i] = c - cell_a[i] * SOURCE_WIDTH;
     }
     /* this work-group's points: [skip, skip + SUBPROBLEM) of the bin's runs, plane by plane */
     int skip = job.y * SUBPROBLEM, left = SUBPROBLEM;
@@ -82,17 +82,12 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
             const int n = min(BATCH, end - at);
             if (lid < n) {
                 const int k = at + lid;
-                const int4 f = first[k];
-                const real4_t x = frac[k];
-                real_t t[SUPPORT];
-                es_taps(t, x.x);
-                for (int j = 0; j < SUPPORT; ++j)
-                    batch_ku[lid][j] = t[j];
-                es_taps(t, x.y);
-                for (int j = 0; j < SUPPORT; ++j)
-                    batch_kv[lid][j] = t[j];
-                batch_v[lid] = vis[k] * plane_weight(f, x, plane);
-                batch_cell[lid] = (int2)(f.x - u0, f.y - v0);
+                const planned_vis p = decode_plan(first[k]);
+                /* first cell along a row (v), its row (u), width, support */
+                const int4 f = source_footprint(SOURCE_PASS p, k);
+                TILE_STAGE(lid, tile_taps_of(SOURCE_PASS p, f.w, f.z, v0, k));
+                batch_v[lid] = vis[k] * source_plane_weight(SOURCE_PASS p, k, plane);
+                batch_cell[lid] = (int2)(f.y - u0, f.x - v0);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int e = 0; e < n; ++e) {
@@ -100,9 +95,9 @@ void spread_bins(__global const int4 *restrict first, __global const real4_t *re
                 const complex_t v = batch_v[e];
                 #pragma unroll
                 for (int i = 0; i < CELLS_PER_ITEM; ++i)
-                    if (lid + i * WG < SUPPORT * SUPPORT)
+                    if (lid + i * WG < SOURCE_WIDTH * SOURCE_WIDTH)
                         tile[(cell.x + cell_a[i]) * TILE_V + cell.y + cell_b[i]]
-                            += v * (batch_ku[e][cell_a[i]] * batch_kv[e][cell_b[i]]);
+                            += v * tile_weight(TILE_STORE(e), 0, SOURCE_WIDTH, cell_b[i], cell_a[i]);
                 barrier(CLK_LOCAL_MEM_FENCE);   /* the next point's cells may be others' */
             }
         }

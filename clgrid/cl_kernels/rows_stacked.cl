@@ -1,11 +1,12 @@
 {# Rows (clgrid/strategies/rows.py, the imaging operator's), for the w-stacking kernel source
     (source_stacked.cl): owner-computes, one work-item per grid row, no atomics.
     Template variables: double, use_w, tap_single (the kernel values kept in float),
-    value_single (value_types.cl) and source_stacked.cl's. #}
+    value_single (value_types.cl), plan and source (plan_stacked.cl and source_stacked.cl,
+    read only through the names their headers list) and the source's. #}
 {% include "complex.cl" %}
 {% include "value_types.cl" %}
-{% include "plan_stacked.cl" %}
-{% include "source_stacked.cl" %}
+{% include plan %}
+{% include source %}
 
 /* For CPUs (tuning: [wgridding] spread = "rows"), where float
    atomics are compare-and-swap loops: every kernel value is computed once per operator
@@ -24,28 +25,28 @@ typedef real_t tap_t;
    spread in `wv` (tap_t), written per plane by plane_values from `wz` (the polynomial
    argument of its first plane's value, real_t): one value kept rather than W, for one
    evaluation per point and plane against its W x W cells' work. */
-#define TAPS (2 * SUPPORT)
+#define TAPS (2 * SOURCE_WIDTH)
 
-__kernel void compute_taps(__global const real4_t *restrict frac, __global tap_t *restrict tap,
+__kernel void compute_taps(SOURCE_ARGS __global tap_t *restrict tap,
                            __global real_t *restrict wz, __global const int4 *restrict first,
                            __global int2 *restrict cell, const int nu, const int count)
 {
     const int k = get_global_id(0);
     if (k >= count)
         return;
-    const int4 f = first[k];
-    cell[k] = (int2)(f.y, f.x + f.z * (nu + 1));
-    const real4_t x = frac[k];
-    real_t t[SUPPORT];
+    POINT_SETUP
+    const planned_vis p = decode_plan(first[k]);
+    /* first cell along a row (v), its row (u), width, support */
+    const int4 f = source_footprint(SOURCE_PASS p, k);
+    cell[k] = (int2)(f.x, f.y + p.plane * (nu + 1));
+    const point_taps taps = point_taps_of(SOURCE_PASS p, f.w, k);
     __global tap_t *out = tap + (size_t)k * TAPS;
-    es_taps(t, x.x);
-    for (int j = 0; j < SUPPORT; ++j)
-        out[j] = (tap_t)t[j];
-    es_taps(t, x.y);
-    for (int j = 0; j < SUPPORT; ++j)
-        out[SUPPORT + j] = (tap_t)t[j];
+    for (int j = 0; j < SOURCE_WIDTH; ++j)
+        out[j] = (tap_t)point_row(SOURCE_STORE, taps, j - f.w);
+    for (int j = 0; j < SOURCE_WIDTH; ++j)
+        out[SOURCE_WIDTH + j] = (tap_t)point_column(SOURCE_STORE, taps, j - f.w);
 {% if use_w %}
-    wz[k] = (real_t)2 * x.z + (real_t)(SUPPORT - 1);
+    wz[k] = source_plane_arg(SOURCE_PASS p, k);
 {% endif %}
 }
 
@@ -58,7 +59,7 @@ __kernel void plane_values(__global const int2 *restrict cell, __global const re
     if (i >= count)
         return;
     const int k = start + i;
-    wv[k] = (tap_t)es_piece(plane - cell[k].y / (nu + 1), wz[k]);
+    wv[k] = (tap_t)source_plane_weight_at(wz[k], plane - cell[k].y / (nu + 1));
 }
 
 __kernel void spread_rows(__global const int2 *restrict cell,
@@ -74,13 +75,13 @@ __kernel void spread_rows(__global const int2 *restrict cell,
         return;
     __global complex_t *row = grid + (size_t)iu * nv;
 {% if use_w %}
-    const int g_lo = max(0, plane - SUPPORT + 1);
+    const int g_lo = max(0, plane - SOURCE_WIDTH + 1);
 {% else %}
     const int g_lo = plane;
 {% endif %}
     for (int g = g_lo; g <= plane; ++g) {
         __global const int *rs = row_start + (size_t)g * (nu + 1);
-        for (int a = 0; a < SUPPORT; ++a) {
+        for (int a = 0; a < SOURCE_WIDTH; ++a) {
             const int u0 = iu - a < 0 ? iu - a + nu : iu - a;
             const int end = rs[u0 + 1];
             for (int k = rs[u0]; k < end; ++k) {
@@ -91,12 +92,12 @@ __kernel void spread_rows(__global const int2 *restrict cell,
                 const complex_t v = AS_COMPLEX(vis[k]) * (real_t)t[a];
 {% endif %}
                 const int iv = cell[k].x;
-                if (iv + SUPPORT <= nv) {
-                    for (int b = 0; b < SUPPORT; ++b)
-                        row[iv + b] += v * (real_t)t[SUPPORT + b];
+                if (iv + SOURCE_WIDTH <= nv) {
+                    for (int b = 0; b < SOURCE_WIDTH; ++b)
+                        row[iv + b] += v * (real_t)t[SOURCE_WIDTH + b];
                 } else {
-                    for (int b = 0; b < SUPPORT; ++b)
-                        row[(iv + b) % nv] += v * (real_t)t[SUPPORT + b];
+                    for (int b = 0; b < SOURCE_WIDTH; ++b)
+                        row[(iv + b) % nv] += v * (real_t)t[SOURCE_WIDTH + b];
                 }
             }
         }
@@ -122,22 +123,22 @@ __kernel void interp_taps(__global const int2 *restrict cell,
     __global const tap_t *t = tap + (size_t)k * TAPS;
     complex_t sum = (complex_t)(0, 0);
     int iu = f.x;
-    for (int a = 0; a < SUPPORT; ++a, ++iu) {
+    for (int a = 0; a < SOURCE_WIDTH; ++a, ++iu) {
         if (iu >= nu)
             iu -= nu;
         __global const complex_t *row = grid + (size_t)iu * nv;
         complex_t rsum = (complex_t)(0, 0);
-        if (f.y + SUPPORT <= nv) {
-            for (int b = 0; b < SUPPORT; ++b)
-                rsum += row[f.y + b] * (real_t)t[SUPPORT + b];
+        if (f.y + SOURCE_WIDTH <= nv) {
+            for (int b = 0; b < SOURCE_WIDTH; ++b)
+                rsum += row[f.y + b] * (real_t)t[SOURCE_WIDTH + b];
         } else {
-            for (int b = 0; b < SUPPORT; ++b)
-                rsum += row[(f.y + b) % nv] * (real_t)t[SUPPORT + b];
+            for (int b = 0; b < SOURCE_WIDTH; ++b)
+                rsum += row[(f.y + b) % nv] * (real_t)t[SOURCE_WIDTH + b];
         }
         sum += rsum * (real_t)t[a];
     }
 {% if use_w %}
-    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum * es_piece(plane - f.z, wz[k]));
+    vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum * source_plane_weight_at(wz[k], plane - f.z));
 {% else %}
     vis[k] = AS_VALUE(AS_COMPLEX(vis[k]) + sum);
 {% endif %}

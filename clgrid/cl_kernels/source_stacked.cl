@@ -9,12 +9,17 @@
       SOURCE_WIDTH        taps per side, the same for every point
       source_plane_weight(SOURCE_PASS p, i, plane)   the point's weight on w-plane `plane`
                           (the sources without w-planes give 1)
-    The imaging operator's rows_stacked.cl and fpga_stacked.cl still read SUPPORT
-    (= SOURCE_WIDTH), real4_t, plane_weight and es_taps directly.
+    and, for the distributions that keep a point's separable taps (rows_stacked.cl's tap
+    buffer, fpga_stacked.cl's pipelines) or its plane weight in two halves:
+      point_column(SOURCE_STORE, taps, k)   the factor along a row of tap (j, k):
+                          point_weight = point_row(.., j) * point_column(.., k)
+      source_plane_arg(SOURCE_PASS p, i)    what the point's plane weights are computed from
+      source_plane_weight_at(arg, tap)      its weight on the plane `tap` planes past its first
+    Every distribution including this source reads it only through these names
+    (tests/test_kernel_sources.py).
     Needs plan_stacked.cl.  Template variables: double, use_w and es_horner.cl's. #}
 {% include "es_horner.cl" %}
 #define SOURCE_WIDTH ES_WIDTH
-#define SUPPORT ES_WIDTH
 {% if double %}
 typedef double4 real4_t;
 {% else %}
@@ -25,19 +30,23 @@ typedef float4 real4_t;
 #define SOURCE_PARAMS SOURCE_DECL()
 #define SOURCE_PASS frac,
 
+/* The polynomial argument of the point's plane weights (with w). */
+inline real_t source_plane_arg(SOURCE_PARAMS planned_vis p, int i)
+{
+    return (real_t)2 * frac[i].z + (real_t)(SOURCE_WIDTH - 1);
+}
+
+/* Its weight on the plane `tap` planes past its first (0 <= tap < SOURCE_WIDTH). */
+#define source_plane_weight_at(arg, tap) es_piece((tap), (arg))
+
 /* The point's weight on w-plane `plane` (1 without w): tap plane - first. */
-inline real_t plane_weight(const int4 first, const real4_t frac, const int plane)
+inline real_t source_plane_weight(SOURCE_PARAMS planned_vis p, int i, int plane)
 {
 {% if use_w %}
-    return es_piece(plane - first.z, (real_t)2 * frac.z + (real_t)(SUPPORT - 1));
+    return es_piece(plane - p.plane, (real_t)2 * frac[i].z + (real_t)(SOURCE_WIDTH - 1));
 {% else %}
     return (real_t)1;
 {% endif %}
-}
-
-inline real_t source_plane_weight(SOURCE_PARAMS planned_vis p, int i, int plane)
-{
-    return plane_weight((int4)(p.grid_v, p.grid_u, p.plane, 0), frac[i], plane);
 }
 
 /* Half the footprint, rounded down (its first cell is the plan's, not centre - support). */
@@ -79,6 +88,7 @@ inline point_taps point_taps_of(SOURCE_PARAMS planned_vis p, int s, int i)
 typedef real_t tap_row;   /* the value across rows of row j */
 #define point_row(store, taps, j) ((taps).v[(j) + SOURCE_WIDTH / 2])
 #define point_weight_in_row(store, taps, row, j, k) ((row) * (taps).u[(k) + SOURCE_WIDTH / 2])
+#define point_column(store, taps, k) ((taps).u[(k) + SOURCE_WIDTH / 2])   /* separable: the factor along a row */
 
 /* Per tile: a column is the tap along the row (the grid's v, plan_stacked.cl). */
 typedef struct {

@@ -39,7 +39,8 @@
                            stages per visibility besides the window
       window_row(window, e_v, r_v, support, row_stride), window_weight(SOURCE_STORE, at,
                            row, e_u, r_u, support): unconjugated weight at window place (e_u, e_v)
-    (source_stacked.cl adds SOURCE_WIDTH, the w-stacking source's fixed footprint.)
+    (source_stacked.cl adds SOURCE_WIDTH, the w-stacking source's fixed footprint, and for
+    its separable taps and w-planes point_column, source_plane_arg, source_plane_weight_at.)
     Needs plan.cl and OVERSAMPLE (and OFFSET_RANGE for offset_rows).
     Template variables: oversample, table_layout. #}
 {% if table_layout == "by_offset" %}
