@@ -46,7 +46,8 @@ from .geometry import GRID_CELL_LIMIT, ImageGeometry
 from .pixels import PixelModel
 from .plane_passes import PlanePasses
 from .regions import plane_regions
-from .stream import DEVICE_SHARE, KEY_LIMIT, StreamedPoints, max_slab_planes, row_parts, slab_geometry
+from . import stream
+from .stream import KEY_LIMIT, StreamedPoints, max_slab_planes, row_parts, slab_geometry
 
 __all__ = ["ImagingEngine", "SPREADS", "check_grid", "check_samples"]
 
@@ -197,7 +198,7 @@ class ImagingEngine(StreamedPoints, PlanePasses):
         self._check_fits()
         self._max_planes = max_slab_planes(g, self.layout.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
         self.streamed, self._stream = None, None
-        limit = facts.global_memory * DEVICE_SHARE
+        limit = facts.global_memory * stream.DEVICE_SHARE
         if self.device_bytes() > limit:
             # smaller parts first (a smaller set-up beside the points kept), else streamed
             every, self._part_samples = self.device_bytes(), self._stream_part_samples()
