@@ -12,7 +12,7 @@ Variants:
     streamed    the engine's stream (`ImagingEngine.streamed`): FFTs once a plane, the next
                 group planned on a second queue and thread while the current one is spread
     in_turn     the same stream with each group planned in turn on the calling thread
-                (`engine.STREAM_OVERLAP` off): what the overlap gains
+                (`stream.STREAM_OVERLAP` off): what the overlap gains
     row_parts   the fewest parts of rows whose points would fit the same memory (kept
                 bytes / memory: fewer than would, as a part's set-up is left out), each a
                 `WGridder` on the whole geometry made and called in turn: every part
@@ -33,6 +33,7 @@ import numpy as np
 
 import clgrid
 from clgrid.imaging import engine as engine_module
+from clgrid.imaging import stream as stream_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from large_images import pixel_size, tracks  # noqa: E402
@@ -68,7 +69,7 @@ def main(argv=None):
         kept = clgrid.WGridder(uvw, freq, a.npix, a.npix, pix, pix, **common)
         setup.append(time.perf_counter() - t)
     g = kept.geometry
-    memory = int(kept.engine.device_bytes() * a.share / engine_module.DEVICE_SHARE)
+    memory = int(kept.engine.device_bytes() * a.share / stream_module.DEVICE_SHARE)
     real = engine_module.device_facts
     engine_module.device_facts = lambda d: dataclasses.replace(real(d), global_memory=memory)
     try:
@@ -76,7 +77,7 @@ def main(argv=None):
     finally:
         engine_module.device_facts = real
     s = streamed.engine.streamed
-    parts = -(-kept.engine.device_bytes() // int(memory * engine_module.DEVICE_SHARE))   # the fewest that fit
+    parts = -(-kept.engine.device_bytes() // int(memory * stream_module.DEVICE_SHARE))   # the fewest that fit
     bounds = np.linspace(0, uvw.shape[0], parts + 1).astype(int)
 
     def row_parts(direction):
@@ -107,11 +108,11 @@ def main(argv=None):
 
     def in_turn(fn):
         def run():
-            engine_module.STREAM_OVERLAP = False
+            stream_module.STREAM_OVERLAP = False
             try:
                 return fn()
             finally:
-                engine_module.STREAM_OVERLAP = True
+                stream_module.STREAM_OVERLAP = True
         return run
 
     runs["in_turn_vis2dirty"] = in_turn(runs["streamed_vis2dirty"])

@@ -18,6 +18,7 @@ import pytest
 
 import clgrid
 from clgrid.imaging import engine as engine_module
+from clgrid.imaging import stream as stream_module
 from clgrid.imaging.geometry import choose_geometry
 from clgrid.imaging.split import first_planes
 from clgrid.imaging.stream import stream_schedule
@@ -80,9 +81,9 @@ def test_points_beyond_the_device_are_streamed_and_agree_with_ducc0_and_the_kept
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     image, got_vis = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)
     for e in op.engines:
-        assert e.device_bytes() <= memory * engine_module.DEVICE_SHARE
+        assert e.device_bytes() <= memory * stream_module.DEVICE_SHARE
     # every buffer of both engines (device lists: two) live at once
-    assert live.peak <= len(op.engines) * memory * engine_module.DEVICE_SHARE, live.peak
+    assert live.peak <= len(op.engines) * memory * stream_module.DEVICE_SHARE, live.peak
     same = 1e-5 if single else 1e-12
     image2, vis2 = op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt)      # again: planned again, the same
     assert relative_error(image2, image) <= same and relative_error(vis2, got_vis) <= same
@@ -222,7 +223,7 @@ def test_the_next_group_is_planned_on_its_own_queue_and_thread_while_the_current
         warnings.simplefilter("ignore", clgrid.StreamedWarning)
         op = clgrid.WGridder(**args)
     engine = op.engine
-    assert engine.streamed.slabs > 2 and engine_module.STREAM_OVERLAP
+    assert engine.streamed.slabs > 2 and stream_module.STREAM_OVERLAP
     planned, entered = [], []
     make_part, enter = engine_module.ImagingEngine._make_part, engine_module.ImagingEngine._stream_enter
 
@@ -252,7 +253,7 @@ def test_the_next_group_is_planned_on_its_own_queue_and_thread_while_the_current
     assert engine._parts == [] and engine._call is None
     assert relative_error(image, want_image) <= 1e-12
     assert relative_error(got_vis, want_vis) <= 1e-12
-    monkeypatch.setattr(engine_module, "STREAM_OVERLAP", False)        # in turn, on this thread: the same
+    monkeypatch.setattr(stream_module, "STREAM_OVERLAP", False)        # in turn, on this thread: the same
     planned.clear()
     assert relative_error(op.vis2dirty(vis, wgt), want_image) <= 1e-12
     assert relative_error(op.dirty2vis(dirty, wgt), want_vis) <= 1e-12

@@ -13,51 +13,48 @@ clgrid/cl_kernels/wgrid_planes.cl) or ``"vkfft"`` (pyvkfft on the device with th
 nothing per plane crosses to the host; with fp64 the correction and w phases are computed
 per pixel there as well).  Kernel values come from per-tap polynomials
 (clgrid.sources.accuracy.horner_coefficients).
+
+`ImagingEngine` holds the set-up, the points' parts and their values, and the calls; two
+mixins hold the rest: the w-plane loops on either FFT path (`clgrid.imaging.plane_passes`)
+and the streaming of points that do not fit the device (`clgrid.imaging.stream`).
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
 import pyopencl as cl
 
-from ..device.codegen import build_program, kernel as codegen_kernel, launch, render
-from ..device.host_threads import in_slices
+from ..device.codegen import build_program, kernel as codegen_kernel, render
 from ..device.runtime import device_facts, fill_zeros, get_queue
-from ..errors import DeviceCapabilityError, EmptyInputWarning, NonFiniteResultError, StreamedWarning
+from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
 from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.fused import plan_arranged
 from ..planning.plan import as_host, plan_stacked
 from ..sources.accuracy import float_taps_allowed
-from .memory import (HOST_PART_SAMPLES, engine_device_bytes, engine_stream_bytes, return_freed_memory,
-                     stream_sample_bytes)
+from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
-from ..strategies.base import check_precision, read_only_buffer
-from .fft import DeviceFFT, HostFFT, MappedHostFFT, clear_outside
+from ..strategies.base import check_precision
+from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .geometry import GRID_CELL_LIMIT, ImageGeometry
-from .pixels import PixelModel, pixel_blocks
+from .pixels import PixelModel
+from .plane_passes import PlanePasses
 from .regions import plane_regions
-from .stream import KEY_LIMIT, max_slab_planes, slab_geometry, stream_schedule
+from . import stream
+from .stream import KEY_LIMIT, StreamedPoints, max_slab_planes, row_parts, slab_geometry
 
 __all__ = ["ImagingEngine", "SPREADS", "check_grid", "check_samples"]
 
 SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
-# the share of a device's global memory an engine's buffers may take; beyond it, its points
-# are streamed (`ImagingEngine.streamed`)
-DEVICE_SHARE = 0.9
 # samples of one part of rows: a part's plan counts its samples in 32 bits (plan_positions.cl,
 # values_stacked.cl); more samples go through in more parts (docs/design/streaming.md)
 SAMPLE_LIMIT = 2 ** 31 - 1
-# a streaming engine plans its next group on its own thread and queue while the current one
-# is spread (False: in turn, on the calling thread: the benchmarks' A/B)
-STREAM_OVERLAP = True
 
 
 def _route_tuning(tuning, facts) -> tuple:
@@ -88,11 +85,6 @@ def _route_tuning(tuning, facts) -> tuple:
 SPARSE_SHARE = 0.5
 
 
-def _size(nbytes: int) -> str:
-    """Bytes in GiB, or MiB below a tenth of one."""
-    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2 ** 30 / 10 else f"{nbytes / 2**20:.1f} MiB"
-
-
 def check_grid(geometry: ImageGeometry, complex_dtype, facts) -> None:
     """Refuse, naming the sizes, a padded grid beyond one buffer of the device (``facts``:
     `clgrid.device.runtime.device_facts`) or with more cells than the kernels' 32-bit cell
@@ -117,29 +109,7 @@ def check_samples(nchan: int) -> None:
                          f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
 
 
-def _row_parts(nrow: int, nchan: int, samples: int) -> list:
-    """Slices of rows, each of at most ``samples`` (row, channel) samples (at least one row)."""
-    rows = max(1, samples // max(nchan, 1))
-    return [slice(a, min(a + rows, nrow)) for a in range(0, max(nrow, 1), rows)]
-
-
-class _InTurn:
-    """A stand-in for a one-thread executor that runs each job at once on the caller's thread
-    (`STREAM_OVERLAP` off)."""
-
-    def submit(self, fn, *args) -> Future:
-        done = Future()
-        try:
-            done.set_result(fn(*args))
-        except BaseException as exc:       # raised where the result is taken, as the executor's
-            done.set_exception(exc)
-        return done
-
-    def shutdown(self, wait: bool = True) -> None:
-        pass
-
-
-class ImagingEngine:
+class ImagingEngine(StreamedPoints, PlanePasses):
     """The imaging operator's work on one device, for one set of points: their plan, the
     device program, grid and FFT, kept between calls.  Calls are serialised by a lock
     (they share the device buffers).
@@ -228,7 +198,7 @@ class ImagingEngine:
         self._check_fits()
         self._max_planes = max_slab_planes(g, self.layout.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
         self.streamed, self._stream = None, None
-        limit = facts.global_memory * DEVICE_SHARE
+        limit = facts.global_memory * stream.DEVICE_SHARE
         if self.device_bytes() > limit:
             # smaller parts first (a smaller set-up beside the points kept), else streamed
             every, self._part_samples = self.device_bytes(), self._stream_part_samples()
@@ -240,7 +210,7 @@ class ImagingEngine:
                 [range(lo, min(lo + self._max_planes, self.planes.stop))
                  for lo in range(self.planes.start, self.planes.stop, self._max_planes)]
             self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic, planes)
-                           for planes in slabs for rows in _row_parts(self.nrow, self.nchan, self._part_samples)]
+                           for planes in slabs for rows in row_parts(self.nrow, self.nchan, self._part_samples)]
             held = max(part.held for part in self._parts)
         else:
             self._parts, held = [], max(1, self._part_samples // max(self.nchan, 1)) * self.nchan
@@ -293,75 +263,6 @@ class ImagingEngine:
         """Refuse, naming the sizes, a grid the device cannot hold in one buffer."""
         check_grid(self.geometry, self.complex, self.facts)
 
-    # -- points beyond the device: streamed through it, slab by slab of w-planes ---------
-    def _stream_part_samples(self) -> int:
-        """Samples of a part whose set-up takes at most a quarter of the device's share."""
-        per_sample = stream_sample_bytes(self.precision, self.geometry.kernel.support, self.spread_mode,
-                                         self._float_values)
-        quarter = int(self.facts.global_memory * DEVICE_SHARE) // 4
-        return int(min(self._part_samples, max(self.nchan, quarter // per_sample)))
-
-    def _setup_stream(self, uvw, scale, keep, signs, deterministic, every: int) -> None:
-        """Points that do not fit the device at once (`device_bytes` beyond `DEVICE_SHARE` of
-        it): a schedule of slabs of w-planes (`clgrid.imaging.stream`), each slab's points
-        planned when a call reaches it and released after it, re-planned every call, the
-        next group planned on a second queue (`_preparer`) while the current one is spread;
-        said in ``streamed`` and a `StreamedWarning`.  Refused, naming the sizes, where the grid
-        and one part's set-up alone do not fit."""
-        facts, g = self.facts, self.geometry
-        limit = int(facts.global_memory * DEVICE_SHARE)
-        spread, taps = self.spread_mode, self._float_values
-        device_fft = self.fft_mode == "vkfft"
-
-        def model(part):
-            return engine_stream_bytes(g, self.precision, part, -(-self.nrow * self.nchan // part), spread, taps,
-                                       device_fft)
-
-        part = self._part_samples
-        fixed, point = model(part)
-        # two groups on the device at once: the one being spread and the next being planned
-        capacity = (limit - fixed) // (2 * point)
-        if capacity < 1:
-            raise DeviceCapabilityError(
-                f"the {g.nu}x{g.nv} grid and one part of {part} samples' set-up need about {fixed / 2**30:.2f} GiB "
-                f"on the device, and a stream room for two groups of points beside them; {facts.name} lends "
-                f"{limit / 2**30:.2f} GiB ({DEVICE_SHARE:.0%} of its {facts.global_memory / 2**30:.2f} GiB): "
-                f"image in facets or in single precision")
-        slabs, touch, kept = stream_schedule(as_host(uvw), scale, keep, g, self.planes, capacity, self._workers,
-                                             self._max_planes)
-        self._part_samples = part
-        self._stream = slabs
-        self._sources = (uvw, scale, keep, signs, deterministic)
-        self._touch = touch
-        self._stream_kept = kept
-        self._slab_of = np.zeros(g.num_planes, np.int64)
-        for i, slab in enumerate(slabs):
-            self._slab_of[slab.planes.start:slab.planes.stop] = i
-        self._call = None
-        most = max(min(slab.points, capacity) for slab in slabs)
-        groups = sum(len(slab.groups) for slab in slabs)
-        self.streamed = SimpleNamespace(slabs=len(slabs), groups=groups, replanned=True,
-                                        device_bytes=fixed + 2 * most * point, capacity=int(capacity),
-                                        every_point=every)
-        self._prep = self._preparer(deterministic)
-        warnings.warn(
-            f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
-            f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
-            f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",
-            StreamedWarning, stacklevel=5)        # the WGridder call
-
-    def _preparer(self, deterministic) -> SimpleNamespace:
-        """What a streaming engine plans its next group with while the current one is spread:
-        a second in-order queue on the device, a spreading strategy of its own on it (its
-        own kernel objects: the arrangement runs beside the spreads), its own staging."""
-        spread_cls, source, tuning = self._spread_args
-        g = self.geometry
-        queue = cl.CommandQueue(self.queue.context, self.queue.device, properties=self.queue.properties)
-        spreader = spread_cls(queue, (g.nu, g.nv), source, self.precision, tuning)
-        spreader.stable = self.spreader.stable
-        if self.spread_mode == "rows":
-            spreader.tap_single = self.spreader.tap_single
-        return SimpleNamespace(queue=queue, spreader=spreader, staging=shared_staging(queue))
 
     def _make_part(self, rows: slice, uvw, scale, keep, signs, deterministic, planes=None,
                    on=None) -> SimpleNamespace:
@@ -432,134 +333,6 @@ class ImagingEngine:
         return any(self.spreader.active(part.points, plane - part.base)[1] for part in self._parts
                    if plane in part.planes)
 
-    # a streaming engine's call: which slab's group of points is on the device, and the next
-    # one planned beside it on the preparer's queue (docs/design/streaming.md)
-    def _stream_begin(self, direction: str, vis, wgt, out) -> None:
-        """Start a call of a streaming engine: the groups (slab, group) it will reach, in
-        order, and the first one's planning started on the preparer; ``direction`` "grid"
-        (``vis``, ``wgt``: the caller's) or "degrid" (``out``: the visibilities, zeroed, that
-        each group's values are added to)."""
-        order = [(i, k) for i, slab in enumerate(self._stream) if any(self._touch[p] for p in slab.planes)
-                 for k in range(len(slab.groups))]
-        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clgrid-stream") if STREAM_OVERLAP \
-            else _InTurn()
-        self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None, order=order,
-                                     next=0, worker=worker, pending=None)
-        prep = self._prep
-        fill_zeros(prep.queue, self._values_tally, 12, np.int32)
-        self._call.pending = worker.submit(self._stream_job, self._call, [], None, order[0] if order else None)
-
-    def _stream_job(self, call, handed, after, group):
-        """The preparer's work between two groups (on its thread and queue): once ``after``
-        (an event of the engine's queue: the last kernel of the group in the list ``handed``)
-        is complete, that group's values added to the output (dirty2vis) and its buffers
-        released (taken out of ``handed``: nothing else holds them); then
-        ``group`` (slab, group) planned, its values gathered (vis2dirty) or zeroed (``call``:
-        the call's state, `_stream_begin`'s).  Returns its parts, every command done."""
-        prep = self._prep
-        old = handed.pop() if handed else []
-        if after is not None:
-            after.wait()
-        if old and call.direction == "degrid":
-            self._scatter_parts(call.out, call.wgt, add=True, parts=old, on=prep)
-            prep.queue.finish()
-        del old
-        if group is None:
-            prep.queue.finish()
-            return []
-        slab, k = group
-        planes, rows = self._stream[slab].planes, self._stream[slab].groups[k]
-        uvw, scale, keep, signs, deterministic = self._sources
-        parts = [self._make_part(slice(rows.start + r.start, rows.start + r.stop), uvw, scale, keep, signs,
-                                 deterministic, planes, on=prep)
-                 for r in _row_parts(rows.stop - rows.start, self.nchan, self._part_samples)]
-        if call.direction == "grid":
-            self._gather_parts(call.vis, call.wgt, parts, on=prep)
-        else:
-            for part in parts:
-                fill_zeros(prep.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
-        prep.queue.finish()
-        return parts
-
-    def _stream_retire(self, group):
-        """Hand the group on the device to the preparer (released once the engine's queue is
-        past it, its values added to the output first in dirty2vis), which then plans
-        ``group`` (None: none)."""
-        call = self._call
-        after = None
-        if call.at is not None:
-            after = cl.enqueue_marker(self.queue)
-            self.queue.flush()             # the marker must reach the device for the preparer's wait
-        handed, self._parts, call.at = [self._parts], [], None
-        call.pending = call.worker.submit(self._stream_job, call, handed, after, group)
-        del handed
-
-    def _stream_enter(self, slab: int, group: int) -> None:
-        """Put group ``group`` of slab ``slab`` on the device: the preparer's planned parts
-        taken (waiting for them only where planning is slower than the last group's
-        kernels), the last group handed back, the one after planned meanwhile."""
-        call = self._call
-        if call.at == (slab, group):
-            return
-        if call.order[call.next] != (slab, group):
-            raise AssertionError(f"internal error: stream reached {(slab, group)}, planned "
-                                 f"{call.order[call.next]}")
-        self.queue.flush()             # the last group's kernels run while this waits
-        parts = call.pending.result()
-        call.next += 1
-        self._stream_retire(call.order[call.next] if call.next < len(call.order) else None)
-        self._parts, call.at = parts, (slab, group)
-
-    def _stream_leave(self, quiet: bool = False) -> None:
-        """End a streaming call: the group on the device handed back and everything the
-        preparer holds done (its errors raised, unless ``quiet``: the call is failing
-        already), its thread gone."""
-        call = self._call
-        if call is None or call.worker is None:
-            return
-        try:
-            if call.at is not None or self._parts:
-                self._stream_retire(None)
-            call.pending.result()
-        except Exception:
-            if not quiet:
-                raise
-        finally:
-            call.worker.shutdown(wait=True)
-            call.worker = None
-            self._parts = []
-
-    def _stream_groups(self, plane: int):
-        """The groups (slab, group) whose points have taps on ``plane``, in order."""
-        slab = int(self._slab_of[plane])
-        return [(slab, group) for group in range(len(self._stream[slab].groups))]
-
-    def _setup_planes(self, facts):
-        """The image side on the device (device FFT): per-pixel correction and w phases
-        (computed there with fp64, sent by the host without), accumulator."""
-        g, ctx, mf = self.geometry, self.queue.context, cl.mem_flags
-        phase_double = bool(facts.fp64)
-        source = render("wgrid_planes.cl", double=self.precision == "double", use_w=g.do_wgridding,
-                        phase_double=phase_double)
-        program = build_program(ctx, source)
-        self._planes_program = program        # its kernels: _accumulate, _finish, _load_plane
-
-        def copy(a, dtype):
-            return read_only_buffer(ctx, np.asarray(a, dtype))
-
-        if phase_double:
-            self._pixel_args = self.pixels.device_model(copy)
-        else:
-            host = self.pixels.host
-            t = host.t_small[np.ix_(*host.radial)] if host.t_small is not None else np.zeros((g.npix_x, g.npix_y))
-            if host.tilt is not None:
-                t = t + host.tilt[0][:, None] + host.tilt[1][None, :]
-            self._pixel_args = (copy(np.mod(g.w_start * t, 1.0), np.float32), copy(g.dw * t, np.float32),
-                                copy(1.0 / self.pixels.correction_rows(slice(None)), self.real))
-        npix_bytes = g.npix_x * g.npix_y * np.dtype(self.real).itemsize
-        self._image_acc = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
-        self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
-        self._npix_bytes = npix_bytes
 
     # The engine's own kernels, one object per calling thread (codegen.kernel), kept across
     # operators: a new pyopencl Kernel per set-up reads its invoker from pyopencl's on-disk cache.
@@ -735,171 +508,6 @@ class ImagingEngine:
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
 
-    def _vis2dirty_streamed(self, vis, wgt, progress):
-        """`_vis2dirty` of a streaming engine: each slab's values gathered as the planes
-        reach it; the values' checks (the same errors) once every slab is through."""
-        g = self.geometry
-        self._stream_begin("grid", vis, wgt, None)
-        failed = None
-        try:
-            try:
-                image = self._vis2dirty_device(progress) if self.device_fft is not None else \
-                    self._vis2dirty_host(progress)
-            except NonFiniteResultError as exc:      # the values' own errors said first, as kept
-                failed = exc
-        except BaseException:
-            self._stream_leave(quiet=True)
-            raise
-        else:
-            self._stream_leave()
-        finally:
-            self._call = None
-        bad_vis, bad_wgt, nonzero = self._tally_counts()
-        self._check_gathered(bad_vis, bad_wgt)
-        if failed is not None:
-            raise failed
-        if nonzero == 0:
-            self._zero_data_warning("the image", kept=True)
-            return np.zeros((g.npix_x, g.npix_y), self.real)
-        return image
-
-    def _vis2dirty_host(self, progress):
-        """Spread every plane on the device, transform it and accumulate on the host."""
-        g = self.geometry
-        image = np.zeros((g.npix_x, g.npix_y), np.float64)
-        phase, step = self.pixels.plane_phases()
-        tilt = self.pixels.tilt_phases()
-        for plane in self.planes:
-            if self._active(plane):
-                zero = fill_zeros(self.queue, self._grid, self._grid_bytes, self.real)
-                event = self._launch_spread(plane, [zero])
-                grid = self._map_grid([event])
-                blocks = self.fft.backward(grid, g.npix_x, g.npix_y, self._region(plane))
-
-                def rows(r, blocks=blocks):
-                    scratch = self.pixels.scratch()
-                    for (bi, bj), view in blocks:
-                        for a, b in pixel_blocks(r, bi, g.npix_y):
-                            part = view[a - bi.start:b - bi.start]
-                            if phase is not None:
-                                np.multiply(part, self.pixels.phases_at(phase, a, b, bj, scratch), out=part)
-                            if tilt is not None:
-                                part *= tilt[0][a:b, None]
-                                part *= tilt[2][None, bj]
-                            image[a:b, bj] += part.real
-
-                in_slices(self._workers, g.npix_x, rows)
-                del blocks
-                grid.base.release(self.queue)
-            self.pixels.advance(phase, step)
-            self.pixels.advance_tilt(tilt)
-            if progress is not None:
-                progress(1)
-        out = np.empty((g.npix_x, g.npix_y), self.real)
-        not_finite = []
-
-        def corrected(r):
-            with np.errstate(over="ignore", invalid="ignore"):
-                np.divide(image[r], self.pixels.correction_rows(r), out=out[r])
-            not_finite.append(np.count_nonzero(~np.isfinite(out[r])))
-
-        in_slices(self._workers, g.npix_x, corrected)
-        self._check_image(sum(not_finite))
-        return out
-
-    def _plane_args(self, plane):
-        g = self.geometry
-        return (np.int32(g.nu), np.int32(g.nv), np.int32(g.npix_x), np.int32(g.npix_y), np.int32(plane))
-
-    def _vis2dirty_device(self, progress):
-        """Spread, transform and crop every plane on the device; one image comes back."""
-        g, q = self.geometry, self.queue
-        fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
-        fill_zeros(q, self._tally, 12, np.int32)
-        for plane in self.planes:
-            if self._active(plane):
-                zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
-                self._launch_spread(plane, [zero])
-                self.device_fft.backward(self._grid, **self._region_of(plane))
-                launch(self._accumulate, q, (g.npix_y, g.npix_x), self._grid, self._image_acc, *self._pixel_args,
-                       *self._plane_args(plane))
-            if progress is not None:
-                q.finish()
-                progress(1)
-        launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
-               np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
-        image = host_empty((g.npix_x, g.npix_y), self.real, self.staging)
-        not_finite = np.empty(3, np.int32)
-        cl.enqueue_copy(q, not_finite, self._tally)
-        download(self.queue, self._image_out, image, self.staging)
-        self._check_image(int(not_finite[0]) + int(not_finite[1]))
-        return image
-
-    def _dirty2vis_device(self, dirty):
-        """The dirty image up once, checked and divided by the correction there; each plane
-        made from it, transformed and interpolated on the device."""
-        g, q = self.geometry, self.queue
-        upload(self.queue, np.asarray(dirty, self.real), self._image_acc, self.staging)
-        fill_zeros(q, self._tally, 12, np.int32)
-        launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
-               np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
-        not_finite = np.empty(3, np.int32)
-        cl.enqueue_copy(q, not_finite, self._tally)
-        if not_finite[0]:        # NaN or inf in the caller's image, or beyond the precision's range
-            if not np.all(np.isfinite(dirty)):
-                raise ValueError("dirty has NaN or infinite entries")
-            check_finite_result(int(not_finite[0]), f"dirty in {np.dtype(self.real).name}", self.precision,
-                                double="a float64 image", inputs="the image")
-        check_finite_result(int(not_finite[1]), "dirty divided by the grid correction", self.precision,
-                            double="a float64 image", inputs="the image")
-        for plane in self.planes:
-            if self._active(plane):
-                fill_zeros(q, self._grid, self._grid_bytes, self.real)
-                launch(self._load_plane, q, (g.npix_y, g.npix_x), self._image_out, *self._pixel_args, self._grid,
-                       *self._plane_args(plane))
-                self.device_fft.forward(self._grid, **self._region_of(plane))
-                self._launch_interp(plane)
-
-    def _dirty2vis_host(self, dirty):
-        """Each plane made on the host, transformed there and sent to the device."""
-        g = self.geometry
-        image = np.empty((g.npix_x, g.npix_y), np.float64)
-
-        def corrected(r):
-            np.divide(dirty[r], self.pixels.correction_rows(r), out=image[r])
-
-        in_slices(self._workers, g.npix_x, corrected)
-        phase, step = self.pixels.plane_phases()
-        tilt = self.pixels.tilt_phases(conjugate=True)
-        if phase is not None:                    # the conjugate phases, advanced in place
-            np.conjugate(phase, out=phase)
-            step = step.conj()
-        for plane in self.planes:
-            if self._active(plane):
-                grid = self._map_grid()
-                blocks = self.fft.image_blocks(grid, g.npix_x, g.npix_y)
-
-                def rows(r):
-                    clear_outside(grid, g.npix_x, g.npix_y, r)    # the last plane's transform is there
-                    scratch = self.pixels.scratch()
-                    for (bi, bj), view in blocks:
-                        for a, b in pixel_blocks(r, bi, g.npix_y):
-                            part = view[a - bi.start:b - bi.start]
-                            if phase is None:
-                                part[...] = image[a:b, bj]
-                                continue
-                            np.multiply(self.pixels.phases_at(phase, a, b, bj, scratch), image[a:b, bj], out=part)
-                            if tilt is not None:
-                                part *= tilt[0][a:b, None]
-                                part *= tilt[2][None, bj]
-
-                in_slices(self._workers, g.npix_x, rows)
-                self.fft.forward(grid, g.npix_x, g.npix_y, self._region(plane))
-                del blocks
-                grid.base.release(self.queue)
-                self._launch_interp(plane).wait()
-            self.pixels.advance(phase, step)
-            self.pixels.advance_tilt(tilt)
 
     def _scatter_parts(self, out, wgt, add: bool, parts=None, on=None) -> None:
         """Each part's values scattered to its samples of ``out`` through the held buffers,
@@ -924,22 +532,6 @@ class ImagingEngine:
             else:
                 rows[...] = 0
                 rows[part.index] = got
-
-    def _region(self, plane: int):
-        """Where plane ``plane`` holds taps (a `clgrid.imaging.regions.Region`), or None."""
-        return self.regions.at(plane) if self.regions is not None else None
-
-    def _region_of(self, plane: int) -> dict:
-        """The device FFT's keywords for plane ``plane``: the region for the mapped host FFT."""
-        return {"region": self.regions.at(plane)} if self.regions is not None else {}
-
-    def _map_grid(self, wait_for=None):
-        """The device grid as a host array (mapped: on a CPU device no copy is made; on a
-        GPU the driver moves it).  Release with ``grid.base.release(queue)``."""
-        g = self.geometry
-        grid, _ = cl.enqueue_map_buffer(self.queue, self._grid, cl.map_flags.READ | cl.map_flags.WRITE, 0,
-                                        (g.nu, g.nv), self.complex, wait_for=wait_for, is_blocking=True)
-        return grid
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
         """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
