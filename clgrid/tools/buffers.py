@@ -16,10 +16,12 @@ __all__ = ["BufferTracker"]
 
 
 class BufferTracker:
-    """Counts the bytes of every ``pyopencl.Buffer`` made after `install` (pyopencl.array's
-    too: the class is replaced in pyopencl's namespace), until each is released or
-    collected.  Buffers may be made and collected on several threads (a streaming engine
-    plans on one of its own): the count is kept under a lock, as a running total.
+    """Counts the bytes of every device ``pyopencl.Buffer`` made after `install`
+    (pyopencl.array's too: the class is replaced in pyopencl's namespace), until each is
+    released or collected.  Buffers made with ``ALLOC_HOST_PTR`` (pinned host memory: the
+    transfers' staging, `clgrid.device.transfer`) are host memory and counted apart, in
+    ``host_bytes``.  Buffers may be made and collected on several threads (a streaming
+    engine plans on one of its own): the count is kept under a lock, as a running total.
 
     Parameters
     ----------
@@ -30,7 +32,9 @@ class BufferTracker:
     Attributes
     ----------
     peak : int
-        The most bytes live at once since `install` or the last `reset`.
+        The most device bytes live at once since `install` or the last `reset`.
+    host_bytes : int
+        The bytes of the pinned host buffers made since `install` (not in ``peak``).
     at_peak : collections.Counter
         With ``sites``: the live bytes by the clgrid line that made them, at the peak.
     """
@@ -39,6 +43,7 @@ class BufferTracker:
         self.sites = sites
         self.live: dict = {}
         self.peak = 0
+        self.host_bytes = 0
         self.at_peak = collections.Counter()
         self._total = 0
         self._lock = threading.RLock()      # re-entrant: a collection may run inside `_made`
@@ -65,6 +70,9 @@ class BufferTracker:
                 else:
                     super().__init__(context, flags, size, hostbuf)
                     size = size or np.asarray(hostbuf).nbytes
+                if flags & cl.mem_flags.ALLOC_HOST_PTR:
+                    tracker.host_bytes += int(size)      # pinned host memory, not the device's
+                    return
                 tracker._made(id(self), int(size))
                 weakref.finalize(self, tracker._gone, id(self))
 
