@@ -4,7 +4,7 @@
    layout's order (clgrid.planning.stacking.PlaneOrder) without the plan in the caller's
    order in between.
 
-   1. classify_keyed: each sample's status and the counts (as classify_stacked), and for a
+   1. classify_keyed: each sample's status and the counts (stacked_status, as classify_stacked), and for a
       kept point its sort key (first plane, then place in the plane) and its rank among the
       points of its key, the old value of the key's atomic counter (cuFINUFFT's bin sort:
       the counting and the ranks in one pass, so that placing needs no atomics);
@@ -37,30 +37,14 @@ __kernel void classify_keyed(__global const double *restrict uvw, __global const
     barrier(CLK_LOCAL_MEM_FENCE);
     const int i = get_global_id(0);
     if (i < g.nsample) {
-        int s = KEPT;
+        int2 c;
+        double first_w;
+        int moved;
+        const int s = stacked_status(uvw, scale, keep, g, plane_lo, plane_hi, i, &c, &first_w, &moved);
         int k = -1;
-        if (keep && !keep[i]) {
-            s = FLAGGED;
-        } else {
-            double u, v, w;
-            stacked_point(uvw, scale, g, i, &u, &v, &w);
-            if (!(isfinite(u) && isfinite(v) && isfinite(w))) {
-                s = NOT_FINITE;
-            } else {
-                double4 frac;
-                double first_w;
-                const int2 c = first_taps(g, u, v, w, &frac, &first_w);
-{% if use_w %}
-                if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
-                    s = ELSEWHERE;      /* first: a slab's geometry holds its own points only */
-                else if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
-                    s = BEYOND_STACK;
-{% endif %}
-                if (s == KEPT) {
-                    k = key_of((int4)(c.x, c.y, 0, (int)first_w));
-                    rank[i] = atomic_inc(&key_counts[k]);
-                }
-            }
+        if (s == KEPT) {
+            k = key_of((int4)(c.x, c.y, 0, (int)first_w));
+            rank[i] = atomic_inc(&key_counts[k]);
         }
         key[i] = k;
         atomic_inc(&tally[s]);
@@ -103,10 +87,6 @@ __kernel void place_keyed(__global const double *restrict uvw, __global const do
     src[j] = moved ? -s - 1 : s;
     if (sample)
         sample[j] = i;
-    if (phase) {
-        const double cycles = u * g.center_x + v * g.center_y - w * g.nshift;
-        double cs;
-        const double sn = sincos(2 * M_PI * cycles, &cs);
-        phase[j] = (cplx_t)(cs, sn);
-    }
+    if (phase)
+        phase[j] = stacked_phase(g, u, v, w);
 }

@@ -191,8 +191,41 @@ inline int2 first_taps(const stacking_t g, const double u, const double v, const
     return (int2)(wrap(first_u, g.nu), wrap(first_v, g.nv));
 }
 
-/* Status and packed plan of sample i; keep: 0 where masked (null: all kept); a point with
-   no tap on planes [plane_lo, plane_hi) is left to the operators of the other planes. */
+/* Status of sample i (KEPT, FLAGGED where keep is 0 (null: all kept), NOT_FINITE, and with
+   w ELSEWHERE for a point with no tap on planes [plane_lo, plane_hi), left to the
+   operators of the other planes, or BEYOND_STACK); where its point is finite, its first
+   cells (returned), first plane and whether it moved (folded to -uvw). */
+inline int stacked_status(__global const double *restrict uvw, __global const double *restrict scale,
+                          __global const uchar *restrict keep, const stacking_t g, const int plane_lo,
+                          const int plane_hi, const int i, int2 *c, double *first_w, int *moved)
+{
+    if (keep && !keep[i])
+        return FLAGGED;
+    double u, v, w;
+    *moved = stacked_point(uvw, scale, g, i, &u, &v, &w);
+    if (!(isfinite(u) && isfinite(v) && isfinite(w)))
+        return NOT_FINITE;
+    double4 frac;
+    *c = first_taps(g, u, v, w, &frac, first_w);
+{% if use_w %}
+    if (*first_w >= plane_hi || *first_w + SUPPORT <= plane_lo)
+        return ELSEWHERE;       /* first: a slab's geometry holds its own points only */
+    if (*first_w < 0 || *first_w + SUPPORT > NUM_PLANES)
+        return BEYOND_STACK;
+{% endif %}
+    return KEPT;
+}
+
+/* The phase gridding applies to a point (centre shift and nshift). */
+inline cplx_t stacked_phase(const stacking_t g, const double u, const double v, const double w)
+{
+    const double cycles = u * g.center_x + v * g.center_y - w * g.nshift;
+    double c;
+    const double s = sincos(2 * M_PI * cycles, &c);
+    return (cplx_t)(c, s);
+}
+
+/* Status and packed plan of sample i (stacked_status). */
 __kernel void classify_stacked(__global const double *restrict uvw, __global const double *restrict scale,
                                __global const uchar *restrict keep, const stacking_t g,
                                const int plane_lo, const int plane_hi,
@@ -206,28 +239,12 @@ __kernel void classify_stacked(__global const double *restrict uvw, __global con
     barrier(CLK_LOCAL_MEM_FENCE);
     const int i = get_global_id(0);
     if (i < g.nsample) {
-        int s = KEPT;
-        int4 p = (int4)(0, 0, 0, 0);
-        if (keep && !keep[i]) {
-            s = FLAGGED;
-        } else {
-            double u, v, w;
-            const int moved = stacked_point(uvw, scale, g, i, &u, &v, &w);
-            if (!(isfinite(u) && isfinite(v) && isfinite(w))) {
-                s = NOT_FINITE;
-            } else {
-                double4 frac;
-                double first_w;
-                const int2 c = first_taps(g, u, v, w, &frac, &first_w);
-{% if use_w %}
-                if (first_w >= plane_hi || first_w + SUPPORT <= plane_lo)
-                    s = ELSEWHERE;      /* first: a slab's geometry holds its own points only */
-                else if (first_w < 0 || first_w + SUPPORT > NUM_PLANES)
-                    s = BEYOND_STACK;
-{% endif %}
-                p = (int4)(c.x, c.y, 0, (int)((uint)(int)first_w | (moved ? 0x80000000u : 0u)));
-            }
-        }
+        int2 c;
+        double first_w;
+        int moved;
+        const int s = stacked_status(uvw, scale, keep, g, plane_lo, plane_hi, i, &c, &first_w, &moved);
+        const int4 p = s == FLAGGED || s == NOT_FINITE ? (int4)(0, 0, 0, 0)
+                     : (int4)(c.x, c.y, 0, (int)((uint)(int)first_w | (moved ? 0x80000000u : 0u)));
         status[i] = s;
         packed[i] = p;
         kept[i] = s == KEPT;
@@ -262,12 +279,8 @@ __kernel void compact_stacked(__global const int *restrict status, __global cons
 {% else %}
     fraction[j] = convert_float4(frac);
 {% endif %}
-    if (phase) {
-        const double cycles = u * g.center_x + v * g.center_y - w * g.nshift;
-        double c;
-        const double s = sincos(2 * M_PI * cycles, &c);
-        phase[j] = (cplx_t)(c, s);
-    }
+    if (phase)
+        phase[j] = stacked_phase(g, u, v, w);
 }
 {% endif %}
 {% if stacked %}
