@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyopencl as cl
-import pyopencl.array as cla
 
 from ..device.codegen import build_program, kernel as codegen_kernel, launch, render
 from ..device.runtime import fill_zeros
 from ..device.scan import ExclusiveScan
-from ..device.transfer import upload
-from .device_points import check_device_uvw, device_rows, is_device_array
-from .plan import STACKING_T, STATUSES, Plan
+from .plan import STATUSES, Plan, stacked_inputs
 from .stacking import PlaneOrder, PointPlan, _key_expression
 
 __all__ = ["plan_arranged"]
@@ -68,17 +65,7 @@ def plan_arranged(queue, geometry, uvw, scale, keep, signs, fold: bool, double: 
         raise ValueError(f"{num_keys} sort keys ({g.num_planes} w-planes of {layout.keys_per_plane}) overflow "
                          f"32-bit counts: use larger bins or fewer w-planes")
     program = _program(context, g, layout, fold, double)
-    if is_device_array(uvw):
-        uvw_d = device_rows(check_device_uvw(uvw, context, rows=True)) if nrow else cla.empty(queue, 3, np.float64)
-    else:
-        uvw_d = cla.empty(queue, max(nsample and nrow, 1) * 3, np.float64)
-        if nrow:
-            upload(queue, np.ascontiguousarray(uvw, np.float64), uvw_d.data, staging)
-    scale_d = cla.to_device(queue, np.asarray(scale, np.float64))
-    keep_d = None if keep is None else cla.to_device(queue, np.ascontiguousarray(keep, np.uint8).reshape(-1))
-    cells_u, cells_v = g.cells_per_wavelength
-    stacking = np.array([(signs[0], signs[1], signs[2], cells_u, cells_v, g.w_start, g.dw, g.center_x, g.center_y,
-                          g.nshift, g.tilt_x, g.tilt_y, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
+    uvw_d, scale_d, keep_d, stacking = stacked_inputs(queue, g, uvw, scale, keep, signs, staging)
     mf, n = cl.mem_flags, max(nsample, 1)
     key = cl.Buffer(context, mf.READ_WRITE, 4 * n)
     rank = cl.Buffer(context, mf.READ_WRITE, 4 * n)

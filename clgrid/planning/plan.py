@@ -425,6 +425,30 @@ def stacked_program(context, geometry, fold: bool, double: bool) -> cl.Program:
                                          num_planes=geometry.num_planes))
 
 
+def stacked_inputs(queue, geometry, uvw, scale, keep, signs, staging=None) -> tuple:
+    """What the w-stacking planning kernels (plan_positions.cl, plan_arranged.cl) read, on
+    ``queue``'s device: ``(uvw_d, scale_d, keep_d, stacking)``, uvw (a host array, uploaded
+    through ``staging`` where given, or a float64 `pyopencl.array.Array` on the context,
+    used where it is), scale and keep (None: all kept) as device arrays, and the geometry
+    and signs as a `STACKING_T` value."""
+    g = geometry
+    nrow, nchan = uvw.shape[0], scale.size
+    nsample = nrow * nchan
+    if is_device_array(uvw):       # points already on the device: planned where they are
+        uvw_d = device_rows(check_device_uvw(uvw, queue.context, rows=True)) if nrow \
+            else cla.empty(queue, 3, np.float64)
+    else:
+        uvw_d = cla.empty(queue, max(nsample and nrow, 1) * 3, np.float64)
+        if nrow:
+            upload(queue, np.ascontiguousarray(uvw, np.float64), uvw_d.data, staging)
+    scale_d = cla.to_device(queue, np.asarray(scale, np.float64))
+    keep_d = None if keep is None else cla.to_device(queue, np.ascontiguousarray(keep, np.uint8).reshape(-1))
+    cells_u, cells_v = g.cells_per_wavelength
+    stacking = np.array([(signs[0], signs[1], signs[2], cells_u, cells_v, g.w_start, g.dw, g.center_x, g.center_y,
+                          g.nshift, g.tilt_x, g.tilt_y, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
+    return uvw_d, scale_d, keep_d, stacking
+
+
 def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: bool, staging=None,
                  on_host: bool = False, planes: range | None = None) -> Plan:
     """Plan the samples of ``uvw`` (nrow, 3) metres (a host array, or a float64
@@ -458,17 +482,7 @@ def plan_stacked(queue, geometry, uvw, scale, keep, signs, fold: bool, double: b
                     phase=None if host["phase"] is None else up(host["phase"], cplx))
     context = queue.context
     program = stacked_program(context, g, fold, double)
-    if is_device_array(uvw):       # points already on the device: planned where they are
-        uvw_d = device_rows(check_device_uvw(uvw, context, rows=True)) if nrow else cla.empty(queue, 3, np.float64)
-    else:
-        uvw_d = cla.empty(queue, max(nsample and nrow, 1) * 3, np.float64)
-        if nrow:
-            upload(queue, np.ascontiguousarray(uvw, np.float64), uvw_d.data, staging)
-    scale_d = cla.to_device(queue, np.asarray(scale, np.float64))
-    keep_d = None if keep is None else cla.to_device(queue, np.ascontiguousarray(keep, np.uint8).reshape(-1))
-    cells_u, cells_v = g.cells_per_wavelength
-    stacking = np.array([(signs[0], signs[1], signs[2], cells_u, cells_v, g.w_start, g.dw, g.center_x, g.center_y,
-                          g.nshift, g.tilt_x, g.tilt_y, g.nu, g.nv, nchan, nsample)], STACKING_T)[0]
+    uvw_d, scale_d, keep_d, stacking = stacked_inputs(queue, g, uvw, scale, keep, signs, staging)
     n = max(nsample, 1)
     status, packed_all, kept, position, tally = _classify_scratch(queue, nsample)
     wg = min(256, queue.device.max_work_group_size)
