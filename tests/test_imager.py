@@ -373,7 +373,9 @@ def test_not_divided_by_n_unless_asked(observation, tmp_path):
     l_, m_ = pixel_lm()
     n = np.sqrt(1 - l_ ** 2 - m_ ** 2)
     assert n.min() < 1 - 5e-4                                 # the test sees the difference
-    close(ducc0 * n, wsclean, 1e-7)
+    # both images come through float32 FITS: two roundings of 2**-24 each bound the
+    # difference by 1.19e-7 of the peak (1.09e-7 seen in CI), against the 5e-4 it must see
+    close(ducc0 * n, wsclean, 2.5e-7)
 
 
 @pytest.mark.parametrize("feeds", ["linear", pytest.param("circular", marks=pytest.mark.slow)])
