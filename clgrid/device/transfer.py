@@ -32,8 +32,10 @@ from .host_threads import in_slices
 
 __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "host_empty"]
 
-# Freed pinned blocks a context's pool keeps for reuse; beyond this they are unpinned.
-POOL_BYTES = 2 ** 30
+# Freed pinned blocks a context's pool keeps for reuse; beyond this they are unpinned.  A
+# major cycle's results (an image, and the visibilities: 512 MB for 64 M in single) must
+# fit beside each other, or each call pins its visibilities afresh.
+POOL_BYTES = 4 * 2 ** 30
 # Pieces of 64 MiB: each piece costs a thread dispatch, so smaller pieces lose more than the
 # overlap gains (16 against 64 MiB pieces on an H100: docs/benchmarks/whole-calls.md).
 PIECE_BYTES = 64 * 2 ** 20
@@ -167,6 +169,7 @@ def host_empty(shape, dtype, staging: Staging | None) -> np.ndarray:
     """A new C-contiguous host array for a result that ``staging``'s device writes: pinned
     and recycled where staging pays and the size was asked for before, else `np.empty`."""
     dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if staging is None or nbytes == 0:
         return np.empty(shape, dtype)
