@@ -98,6 +98,44 @@ def test_one_call_functions_take_a_list_and_deterministic_lists_repeat_their_bit
     assert all(np.array_equal(a, b) for a, b in zip(*results))
 
 
+@pytest.mark.parametrize("sparse", [0.0, 1.1, 0.5])
+def test_devices_shares_go_into_one_output_in_order(rng, monkeypatch, sparse):
+    """Three queues, slabs of planes, every share's values picked by the host (``sparse``
+    1.1), none (0.0) or as the split falls (0.5): the visibilities (written by the first
+    device, added by the others in order into one poisoned output, threaded picks and
+    puts) equal one device's to 1e-6, masked ones exactly zero, and deterministic
+    operators repeat their bits."""
+    from clgrid.device import transfer
+    from clgrid.imaging import engine as imaging_engine, wgridding as imaging_wgridding
+
+    monkeypatch.setattr(imaging_engine, "SPARSE_SHARE", sparse)
+    real_empty = transfer.host_empty
+
+    def poisoned(shape, dtype, staging):
+        out = real_empty(shape, dtype, staging)
+        out[...] = np.nan
+        return out
+
+    monkeypatch.setattr(imaging_engine, "host_empty", poisoned)
+    monkeypatch.setattr(imaging_wgridding, "host_empty", poisoned)
+    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=1500)
+    kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", **kw)
+    assert len(op.engines) == 3
+    picked = [any(p.index is not None for p in e._parts) for e in op.engines]
+    assert all(picked) if sparse > 1 else not any(picked) if sparse == 0 else True
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    predicted = op.dirty2vis(dirty, wgt)
+    assert np.all(np.isfinite(predicted)) and not np.any(predicted[mask == 0])
+    assert relative_error(predicted, one.dirty2vis(dirty, wgt)) <= 1e-6
+    assert relative_error(op.vis2dirty(vis, wgt), one.vis2dirty(vis, wgt)) <= 1e-6
+    fixed = [clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", deterministic=True, **kw)
+             for _ in range(2)]
+    a, b = (f.dirty2vis(dirty, wgt).view(np.uint64) for f in fixed)
+    assert np.array_equal(a, b)
+
+
 def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
     """Double precision, 4 queues, |w| in two bands with empty planes between, and points
     exactly on every plane's edge (channel 0 at c: metres are wavelengths there): the

@@ -22,7 +22,7 @@ from ..errors import DeviceCapabilityError
 from ..strategies.base import check_precision
 from .geometry import ImageGeometry
 
-__all__ = ["device_list", "queues_for", "check_devices", "share_bytes", "on_devices", "add_in_order"]
+__all__ = ["add_at", "device_list", "queues_for", "check_devices", "share_bytes", "on_devices", "add_in_order"]
 
 _extra: dict = {}             # (device, mention k >= 1) -> (context, queue)
 _lock = threading.Lock()
@@ -163,9 +163,33 @@ def add_in_order(parts: list, workers: int = 1) -> tuple:
     in_slices(workers, out.shape[0], rows)
     return out, sum(counts)
 
-    def rows(r):
-        for part in parts[1:]:
-            np.add(out[r], part[r], out=out[r])
 
-    in_slices(workers, out.shape[0], rows)
-    return out
+def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add: bool = True) -> int:
+    """``target[index] += values`` (``add``) or ``target[index] = values``, ``index`` None for
+    all of ``target`` (1-D arrays; the indices distinct), on ``workers`` host threads: a
+    device's share of visibilities put into the caller's.
+
+    Returns
+    -------
+    not_finite : int
+        With ``add``, how many of the sums are inf or NaN (real and imaginary parts apart),
+        counted in the same pass (the overflow check of a sum of devices' shares); else 0.
+    """
+    counts = []
+
+    def share(r):
+        if index is None:
+            np.add(target[r], values[r], out=target[r])
+            written = target[r]
+        elif add:
+            at = index[r]
+            written = target[at] + values[r]
+            target[at] = written
+        else:
+            target[index[r]] = values[r]
+            return
+        reals = written.view(written.real.dtype) if np.iscomplexobj(written) else written
+        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+
+    in_slices(workers, values.size, share)
+    return sum(counts)

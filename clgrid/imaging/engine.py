@@ -29,6 +29,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..device.codegen import build_program, kernel as codegen_kernel, render
+from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
@@ -42,6 +43,7 @@ from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
+from .devices import add_at
 from .geometry import GRID_CELL_LIMIT, ImageGeometry
 from .pixels import PixelModel
 from .plane_passes import PlanePasses
@@ -355,11 +357,22 @@ class ImagingEngine(StreamedPoints, PlanePasses):
 
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:
-        its rows, or only its kept samples (in plan order) where it picks them."""
+        its rows, or only its kept samples (in plan order) where it picks them (on the
+        engine's host threads: the picks jump about the caller's array)."""
         mine = given[part.rows]
-        if part.index is not None:
-            mine = np.take(mine.reshape(-1), part.index)
-        return np.asarray(mine, dtype)
+        if part.index is None:
+            return np.asarray(mine, dtype)
+        flat, index = mine.reshape(-1), part.index
+        picked = np.empty(index.size, dtype)
+
+        def pick(r):
+            if flat.dtype == picked.dtype:
+                np.take(flat, index[r], out=picked[r], mode="clip")       # (clip: unbuffered; in range)
+            else:
+                picked[r] = flat[index[r]]
+
+        in_slices(self._workers, index.size, pick)
+        return picked
 
     def _upload_held(self, part, vis, wgt, on=None) -> None:
         """``part``'s share of ``vis`` and ``wgt`` (either may be None) to the held buffers, after
@@ -509,32 +522,47 @@ class ImagingEngine(StreamedPoints, PlanePasses):
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
 
 
-    def _scatter_parts(self, out, wgt, add: bool, parts=None, on=None) -> None:
+    def _scatter_parts(self, out, wgt, add: bool, parts=None, on=None, before=None) -> int:
         """Each part's values scattered to its samples of ``out`` through the held buffers,
         then down (``add``: added to what ``out`` holds); the tally counts what overflowed.
-        ``parts`` (None: the engine's), ``on``: as `_gather_parts`'."""
+        ``parts`` (None: the engine's), ``on``: as `_gather_parts`'.  ``before``: None, or
+        a function called once, before ``out`` is first written (another device's share
+        must be in it first).  Returns how many entries the additions made non-finite."""
         itemsize = np.dtype(self.complex).itemsize
         queue, staging = (self.queue, self.staging) if on is None else (on.queue, on.staging)
+        waited, not_finite = [before is None], 0
+
+        def wait():
+            if not waited[0]:
+                before()
+                waited[0] = True
+
         for part in self._parts if parts is None else parts:
             self._upload_held(part, None, wgt, on)
             fill_zeros(queue, self._vis_held, part.held * itemsize, self.real)
             self._part_launch(self._scatter, part, wgt is not None, on)
             if part.index is None and not add:
+                wait()
                 download(queue, self._vis_held, out[part.rows], staging)
                 continue
-            got = np.empty(part.held, self.complex)
+            got = host_empty((part.held,), self.complex, staging)
             download(queue, self._vis_held, got, staging)
             rows = out[part.rows].reshape(-1)
-            if part.index is None:
-                rows += got
-            elif add:
-                rows[part.index] += got          # a part's samples are distinct
-            else:
-                rows[...] = 0
-                rows[part.index] = got
+            wait()
+            if not add:                  # a share of the rows' samples: the rest are zero
+                in_slices(self._workers, rows.size, lambda r, rows=rows: rows[r].fill(0))
+            not_finite += add_at(rows, got, part.index, self._workers, add=add)
+        wait()
+        return not_finite
 
-    def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
-        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
+    def dirty2vis(self, dirty, wgt=None, out=None, after=None) -> np.ndarray:
+        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint.
+
+        ``out``: a C-contiguous (nrow, nchan) array of the visibilities' dtype to write them
+        into (None: a new one), returned.  ``after``: None, or a function that returns once
+        another device's share of the visibilities is in ``out``; then this engine's share
+        is added to it (after ``after()`` returned) instead of written: how a device list
+        sums its devices' shares in a fixed order without an array per device."""
         dirty = np.asarray(dirty)
         g = self.geometry
         self._check_values("dirty", dirty, (g.npix_x, g.npix_y))
@@ -542,14 +570,21 @@ class ImagingEngine(StreamedPoints, PlanePasses):
             raise ValueError("dirty has NaN or infinite entries")
         wgt = self._checked_wgt(wgt)
         with self._lock:
-            return self._dirty2vis(dirty, wgt)
+            return self._dirty2vis(dirty, wgt, out, after)
 
-    def _dirty2vis(self, dirty, wgt):
-        out = host_empty(self.shape, self.complex, self.staging)
+    def _dirty2vis(self, dirty, wgt, given=None, after=None):
+        add = after is not None
+        # a streaming engine adds to its output as the planes leave: with ``after``, into one of its own
+        own = given is None or (add and self._stream is not None)
+        out = host_empty(self.shape, self.complex, self.staging) if own else given
         if self.num_kept == 0:
+            if add:
+                after()
+                return given
             self._zero_data_warning("every visibility")
             out[...] = 0
             return out
+        overflowed = 0
         if self._stream is None:
             for part in self._parts:
                 fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
@@ -563,11 +598,15 @@ class ImagingEngine(StreamedPoints, PlanePasses):
                 self._dirty2vis_host(dirty)
             if self._stream is None:      # (slabs of a large key space: a sample's share in each, added)
                 fill_zeros(self.queue, self._values_tally, 12, np.int32)
-                if self._max_planes is not None:
+                if self._max_planes is not None and not add:
                     out[...] = 0
-                self._scatter_parts(out, wgt, add=self._max_planes is not None)
+                overflowed = self._scatter_parts(out, wgt, add=add or self._max_planes is not None, before=after)
             else:
                 self._stream_leave()
+                if add:
+                    after()
+                    overflowed = add_at(given.reshape(-1), out.reshape(-1), None, self._workers)
+                    out = given
         except BaseException:
             if self._stream is not None:
                 self._stream_leave(quiet=True)
@@ -577,8 +616,6 @@ class ImagingEngine(StreamedPoints, PlanePasses):
         not_finite, bad_wgt, _ = self._tally_counts()
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities", self.precision,
-                            double="a float64 image", inputs="the image or the weights")
+        check_finite_result(int(not_finite) + overflowed, f"the {np.dtype(self.complex).name} visibilities",
+                            self.precision, double="a float64 image", inputs="the image or the weights")
         return out
-
-

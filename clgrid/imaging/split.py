@@ -90,10 +90,12 @@ def plane_counts(first: np.ndarray, geometry: ImageGeometry, workers: int = 1) -
     return counts
 
 
-def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | None = None) -> list:
+def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | None = None,
+                sample_weight: float = 1.0) -> list:
     """``slabs`` contiguous ranges (lo, hi) of the planes ``planes`` (default: all), in
     order, that cover them with the smallest largest work (`imaging_work` per plane: its
-    FFT where any tap falls on it, its taps' cells).  ``counts``: kept samples per first
+    FFT where any tap falls on it, its taps' cells times ``sample_weight``: the tuning
+    table's ``split_sample_weight`` for the device).  ``counts``: kept samples per first
     plane (num_planes,), or a list of such histograms (one per chunk), summed.  Trailing
     ranges are empty (lo == hi) where fewer suffice."""
     g, support = geometry, geometry.kernel.support
@@ -103,7 +105,7 @@ def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | Non
     if first.size == 0:
         first = np.zeros(g.num_planes, np.int64)
     taps = np.convolve(first, np.ones(support, np.int64))[:g.num_planes]     # samples with a tap on each plane
-    work = imaging_work(taps * float(support) ** 2, taps > 0, g.nu, g.nv)[planes.start:planes.stop]
+    work = imaging_work(taps * float(support) ** 2 * float(sample_weight), taps > 0, g.nu, g.nv)[planes.start:planes.stop]
     if not np.any(work):
         return [(planes.start, planes.start)] * slabs
     # the smallest largest sum that `slabs` ranges reach, by bisection; ``high`` always

@@ -52,13 +52,15 @@ import numpy as np
 from ..errors import EmptyInputWarning
 from ..planning.host import SPEED_OF_LIGHT
 from ..operators.checks import check_finite_result, check_output, precision_of
+from ..device.transfer import host_empty
 from .devices import add_in_order, check_devices, device_list, on_devices, queues_for, share_bytes
 from .engine import ImagingEngine, check_samples
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
 from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, touching
-from ..device.runtime import get_queue
+from ..device.runtime import device_facts, get_queue
+from ..device.tuning import resolve_tuning
 from ..planning.device_points import abs_w_range as device_w_range, check_device_uvw, is_device_array
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
@@ -70,7 +72,7 @@ RECENTRE = True
 
 # samples the planes split balances its slabs on (every k-th row): the devices' planning
 # then selects each slab's samples exactly
-BALANCE_SAMPLES = 1 << 20
+BALANCE_SAMPLES = 1 << 18
 
 
 class WGridder:
@@ -228,7 +230,7 @@ class WGridder:
             sampled = slice(None, None, step)
             first = first_planes(uvw[sampled], engine["scale"], None if keep is None else keep[sampled], g, workers)
             counts = plane_counts(first, g, workers) * float(step)
-            bounds = slab_bounds(counts, g, len(queues), self.planes)
+            bounds = slab_bounds(counts, g, len(queues), self.planes, _sample_weight(queues[0], engine['tuning']))
             del first
             planes = np.arange(g.num_planes)
             for i, (lo, hi) in enumerate(bounds):
@@ -310,18 +312,38 @@ class WGridder:
         self._check("dirty", dirty, (self.npix_x, self.npix_y))
         wgt = None if wgt is None else np.asarray(wgt)
         self._check("wgt", wgt, self.shape)
+        # one output: the first device writes its share, each next one adds its own once
+        # the one before it is done (a fixed order, so the same sum whichever ends first);
+        # split by rows, each device writes its own rows
+        e0 = self.engines[0]
+        out = host_empty(self.shape, e0.complex, e0.staging)
+        ordered = self.split == "planes"
+        done = [threading.Event() for _ in self.engines]
+
+        def share(k):
+            try:
+                e, r = self.engines[k], self._rows[k]
+                return e.dirty2vis(dirty, None if wgt is None else wgt[r], out=out[r],
+                                   after=done[k - 1].wait if ordered and k else None)
+            finally:
+                done[k].set()
+
+        if not ordered:                  # rows no device took (none kept there) stay zero
+            taken = np.zeros(self.nrow, bool)
+            for r in self._rows:
+                taken[r] = True
+            out[~taken] = 0
         with _gathered_warnings(len(self.engines)):
-            parts = on_devices([partial(e.dirty2vis, dirty, None if wgt is None else wgt[r])
-                                for e, r in zip(self.engines, self._rows)])
-        if self.split == "planes":
-            vis, not_finite = add_in_order(parts, self._workers)
-            check_finite_result(not_finite, f"the {vis.dtype} visibilities (the devices' "
-                                f"parts summed)", self.precision, double="a float64 image", inputs="the image")
-            return vis
-        out = np.zeros(self.shape, parts[0].dtype)       # rows no device took (none kept) stay zero
-        for r, part in zip(self._rows, parts):
-            out[r] = part
+            on_devices([partial(share, k) for k in range(len(self.engines))])
         return out
+
+
+def _sample_weight(queue, tuning) -> float:
+    """The tuning table's ``split_sample_weight`` for ``queue``'s device (``tuning=`` may set
+    it): how the planes split weighs a sample's taps against a plane's FFT."""
+    given = {"split_sample_weight": tuning["split_sample_weight"]} if tuning and "split_sample_weight" in tuning \
+        else {}
+    return float(resolve_tuning("wgridding", given, device_facts(queue.device))["split_sample_weight"])
 
 
 def _device_for_points(uvw, device):
