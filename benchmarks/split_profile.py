@@ -20,10 +20,16 @@ from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import engine as imaging_engine
 from devices import SETS, expand, make_set
 
+import clgrid.imaging.wgridding as imaging_wgridding  # noqa: E402
+
 STEPS = {imaging_engine.ImagingEngine: ["dirty2vis", "vis2dirty", "_dirty2vis_device", "_vis2dirty_device", "_upload_held", "_part_launch",
-                                        "_tally_counts", "_gather_values"],
-         imaging_engine: ["download", "count_nonfinite", "host_empty"],
-         imaging_devices: ["add_in_order"]}
+                                        "_tally_counts", "_gather_values", "_held_values", "_scatter_parts",
+                                        "__init__", "_make_part", "_setup_device"],
+         imaging_engine: ["download", "count_nonfinite", "host_empty", "plan_arranged", "add_at"],
+         imaging_devices: ["add_in_order"],
+         imaging_wgridding: ["first_planes", "plane_counts", "slab_bounds", "check_devices", "queues_for",
+                             "device_w_range", "abs_w_range", "choose_geometry", "on_devices", "host_empty"],
+         imaging_wgridding.WGridder: ["__init__", "_setup_devices"]}
 
 
 def wrap(times):
@@ -56,9 +62,20 @@ def main(argv=None) -> int:
     times = defaultdict(list)
     wrap(times)
     for devs in ([devices[0]], devices):
-        op = clgrid.WGridder(data["uvw"], data["freq"], data["npix"], data["npix"], data["pix"], data["pix"], 1e-4,
+        build = lambda: clgrid.WGridder(data["uvw"], data["freq"], data["npix"], data["npix"], data["pix"], data["pix"], 1e-4,
                              do_wgridding=True, precision="single", device=devs if len(devs) > 1 else devs[0],
                              split="planes" if len(devs) > 1 else "auto")
+        op = build()
+        times.clear()
+        walls = []
+        for _ in range(a.repeats):              # the set-up of a one call, step by step
+            start = time.perf_counter()
+            build()
+            walls.append(time.perf_counter() - start)
+        print(f"{len(devs)} device(s) set-up: {np.median(walls):.4f} s (median of {a.repeats})")
+        for i, t in enumerate(sorted({t for t, _ in times})):
+            steps = {n: round(float(np.sum(v)) / a.repeats, 4) for (tt, n), v in times.items() if tt == t}
+            print(f"   thread {i}: {steps}")
         dirty = op.vis2dirty(data["vis"])
         op.dirty2vis(dirty)
         for name, call in (("vis2dirty", lambda: op.vis2dirty(data["vis"])), ("dirty2vis", lambda: op.dirty2vis(dirty))):
