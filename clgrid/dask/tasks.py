@@ -301,12 +301,12 @@ def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, pla
         return exchange.share_stamped(place, pieces, dirty.stamp, max(1, options["nthreads"]))
 
 
-def chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
+def chunk_assemble(chunk, taken, shares, wgt, mask, dtype, threads: int = 1):
     """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
-    added at its samples in slab order, then weighted."""
+    added at its samples in slab order, then weighted (on ``threads`` host threads)."""
     with naming(chunk), exchange.reading(shares) as arrays:
         arrays = [np.zeros(0, dtype) if share is None else share for share in arrays]
-        return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype)
+        return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype, threads)
 
 
 def add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -512,7 +512,8 @@ def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dt
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
-        task = _task(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype)
+        task = _task(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype,
+                                                  max(1, options["nthreads"]))
         out.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
     return out
 
