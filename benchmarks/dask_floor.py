@@ -138,7 +138,7 @@ def one_size(client, n: int, npix: int, data: dict, a) -> dict:
 
     import clgrid.dask as cd
     from clgrid.dask.delivery import collect, open_box
-    from dask_scaling import breakdown
+    from dask_scaling import breakdown, transfer_logs, transferred
 
     uvw, freq, vis = data["uvw"], data["freq"], data["vis"]
     pix = 0.9 / (2 * np.abs(uvw[:, :2]).max() * freq.max() / 299792458.0)
@@ -158,11 +158,14 @@ def one_size(client, n: int, npix: int, data: dict, a) -> dict:
     runs = []
 
     def call():
+        logs = client.run(transfer_logs)            # (outside the timed call)
         with get_task_stream(client) as stream:
             begin = time.time()
             image = cd.vis2dirty(uvw=duvw, vis=dvis, nthreads=a.threads, slab_samples=int(vis.size), **common)
             end = time.time()
-        runs.append((end - begin, breakdown(stream.data, begin, end)))
+        split = breakdown(stream.data, begin, end)
+        split["moved"] = transferred(logs, client.run(transfer_logs))
+        runs.append((end - begin, split))
         return image
 
     first = call()
@@ -227,7 +230,9 @@ def main(argv=None):
                 b = row["breakdown"]
                 print(f"{n} worker(s), {npix}^2, {row['num_vis']:,} vis: one process {row['one_process_s']:.4f} s, "
                       f"dask {row['dask_s']:.4f} s (start {b['startup_s']:.4f} prepare {b['prepare_s']:.4f} "
-                      f"images {b['images_s']:.4f} tail {b['reduction_tail_s']:.4f} gather {b['gather_s']:.4f}); "
+                      f"images {b['images_s']:.4f} tail {b['reduction_tail_s']:.4f} gather {b['gather_s']:.4f}; "
+                      f"transfers {b['transfer_s']:.4f} s, {b['moved']['between_workers_bytes'] / 1e6:.3f} MB between "
+                      f"workers, {b['moved']['to_client_bytes'] / 1e6:.3f} MB to the client); "
                       f"round trip {row['round_trip_s']:.4f}, image return {row['image_return_s']:.4f} "
                       f"(shared {row['image_shared_s']:.4f}), sum {row['image_sum_s']:.4f}, pickle "
                       f"{row['pickle_s']:.4f}, values {row['values_s']:.4f}; error {row['error_vs_one_process']:.1e}",

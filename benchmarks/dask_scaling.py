@@ -120,12 +120,45 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
                 add += seconds
             elif name in PREPARING:
                 prepare += seconds
+    ordered = sorted(stream, key=lambda t: min(p["start"] for p in t["startstops"]))
+    timeline = [{"task": key_split(t["key"]), "worker": t["worker"][-5:], "action": p["action"],
+                 "start_s": round(p["start"] - start, 4), "stop_s": round(p["stop"] - start, 4)}
+                for t in ordered for p in t["startstops"]][:40]
     return {"wall_s": stop - start, "startup_s": first - start, "prepare_s": image_start - first,
             "images_s": image_stop - image_start, "reduction_tail_s": last - image_stop, "gather_s": stop - last,
             "prepare_compute_s": prepare, "image_compute_s": sum(per_worker.values()),
             "image_compute_busiest_worker_s": max(per_worker.values(), default=0.0),
             "image_tasks_s": sorted(tasks, reverse=True),
-            "reduction_compute_s": add, "transfer_s": transfer, "tasks": names}
+            "reduction_compute_s": add, "transfer_s": transfer, "tasks": names, "timeline": timeline}
+
+
+def transfer_logs(dask_worker) -> dict:
+    """How many entries a worker's transfer logs hold (run on every worker with
+    ``client.run`` before a call, for `transferred`)."""
+    return {"in": list(dask_worker.transfer_incoming_log), "out": list(dask_worker.transfer_outgoing_log)}
+
+
+def transferred(before: dict, after: dict) -> dict:
+    """What crossed Dask's sockets between two snapshots of the workers' transfer logs
+    (`transfer_logs` through ``client.run``): bytes between workers and from workers to
+    the client (or the scheduler), the number of transfers, and the largest keys moved
+    (name, MB, from, to)."""
+    from dask.utils import key_split
+
+    workers = set(after)
+    between, to_client, count, keys = 0, 0, 0, []
+    for w, logs in after.items():
+        for entry in logs["in"][len(before.get(w, {}).get("in", [])):]:
+            between += entry["total"]
+            count += 1
+            keys += [(key_split(k), n / 1e6, str(entry["who"])[-5:], w[-5:]) for k, n in entry["keys"].items()]
+        for entry in logs["out"][len(before.get(w, {}).get("out", [])):]:
+            if entry["who"] not in workers:
+                to_client += entry["total"]
+                keys += [(key_split(k), n / 1e6, w[-5:], "client") for k, n in entry["keys"].items()]
+    keys.sort(key=lambda k: -k[1])
+    return {"between_workers_bytes": int(between), "to_client_bytes": int(to_client), "transfers": count,
+            "largest": [{"key": k, "mb": round(mb, 3), "from": a, "to": b} for k, mb, a, b in keys[:6]]}
 
 
 def slabs(n: int, data: dict, common: dict, precision: str) -> list:

@@ -236,7 +236,7 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
     from distributed import Client, LocalCluster, get_task_stream, wait
 
     import clgrid.dask as cd
-    from dask_scaling import breakdown
+    from dask_scaling import breakdown, transfer_logs, transferred
 
     uvw, freq, vis, dirty, npix, pix = (data[k] for k in ("uvw", "freq", "vis", "dirty", "npix", "pix"))
     configs = [("1 worker, 1 device", [devices[:1]])] if "1" in a.dask_configs else []
@@ -282,15 +282,21 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
 
             row["vis2dirty_first_s"], first = timed(image)
             row["dirty2vis_first_s"], predicted = timed(model)
-            streams, times = [], {"vis2dirty": [], "dirty2vis": []}
+            streams, times, moved = [], {"vis2dirty": [], "dirty2vis": []}, []
             for _ in range(a.dask_repeats):
+                logs = client.run(transfer_logs)              # (outside the timed call)
                 with get_task_stream(client) as stream:
                     begin = time.time()
                     image()
                     end = time.time()
                 times["vis2dirty"].append(end - begin)
-                streams.append((end - begin, breakdown(stream.data, begin, end)))
+                split = breakdown(stream.data, begin, end)
+                after = client.run(transfer_logs)
+                split["moved"] = transferred(logs, after)
+                streams.append((end - begin, split))
+                logs = after
                 times["dirty2vis"].append(timed(model)[0])
+                moved.append(transferred(logs, client.run(transfer_logs)))
             for what, t in times.items():
                 row[f"{what}_reused_s"] = float(np.median(t))
                 row[f"{what}_reused_times_s"] = t
@@ -299,6 +305,7 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                         f"{what}_reused_s"]
             streams.sort(key=lambda s: s[0])
             row["vis2dirty_reused_breakdown"] = streams[(len(streams) - 1) // 2][1]
+            row["dirty2vis_reused_moved"] = moved
             row["image_error_vs_one_process"] = error(first, reference["image"])
             row["vis_error_vs_one_process"] = error(predicted.compute(), reference["vis"])
             client.run(cd.clear_cache)
@@ -313,6 +320,15 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
               f"{b['images_s']:.3f} (busiest {b['image_compute_busiest_worker_s']:.3f}) + tail "
               f"{b['reduction_tail_s']:.3f} + gather {b['gather_s']:.3f}; transfers {b['transfer_s']:.3f} s; errors "
               f"{row['image_error_vs_one_process']:.1e} / {row['vis_error_vs_one_process']:.1e}", flush=True)
+        m, d = b["moved"], row["dirty2vis_reused_moved"][-1]
+        print(f"    moved through Dask, reused vis2dirty: {m['between_workers_bytes'] / 1e6:.3f} MB between workers "
+              f"({m['transfers']} transfers), {m['to_client_bytes'] / 1e6:.3f} MB to the client; largest "
+              f"{[(k['key'], k['mb']) for k in m['largest'][:3]]}; reused dirty2vis: "
+              f"{d['between_workers_bytes'] / 1e6:.3f} MB between workers, {d['to_client_bytes'] / 1e6:.3f} MB to the "
+              f"client", flush=True)
+        first_tasks = [f"{t['task']}@{t['worker']} {t['action']} {t['start_s']:.3f}-{t['stop_s']:.3f}"
+                       for t in b["timeline"][:6]]
+        print(f"    first task entries of the median reused vis2dirty: {'; '.join(first_tasks)}", flush=True)
     return out
 
 

@@ -756,3 +756,52 @@ def test_imaging_weights_on_the_cluster_image_as_the_library_weights(client, rng
                          device=None, **image)
     reference = clgrid.vis2dirty(uvw=uvw, freq=freqs, vis=vis, wgt=expected, mask=used, device=device_name, **image)
     assert relative_error(dirty, reference) <= 1e-5
+
+
+def _transfer_logs(dask_worker):
+    """A worker's logs of what it received from other workers and sent to anyone."""
+    return {"in": list(dask_worker.transfer_incoming_log), "out": list(dask_worker.transfer_outgoing_log)}
+
+
+def test_a_reused_call_on_two_workers_moves_only_small_objects_through_dask(client, rng):
+    """Issue 28: a reused vis2dirty / dirty2vis with the planes split on 2 workers passes
+    its values, facets and image through the kept files in /dev/shm and keeps each
+    worker's own facet where it is summed: what crosses Dask's sockets, between workers
+    and to the client, is a few hundred bytes per task (`Shared`, warnings, counts).  The
+    bound (16 KiB a call) is far below one facet (128 KiB here) or one chunk's values
+    (320 KiB); before the fix each imaging task's whole result, its own facet with it,
+    went to the other worker."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm: values and facets go through Dask by design")
+    rows, freq = 20_000, np.array([1.0e8, 1.1e8, 1.2e8, 1.3e8])
+    uvw = rng.uniform(-1, 1, (rows, 3)) * np.array([2500.0, 2500.0, 600.0])
+    vis = (rng.normal(size=(rows, freq.size)) + 1j * rng.normal(size=(rows, freq.size))).astype(np.complex64)
+    duvw = client.persist(da.from_array(uvw, chunks=(rows // 2, 3)))
+    dvis = client.persist(da.from_array(vis, chunks=(rows // 2, freq.size)))
+    distributed.wait([duvw, dvis])
+    common = dict(uvw=duvw, freq=freq, pixsize_x=5e-3, pixsize_y=5e-3, epsilon=1e-4, do_wgridding=True,
+                  split="planes", slab_samples=vis.size)
+    first = cd.vis2dirty(vis=dvis, npix_x=256, npix_y=256, **common)          # points selected and kept
+    model = first / np.abs(first).max()
+    distributed.wait(cd.dirty2vis(dirty=model, **common).persist())
+    workers = set(client.scheduler_info(n_workers=-1)["workers"])
+    for what in ("vis2dirty", "dirty2vis"):
+        before = {w: {k: len(v) for k, v in logs.items()} for w, logs in client.run(_transfer_logs).items()}
+        if what == "vis2dirty":
+            image = cd.vis2dirty(vis=dvis, npix_x=256, npix_y=256, **common)
+        else:
+            predicted = cd.dirty2vis(dirty=model, **common).persist()
+            distributed.wait(predicted)
+        moved = {"between workers": 0, "to the client": 0}
+        seen = []
+        for w, logs in client.run(_transfer_logs).items():
+            for entry in logs["in"][before[w]["in"]:]:
+                moved["between workers"] += entry["total"]
+                seen.append((w, "from", entry["who"], entry["keys"]))
+            for entry in logs["out"][before[w]["out"]:]:
+                if entry["who"] not in workers:
+                    moved["to the client"] += entry["total"]
+                    seen.append((w, "to", entry["who"], entry["keys"]))
+        assert moved["between workers"] <= 16 << 10 and moved["to the client"] <= 16 << 10, (what, moved, seen)
+    assert relative_error(image, first) <= 1e-6
+    del predicted

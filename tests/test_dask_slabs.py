@@ -146,6 +146,38 @@ def test_predictions_go_back_to_their_samples_weighted(rng):
     assert [len(p) for p in dask_slabs.split(np.arange(7), parts)] == [3, 0, 4]
 
 
+def test_predictions_assembled_on_threads_have_one_threads_bits(rng):
+    """`assemble` on several host threads (each its own range of the chunk's samples):
+    the same bits as on one, and as adding each slab's share at its samples in slab order
+    then weighting; a slab taking every sample (None) and no weights too; a non-finite
+    weight where kept refused."""
+    shape, dtype = (30_000, 4), np.complex64
+    n = shape[0] * shape[1]
+    mask = rng.random(shape) > 0.1
+    wgt = rng.uniform(0.5, 1.0, shape).astype(np.float32)
+    wgt[~mask] = np.nan                                   # masked: never read
+    kept = np.flatnonzero(mask.reshape(-1))
+    taken = [np.sort(rng.choice(kept, len(kept) * 2 // 3, replace=False)).astype(np.int32),
+             np.sort(rng.choice(kept, len(kept) // 2, replace=False)).astype(np.int32)]
+    shares = [(rng.normal(size=len(t)) + 1j * rng.normal(size=len(t))).astype(dtype) for t in taken]
+    expected = np.zeros(n, dtype)
+    for t, sh in zip(taken, shares):
+        expected[t] += sh
+    expected[kept] *= wgt.reshape(-1)[kept]
+    one = dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype, threads=1)
+    many = dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype, threads=5)
+    np.testing.assert_array_equal(one.reshape(-1).view(np.uint64), expected.view(np.uint64))
+    np.testing.assert_array_equal(many.view(np.uint64), one.view(np.uint64))
+    every = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(dtype)
+    whole = dask_slabs.assemble(shape, [None, taken[1]], [every, shares[1]], None, None, dtype, threads=3)
+    plain = every.copy()
+    plain[taken[1]] += shares[1]
+    np.testing.assert_array_equal(whole.reshape(-1).view(np.uint64), plain.view(np.uint64))
+    wgt[np.unravel_index(kept[7], shape)] = np.inf
+    with pytest.raises(ValueError, match=r"wgt has NaN or infinite entries where not masked \(1\)"):
+        dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype, threads=4)
+
+
 def test_bad_values_are_refused_naming_them(rng):
     uvw, mask = observation(rng, nrow=40)
     g = choose_geometry(w_range=_abs_w_range(uvw, FREQS / SPEED_OF_LIGHT, None), num_kept=uvw.shape[0] * 3,

@@ -307,25 +307,54 @@ def split(predicted: np.ndarray, parts: list) -> tuple:
     return tuple(np.split(predicted, edges))
 
 
-def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype) -> np.ndarray:
+def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads: int = 1) -> np.ndarray:
     """One chunk's visibilities (shape): each slab's share added at its samples, in slab
-    order, then weighted; zero where masked."""
-    out = np.zeros(shape[0] * shape[1], dtype)
-    with np.errstate(over="ignore", invalid="ignore"):      # counted below
-        for flat, share in zip(taken, shares):
-            if flat is None:                      # (every sample of the chunk)
-                if share.size:
-                    out += share
-                continue
-            out[flat] += share                    # a slab takes a sample at most once
-        if wgt is not None:
-            kept = _kept(mask)
-            weights = _finite("wgt", _at(wgt, kept).astype(out.real.dtype))
-            if kept is None:
-                out *= weights
-            else:
-                out[kept] *= weights
-    check_finite_result(np.count_nonzero(~np.isfinite(out)), f"a chunk's {out.dtype} visibilities (its slabs' "
+    order, then weighted; zero where masked.  On ``threads`` host threads, each over its
+    own range of the chunk's samples (each selection is ascending, so a range's samples
+    are a slice of it): the same operations on each sample in the same order as on one
+    thread, so the same bits, and the output's fresh pages first touched in parallel."""
+    n = shape[0] * shape[1]
+    out = np.empty(n, dtype)
+    real = out.real.dtype
+    kept = None if wgt is None else _kept(mask)
+    weights = None if wgt is None else np.asarray(wgt).reshape(-1)
+    bad, lock = [0, 0], threading.Lock()
+
+    def cut(flat, r):
+        return np.searchsorted(flat, (r.start, r.stop)) if flat is not None else None
+
+    def share_range(r):
+        part = out[r]
+        part[...] = 0
+        with np.errstate(over="ignore", invalid="ignore"):      # counted below
+            for flat, share in zip(taken, shares):
+                if flat is None:                  # (every sample of the chunk)
+                    if share.size:
+                        part += share[r]
+                    continue
+                a, b = cut(flat, r)
+                if b > a:
+                    out[flat[a:b]] += share[a:b]          # (within r) a slab takes a sample at most once
+            found = [0, 0]
+            if weights is not None:
+                if kept is None:
+                    w = weights[r].astype(real)
+                    found[1] = np.count_nonzero(~np.isfinite(w))
+                    part *= w
+                else:
+                    a, b = cut(kept, r)
+                    w = weights[kept[a:b]].astype(real)
+                    found[1] = np.count_nonzero(~np.isfinite(w))
+                    out[kept[a:b]] *= w
+            found[0] = np.count_nonzero(~np.isfinite(part))
+        with lock:
+            bad[0] += found[0]
+            bad[1] += found[1]
+
+    in_slices(max(1, threads) if n >= (1 << 16) else 1, n, share_range)
+    if bad[1]:
+        raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad[1]})")
+    check_finite_result(bad[0], f"a chunk's {out.dtype} visibilities (its slabs' "
                         f"shares summed and weighted)", "double" if out.dtype == np.complex128 else "single",
                         double="a float64 image", inputs="the image or the weights")
     return out.reshape(shape)

@@ -174,10 +174,12 @@ def chunk_counts(chunk, uvw, freq, mask, geometry):
         return plane_counts(uvw, freq, mask, geometry)
 
 
-def chunk_selection(chunk, uvw, freq, mask, geometry, bounds) -> list:
+def chunk_selection(chunk, uvw, freq, mask, geometry, bounds, near=None) -> list:
     """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`), or
     None where a slab takes every sample of an unmasked chunk (then nothing is kept, and
-    its values are the chunk's vis as they are: no copy where unweighted)."""
+    its values are the chunk's vis as they are: no copy where unweighted).  ``near`` (the
+    chunk's vis block, unused) only makes Dask run it, and keep it, where that block is:
+    every later call's `chunk_values` needs both."""
     with naming(chunk):
         taken = selection(uvw, freq, mask, geometry, bounds)
         every = len(uvw) * len(freq)
@@ -231,13 +233,15 @@ def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
 def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, places, *values):
     """One task of the planes split: the image of the taps on one slab's planes, from its
     samples of its group of chunks (values: one array, or `clgrid.dask.exchange.Shared`,
-    per chunk, as arguments: `slab_points` says why), in facets, and its warnings.  With
+    per chunk, as arguments: `slab_points` says why; or a chunk's whole `chunk_values`
+    tuple, of which this slab's entry is taken), in facets, and its warnings.  With
     ``places`` (per facet: a file in shared memory or None), a facet summed on another
     worker is written there and its `Shared` returned in its stead."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
         threads = max(1, options["nthreads"])
-        joined = exchange.readable(list(values))
+        values = [v[slab.index] if isinstance(v, tuple) else v for v in values]     # a chunk's whole result
+        joined = exchange.readable(values)
         if joined is None:
             joined = _joined([exchange.read(v) for v in values], threads)
         image, said = _imaged(operator, lock, joined[:, None], None)
@@ -297,12 +301,12 @@ def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, pla
         return exchange.share_stamped(place, pieces, dirty.stamp, max(1, options["nthreads"]))
 
 
-def chunk_assemble(chunk, taken, shares, wgt, mask, dtype):
+def chunk_assemble(chunk, taken, shares, wgt, mask, dtype, threads: int = 1):
     """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
-    added at its samples in slab order, then weighted."""
+    added at its samples in slab order, then weighted (on ``threads`` host threads)."""
     with naming(chunk), exchange.reading(shares) as arrays:
         arrays = [np.zeros(0, dtype) if share is None else share for share in arrays]
-        return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype)
+        return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype, threads)
 
 
 def add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -87,7 +87,9 @@ task finished first.  On a distributed cluster each facet's sum is one task
 writes the sum into the client's box and counts its non-finite and non-zero pixels, so
 the client receives one image and does not pass over it again; with Dask's local
 schedulers, a tree of additions.  Each worker so sends and receives about one image per
-call, not log2(n) of them.
+call, not log2(n) of them; with shared memory, a reused call passes only a few hundred
+bytes per task through Dask (each task's facets are picked on its own worker, `_items`,
+so the facet it keeps for its own sum never leaves it: tested).
 
 Memory, with one thread per worker: a task holds one chunk (the rows split's imaging;
 the planes split's selection), or at most ``slab_samples`` samples (the planes split's
@@ -327,15 +329,20 @@ def _busy(layout: SlabLayout, slab: Slab) -> bool:
     return any(layout.sizes[i][slab.index] for i in range(*slab.chunks))
 
 
-def _slab_state(layout: SlabLayout, pieces, keep: int, workers) -> tuple:
+def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None) -> tuple:
     """Each chunk's selection and each busy slab task's points (None for the others): the
     ones persisted on the workers by an earlier call with these points, else made now
-    (and persisted where operators are kept: the selections where the chunks are, task
-    t's points on worker t mod n)."""
+    (and persisted where operators are kept: the selections where the chunks' vis blocks
+    are, given ``vis_pieces``, else where their uvw blocks are; task t's points on worker
+    t mod n).  A selection is about as large as its chunk's values: kept beside another
+    worker's vis block, one of the two crossed between the workers in every later call
+    (and Dask's memory manager drops the copy it leaves)."""
     if layout.selections is not None:
         return layout.selections, layout.points
     g, count = layout.geometry, len(layout.bounds)
-    selections = [_task(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds) for chunk, u, f, m in pieces]
+    near = vis_pieces if vis_pieces is not None else [None] * len(pieces)
+    selections = [_task(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v)
+                  for (chunk, u, f, m), v in zip(pieces, near)]
     parts = [dask.delayed(worker_tasks.chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
              for (chunk, u, f, _), taken in zip(pieces, selections)]
     points = []
@@ -402,9 +409,9 @@ def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, worker
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            outputs.append(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
+            outputs.append(_items(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
                 token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
-                _places(shared, chunk.index, facets, workers)))
+                _places(shared, chunk.index, facets, workers)), facets))
     return outputs
 
 
@@ -434,21 +441,39 @@ def _value_targets(slab_layout, shared) -> list | None:
 
 
 def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets, shared=None) -> list:
-    selections, points = _slab_state(slab_layout, pieces, keep, workers)
+    selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces)
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
     targets = _value_targets(slab_layout, shared) or [None] * len(pieces)
     values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads, target)
               for (chunk, _, _, _), v, w, taken, target in zip(pieces, vis_pieces, wgt_pieces, selections, targets)]
+    if shared is None:
+        # each slab's values picked where the chunk's task ran (no worker annotation: Dask
+        # runs a getitem where its input is), so only that slab's values travel
+        values = [[chunk[s] for s in range(count)] for chunk in values]
     outputs = []
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
         with prefer_worker(t, workers):
-            outputs.append(dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
+            # with shared memory each chunk's task returns a few bytes per slab (`Shared`):
+            # the slab's task takes the chunk's whole result and picks its own (one task
+            # fewer on the way, `image_slab`)
+            task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
                 points[t], slab_layout.geometry, slab, options, keep, facets, _places(shared, t, facets, workers),
-                *[chunk[slab.index] for chunk in values[slice(*slab.chunks)]]))
+                *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
+            outputs.append(_items(task, facets))
     return outputs
+
+
+def _items(task, facets: int) -> tuple:
+    """An imaging task's facets and warnings as separate nodes, made under the task's own
+    worker preference: a facet the task keeps for its own worker's sum (an array) is
+    picked there and stays there; only the few bytes of a facet left in shared memory
+    (`Shared`), or a facet summed elsewhere without shared memory, go to the worker that
+    sums it.  (Picked under the summing worker's preference, the whole result, the kept
+    facet with it, went there: docs/benchmarks/dask.md, "Nothing large through Dask".)"""
+    return tuple(task[i] for i in range(facets + 1))
 
 
 def _sent(dirty: np.ndarray, shared: str | None = None, threads: int = 1):
@@ -489,7 +514,8 @@ def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dt
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
-        task = _task(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype)
+        task = _task(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype,
+                                                  max(1, options["nthreads"]))
         out.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
     return out
 
