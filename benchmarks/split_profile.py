@@ -21,12 +21,14 @@ from clgrid.imaging import engine as imaging_engine
 from devices import SETS, expand, make_set
 
 import clgrid.imaging.wgridding as imaging_wgridding  # noqa: E402
+import clgrid.imaging.plane_passes as imaging_passes  # noqa: E402
 
 STEPS = {imaging_engine.ImagingEngine: ["dirty2vis", "vis2dirty", "_dirty2vis_device", "_vis2dirty_device", "_upload_held", "_part_launch",
                                         "_tally_counts", "_gather_values", "_held_values", "_scatter_parts",
                                         "__init__", "_make_part", "_setup_device"],
          imaging_engine: ["download", "count_nonfinite", "host_empty", "plan_arranged", "add_at"],
-         imaging_devices: ["add_in_order"],
+         imaging_passes: ["download", "download_add", "host_empty"],
+         imaging_devices: ["add_at"],
          imaging_wgridding: ["first_planes", "plane_counts", "slab_bounds", "check_devices", "queues_for",
                              "device_w_range", "abs_w_range", "choose_geometry", "on_devices", "host_empty"],
          imaging_wgridding.WGridder: ["__init__", "_setup_devices"]}
@@ -47,8 +49,6 @@ def wrap(times):
                     times[(threading.get_ident(), __name)].append(time.perf_counter() - start)
 
             setattr(owner, name, timed)
-    import clgrid.imaging.wgridding as w
-    w.add_in_order = imaging_devices.add_in_order
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import clgrid  # noqa: E402
-from clgrid.imaging.devices import add_in_order  # noqa: E402
+from clgrid.imaging.devices import add_at  # noqa: E402
 from devices import SETS, expand, make_set  # noqa: E402
 
 
@@ -72,12 +72,12 @@ def main(argv=None) -> int:
             rows.append(row)
             del op
     out["slabs"] = rows
-    image = np.ones((npix, npix), np.float32)
-    values = np.ones(vis.shape, np.complex64)
+    image, image2 = np.ones(npix * npix, np.float32), np.ones(npix * npix, np.float32)
+    values, values2 = np.ones(vis.size, np.complex64), np.ones(vis.size, np.complex64)
     workers = os.cpu_count()
     out["host"] = {
-        "add_images_s": median_time(lambda: add_in_order([image, image.copy()], workers), a.repeats),
-        "add_vis_s": median_time(lambda: add_in_order([values, values.copy()], workers), a.repeats),
+        "add_images_s": median_time(lambda: add_at(image, image2, None, workers), a.repeats),
+        "add_vis_s": median_time(lambda: add_at(values, values2, None, workers), a.repeats),
         "zeros_vis_s": median_time(lambda: values.fill(0), a.repeats),
         "copy_vis_s": median_time(lambda: values.copy(), a.repeats)}
     print("host:", out["host"], flush=True)

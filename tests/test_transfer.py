@@ -10,7 +10,7 @@ import pytest
 import clgrid
 from clgrid import reference
 from clgrid.errors import EmptyInputWarning
-from clgrid.device.transfer import Staging, host_empty
+from clgrid.device.transfer import Staging, download_add, host_empty
 
 from conftest import random_visibilities, relative_error
 
@@ -27,6 +27,26 @@ def test_staging_round_trips_every_byte(rng, queue, nbytes):
     back = np.full(nbytes, 7, np.uint8)                        # poisoned
     staging.download(buffer, back)
     np.testing.assert_array_equal(back, host)
+
+
+@pytest.mark.parametrize("through", ["staging", "direct"])
+@pytest.mark.parametrize("n", [1, 1023, 1024, 3 * 1024 + 5])
+def test_download_add_adds_every_value_once_and_counts_overflow(rng, queue, through, n):
+    """A device's values added into a host array (through 4 KiB pieces, or directly), only
+    after ``before`` returned, and the sums that overflowed counted."""
+    staging = Staging(queue, piece=4096) if through == "staging" else None
+    values = rng.normal(size=n).astype(np.float32)
+    values[n // 2] = 3e38
+    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=values)
+    host = rng.normal(size=n).astype(np.float32)
+    host[n // 2] = 3e38                                       # 6e38: inf in float32
+    with np.errstate(over="ignore"):
+        expected = host + values
+    original, seen = host.copy(), []
+    count = download_add(queue, buffer, host, staging, before=lambda: seen.append(host.copy()))
+    np.testing.assert_array_equal(seen[0], original)                  # nothing added before ``before``
+    np.testing.assert_array_equal(host, expected)
+    assert count == 1
 
 
 def test_operators_through_staging_match_the_reference(rng, queue):

@@ -30,7 +30,8 @@ import pyopencl.array as cla
 
 from .host_threads import in_slices
 
-__all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "host_empty"]
+__all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "download_add",
+           "host_empty"]
 
 # Freed pinned blocks a context's pool keeps for reuse; beyond this they are unpinned.  A
 # major cycle's results (an image, and the visibilities: 512 MB for 64 M in single) must
@@ -49,6 +50,22 @@ def _parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
 
 def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
+
+
+def _parallel_add(dst: np.ndarray, src: np.ndarray) -> int:
+    """``dst += src`` (1-D arrays of one dtype and size) on the host threads (at most 16);
+    how many of the sums are inf or NaN (real and imaginary parts apart)."""
+    counts = []
+
+    def add(part):
+        out = dst[part]
+        with np.errstate(over="ignore", invalid="ignore"):       # counted below
+            np.add(out, src[part], out=out)
+        reals = out.view(out.real.dtype) if np.iscomplexobj(out) else out
+        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+
+    in_slices(min(16, os.cpu_count() or 1), dst.size, add)
+    return sum(counts)
 
 
 class Staging:
@@ -110,6 +127,35 @@ class Staging:
                 events[i].wait()
                 n = min(self.piece, dst.size - start)
                 _parallel_copy(dst[start:start + n], self._host[i % 2][:n])
+
+    def download_add(self, buffer: cl.Buffer, host: np.ndarray, before=None) -> int:
+        """``host += `` the start of ``buffer`` (C-contiguous, of ``host``'s dtype), piece by
+        piece as they cross (each piece added while the next crosses), once ``before()``
+        (None: at once) has returned; how many sums are inf or NaN."""
+        flat = host.reshape(-1)
+        per_piece = max(1, self.piece // flat.itemsize)
+        starts = list(range(0, flat.size, per_piece))
+        not_finite = 0
+        with self._lock:
+            events = {}
+
+            def fetch(i):
+                n = min(per_piece, flat.size - starts[i]) * flat.itemsize
+                events[i] = cl.enqueue_copy(self.queue, self._host[i % 2][:n], buffer,
+                                            src_offset=starts[i] * flat.itemsize, is_blocking=False)
+
+            if starts:
+                fetch(0)
+            if before is not None:
+                before()
+            for i, start in enumerate(starts):
+                if i + 1 < len(starts):
+                    fetch(i + 1)
+                events[i].wait()
+                n = min(per_piece, flat.size - start)
+                piece = self._host[i % 2][:n * flat.itemsize].view(flat.dtype)
+                not_finite += _parallel_add(flat[start:start + n], piece)
+        return not_finite
 
 
 class _PinnedBlock:
@@ -230,6 +276,25 @@ def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None
         cl.enqueue_copy(queue, host, buffer, wait_for=wait_for).wait()
     else:
         staging.download(buffer, host, wait_for=wait_for)
+
+
+def download_add(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None, before=None) -> int:
+    """``host += `` the start of ``buffer`` (``host``: C-contiguous, its dtype the buffer's),
+    the sum made once ``before()`` (None: at once) has returned: a device's share added to
+    what other devices put in ``host`` first.  Through ``staging`` the pieces are added as
+    they cross, so the sum costs about what the copy would.  Returns how many of the sums
+    are inf or NaN (real and imaginary parts apart)."""
+    if not host.nbytes:
+        if before is not None:
+            before()
+        return 0
+    if staging is not None:
+        return staging.download_add(buffer, host, before)
+    got = np.empty_like(host)
+    cl.enqueue_copy(queue, got, buffer).wait()
+    if before is not None:
+        before()
+    return _parallel_add(host.reshape(-1), got.reshape(-1))
 
 
 def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:

@@ -18,11 +18,12 @@ import pyopencl as cl
 
 from ..device.host_threads import in_slices
 from ..device.runtime import device_facts, get_queue, select_device
+from ..device.tuning import resolve_tuning
 from ..errors import DeviceCapabilityError
 from ..strategies.base import check_precision
 from .geometry import ImageGeometry
 
-__all__ = ["add_at", "device_list", "queues_for", "check_devices", "share_bytes", "on_devices", "add_in_order"]
+__all__ = ["add_at", "sample_weight", "device_list", "queues_for", "check_devices", "share_bytes", "on_devices"]
 
 _extra: dict = {}             # (device, mention k >= 1) -> (context, queue)
 _lock = threading.Lock()
@@ -137,31 +138,17 @@ def on_devices(calls: list) -> list:
     return results
 
 
-def add_in_order(parts: list, workers: int = 1) -> tuple:
-    """``parts[0] + parts[1] + ...`` in this order, into ``parts[0]`` (row shares on
-    ``workers`` host threads): the same bits whatever the threads.
-
-    Returns
-    -------
-    sum : numpy.ndarray
-        ``parts[0]``, holding the sum.
-    not_finite : int
-        How many of the sum's entries are inf or NaN (real and imaginary parts counted
-        apart), counted in the same pass while each share is in cache: the callers'
-        overflow check, without a second pass over the whole array.
-    """
-    out = parts[0]
-    counts = []
-
-    def rows(r):
-        share = out[r]
-        for part in parts[1:]:
-            np.add(share, part[r], out=share)
-        reals = share.view(share.real.dtype) if np.iscomplexobj(share) else share
-        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
-
-    in_slices(workers, out.shape[0], rows)
-    return out, sum(counts)
+def sample_weight(device=None, tuning=None) -> float:
+    """How a planes split weighs a sample's taps against a plane's FFT on ``device`` (a
+    name, Device, Context or CommandQueue, a list of them: the first; None: the default
+    device): the tuning table's ``[wgridding] split_sample_weight``, which ``tuning`` (a
+    dict or a tuple of items) may set (`clgrid.imaging.split.slab_bounds`)."""
+    if isinstance(device, (list, tuple)):
+        device = device[0] if device else None
+    device = select_device(device)
+    given = dict(tuning or {})
+    given = {"split_sample_weight": given["split_sample_weight"]} if "split_sample_weight" in given else {}
+    return float(resolve_tuning("wgridding", given, device_facts(device))["split_sample_weight"])
 
 
 def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add: bool = True) -> int:
@@ -178,6 +165,14 @@ def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add:
     counts = []
 
     def share(r):
+        with np.errstate(over="ignore", invalid="ignore"):       # counted below
+            written = _put(r)
+        if written is None:
+            return
+        reals = written.view(written.real.dtype) if np.iscomplexobj(written) else written
+        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+
+    def _put(r):
         if index is None:
             np.add(target[r], values[r], out=target[r])
             written = target[r]
@@ -187,9 +182,8 @@ def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add:
             target[at] = written
         else:
             target[index[r]] = values[r]
-            return
-        reals = written.view(written.real.dtype) if np.iscomplexobj(written) else written
-        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+            return None
+        return written
 
     in_slices(workers, values.size, share)
     return sum(counts)

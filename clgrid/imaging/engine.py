@@ -487,17 +487,34 @@ class ImagingEngine(StreamedPoints, PlanePasses):
         warnings.warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)
 
     # -- the operator ---------------------------------------------------------------------
-    def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
+    def vis2dirty(self, vis, wgt=None, progress=None, out=None, after=None) -> np.ndarray:
         """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
-        ``update``); there are ``len(planes)`` of them."""
+        ``update``); there are ``len(planes)`` of them.
+
+        ``out``: a C-contiguous (npix_x, npix_y) array of the image's dtype to write the
+        image into (None: a new one), returned.  ``after``: None, or a function that
+        returns once another device's image is in ``out``; then this engine's image is
+        added to it (after ``after()`` returned, as it comes down from the device) instead
+        of written: how a device list sums its devices' images in a fixed order."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape, complex_ok=True)
         wgt = self._checked_wgt(wgt)
         with self._lock:
-            return self._vis2dirty(vis, wgt, progress)
+            if out is None:
+                return self._vis2dirty(vis, wgt, progress)
+            direct = self.device_fft is not None and self._stream is None
+            image = self._vis2dirty(vis, wgt, progress, (out, after) if direct else None)
+            if image is out:
+                return out
+            if after is None:                  # the host's or the stream's image, or nothing kept
+                in_slices(self._workers, out.shape[0], lambda r: np.copyto(out[r], image[r]))
+                return out
+            after()
+            self._check_image(add_at(out.reshape(-1), image.reshape(-1), None, self._workers))
+            return out
 
-    def _vis2dirty(self, vis, wgt, progress):
+    def _vis2dirty(self, vis, wgt, progress, into=None):
         g = self.geometry
         if self.num_kept == 0:
             self._zero_data_warning("the image")
@@ -512,7 +529,7 @@ class ImagingEngine(StreamedPoints, PlanePasses):
             self._zero_data_warning("the image", kept=True)
             return np.zeros((g.npix_x, g.npix_y), self.real)
         if self.device_fft is not None:
-            return self._vis2dirty_device(progress)
+            return self._vis2dirty_device(progress, into)
         return self._vis2dirty_host(progress)
 
     def _check_gathered(self, bad_vis, bad_wgt) -> None:

@@ -19,7 +19,7 @@ import pyopencl as cl
 from ..device.codegen import build_program, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import fill_zeros
-from ..device.transfer import download, host_empty, upload
+from ..device.transfer import download, download_add, host_empty, upload
 from ..operators.checks import check_finite_result
 from ..strategies.base import read_only_buffer
 from .fft import clear_outside
@@ -111,8 +111,10 @@ class PlanePasses:
         g = self.geometry
         return (np.int32(g.nu), np.int32(g.nv), np.int32(g.npix_x), np.int32(g.npix_y), np.int32(plane))
 
-    def _vis2dirty_device(self, progress):
-        """Spread, transform and crop every plane on the device; one image comes back."""
+    def _vis2dirty_device(self, progress, into=None):
+        """Spread, transform and crop every plane on the device; one image comes back (into
+        ``into`` = (out, after) where given: written, or with ``after`` added once
+        ``after()`` returned, as `ImagingEngine.vis2dirty`'s ``out`` and ``after``)."""
         g, q = self.geometry, self.queue
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
         fill_zeros(q, self._tally, 12, np.int32)
@@ -128,11 +130,15 @@ class PlanePasses:
                 progress(1)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
                np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
-        image = host_empty((g.npix_x, g.npix_y), self.real, self.staging)
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
-        download(self.queue, self._image_out, image, self.staging)
-        self._check_image(int(not_finite[0]) + int(not_finite[1]))
+        image, after = (host_empty((g.npix_x, g.npix_y), self.real, self.staging), None) if into is None else into
+        overflowed = 0
+        if after is None:
+            download(self.queue, self._image_out, image, self.staging)
+        else:
+            overflowed = download_add(self.queue, self._image_out, image, self.staging, after)
+        self._check_image(int(not_finite[0]) + int(not_finite[1]) + overflowed)
         return image
 
     def _dirty2vis_device(self, dirty):

@@ -51,16 +51,15 @@ import numpy as np
 
 from ..errors import EmptyInputWarning
 from ..planning.host import SPEED_OF_LIGHT
-from ..operators.checks import check_finite_result, check_output, precision_of
+from ..operators.checks import check_output, precision_of
 from ..device.transfer import host_empty
-from .devices import add_in_order, check_devices, device_list, on_devices, queues_for, share_bytes
+from .devices import check_devices, sample_weight, device_list, on_devices, queues_for, share_bytes
 from .engine import ImagingEngine, check_samples
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
 from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, touching
-from ..device.runtime import device_facts, get_queue
-from ..device.tuning import resolve_tuning
+from ..device.runtime import get_queue
 from ..planning.device_points import abs_w_range as device_w_range, check_device_uvw, is_device_array
 
 __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
@@ -230,7 +229,7 @@ class WGridder:
             sampled = slice(None, None, step)
             first = first_planes(uvw[sampled], engine["scale"], None if keep is None else keep[sampled], g, workers)
             counts = plane_counts(first, g, workers) * float(step)
-            bounds = slab_bounds(counts, g, len(queues), self.planes, _sample_weight(queues[0], engine['tuning']))
+            bounds = slab_bounds(counts, g, len(queues), self.planes, sample_weight(queues[0], engine['tuning']))
             del first
             planes = np.arange(g.num_planes)
             for i, (lo, hi) in enumerate(bounds):
@@ -294,12 +293,24 @@ class WGridder:
         wgt = None if wgt is None else np.asarray(wgt)
         self._check("wgt", wgt, self.shape)
         reports = _progress_reports(progress, len(self.engines), self.split == "planes")
+        # one image: the last device writes its own, each one before it adds its own (as it
+        # comes down) once the one after it is done: a fixed order (last to first, so the
+        # first device, which holds most samples of a planes split and ends last, adds as
+        # it ends), the same sum whichever ends first
+        last = self.engines[-1]
+        image = host_empty((self.npix_x, self.npix_y), last.real, last.staging)
+        done = [threading.Event() for _ in self.engines]
+
+        def share(k):
+            try:
+                e, r = self.engines[k], self._rows[k]
+                return e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image,
+                                   after=done[k + 1].wait if k + 1 < len(self.engines) else None)
+            finally:
+                done[k].set()
+
         with _gathered_warnings(len(self.engines)):
-            images = on_devices([partial(e.vis2dirty, vis[r], None if wgt is None else wgt[r], report)
-                                 for e, r, report in zip(self.engines, self._rows, reports)])
-        image, not_finite = add_in_order(images, self._workers)
-        check_finite_result(not_finite, f"the {image.dtype} image (the devices' "
-                            f"parts summed)", self.precision, double="complex128 visibilities")
+            on_devices([partial(share, k) for k in range(len(self.engines))])
         return image
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
@@ -336,14 +347,6 @@ class WGridder:
         with _gathered_warnings(len(self.engines)):
             on_devices([partial(share, k) for k in range(len(self.engines))])
         return out
-
-
-def _sample_weight(queue, tuning) -> float:
-    """The tuning table's ``split_sample_weight`` for ``queue``'s device (``tuning=`` may set
-    it): how the planes split weighs a sample's taps against a plane's FFT."""
-    given = {"split_sample_weight": tuning["split_sample_weight"]} if tuning and "split_sample_weight" in tuning \
-        else {}
-    return float(resolve_tuning("wgridding", given, device_facts(queue.device))["split_sample_weight"])
 
 
 def _device_for_points(uvw, device):
