@@ -23,11 +23,12 @@ from .chunks import naming
 from .delivery import region
 from .slabs import Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, values_at
 from ..device.host_threads import in_slices
+from ..imaging.devices import sample_weight
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
 
 __all__ = ["SlabPoints", "cached_wgridders", "forget_operators", "image_chunk", "vis_chunk", "chunk_extent",
-           "chunk_counts", "chunk_selection", "chunk_values", "chunk_parts", "slab_points", "image_slab",
+           "chunk_counts", "split_weight", "chunk_selection", "chunk_values", "chunk_parts", "slab_points", "image_slab",
            "vis_slab", "chunk_assemble", "add_images", "sum_facet", "warnings_union", "chunk_shape", "zeros_image",
            "complex_dtype"]
 
@@ -167,6 +168,13 @@ def vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
 def chunk_extent(chunk, uvw, freq, mask):
     with naming(chunk):
         return extent(uvw, freq, mask)
+
+
+def split_weight(options) -> float:
+    """The planes split's sample weight for this worker's device (`clgrid.imaging.devices.sample_weight`:
+    the tuning table's, or the call's ``tuning``)."""
+    device = options["device"]
+    return sample_weight(list(device) if isinstance(device, tuple) else device, options["tuning"])
 
 
 def chunk_counts(chunk, uvw, freq, mask, geometry):

@@ -309,9 +309,11 @@ def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall
             _layouts.move_to_end(key)
             return found
     reduced = _task(geometry_of)([_task(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
-    geometry, *counts = compute(reduced, *[_task(worker_tasks.chunk_counts)(*piece, reduced) for piece in pieces],
-                                stall_timeout=stall_timeout)
-    bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count)
+    geometry, weight, *counts = compute(reduced, _task(worker_tasks.split_weight)(options),
+                                        *[_task(worker_tasks.chunk_counts)(*piece, reduced) for piece in pieces],
+                                        stall_timeout=stall_timeout)
+    bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count,
+                         sample_weight=weight)
     tasks = [Slab(s, planes, group)
              for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap)))
              for group in groups]
