@@ -47,6 +47,7 @@ from .devices import add_at
 from .geometry import GRID_CELL_LIMIT, ImageGeometry
 from .pixels import PixelModel
 from .plane_passes import PlanePasses
+from .prefetch import PrefetchedValues
 from .regions import plane_regions
 from . import stream
 from .stream import KEY_LIMIT, StreamedPoints, max_slab_planes, row_parts, slab_geometry
@@ -111,7 +112,7 @@ def check_samples(nchan: int) -> None:
                          f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
 
 
-class ImagingEngine(StreamedPoints, PlanePasses):
+class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
     """The imaging operator's work on one device, for one set of points: their plan, the
     device program, grid and FFT, kept between calls.  Calls are serialised by a lock
     (they share the device buffers).
@@ -128,11 +129,13 @@ class ImagingEngine(StreamedPoints, PlanePasses):
     precision, divide_by_n, device, tuning, workers, deterministic : as `WGridder`'s.
     epsilon : the accuracy asked for (None: not known): where it allows, the "rows" spread
         keeps its kernel values in float (`clgrid.sources.accuracy.float_taps_allowed`).
+    prefetch : None, or {"vis": ..., "wgt": ... or None}, the first `vis2dirty` call's
+        values, sent up while the points are planned (`clgrid.imaging.prefetch`).
     """
 
     def __init__(self, uvw, scale, keep, signs, geometry: ImageGeometry, planes: range, precision: str,
                  divide_by_n: bool, device=None, tuning: dict | None = None, workers: int = 1,
-                 deterministic: bool = False, epsilon: float | None = None):
+                 deterministic: bool = False, epsilon: float | None = None, prefetch=None):
         self.geometry = geometry
         self.epsilon = epsilon
         self.planes = planes
@@ -146,10 +149,10 @@ class ImagingEngine(StreamedPoints, PlanePasses):
         self._lock = threading.Lock()
         self._workers = workers
         self.pixels = PixelModel(geometry, planes, divide_by_n, workers)
-        self._setup_device(device, tuning, uvw, scale, keep, signs, deterministic)
+        self._setup_device(device, tuning, uvw, scale, keep, signs, deterministic, prefetch)
 
     # -- set-up -------------------------------------------------------------------------
-    def _setup_device(self, device, tuning, uvw, scale, keep, signs, deterministic):
+    def _setup_device(self, device, tuning, uvw, scale, keep, signs, deterministic, prefetch=None):
         self.queue = get_queue(device)
         facts = self.facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
@@ -211,14 +214,20 @@ class ImagingEngine(StreamedPoints, PlanePasses):
             slabs = [self.planes] if self._max_planes is None else \
                 [range(lo, min(lo + self._max_planes, self.planes.stop))
                  for lo in range(self.planes.start, self.planes.stop, self._max_planes)]
+            self._prefetch_start(prefetch)          # (the values up while the points are planned)
             self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic, planes)
                            for planes in slabs for rows in row_parts(self.nrow, self.nchan, self._part_samples)]
             held = max(part.held for part in self._parts)
+            early = self._prefetch_settle(held)
         else:
-            self._parts, held = [], max(1, self._part_samples // max(self.nchan, 1)) * self.nchan
+            self._parts, held, early, self._prefetched = [], max(1, self._part_samples // max(self.nchan, 1)) * \
+                self.nchan, None, None
         # the caller's values and weights go through one part at a time (gather_vis, scatter_vis)
-        self._vis_held = cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize)
-        self._wgt_held = cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize)
+        if early is not None:
+            self._vis_held, self._wgt_held = early
+        else:
+            self._vis_held = cl.Buffer(ctx, mf.READ_WRITE, max(held, 1) * np.dtype(self.complex).itemsize)
+            self._wgt_held = cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize)
         self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double",
                                                    value_single=self._float_values)))
         self.device_fft = None
@@ -414,7 +423,8 @@ class ImagingEngine(StreamedPoints, PlanePasses):
         on ``on``'s queue, None: the engine's)."""
         for part in self._parts if parts is None else parts:
             if part.points.num_vis:
-                self._upload_held(part, vis, wgt, on)
+                if on is not None or not self._prefetch_taken(vis=vis, wgt=wgt):
+                    self._upload_held(part, vis, wgt, on)
                 self._part_launch(self._gather, part, wgt is not None, on)
 
     def _checked_wgt(self, wgt):
@@ -590,6 +600,7 @@ class ImagingEngine(StreamedPoints, PlanePasses):
             return self._dirty2vis(dirty, wgt, out, after)
 
     def _dirty2vis(self, dirty, wgt, given=None, after=None):
+        self._prefetch_end()        # (values sent up for a vis2dirty that did not come: done first)
         add = after is not None
         # a streaming engine adds to its output as the planes leave: with ``after``, into one of its own
         own = given is None or (add and self._stream is not None)

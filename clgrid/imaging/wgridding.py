@@ -54,7 +54,7 @@ from ..planning.host import SPEED_OF_LIGHT
 from ..operators.checks import check_output, precision_of
 from ..device.transfer import host_empty
 from .devices import check_devices, sample_weight, device_list, on_devices, queues_for, share_bytes
-from .engine import ImagingEngine, check_samples
+from .engine import SPARSE_SHARE, ImagingEngine, check_samples
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
@@ -71,7 +71,7 @@ RECENTRE = True
 
 # samples the planes split balances its slabs on (every k-th row): the devices' planning
 # then selects each slab's samples exactly
-BALANCE_SAMPLES = 1 << 18
+BALANCE_SAMPLES = 1 << 16
 
 
 class WGridder:
@@ -95,8 +95,10 @@ class WGridder:
     about equal work) and the samples with a tap on it, ``"rows"`` a range of rows with
     about equal numbers of samples, ``"auto"`` (the default) takes ``"planes"`` with
     w-gridding and ``"rows"`` without.  Each call drives the devices at once from host
-    threads and adds their images (or visibilities) on the host in device order, so the
-    result does not depend on which finishes first.  A device given no share (more
+    threads and sums their shares into one host array in a fixed order (`dirty2vis`: the
+    first device writes, each next adds once the one before is done; `vis2dirty`: the
+    last writes, each one before adds as its image comes down), so the result does not
+    depend on which finishes first.  A device given no share (more
     devices than slabs of planes with samples, or rows) is left out: ``devices`` lists
     those used.  A device that cannot do the precision or hold its share is refused,
     naming it.
@@ -113,6 +115,11 @@ class WGridder:
     ``deterministic``: the same image bits from run to run, for a
     price: the points planned on the host and spread by rows (no atomics).
 
+    ``prefetch``: None, or ``{"vis": vis, "wgt": wgt or None}``, the values the first
+    `vis2dirty` call will be given (as `clgrid.vis2dirty` gives them for its one call): on a
+    discrete device they are sent up while the points are planned
+    (`clgrid.imaging.prefetch`), not after.
+
     ``facets``: None (or "auto") images the whole field on one padded grid where that
     fits the device (its largest buffer and half its memory) and facets would not cost at
     most half as much, else as facets (`clgrid.imaging.facets.plan_facets`); (fx, fy) asks
@@ -127,7 +134,7 @@ class WGridder:
                  sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
                  verbosity: int = 0, tuning: dict | None = None, geometry: ImageGeometry | None = None,
                  planes: tuple | None = None, deterministic: bool = False, split: str = "auto",
-                 facets=None):
+                 facets=None, prefetch=None):
         if is_device_array(freq):
             freq = freq.get()                  # nchan numbers: the host chooses the geometry with them
         on_device = is_device_array(uvw)
@@ -195,13 +202,15 @@ class WGridder:
         divide = bool(divide_by_n) and bool(do_wgridding)
         engine = dict(scale=scale, signs=signs, geometry=geometry, precision=precision, divide_by_n=divide,
                       tuning=tuning, deterministic=bool(deterministic), epsilon=float(epsilon))
+        shapes = {"vis": self.shape, "wgt": self.shape}
         if devices is None:
             self.split = None
             self._rows = [slice(None)]
             self.engines = [ImagingEngine(uvw=uvw, keep=keep, planes=self.planes, device=device, workers=workers,
-                                          **engine)]
+                                          prefetch=_checked_prefetch(prefetch, shapes), **engine)]
         else:
-            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers)
+            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers,
+                                _checked_prefetch(prefetch, shapes))
         self.engine = self.engines[0]
         if verbosity:
             g, choice = geometry, geometry.kernel
@@ -212,7 +221,7 @@ class WGridder:
                       f"fft {e.fft_mode}" + (f", device {e.queue.device.name.strip()}" if len(self.engines) > 1
                                              else ""))
 
-    def _setup_devices(self, devices, split, uvw, keep, num_kept, engine, workers):
+    def _setup_devices(self, devices, split, uvw, keep, num_kept, engine, workers, prefetch=None):
         """Share the samples out between ``devices`` (module `clgrid.imaging.split`), check
         that each device can take its share, and build an engine on each (at once)."""
         g, queues = self.geometry, queues_for(devices)
@@ -227,8 +236,9 @@ class WGridder:
             # exactly, the samples with a tap on its slab (plan_stacked's planes)
             step = max(1, self.nrow * self.nchan // BALANCE_SAMPLES)
             sampled = slice(None, None, step)
-            first = first_planes(uvw[sampled], engine["scale"], None if keep is None else keep[sampled], g, workers)
-            counts = plane_counts(first, g, workers) * float(step)
+            # (on one thread: for this few samples, threads cost more than they save)
+            first = first_planes(uvw[sampled], engine["scale"], None if keep is None else keep[sampled], g)
+            counts = plane_counts(first, g) * float(step)
             bounds = slab_bounds(counts, g, len(queues), self.planes, sample_weight(queues[0], engine['tuning']))
             del first
             planes = np.arange(g.num_planes)
@@ -251,8 +261,14 @@ class WGridder:
         check_devices(queues, engine["precision"], needs)
         each = max(1, workers // len(shares))
         self._rows = [rows for _, rows, _, _, _ in shares]
+        # the values sent up during the planning only to shares that will hold all their rows'
+        # samples (about: the engine makes sure), not to those whose values the host picks
+        early = [None if prefetch is None or kept < SPARSE_SHARE * self.nchan * len(range(*rows.indices(self.nrow)))
+                 else {k: None if a is None else a[rows] for k, a in prefetch.items()}
+                 for _, rows, _, _, kept in shares]
         self.engines = on_devices([partial(ImagingEngine, uvw=uvw[rows], keep=part, planes=planes, device=queues[i],
-                                           workers=each, **engine) for i, rows, part, planes, _ in shares])
+                                           workers=each, prefetch=p, **engine)
+                                   for (i, rows, part, planes, _), p in zip(shares, early)])
 
     @property
     def devices(self) -> list:
@@ -349,6 +365,22 @@ class WGridder:
         return out
 
 
+def _checked_prefetch(prefetch, shapes: dict):
+    """``prefetch`` ({"vis": ..., "wgt": ... or None}) as arrays of their ``shapes``, or None;
+    refused by name otherwise."""
+    if prefetch is None:
+        return None
+    if not isinstance(prefetch, dict) or "vis" not in prefetch or set(prefetch) - set(shapes):
+        raise ValueError('prefetch must be {"vis": ..., "wgt": ...}, got '
+                         f"{type(prefetch).__name__} {sorted(prefetch) if isinstance(prefetch, dict) else ''}")
+    out = {"wgt": None}                                       # (no weights: None, as the call gives them)
+    for name, a in prefetch.items():
+        out[name] = None if a is None else np.asarray(a)
+        if out[name] is not None and out[name].shape != shapes[name]:
+            raise ValueError(f"prefetch's {name} must have shape {shapes[name]}, got {out[name].shape}")
+    return out
+
+
 def _device_for_points(uvw, device):
     """The one device (its queue) that plans device ``uvw``: ``device``, or None for uvw's own
     queue; ``uvw`` checked there (`clgrid.planning.device_points.check_device_uvw`)."""
@@ -418,12 +450,14 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     _refuse_unknown(ignored)
     vis = np.asarray(vis)
     precision = precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
+    wgt = _checked_wgt(wgt, vis.real.dtype)
     op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
                   flip_v, flip_w, divide_by_n, center_x, center_y, sigma_min, sigma_max, precision,
-                  device, nthreads, verbosity, tuning, facets=facets)
+                  device, nthreads, verbosity, tuning, facets=facets,
+                  prefetch={"vis": vis, "wgt": wgt} if np.shape(vis) == (np.shape(uvw)[0], np.size(freq)) else None)
     if dirty is not None:
         check_output(dirty, "dirty", (op.npix_x, op.npix_y), vis.real.dtype.newbyteorder("="))
-    image = op.vis2dirty(vis, _checked_wgt(wgt, vis.real.dtype))
+    image = op.vis2dirty(vis, wgt)
     if dirty is not None:
         dirty[...] = image
         return dirty

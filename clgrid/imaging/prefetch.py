@@ -1,0 +1,106 @@
+"""A one-call operator's values sent up while its points are planned (`PrefetchedValues`).
+
+`clgrid.vis2dirty` builds an operator and calls it once: the set-up plans the points on
+the device while the host waits, then the call sends the values up while the device
+waits.  Given the call's values and weights when it is made (``prefetch``), the engine
+sends them up on a queue of its own (`transfer_queue`) during the planning, into the
+buffers the call gathers them from.  Only where the engine holds every sample of its rows
+in one part: whether a share's values go by position (picked by the host,
+`ImagingEngine._make_part`) is known only after the planning, and then the call sends
+them as usual.  (``dirty2vis``'s image, sent up the same way, gained nothing measurable:
+docs/benchmarks/dask.md.)
+"""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pyopencl as cl
+
+from ..device.host_threads import in_background
+from ..device.transfer import shared_staging, upload
+
+__all__ = ["PrefetchedValues", "transfer_queue", "values_key"]
+
+_queues: dict = {}
+_lock = threading.Lock()
+
+
+def transfer_queue(queue: cl.CommandQueue) -> cl.CommandQueue:
+    """A second queue on ``queue``'s context and device, one per context, kept (with its
+    pinned staging) for the process: copies on it overlap the first queue's kernels."""
+    with _lock:
+        key = (queue.context.int_ptr, queue.device.int_ptr)
+        if key not in _queues:
+            _queues[key] = cl.CommandQueue(queue.context, queue.device)
+        return _queues[key]
+
+
+def values_key(given: dict) -> tuple:
+    """What identifies the caller's arrays (name -> array or None): their memory, shape,
+    strides and dtype (a view of the same rows is the same values)."""
+    def key(a):
+        if a is None:
+            return None
+        a = np.asarray(a)
+        return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str
+    return tuple(sorted((name, key(a)) for name, a in given.items()))
+
+
+class PrefetchedValues:
+    """`ImagingEngine`'s values of its first `vis2dirty` sent up during its set-up (the module
+    docstring): ``prefetch`` = {"vis": (nrow, nchan), "wgt": the same or None}."""
+
+    def _prefetch_start(self, prefetch) -> None:
+        """Start sending ``prefetch`` up into buffers of every sample, where the engine is one
+        part with staging (a discrete device); else nothing."""
+        self._prefetched = None
+        nsample = self.nrow * self.nchan
+        if not prefetch or self.staging is None or self._stream is not None or self._max_planes is not None \
+                or nsample > self._part_samples or not nsample:
+            return
+        ctx, mf = self.queue.context, cl.mem_flags
+        early = SimpleNamespace(key=values_key(prefetch),
+                                vis=cl.Buffer(ctx, mf.READ_WRITE, nsample * np.dtype(self.complex).itemsize),
+                                wgt=cl.Buffer(ctx, mf.READ_ONLY, nsample * np.dtype(self.real).itemsize))
+        sends = [(np.asarray(prefetch["vis"], self.complex), early.vis)]
+        if prefetch.get("wgt") is not None:
+            sends.append((np.asarray(prefetch["wgt"], self.real), early.wgt))
+        queue = transfer_queue(self.queue)
+        staging = shared_staging(queue)
+
+        def send():
+            for host, buffer in sends:
+                upload(queue, host.reshape(-1), buffer, staging)
+
+        early.done = in_background(send)
+        self._prefetched = early
+
+    def _prefetch_settle(self, held: int):
+        """After the parts are made: the early (vis, wgt) buffers where the one part holds
+        every sample (``held`` of them, its values not picked), to hold the values; else
+        None (early values dropped once their copy ended)."""
+        early = self._prefetched
+        if early is None:
+            return None
+        one_part = len(self._parts) == 1 and self._parts[0].index is None
+        if one_part and held == self.nrow * self.nchan:
+            return early.vis, early.wgt
+        self._prefetch_end()
+        return None
+
+    def _prefetch_taken(self, **given) -> bool:
+        """Whether this call's inputs (name -> array) are the prefetched ones (then they are
+        up, once waited for); the prefetch is used once, by the first call."""
+        early = self._prefetch_end()
+        return early is not None and early.key == values_key(given)
+
+    def _prefetch_end(self):
+        """The prefetch, once its copy ended (its errors raised here), forgotten; or None.
+        Before anything else writes the buffers it writes."""
+        early, self._prefetched = getattr(self, "_prefetched", None), None
+        if early is not None:
+            early.done.result()
+        return early

@@ -1,0 +1,111 @@
+"""A one-call operator's values sent up while its points are planned (clgrid.imaging.prefetch),
+exercised on this CPU device with pinned staging forced on (a discrete device's path;
+deterministic operators, so that images compare bit for bit): the first call takes them
+without sending them again and gives the image of an operator without prefetch; other
+values, weights, or a dirty2vis first are still right."""
+
+import os
+
+import numpy as np
+import pytest
+
+import clgrid
+from clgrid.device import transfer
+from clgrid.imaging import engine as imaging_engine
+from clgrid.imaging import prefetch as imaging_prefetch
+
+DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
+IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
+
+
+@pytest.fixture
+def staged(monkeypatch):
+    """Pinned staging in 4 KiB pieces on every queue, and a count of the calls' uploads."""
+    stagings = {}
+
+    def staging(queue):
+        return stagings.setdefault(queue.int_ptr, transfer.Staging(queue, piece=4096))
+
+    monkeypatch.setattr(imaging_engine, "shared_staging", staging)
+    monkeypatch.setattr(imaging_prefetch, "shared_staging", staging)
+    sent = []
+    real = imaging_engine.ImagingEngine._upload_held
+
+    def counted(self, part, vis, wgt, on=None):
+        sent.append(vis is not None)
+        return real(self, part, vis, wgt, on)
+
+    monkeypatch.setattr(imaging_engine.ImagingEngine, "_upload_held", counted)
+    return sent
+
+
+def field(rng, nrow=700):
+    freq = np.array([1.0e8, 1.2e8])
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 500.0])
+    vis = (rng.normal(size=(nrow, 2)) + 1j * rng.normal(size=(nrow, 2))).astype(np.complex64)
+    wgt = rng.uniform(0.2, 1.0, (nrow, 2)).astype(np.float32)
+    return uvw, freq, vis, wgt
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_prefetched_values_are_taken_once_and_give_the_same_image(rng, staged, weighted):
+    uvw, freq, vis, wgt = field(rng)
+    wgt = wgt if weighted else None
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, deterministic=True, **IMAGE)
+    plain = clgrid.WGridder(uvw, freq, **kw)
+    expected = plain.vis2dirty(vis, wgt)
+    staged.clear()
+    op = clgrid.WGridder(uvw, freq, prefetch={"vis": vis, "wgt": wgt}, **kw)
+    assert op.engine.staging is not None
+    image = op.vis2dirty(vis, wgt)
+    assert staged == []                                     # the call sent nothing: the set-up had
+    np.testing.assert_array_equal(image, expected)
+    other = (rng.normal(size=vis.shape) + 1j * rng.normal(size=vis.shape)).astype(np.complex64)
+    np.testing.assert_array_equal(op.vis2dirty(other, wgt), plain.vis2dirty(other, wgt))
+    assert staged and staged[-1]                            # used once: later calls send theirs
+
+
+def test_prefetch_of_other_values_or_a_dirty2vis_first_stays_right(rng, staged):
+    uvw, freq, vis, wgt = field(rng)
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, deterministic=True, **IMAGE)
+    plain = clgrid.WGridder(uvw, freq, **kw)
+    other = vis * np.complex64(2 - 1j)
+    op = clgrid.WGridder(uvw, freq, prefetch={"vis": vis}, **kw)
+    np.testing.assert_array_equal(op.vis2dirty(other), plain.vis2dirty(other))       # not the prefetched
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    op = clgrid.WGridder(uvw, freq, prefetch={"vis": vis, "wgt": wgt}, **kw)
+    np.testing.assert_array_equal(op.dirty2vis(dirty, wgt), plain.dirty2vis(dirty, wgt))
+    np.testing.assert_array_equal(op.vis2dirty(vis, wgt), plain.vis2dirty(vis, wgt))
+    with pytest.raises(ValueError, match=r"prefetch's vis must have shape \(700, 2\)"):
+        clgrid.WGridder(uvw, freq, prefetch={"vis": vis[:5]}, **kw)
+    with pytest.raises(ValueError, match=r"prefetch must be"):
+        clgrid.WGridder(uvw, freq, prefetch=(vis, None), **kw)
+    with pytest.raises(ValueError, match=r"prefetch must be"):
+        clgrid.WGridder(uvw, freq, prefetch={"vis": vis, "dirty": dirty}, **kw)
+    with pytest.raises(ValueError, match=r"prefetch must be"):
+        clgrid.WGridder(uvw, freq, prefetch={"wgt": wgt}, **kw)
+
+
+def test_one_call_and_device_lists_prefetch(rng, staged):
+    """clgrid.vis2dirty prefetches for its one call (the dense share of a device list too)
+    and equals ducc0 at 1e-12 to epsilon."""
+    from conftest import optional, relative_error
+
+    wgridder = optional("ducc0.wgridder", "test")
+    uvw, freq, vis, wgt = field(rng, 900)
+    common = dict(uvw=uvw, freq=freq, wgt=wgt, do_wgridding=True, pixsize_x=IMAGE["pixsize_x"],
+                  pixsize_y=IMAGE["pixsize_y"], npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
+    exact = wgridder.vis2dirty(vis=vis.astype(np.complex128), **dict(common, wgt=wgt.astype(np.float64)),
+                               epsilon=1e-12)
+    for device in (DEVICE, [DEVICE, DEVICE]):
+        staged.clear()
+        image = clgrid.vis2dirty(vis=vis, epsilon=1e-5, device=device, **common)
+        assert relative_error(image, exact) <= 1e-5
+        if device == DEVICE:
+            assert staged == []
+        dirty = rng.normal(size=image.shape)
+        common_d = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
+        predicted = clgrid.dirty2vis(dirty=dirty.astype(np.float32), epsilon=1e-5, device=device,
+                                     tuning={"fft": "mapped"}, **common_d)
+        truth = wgridder.dirty2vis(dirty=dirty, **dict(common_d, wgt=wgt.astype(np.float64)), epsilon=1e-12)
+        assert relative_error(predicted, truth) <= 1e-5
