@@ -90,6 +90,19 @@ def main(argv=None) -> int:
             for i, t in enumerate(threads):
                 steps = {n: round(float(np.sum(v)) / a.repeats, 4) for (tt, n), v in times.items() if tt == t}
                 print(f"   thread {i}: {steps}")
+        # one call: set-up, first call, the operator dropped (medians of the three phases)
+        for name in ("vis2dirty", "dirty2vis"):
+            phases = []
+            for _ in range(a.repeats):
+                t0 = time.perf_counter()
+                fresh = build()
+                t1 = time.perf_counter()
+                fresh.vis2dirty(data["vis"]) if name == "vis2dirty" else fresh.dirty2vis(dirty)
+                t2 = time.perf_counter()
+                del fresh
+                phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+            build_s, call_s, drop_s = np.median(np.array(phases), axis=0)
+            print(f"{len(devs)} device(s) one {name}: set-up {build_s:.4f} + call {call_s:.4f} + drop {drop_s:.4f} s")
         del op
     return 0
 

@@ -22,8 +22,9 @@ plans agree to the bit, and every tap is spread by exactly one part.
 
 Balance.  A plane costs its FFT and per-pixel work where any tap falls on it, plus its
 taps' W x W cells (`clgrid.imaging.geometry.imaging_work`, from the histogram of first
-planes, `plane_counts`); `slab_bounds` cuts the planes into contiguous slabs with the
-smallest largest cost.
+planes, `plane_counts`), the cells weighed by the device's ``split_sample_weight`` (the
+tuning table: how much more a tap costs there, against an FFT, than the model says);
+`slab_bounds` cuts the planes into contiguous slabs with the smallest largest cost.
 """
 
 from __future__ import annotations
