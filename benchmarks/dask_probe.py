@@ -116,9 +116,13 @@ def install(force_staging: bool = False) -> str:
         transfer.Staging.worth_it = staticmethod(lambda device: True)
     nbytes = lambda a: {"mb": round(np.asarray(a).nbytes / 1e6, 1)}           # noqa: E731
     _wrap(tasks, "chunk_values", "chunk_values", lambda *a, **k: {"threads": a[4]}, faults=True)
+    def vis_block(vis):
+        _facts["vis_addr"] = np.asarray(vis).__array_interface__["data"][0]
+        return _facts["vis_addr"]
+
     _wrap(tasks, "values_at", "  values_at", lambda vis, wgt, flat, threads=1, out=None: {
         "n": int(np.size(vis) if flat is None else len(flat)), "selection": flat is not None,
-        "into_shm": out is not None, "vis_addr": np.asarray(vis).__array_interface__["data"][0],
+        "into_shm": out is not None, "vis_addr": vis_block(vis),
         "vis_mb": round(np.asarray(vis).nbytes / 1e6, 1)}, faults=True)
     region = exchange._region
 
@@ -250,6 +254,8 @@ def facts() -> dict:
         vis = last[1]
         out["last_values"] = {"shape": list(vis.shape), "writeable": bool(vis.flags.writeable),
                               "base": type(vis.base).__name__} | _huge_pages(vis.__array_interface__["data"][0])
+    if "vis_addr" in _facts:                  # the vis block a chunk_values task read
+        out["vis_block"] = _huge_pages(_facts["vis_addr"])
     return out
 
 
