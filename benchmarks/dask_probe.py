@@ -234,7 +234,8 @@ def facts() -> dict:
             except OSError:
                 pass
     out = {"pid": os.getpid(), "cpus": f"{len(cpus)} ({cpus[0]}-{cpus[-1]})", "numa_nodes": nodes,
-           "CLGRID_DEVICE": os.environ.get("CLGRID_DEVICE")}
+           "env": {k: os.environ.get(k) for k in ("CLGRID_DEVICE", "OMP_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_",
+                                                   "CUDA_VISIBLE_DEVICES")}}
     for name in ("enabled", "defrag", "shmem_enabled"):
         try:
             with open(f"/sys/kernel/mm/transparent_hugepage/{name}") as f:
