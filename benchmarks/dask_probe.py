@@ -331,6 +331,9 @@ def process_part(data: dict, devices: list, a) -> dict:
         if os.path.exists(path):
             os.unlink(path)
     del ops, one
+    import gc
+
+    gc.collect()                              # (the operators' device memory, before the workers')
     uninstall()
     return out
 
