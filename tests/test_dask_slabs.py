@@ -178,6 +178,40 @@ def test_predictions_assembled_on_threads_have_one_threads_bits(rng):
         dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype, threads=4)
 
 
+@pytest.mark.parametrize("block", [5, 1 << 14])
+def test_values_are_picked_in_blocks_with_the_bits_of_one_pass(rng, monkeypatch, block):
+    """`values_at` goes through each thread's share in blocks with scratch of its own:
+    the values (selected or all, weighted or not, float64 weights rounded as astype
+    would) have the bits of numpy's one pass, into ``out`` or a new array, and the
+    non-finite ones of vis and of wgt are counted over every block."""
+    monkeypatch.setattr(dask_slabs, "VALUES_BLOCK", block)
+    n = 50_003
+    vis = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(np.complex64)
+    wgt = rng.uniform(0.1, 2.0, n)                                 # float64: rounded to float32
+    flat = np.flatnonzero(rng.random(n) < 0.7).astype(np.int32)
+    for taken in (flat, None):
+        picked = vis if taken is None else vis[taken]
+        for w, expected in ((None, picked), (wgt, picked * (wgt if taken is None else wgt[taken]).astype(np.float32))):
+            for threads in (1, 3):
+                out = np.full(len(picked), np.nan, np.complex64)
+                got = dask_slabs.values_at(vis, w, taken, threads, out=out)
+                assert got is out
+                np.testing.assert_array_equal(got.view(np.uint64), expected.view(np.uint64))
+                new = dask_slabs.values_at(vis, w, taken, threads)
+                np.testing.assert_array_equal(new.view(np.uint64), expected.view(np.uint64))
+    bad = vis.copy()
+    bad[[3, flat[-1], n - 1]] = [np.nan, np.inf, np.nan]               # n - 1: outside some selections
+    every, selected = np.count_nonzero(~np.isfinite(bad)), np.count_nonzero(~np.isfinite(bad[flat]))
+    with pytest.raises(ValueError, match=rf"vis has NaN or infinite entries where not masked \({every}\)"):
+        dask_slabs.values_at(bad, None, None, 3)
+    with pytest.raises(ValueError, match=rf"vis has NaN or infinite entries where not masked \({selected}\)"):
+        dask_slabs.values_at(bad, None, flat, 2)
+    w = wgt.copy()
+    w[flat[::1000]] = np.inf
+    with pytest.raises(ValueError, match=rf"wgt has NaN or infinite entries where not masked \({len(flat[::1000])}\)"):
+        dask_slabs.values_at(vis, w, flat, 3, out=np.empty(len(flat), np.complex64))
+
+
 def test_bad_values_are_refused_naming_them(rng):
     uvw, mask = observation(rng, nrow=40)
     g = choose_geometry(w_range=_abs_w_range(uvw, FREQS / SPEED_OF_LIGHT, None), num_kept=uvw.shape[0] * 3,
