@@ -178,13 +178,10 @@ def test_predictions_assembled_on_threads_have_one_threads_bits(rng):
         dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype, threads=4)
 
 
-@pytest.mark.parametrize("block", [5, 1 << 14])
-def test_values_are_picked_in_blocks_with_the_bits_of_one_pass(rng, monkeypatch, block):
-    """`values_at` goes through each thread's share in blocks with scratch of its own:
-    the values (selected or all, weighted or not, float64 weights rounded as astype
-    would) have the bits of numpy's one pass, into ``out`` or a new array, and the
-    non-finite ones of vis and of wgt are counted over every block."""
-    monkeypatch.setattr(dask_slabs, "VALUES_BLOCK", block)
+def test_values_are_picked_on_threads_with_the_bits_of_one_pass(rng):
+    """`values_at` on threads: the values (selected or all, weighted or not, float64
+    weights rounded as astype would) have the bits of numpy's one pass, into ``out`` or a
+    new array, and the non-finite ones of vis and of wgt are counted over every share."""
     n = 50_003
     vis = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(np.complex64)
     wgt = rng.uniform(0.1, 2.0, n)                                 # float64: rounded to float32

@@ -236,21 +236,11 @@ def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list) -> list:
     return taken
 
 
-VALUES_BLOCK = 1 << 14       # samples a host thread picks at a time in `values_at`
-
-
 def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -> np.ndarray:
     """vis times wgt (None: 1) at the flat indices ``flat`` (None: all), refusing NaN or
     infinite ones; a share of them on each of ``threads`` host threads, written into
     ``out`` where given.  All of them without weights and without ``out``: ``vis`` itself,
-    flattened (a view where it is contiguous), once checked.
-
-    Each thread goes through its share in blocks of ``VALUES_BLOCK`` samples with scratch
-    of its own made once (the indices as numpy's ``take`` wants them, the finiteness
-    flags, the weights): a pass over a whole share's temporaries took fresh pages from
-    the system every call (a share's indices widened to 64 bits: 8 bytes a sample),
-    which cost more than the copy on a host of many threads.  Without a selection the
-    values are copied from ``vis`` as they lie (no indices)."""
+    flattened (a view where it is contiguous), once checked."""
     vis = np.asarray(vis).reshape(-1)
     weights = None if wgt is None else np.asarray(wgt).reshape(-1)
     n = vis.size if flat is None else len(flat)
@@ -259,30 +249,18 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
     if len(values) != n:
         raise ValueError(f"values_at: room for {len(values)} values, {n} selected")
     bad, lock = [0, 0], threading.Lock()
-    real = vis.real.dtype
 
     def share(r):
-        block = min(VALUES_BLOCK, max(1, r.stop - r.start))
-        index = None if flat is None else np.empty(block, np.intp)
-        finite = np.empty(block, bool)
-        w = None if weights is None else np.empty(block, real)
-        found = [0, 0]
-        for start in range(r.start, r.stop, block):
-            stop = min(start + block, r.stop)
-            m = stop - start
-            part = values[start:stop]
-            if flat is not None:
-                np.copyto(index[:m], flat[start:stop], casting="unsafe")     # (ints: exact)
-                np.take(vis, index[:m], out=part)
-            elif not whole:
-                np.copyto(part, vis[start:stop])
-            found[0] += m - int(np.count_nonzero(np.isfinite(part, out=finite[:m])))
-            if weights is not None:
-                picked = weights[start:stop] if flat is None else weights.take(index[:m])   # (a block: small)
-                np.copyto(w[:m], picked, casting="unsafe")          # as astype(real): the same rounding
-                found[1] += m - int(np.count_nonzero(np.isfinite(w[:m], out=finite[:m])))
-                if not any(found):            # (refused below otherwise)
-                    np.multiply(part, w[:m], out=part)
+        part = values[r]
+        if not whole:
+            index = np.arange(r.start, r.stop) if flat is None else flat[r]
+            np.take(vis, index, out=part)
+        found = [np.count_nonzero(~np.isfinite(part)), 0]
+        if weights is not None:
+            w = np.take(weights, index).astype(vis.real.dtype)
+            found[1] = np.count_nonzero(~np.isfinite(w))
+            if not any(found):                # (refused below otherwise)
+                np.multiply(part, w, out=part)
         with lock:
             bad[0] += found[0]
             bad[1] += found[1]
@@ -329,17 +307,6 @@ def split(predicted: np.ndarray, parts: list) -> tuple:
     return tuple(np.split(predicted, edges))
 
 
-def _add_at(out: np.ndarray, flat: np.ndarray, share: np.ndarray, scratch: tuple) -> None:
-    """``out[flat] += share`` (``flat`` without repeats, at most ``VALUES_BLOCK`` of them)
-    through this thread's ``scratch`` (indices, sums): the same sums, no temporaries."""
-    m = len(flat)
-    index, sums = scratch[0][:m], scratch[1][:m]
-    np.copyto(index, flat, casting="unsafe")                 # (ints: exact)
-    np.take(out, index, out=sums)
-    np.add(sums, share, out=sums)
-    out[index] = sums
-
-
 def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads: int = 1) -> np.ndarray:
     """One chunk's visibilities (shape): each slab's share added at its samples, in slab
     order, then weighted; zero where masked.  On ``threads`` host threads, each over its
@@ -357,7 +324,6 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
         return np.searchsorted(flat, (r.start, r.stop)) if flat is not None else None
 
     def share_range(r):
-        scratch = (np.empty(VALUES_BLOCK, np.intp), np.empty(VALUES_BLOCK, dtype))     # this thread's, made once
         part = out[r]
         part[...] = 0
         with np.errstate(over="ignore", invalid="ignore"):      # counted below
@@ -367,8 +333,8 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
                         part += share[r]
                     continue
                 a, b = cut(flat, r)
-                for c in range(a, b, VALUES_BLOCK):       # (within r) a slab takes a sample at most once
-                    _add_at(out, flat[c:min(c + VALUES_BLOCK, b)], share[c:min(c + VALUES_BLOCK, b)], scratch)
+                if b > a:
+                    out[flat[a:b]] += share[a:b]          # (within r) a slab takes a sample at most once
             found = [0, 0]
             if weights is not None:
                 if kept is None:
