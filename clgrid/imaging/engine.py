@@ -366,22 +366,13 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:
-        its rows, or only its kept samples (in plan order) where it picks them (on the
-        engine's host threads: the picks jump about the caller's array)."""
+        its rows, or only its kept samples (in plan order) where it picks them (on one
+        thread: picks on several faulted in each other's way where the caller's pages were
+        not resident, in a Dask worker, and gained nothing in one process)."""
         mine = given[part.rows]
-        if part.index is None:
-            return np.asarray(mine, dtype)
-        flat, index = mine.reshape(-1), part.index
-        picked = np.empty(index.size, dtype)
-
-        def pick(r):
-            if flat.dtype == picked.dtype:
-                np.take(flat, index[r], out=picked[r], mode="clip")       # (clip: unbuffered; in range)
-            else:
-                picked[r] = flat[index[r]]
-
-        in_slices(self._workers, index.size, pick)
-        return picked
+        if part.index is not None:
+            mine = np.take(mine.reshape(-1), part.index)
+        return np.asarray(mine, dtype)
 
     def _upload_held(self, part, vis, wgt, on=None) -> None:
         """``part``'s share of ``vis`` and ``wgt`` (either may be None) to the held buffers, after
