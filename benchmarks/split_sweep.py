@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -23,17 +22,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import clgrid  # noqa: E402
 from clgrid.imaging.devices import add_at  # noqa: E402
-from devices import SETS, expand, make_set  # noqa: E402
+from devices import SETS, expand, make_set, timed  # noqa: E402
 
 
 def median_time(fn, repeats):
+    """The median of ``repeats`` timed calls of ``fn`` after one untimed."""
     fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.median([timed(fn)[0] for _ in range(repeats)]))
 
 
 def main(argv=None) -> int:

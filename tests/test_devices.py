@@ -33,6 +33,22 @@ def other_device():
     return other
 
 
+def poison_results(monkeypatch, *modules):
+    """``host_empty`` (the arrays results are written into) in ``modules`` gives NaN-filled
+    arrays: a result entry nothing wrote shows."""
+    from clgrid.device import transfer
+
+    real_empty = transfer.host_empty
+
+    def poisoned(shape, dtype, staging):
+        out = real_empty(shape, dtype, staging)
+        out[...] = np.nan
+        return out
+
+    for module in modules:
+        monkeypatch.setattr(module, "host_empty", poisoned)
+
+
 def wide_field(rng, nrow=1200, nchan=2, single=True):
     freq = np.array([1.0e8, 1.3e8])[:nchan]
     uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
@@ -103,22 +119,13 @@ def test_one_call_functions_take_a_list_and_deterministic_lists_repeat_their_bit
 def test_devices_shares_go_into_one_output_in_order(rng, monkeypatch, sparse):
     """Three queues, slabs of planes, every share's values picked by the host (``sparse``
     1.1), none (0.0) or as the split falls (0.5): the visibilities (written by the first
-    device, added by the others in order into one poisoned output, threaded picks and
-    puts) equal one device's to 1e-6, masked ones exactly zero, and deterministic
+    device, added by the others in order into one poisoned output, the puts on threads)
+    equal one device's to 1e-6, masked ones exactly zero, and deterministic
     operators repeat their bits."""
-    from clgrid.device import transfer
     from clgrid.imaging import engine as imaging_engine, wgridding as imaging_wgridding
 
     monkeypatch.setattr(imaging_engine, "SPARSE_SHARE", sparse)
-    real_empty = transfer.host_empty
-
-    def poisoned(shape, dtype, staging):
-        out = real_empty(shape, dtype, staging)
-        out[...] = np.nan
-        return out
-
-    monkeypatch.setattr(imaging_engine, "host_empty", poisoned)
-    monkeypatch.setattr(imaging_wgridding, "host_empty", poisoned)
+    poison_results(monkeypatch, imaging_engine, imaging_wgridding)
     uvw, freq, vis, wgt, mask = wide_field(rng, nrow=1500)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
@@ -146,14 +153,7 @@ def test_device_images_are_summed_as_they_come_down(rng, monkeypatch):
     from clgrid.imaging import engine as imaging_engine, wgridding as imaging_wgridding
 
     monkeypatch.setattr(imaging_engine, "shared_staging", lambda queue: transfer.Staging(queue, piece=4096))
-    real_empty = transfer.host_empty
-
-    def poisoned(shape, dtype, staging):
-        out = real_empty(shape, dtype, staging)
-        out[...] = np.nan
-        return out
-
-    monkeypatch.setattr(imaging_wgridding, "host_empty", poisoned)
+    poison_results(monkeypatch, imaging_wgridding)
     uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", tuning={"fft": "mapped"}, **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)

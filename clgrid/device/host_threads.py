@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices", "in_background"]
+__all__ = ["in_slices", "in_background", "add_counting"]
 
 _pool = None
 _background = None
@@ -59,3 +59,20 @@ def in_background(fn, *args):
         if _background is None:
             _background = ThreadPoolExecutor(4, thread_name_prefix="clgrid-background")
     return _background.submit(fn, *args)
+
+
+def add_counting(dst: np.ndarray, src: np.ndarray, parts: int) -> int:
+    """``dst += src`` (1-D arrays of one size) in ``parts`` slices on the pool's threads;
+    how many of the sums are inf or NaN (real and imaginary parts apart), counted in the
+    same pass: a sum of devices' shares checked for overflow without a second pass."""
+    counts = []
+
+    def add(r):
+        out = dst[r]
+        with np.errstate(over="ignore", invalid="ignore"):       # counted below
+            np.add(out, src[r], out=out)
+        reals = out.view(out.real.dtype) if np.iscomplexobj(out) else out
+        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+
+    in_slices(parts, dst.size, add)
+    return sum(counts)

@@ -28,7 +28,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .host_threads import in_slices
+from .host_threads import add_counting, in_slices
 
 __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "download_add",
            "host_empty"]
@@ -53,19 +53,8 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 
 def _parallel_add(dst: np.ndarray, src: np.ndarray) -> int:
-    """``dst += src`` (1-D arrays of one dtype and size) on the host threads (at most 16);
-    how many of the sums are inf or NaN (real and imaginary parts apart)."""
-    counts = []
-
-    def add(part):
-        out = dst[part]
-        with np.errstate(over="ignore", invalid="ignore"):       # counted below
-            np.add(out, src[part], out=out)
-        reals = out.view(out.real.dtype) if np.iscomplexobj(out) else out
-        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
-
-    in_slices(min(16, os.cpu_count() or 1), dst.size, add)
-    return sum(counts)
+    """``dst += src`` on the host threads (at most 16); how many sums are inf or NaN."""
+    return add_counting(dst, src, min(16, os.cpu_count() or 1))
 
 
 class Staging:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyopencl as cl
 
-from ..device.host_threads import in_slices
+from ..device.host_threads import add_counting, in_slices
 from ..device.runtime import device_facts, get_queue, select_device
 from ..device.tuning import resolve_tuning
 from ..errors import DeviceCapabilityError
@@ -162,28 +162,23 @@ def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add:
         With ``add``, how many of the sums are inf or NaN (real and imaginary parts apart),
         counted in the same pass (the overflow check of a sum of devices' shares); else 0.
     """
+    if index is None:
+        if add:
+            return add_counting(target, values, workers)
+        in_slices(workers, values.size, lambda r: np.copyto(target[r], values[r]))
+        return 0
     counts = []
 
     def share(r):
-        with np.errstate(over="ignore", invalid="ignore"):       # counted below
-            written = _put(r)
-        if written is None:
+        at = index[r]
+        if not add:
+            target[at] = values[r]
             return
+        with np.errstate(over="ignore", invalid="ignore"):       # counted below
+            written = target[at] + values[r]
+        target[at] = written
         reals = written.view(written.real.dtype) if np.iscomplexobj(written) else written
         counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
-
-    def _put(r):
-        if index is None:
-            np.add(target[r], values[r], out=target[r])
-            written = target[r]
-        elif add:
-            at = index[r]
-            written = target[at] + values[r]
-            target[at] = written
-        else:
-            target[index[r]] = values[r]
-            return None
-        return written
 
     in_slices(workers, values.size, share)
     return sum(counts)
