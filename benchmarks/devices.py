@@ -265,9 +265,13 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                 client.run(_set_device, ", ".join(devs), workers=[address])
             rows = -(-len(uvw) // n)
             start = time.perf_counter()
-            duvw = client.persist(da.from_array(uvw, chunks=(rows, 3)))
-            dvis = client.persist(da.from_array(vis, chunks=(rows, freq.size)))
+            duvw = da.from_array(uvw, chunks=(rows, 3))
+            dvis = da.from_array(vis, chunks=(rows, freq.size))
+            if a.dask_load == "workers":       # each block the worker's own array, as a reader's task makes it
+                duvw, dvis = duvw.map_blocks(np.copy), dvis.map_blocks(np.copy)
+            duvw, dvis = client.persist([duvw, dvis])
             wait([duvw, dvis])
+            row["load"] = a.dask_load
             row["load_s"] = time.perf_counter() - start
             common = dict(uvw=duvw, freq=freq, pixsize_x=pix, pixsize_y=pix, epsilon=a.epsilon, do_wgridding=True,
                           nthreads=threads, slab_samples=int(vis.size))
@@ -364,6 +368,9 @@ def main(argv=None):
     p.add_argument("--dask-repeats", type=int, default=3)
     p.add_argument("--dask-configs", nargs="+", default=["1", "n", "1n"], choices=("1", "n", "1n"),
                    help="Dask clusters: 1 worker with d0; one worker per device; 1 worker with all devices")
+    p.add_argument("--dask-load", default="workers", choices=("workers", "graph"),
+                   help="the data's blocks on the workers: copies each worker makes (as a Measurement Set "
+                        "reader's tasks give them), or the arrays as the graph carried them (earlier runs)")
     p.add_argument("--dask-malloc-trim", action="store_true",
                    help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers")
     p.add_argument("--oracle", action="store_true", help="ducc0 at 1e-12 (double) as reference, small sets")
