@@ -272,3 +272,81 @@ def test_row_bounds_and_slab_bounds_share_out_everything(rng):
         counts = [np.count_nonzero(keep[a:b]) for a, b in bounds]
         assert max(counts) - min(counts) <= 2 * 3
     assert imaging_split.row_bounds(None, 2, 4, 3) == [(0, 1), (1, 2), (2, 2)]
+
+
+def test_calls_on_one_operator_from_two_threads_take_turns(rng):
+    """A vis2dirty and a dirty2vis of one planes-split operator from two threads: each
+    device's engine waits for another device of its call while holding its lock, and the
+    two directions chain the devices in opposite orders, so overlapping calls could each
+    hold what the other waits for (a deadlock, seen with the interleaving forced).  The
+    second call enters no device before the first returned, and both results are right."""
+    import threading
+    import time
+
+    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 2, split="planes", **kw)
+    e0, e1 = op.engines
+    imaging, overlapped = threading.Event(), []
+    real_v0, real_d1 = e0._vis2dirty, e1._dirty2vis
+
+    def slow_v0(*a, **k):                # device 0's share of the vis2dirty, its engine's lock held
+        imaging.set()
+        time.sleep(0.5)
+        try:
+            return real_v0(*a, **k)
+        finally:
+            imaging.clear()
+
+    def d1(*a, **k):
+        overlapped.append(imaging.is_set())
+        return real_d1(*a, **k)
+
+    e0._vis2dirty, e1._dirty2vis = slow_v0, d1
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    results = {}
+    first = threading.Thread(target=lambda: results.update(image=op.vis2dirty(vis, wgt)), daemon=True)
+    first.start()
+    assert imaging.wait(60)
+    second = threading.Thread(target=lambda: results.update(vis=op.dirty2vis(dirty, wgt)), daemon=True)
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert sorted(results) == ["image", "vis"] and overlapped == [False]
+    assert relative_error(results["image"], one.vis2dirty(vis, wgt)) <= 1e-6
+    assert relative_error(results["vis"], one.dirty2vis(dirty, wgt)) <= 1e-6
+
+
+@pytest.mark.parametrize("direction", ["vis2dirty", "dirty2vis"])
+def test_a_failing_device_is_the_error_raised(rng, monkeypatch, direction):
+    """One device of a planes split fails: the device that would add its share after it
+    (into an output nothing wrote: here a stale one of inf, as a recycled pinned block of
+    an overflowed call holds) adds nothing, and the caller gets the real error, not an
+    overflow reported on that output."""
+    from clgrid.device import transfer
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    real_empty = transfer.host_empty
+
+    def stale(shape, dtype, staging):
+        out = real_empty(shape, dtype, staging)
+        out[...] = np.inf
+        return out
+
+    monkeypatch.setattr(imaging_wgridding, "host_empty", stale)
+    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", epsilon=1e-5, do_wgridding=True,
+                         precision="single", **IMAGE)
+    assert len(op.engines) == 3
+    # the device whose share the others' sums wait for: vis2dirty's last-but-one adds after the
+    # last, dirty2vis's second after the first
+    failing = op.engines[1]
+
+    def lost(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(failing, "_vis2dirty" if direction == "vis2dirty" else "_dirty2vis", lost)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    with pytest.raises(RuntimeError, match="device lost"):
+        op.vis2dirty(vis) if direction == "vis2dirty" else op.dirty2vis(dirty)

@@ -118,7 +118,10 @@ class WGridder:
     ``prefetch``: None, or ``{"vis": vis, "wgt": wgt or None}``, the values the first
     `vis2dirty` call will be given (as `clgrid.vis2dirty` gives them for its one call): on a
     discrete device they are sent up while the points are planned
-    (`clgrid.imaging.prefetch`), not after.
+    (`clgrid.imaging.prefetch`), not after.  They are taken by the first `vis2dirty`
+    given these very arrays (the same memory, shape, strides and dtype), so they must not
+    be changed in place before it: that call would image the values as they were (or as
+    the background copy found them).  The operator holds them until then.
 
     ``facets``: None (or "auto") images the whole field on one padded grid where that
     fits the device (its largest buffer and half its memory) and facets would not cost at
@@ -261,6 +264,10 @@ class WGridder:
         check_devices(queues, engine["precision"], needs)
         each = max(1, workers // len(shares))
         self._rows = [rows for _, rows, _, _, _ in shares]
+        # one call at a time: each device's engine lock is held while it waits for another
+        # device of the same call, and vis2dirty and dirty2vis chain the devices in opposite
+        # orders, so two calls at once could each hold the lock the other waits for
+        self._one_call = threading.Lock()
         # the values sent up during the planning only to shares that will hold all their rows'
         # samples (about: the engine makes sure), not to those whose values the host picks
         early = [None if prefetch is None or kept < SPARSE_SHARE * self.nchan * len(range(*rows.indices(self.nrow)))
@@ -315,18 +322,13 @@ class WGridder:
         # it ends), the same sum whichever ends first
         last = self.engines[-1]
         image = host_empty((self.npix_x, self.npix_y), last.real, last.staging)
-        done = [threading.Event() for _ in self.engines]
 
-        def share(k):
-            try:
-                e, r = self.engines[k], self._rows[k]
-                return e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image,
-                                   after=done[k + 1].wait if k + 1 < len(self.engines) else None)
-            finally:
-                done[k].set()
+        def share(k, after):
+            e, r = self.engines[k], self._rows[k]
+            e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image, after=after)
 
-        with _gathered_warnings(len(self.engines)):
-            on_devices([partial(share, k) for k in range(len(self.engines))])
+        with self._one_call, _gathered_warnings(len(self.engines)):
+            _in_order(len(self.engines), share, +1)
         return image
 
     def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
@@ -345,24 +347,59 @@ class WGridder:
         e0 = self.engines[0]
         out = host_empty(self.shape, e0.complex, e0.staging)
         ordered = self.split == "planes"
-        done = [threading.Event() for _ in self.engines]
 
-        def share(k):
-            try:
-                e, r = self.engines[k], self._rows[k]
-                return e.dirty2vis(dirty, None if wgt is None else wgt[r], out=out[r],
-                                   after=done[k - 1].wait if ordered and k else None)
-            finally:
-                done[k].set()
+        def share(k, after):
+            e, r = self.engines[k], self._rows[k]
+            e.dirty2vis(dirty, None if wgt is None else wgt[r], out=out[r], after=after)
 
         if not ordered:                  # rows no device took (none kept there) stay zero
             taken = np.zeros(self.nrow, bool)
             for r in self._rows:
                 taken[r] = True
             out[~taken] = 0
-        with _gathered_warnings(len(self.engines)):
-            on_devices([partial(share, k) for k in range(len(self.engines))])
+        with self._one_call, _gathered_warnings(len(self.engines)):
+            _in_order(len(self.engines), share, -1 if ordered else 0)
         return out
+
+
+class _ShareAbandoned(Exception):
+    """A device's share left out of the sum: the share it comes after failed (that error is
+    the one raised)."""
+
+
+def _in_order(count: int, share, step: int) -> None:
+    """``share(k, after)`` for each device k at once (`on_devices`), where ``after`` (None
+    for ``step`` 0 and for the chain's first) returns once device ``k - step`` has ended:
+    the fixed order in which a device list sums its shares into one output.  A device
+    whose predecessor failed raises `_ShareAbandoned` from ``after`` and adds nothing (its
+    output is not there to add to; an overflow counted on it would hide the real error);
+    the first real failure is raised once all have ended.  Each device is started after
+    the one it waits for, so waiting devices can never hold every thread of the pool
+    while the one they wait for waits for a thread."""
+    done = [threading.Event() for _ in range(count)]
+    failed = [False] * count
+
+    def waiting_for(j):
+        def after():
+            done[j].wait()
+            if failed[j]:
+                raise _ShareAbandoned
+        return after
+
+    def run(k):
+        j = k - step
+        try:
+            share(k, waiting_for(j) if step and 0 <= j < count else None)
+        except _ShareAbandoned:
+            failed[k] = True
+        except BaseException:
+            failed[k] = True
+            raise
+        finally:
+            done[k].set()
+
+    order = range(count - 1, -1, -1) if step > 0 else range(count)
+    on_devices([partial(run, k) for k in order])
 
 
 def _checked_prefetch(prefetch, shapes: dict):
