@@ -43,8 +43,15 @@ def test_download_add_adds_every_value_once_and_counts_overflow(rng, queue, thro
     with np.errstate(over="ignore"):
         expected = host + values
     original, seen = host.copy(), []
-    count = download_add(queue, buffer, host, staging, before=lambda: seen.append(host.copy()))
+    locked = []
+
+    def before():
+        seen.append(host.copy())
+        locked.append(staging is not None and staging._lock.locked())
+
+    count = download_add(queue, buffer, host, staging, before=before)
     np.testing.assert_array_equal(seen[0], original)                  # nothing added before ``before``
+    assert locked == [False]              # (it may wait for another device: the staging stays free meanwhile)
     np.testing.assert_array_equal(host, expected)
     assert count == 1
 

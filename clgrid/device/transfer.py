@@ -120,11 +120,16 @@ class Staging:
     def download_add(self, buffer: cl.Buffer, host: np.ndarray, before=None) -> int:
         """``host += `` the start of ``buffer`` (C-contiguous, of ``host``'s dtype), piece by
         piece as they cross (each piece added while the next crosses), once ``before()``
-        (None: at once) has returned; how many sums are inf or NaN."""
+        (None: at once) has returned; how many sums are inf or NaN.  ``before()`` runs
+        before the staging is taken: it may wait for another device, and the staging's lock
+        held meanwhile would stall every copy of this queue (and two device lists on the
+        same devices in other orders would each hold what the other waits for)."""
         flat = host.reshape(-1)
         per_piece = max(1, self.piece // flat.itemsize)
         starts = list(range(0, flat.size, per_piece))
         not_finite = 0
+        if before is not None:
+            before()
         with self._lock:
             events = {}
 
@@ -135,8 +140,6 @@ class Staging:
 
             if starts:
                 fetch(0)
-            if before is not None:
-                before()
             for i, start in enumerate(starts):
                 if i + 1 < len(starts):
                     fetch(i + 1)
