@@ -21,6 +21,7 @@ import pyopencl as cl
 
 from ..device.host_threads import in_background
 from ..device.transfer import shared_staging, upload
+from .stream import DEVICE_SHARE
 
 __all__ = ["PrefetchedValues", "transfer_queue", "values_key"]
 
@@ -61,8 +62,15 @@ class PrefetchedValues:
         if not prefetch or self.staging is None or self._stream is not None or self._max_planes is not None \
                 or nsample > self._part_samples or not nsample:
             return
+        # the early buffers live beside the planning's scratch, which the engine's memory
+        # model (set-up or call, the larger) does not count together: only where both fit
+        extra = nsample * (np.dtype(self.complex).itemsize + np.dtype(self.real).itemsize)
+        if self.device_bytes() + extra > self.facts.global_memory * DEVICE_SHARE:
+            return
         ctx, mf = self.queue.context, cl.mem_flags
-        early = SimpleNamespace(key=values_key(prefetch),
+        # the given arrays held until the call takes them: their memory is the key, and an
+        # array dropped and another made at its address must not match
+        early = SimpleNamespace(key=values_key(prefetch), given=dict(prefetch),
                                 vis=cl.Buffer(ctx, mf.READ_WRITE, nsample * np.dtype(self.complex).itemsize),
                                 wgt=cl.Buffer(ctx, mf.READ_ONLY, nsample * np.dtype(self.real).itemsize))
         sends = [(np.asarray(prefetch["vis"], self.complex), early.vis)]
