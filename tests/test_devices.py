@@ -144,6 +144,41 @@ def test_devices_shares_go_into_one_output_in_order(rng, monkeypatch, sparse):
     assert np.array_equal(a, b)
 
 
+def test_the_sums_run_in_their_documented_order(rng, monkeypatch):
+    """Three queues, slabs of planes: dirty2vis's first device writes and each next one
+    waits for the one before it; vis2dirty's last device writes and each one before it
+    waits for the one after it (the device holding most samples, the first, comes first
+    in one chain and last in the other, where it usually ends: docs/design/architecture.md)."""
+    from clgrid.imaging import engine as imaging_engine
+
+    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
+    kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", **kw)
+    index = {id(e): k for k, e in enumerate(op.engines)}
+    seen = []
+    for name in ("vis2dirty", "dirty2vis"):
+        real = getattr(imaging_engine.ImagingEngine, name)
+
+        def spy(self, *args, __real=real, __name=name, **kwargs):
+            after = kwargs.get("after")
+            if after is None:
+                seen.append((__name, index[id(self)], "writes"))
+            else:
+                def waited():
+                    after()
+                    seen.append((__name, index[id(self)], "adds"))
+                kwargs["after"] = waited
+            return __real(self, *args, **kwargs)
+
+        monkeypatch.setattr(imaging_engine.ImagingEngine, name, spy)
+    op.vis2dirty(vis, wgt)
+    assert [s for s in seen if s[0] == "vis2dirty"] == [("vis2dirty", 2, "writes"), ("vis2dirty", 1, "adds"),
+                                                        ("vis2dirty", 0, "adds")]
+    op.dirty2vis(rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32), wgt)
+    assert [s for s in seen if s[0] == "dirty2vis"] == [("dirty2vis", 0, "writes"), ("dirty2vis", 1, "adds"),
+                                                        ("dirty2vis", 2, "adds")]
+
+
 def test_device_images_are_summed_as_they_come_down(rng, monkeypatch):
     """Three queues, the device FFT path ("mapped") with pinned staging in 4 KiB pieces
     (forced on this CPU device): each device's image is written (the last) or added into

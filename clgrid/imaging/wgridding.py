@@ -369,7 +369,7 @@ class _ShareAbandoned(Exception):
 
 def _in_order(count: int, share, step: int) -> None:
     """``share(k, after)`` for each device k at once (`on_devices`), where ``after`` (None
-    for ``step`` 0 and for the chain's first) returns once device ``k - step`` has ended:
+    for ``step`` 0 and for the chain's first) returns once device ``k + step`` has ended:
     the fixed order in which a device list sums its shares into one output.  A device
     whose predecessor failed raises `_ShareAbandoned` from ``after`` and adds nothing (its
     output is not there to add to; an overflow counted on it would hide the real error);
@@ -387,7 +387,7 @@ def _in_order(count: int, share, step: int) -> None:
         return after
 
     def run(k):
-        j = k - step
+        j = k + step
         try:
             share(k, waiting_for(j) if step and 0 <= j < count else None)
         except _ShareAbandoned:
