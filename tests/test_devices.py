@@ -309,6 +309,38 @@ def test_row_bounds_and_slab_bounds_share_out_everything(rng):
     assert imaging_split.row_bounds(None, 2, 4, 3) == [(0, 1), (1, 2), (2, 2)]
 
 
+def test_a_sample_of_rows_balances_as_all_rows_do(rng):
+    """A planes split balanced on a sample of the rows (`wgridding._balance_rows`: random,
+    not every k-th, which on time-ordered tracks sees few baselines) with the planes the
+    exact |w| range reaches (`split.active_planes`: a sample misses the few samples of the
+    highest planes, whose FFTs cost as much as any) cuts where all rows do, within a plane,
+    for |w| without gaps between its extremes (as tracks give)."""
+    from clgrid.imaging.geometry import abs_w_range, choose_geometry
+    from clgrid.imaging.wgridding import _balance_rows
+
+    nrow, nchan = 400_000, 4
+    scale = np.linspace(1.3e9, 1.5e9, nchan) / C
+    # most |w| small, few large, none missing up to the longest (an array's tracks: no gaps)
+    w = 1500.0 * rng.random(nrow) ** 4 * rng.choice([-1.0, 1.0], nrow)
+    uvw = np.column_stack([rng.uniform(-4e3, 4e3, (nrow, 2)), w])
+    w_range = abs_w_range(uvw, scale, None)
+    g = choose_geometry(2048, 2048, 1e-4, 1e-4, 1e-4, True, w_range, nrow * nchan, False, False, 0.0, 0.0, 1.1, 2.6,
+                        "single", True)
+    assert g.num_planes > 100, g.num_planes
+    every = imaging_split.plane_counts(imaging_split.first_planes(uvw, scale, None, g), g)
+    rows = _balance_rows(nrow, nchan)
+    assert rows.size < nrow and np.all(np.diff(rows) >= 0)
+    sampled = imaging_split.plane_counts(imaging_split.first_planes(uvw[rows], scale, None, g), g) * (nrow / rows.size)
+    active = imaging_split.active_planes(w_range, g)
+    reached = np.convolve(every, np.ones(g.kernel.support))[:g.num_planes] > 0
+    assert np.array_equal(active, reached)        # (where |w| leaves no plane empty between its extremes)
+    for slabs in (2, 3, 4):
+        exact = imaging_split.slab_bounds(every, g, slabs, sample_weight=2.0)
+        estimate = imaging_split.slab_bounds(sampled, g, slabs, sample_weight=2.0, active=active)
+        assert max(abs(a[1] - b[1]) for a, b in zip(exact, estimate)) <= 1, (exact, estimate)
+    assert _balance_rows(1000, 4) == slice(None)
+
+
 def test_calls_on_one_operator_from_two_threads_take_turns(rng):
     """A vis2dirty and a dirty2vis of one planes-split operator from two threads: each
     device's engine waits for another device of its call while holding its lock, and the

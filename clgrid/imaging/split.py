@@ -24,7 +24,10 @@ Balance.  A plane costs its FFT and per-pixel work where any tap falls on it, pl
 taps' W x W cells (`clgrid.imaging.geometry.imaging_work`, from the histogram of first
 planes, `plane_counts`), the cells weighed by the device's ``split_sample_weight`` (the
 tuning table: how much more a tap costs there, against an FFT, than the model says);
-`slab_bounds` cuts the planes into contiguous slabs with the smallest largest cost.
+`slab_bounds` cuts the planes into contiguous slabs with the smallest largest cost.  A
+device list balances on a random sample of its rows, and takes the planes with an FFT from
+the exact |w| range (`active_planes`): a sample misses the few samples of the highest
+planes.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ import numpy as np
 from ..device.host_threads import in_slices
 from .geometry import ImageGeometry, imaging_work
 
-__all__ = ["SPLITS", "touching", "first_planes", "plane_counts", "slab_bounds", "fill", "slab_masks",
-           "row_bounds"]
+__all__ = ["SPLITS", "touching", "first_planes", "plane_counts", "active_planes", "slab_bounds", "fill",
+           "slab_masks", "row_bounds"]
 
 SPLITS = ("auto", "planes", "rows")
 BLOCK_SAMPLES = 1 << 15        # samples a host thread takes at a time in `first_planes`
@@ -91,12 +94,26 @@ def plane_counts(first: np.ndarray, geometry: ImageGeometry, workers: int = 1) -
     return counts
 
 
+def active_planes(w_range, geometry: ImageGeometry) -> np.ndarray:
+    """Which planes (num_planes,) samples with |w| in ``w_range`` = (lo, hi) wavelengths
+    reach: all from the first plane of ``lo`` to the last tap of ``hi``'s (a continuous
+    range of |w|, as an array's tracks give: a sample of the rows misses the few samples
+    of the highest planes, whose FFTs cost as much as any)."""
+    g = geometry
+    first = g.first_planes(np.asarray(w_range, np.float64))
+    active = np.zeros(g.num_planes, bool)
+    lo, hi = int(max(first.min(), 0)), int(min(first.max() + g.kernel.support, g.num_planes))
+    active[lo:hi] = True
+    return active
+
+
 def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | None = None,
-                sample_weight: float = 1.0) -> list:
+                sample_weight: float = 1.0, active=None) -> list:
     """``slabs`` contiguous ranges (lo, hi) of the planes ``planes`` (default: all), in
     order, that cover them with the smallest largest work (`imaging_work` per plane: its
-    FFT where any tap falls on it, its taps' cells times ``sample_weight``: the tuning
-    table's ``split_sample_weight`` for the device).  ``counts``: kept samples per first
+    FFT where any tap falls on it, or where ``active`` (num_planes,) says (`active_planes`,
+    for ``counts`` from a sample of the rows), its taps' cells times ``sample_weight``: the
+    tuning table's ``split_sample_weight`` for the device).  ``counts``: kept samples per first
     plane (num_planes,), or a list of such histograms (one per chunk), summed.  Trailing
     ranges are empty (lo == hi) where fewer suffice."""
     g, support = geometry, geometry.kernel.support
@@ -106,7 +123,8 @@ def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | Non
     if first.size == 0:
         first = np.zeros(g.num_planes, np.int64)
     taps = np.convolve(first, np.ones(support, np.int64))[:g.num_planes]     # samples with a tap on each plane
-    work = imaging_work(taps * float(support) ** 2 * float(sample_weight), taps > 0, g.nu, g.nv)[planes.start:planes.stop]
+    active = taps > 0 if active is None else np.asarray(active, bool)
+    work = imaging_work(taps * float(support) ** 2 * float(sample_weight), active, g.nu, g.nv)[planes.start:planes.stop]
     if not np.any(work):
         return [(planes.start, planes.start)] * slabs
     # the smallest largest sum that `slabs` ranges reach, by bisection; ``high`` always

@@ -58,7 +58,7 @@ from .engine import SPARSE_SHARE, ImagingEngine, check_samples
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
-from .split import SPLITS, first_planes, plane_counts, row_bounds, slab_bounds, touching
+from .split import SPLITS, active_planes, first_planes, plane_counts, row_bounds, slab_bounds, touching
 from ..device.runtime import get_queue
 from ..planning.device_points import abs_w_range as device_w_range, check_device_uvw, is_device_array
 
@@ -69,8 +69,9 @@ __all__ = ["WGridder", "vis2dirty", "dirty2vis"]
 RECENTRE = True
 
 
-# samples the planes split balances its slabs on (every k-th row): the devices' planning
-# then selects each slab's samples exactly
+# samples the planes split balances its slabs on (rows drawn at random, `_balance_rows`), with
+# the planes the exact |w| range reaches: the devices' planning then selects each slab's
+# samples exactly
 BALANCE_SAMPLES = 1 << 16
 
 
@@ -213,7 +214,7 @@ class WGridder:
                                           prefetch=_checked_prefetch(prefetch, shapes), **engine)]
         else:
             self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers,
-                                _checked_prefetch(prefetch, shapes))
+                                _checked_prefetch(prefetch, shapes), w_range)
         self.engine = self.engines[0]
         if verbosity:
             g, choice = geometry, geometry.kernel
@@ -224,7 +225,8 @@ class WGridder:
                       f"fft {e.fft_mode}" + (f", device {e.queue.device.name.strip()}" if len(self.engines) > 1
                                              else ""))
 
-    def _setup_devices(self, devices, split, uvw, keep, num_kept, engine, workers, prefetch=None):
+    def _setup_devices(self, devices, split, uvw, keep, num_kept, engine, workers, prefetch=None,
+                       w_range=None):
         """Share the samples out between ``devices`` (module `clgrid.imaging.split`), check
         that each device can take its share, and build an engine on each (at once)."""
         g, queues = self.geometry, queues_for(devices)
@@ -237,12 +239,14 @@ class WGridder:
         if split == "planes":
             # the slabs balanced on a sample of the rows; each device's planning keeps,
             # exactly, the samples with a tap on its slab (plan_stacked's planes)
-            step = max(1, self.nrow * self.nchan // BALANCE_SAMPLES)
-            sampled = slice(None, None, step)
+            sampled = _balance_rows(self.nrow, self.nchan)
+            taken = self.nrow if isinstance(sampled, slice) else sampled.size
             # (on one thread: for this few samples, threads cost more than they save)
             first = first_planes(uvw[sampled], engine["scale"], None if keep is None else keep[sampled], g)
-            counts = plane_counts(first, g) * float(step)
-            bounds = slab_bounds(counts, g, len(queues), self.planes, sample_weight(queues[0], engine['tuning']))
+            counts = plane_counts(first, g) * (self.nrow / taken)
+            active = None if isinstance(sampled, slice) or w_range is None else active_planes(w_range, g)
+            bounds = slab_bounds(counts, g, len(queues), self.planes, sample_weight(queues[0], engine['tuning']),
+                                 active)
             del first
             planes = np.arange(g.num_planes)
             for i, (lo, hi) in enumerate(bounds):
@@ -400,6 +404,18 @@ def _in_order(count: int, share, step: int) -> None:
 
     order = range(count - 1, -1, -1) if step > 0 else range(count)
     on_devices([partial(run, k) for k in order])
+
+
+def _balance_rows(nrow: int, nchan: int):
+    """The rows whose samples balance a planes split: all (a slice) where they are few, else
+    about `BALANCE_SAMPLES` samples' worth drawn at random with a fixed seed (the same for
+    the same data), in order.  Not every k-th row: rows come time by time, baseline by
+    baseline, and a stride sharing a factor with the number of baselines would see a few
+    baselines only (|w| belongs to the baseline)."""
+    wanted = max(1, BALANCE_SAMPLES // max(nchan, 1))
+    if nrow <= wanted:
+        return slice(None)
+    return np.sort(np.random.default_rng(0x5EED).integers(0, nrow, wanted))
 
 
 def _checked_prefetch(prefetch, shapes: dict):
