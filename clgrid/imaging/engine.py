@@ -430,13 +430,18 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
     def _launch_spread(self, plane: int, wait_for=None):
         """Spread this call's values onto ``plane`` of the grid, part by part; the last event
         (the queue is in order), or None."""
+        return self._on_plane(plane, lambda part, p: self.spreader.grid(part.values, 1, self._grid, wait_for, plane=p))
+
+    def _on_plane(self, plane: int, launch):
+        """``launch(part, plane in the part's stack)`` (its events) for each part with taps on
+        ``plane``, each group of a streaming engine entered first; the last event, or None."""
         events = []
         for at in ([None] if self._stream is None else self._stream_groups(plane)):
             if at is not None:
                 self._stream_enter(*at)
             for part in self._parts:
                 if plane in part.planes:
-                    events += self.spreader.grid(part.values, 1, self._grid, wait_for, plane=plane - part.base)
+                    events += launch(part, plane - part.base)
         return events[-1] if events else None
 
     def stage_seconds(self, direction: str) -> float:
@@ -457,14 +462,8 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def _launch_interp(self, plane: int, wait_for=None):
         """Add ``plane``'s share to the values, part by part; the last event, or None."""
-        events = []
-        for at in ([None] if self._stream is None else self._stream_groups(plane)):
-            if at is not None:
-                self._stream_enter(*at)
-            for part in self._parts:
-                if plane in part.planes:
-                    events += self.interpolator.degrid(part.values, 1, self._grid, wait_for, plane=plane - part.base)
-        return events[-1] if events else None
+        return self._on_plane(plane, lambda part, p: self.interpolator.degrid(part.values, 1, self._grid, wait_for,
+                                                                               plane=p))
 
     def _check_values(self, name, a, shape, complex_ok: bool = False):
         """Refuse ``a`` unless it has ``shape`` and numbers the operator can take: integers
