@@ -99,23 +99,8 @@ class Staging:
             cl.enqueue_copy(self.queue, host, buffer, wait_for=wait_for).wait()
             return
         dst = _bytes(host)
-        with self._lock:
-            starts = list(range(0, dst.size, self.piece))
-            events = {}
-
-            def fetch(i):
-                n = min(self.piece, dst.size - starts[i])
-                events[i] = cl.enqueue_copy(self.queue, self._host[i % 2][:n], buffer, src_offset=starts[i],
-                                            is_blocking=False, wait_for=wait_for)
-
-            if starts:
-                fetch(0)
-            for i, start in enumerate(starts):
-                if i + 1 < len(starts):
-                    fetch(i + 1)                          # the next piece crosses while this one is copied
-                events[i].wait()
-                n = min(self.piece, dst.size - start)
-                _parallel_copy(dst[start:start + n], self._host[i % 2][:n])
+        self._pieces_down(buffer, dst.size, self.piece,
+                          lambda at, piece: _parallel_copy(dst[at:at + piece.size], piece), wait_for)
 
     def download_add(self, buffer: cl.Buffer, host: np.ndarray, before=None) -> int:
         """``host += `` the start of ``buffer`` (C-contiguous, of ``host``'s dtype), piece by
@@ -125,29 +110,35 @@ class Staging:
         held meanwhile would stall every copy of this queue (and two device lists on the
         same devices in other orders would each hold what the other waits for)."""
         flat = host.reshape(-1)
-        per_piece = max(1, self.piece // flat.itemsize)
-        starts = list(range(0, flat.size, per_piece))
-        not_finite = 0
+        size = flat.itemsize
         if before is not None:
             before()
+        counts = []
+        self._pieces_down(buffer, flat.nbytes, self.piece - self.piece % size,
+                          lambda at, piece: counts.append(_parallel_add(flat[at // size:(at + piece.size) // size],
+                                                                        piece.view(flat.dtype))))
+        return sum(counts)
+
+    def _pieces_down(self, buffer: cl.Buffer, nbytes: int, step: int, use, wait_for=None) -> None:
+        """The first ``nbytes`` of ``buffer`` brought down in pieces of ``step`` bytes through
+        the two pinned buffers in turn, ``use(offset, piece)`` (piece: the pinned bytes) called
+        on each while the next crosses; under the staging's lock."""
+        starts = list(range(0, nbytes, step))
+        events = {}
+
+        def fetch(i):
+            n = min(step, nbytes - starts[i])
+            events[i] = cl.enqueue_copy(self.queue, self._host[i % 2][:n], buffer, src_offset=starts[i],
+                                        is_blocking=False, wait_for=wait_for)
+
         with self._lock:
-            events = {}
-
-            def fetch(i):
-                n = min(per_piece, flat.size - starts[i]) * flat.itemsize
-                events[i] = cl.enqueue_copy(self.queue, self._host[i % 2][:n], buffer,
-                                            src_offset=starts[i] * flat.itemsize, is_blocking=False)
-
             if starts:
                 fetch(0)
             for i, start in enumerate(starts):
                 if i + 1 < len(starts):
-                    fetch(i + 1)
+                    fetch(i + 1)                          # the next piece crosses while this one is used
                 events[i].wait()
-                n = min(per_piece, flat.size - start)
-                piece = self._host[i % 2][:n * flat.itemsize].view(flat.dtype)
-                not_finite += _parallel_add(flat[start:start + n], piece)
-        return not_finite
+                use(start, self._host[i % 2][:min(step, nbytes - start)])
 
 
 class _PinnedBlock:
