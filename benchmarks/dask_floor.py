@@ -41,16 +41,7 @@ import numpy as np
 import clgrid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-
-def median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+from timing import median_time  # noqa: E402
 
 
 def _held(npix: int):
@@ -121,11 +112,11 @@ def exchange_costs(client, megabytes: int, repeats: int) -> dict:
 
     fresh = iter(range(10 ** 6))
     out = {"megabytes": megabytes, "shared_memory": True,
-           "same_worker_s": median(lambda: moved(made, (n,), workers[0]), repeats),
-           "socket_s": median(lambda: moved(made, (n,), workers[1]), repeats),
-           "fresh_file_s": median(lambda: moved(made_shared, (n, exchange.place(kept, f"f{next(fresh)}")),
+           "same_worker_s": median_time(lambda: moved(made, (n,), workers[0]), repeats),
+           "socket_s": median_time(lambda: moved(made, (n,), workers[1]), repeats),
+           "fresh_file_s": median_time(lambda: moved(made_shared, (n, exchange.place(kept, f"f{next(fresh)}")),
                                                 workers[1]), repeats),
-           "kept_file_s": median(lambda: moved(made_shared, (n, exchange.place(kept, "k")), workers[1]), repeats)}
+           "kept_file_s": median_time(lambda: moved(made_shared, (n, exchange.place(kept, "k")), workers[1]), repeats)}
     exchange.forget()
     client.run(exchange.release)
     return out
@@ -147,7 +138,7 @@ def one_size(client, n: int, npix: int, data: dict, a) -> dict:
     out = {"workers": n, "npix": npix, "num_vis": int(vis.size)}
     operator = clgrid.WGridder(uvw, freq, npix, npix, pix, pix, a.epsilon, True, device=a.device,
                                precision="single", nthreads=a.threads)
-    out["one_process_s"] = median(lambda: operator.vis2dirty(vis), a.repeats)
+    out["one_process_s"] = median_time(lambda: operator.vis2dirty(vis), a.repeats)
     reference = operator.vis2dirty(vis)
     operator = None                  # (its device memory freed before the cluster runs)
 
@@ -169,7 +160,7 @@ def one_size(client, n: int, npix: int, data: dict, a) -> dict:
         return image
 
     first = call()
-    out["dask_s"] = median(call, a.repeats)
+    out["dask_s"] = median_time(call, a.repeats)
     runs.sort(key=lambda r: r[0])
     out["breakdown"] = runs[(len(runs) - 1) // 2][1]
     out["error_vs_one_process"] = float(np.linalg.norm(first - reference) / np.linalg.norm(reference))
@@ -179,21 +170,21 @@ def one_size(client, n: int, npix: int, data: dict, a) -> dict:
     def on_worker(fn, *args):
         return client.compute(dask.delayed(fn, pure=False)(*args), workers=[worker]).result()
 
-    out["round_trip_s"] = median(lambda: on_worker(nothing), a.repeats)
-    out["image_return_s"] = median(lambda: on_worker(held_image, npix), a.repeats)
-    out["image_sum_s"] = median(lambda: on_worker(held_sum, npix), a.repeats) - out["image_return_s"]
+    out["round_trip_s"] = median_time(lambda: on_worker(nothing), a.repeats)
+    out["image_return_s"] = median_time(lambda: on_worker(held_image, npix), a.repeats)
+    out["image_sum_s"] = median_time(lambda: on_worker(held_sum, npix), a.repeats) - out["image_return_s"]
 
     def shared():
         box = open_box((npix, npix), np.float32)
         return collect(box, [on_worker(held_delivered, npix, box)], [0])
 
-    out["image_shared_s"] = median(shared, a.repeats)
+    out["image_shared_s"] = median_time(shared, a.repeats)
     image = reference.astype(np.float32)
-    out["pickle_s"] = median(lambda: pickle.loads(pickle.dumps(image, protocol=5)), a.repeats)
+    out["pickle_s"] = median_time(lambda: pickle.loads(pickle.dumps(image, protocol=5)), a.repeats)
     from clgrid.dask.slabs import values_at
 
     flat = np.arange(vis.size, dtype=np.int32)
-    out["values_s"] = median(lambda: values_at(vis, None, flat, a.threads), a.repeats)
+    out["values_s"] = median_time(lambda: values_at(vis, None, flat, a.threads), a.repeats)
     client.run(cd.clear_cache)
     cd.clear_cache()
     return out

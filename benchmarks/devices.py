@@ -54,6 +54,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in os.environ.get("
 
 import clgrid  # noqa: E402
 from report import report  # noqa: E402
+from timing import interleaved, timed  # noqa: E402,F401  (timed: also split_sweep's)
 
 SPEED_OF_LIGHT = 299792458.0
 SETS = {"large": (4_000_000, 16, 8192), "small": (250_000, 16, 4096), "medium": (100_000, 16, 1024),
@@ -91,23 +92,6 @@ def make_set(rows: int, nchan: int, npix: int) -> dict:
 def error(x, y) -> float:
     return float(np.linalg.norm(np.asarray(x, np.complex128 if np.iscomplexobj(x) else np.float64) - y)
                  / np.linalg.norm(y))
-
-
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
-
-
-def interleaved(runs: dict, repeats: int) -> tuple:
-    """Each run once (warm-up; its output kept), then ``repeats`` rounds of all, interleaved:
-    (medians, all times, the warm-up outputs)."""
-    outputs = {k: fn() for k, fn in runs.items()}
-    times = {k: [] for k in runs}
-    for _ in range(repeats):
-        for k, fn in runs.items():
-            times[k].append(timed(fn)[0])
-    return {k: float(np.median(v)) for k, v in times.items()}, times, outputs
 
 
 # -- one process --------------------------------------------------------------------------

@@ -22,13 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import clgrid  # noqa: E402
 from clgrid.imaging.devices import add_at  # noqa: E402
-from devices import SETS, expand, make_set, timed  # noqa: E402
-
-
-def median_time(fn, repeats):
-    """The median of ``repeats`` timed calls of ``fn`` after one untimed."""
-    fn()
-    return float(np.median([timed(fn)[0] for _ in range(repeats)]))
+from devices import SETS, expand, make_set  # noqa: E402
+from timing import median_time  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -38,6 +38,7 @@ from clgrid.imaging import stream as stream_module
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from large_images import pixel_size, tracks  # noqa: E402
 from report import report  # noqa: E402
+from timing import interleaved  # noqa: E402
 
 
 def main(argv=None):
@@ -119,16 +120,10 @@ def main(argv=None):
     runs["in_turn_dirty2vis"] = in_turn(runs["streamed_dirty2vis"])
     skip = {v for v in a.skip.split(",") if v}
     runs = {k: fn for k, fn in runs.items() if k.rsplit("_", 1)[0] not in skip}
-    outputs = {k: fn() for k, fn in runs.items()}                 # warm-up, and the results
-    samples = {k: [] for k in runs}
-    for _ in range(a.repeats):
-        for k, fn in runs.items():
-            t = time.perf_counter()
-            fn()
-            samples[k].append(time.perf_counter() - t)
+    medians, samples, outputs = interleaved(runs, a.repeats)      # (the warm-up's outputs kept)
     for k, v in samples.items():
-        res[f"{k}_s"] = float(np.median(v))
-        print(f"{k:24s} {np.median(v):8.3f} s  (all {np.round(v, 3).tolist()})", flush=True)
+        res[f"{k}_s"] = medians[k]
+        print(f"{k:24s} {medians[k]:8.3f} s  (all {np.round(v, 3).tolist()})", flush=True)
 
     def err(x, y):
         return float(np.linalg.norm(np.asarray(x, np.complex128) - y) / np.linalg.norm(y))

@@ -31,6 +31,7 @@ from clgrid.imaging import wgridding
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from large_images import pixel_size, tracks  # noqa: E402
 from report import report  # noqa: E402
+from timing import interleaved  # noqa: E402
 
 
 def main(argv=None):
@@ -79,16 +80,10 @@ def main(argv=None):
     for name, op in ops.items():
         runs[f"{name}_vis2dirty"] = lambda op=op: op.vis2dirty(vis)
         runs[f"{name}_dirty2vis"] = lambda op=op: op.dirty2vis(dirty)
-    outputs = {k: fn() for k, fn in runs.items()}                 # warm-up, and the results
-    samples = {k: [] for k in runs}
-    for _ in range(a.repeats):
-        for k, fn in runs.items():
-            t = time.perf_counter()
-            fn()
-            samples[k].append(time.perf_counter() - t)
+    medians, samples, outputs = interleaved(runs, a.repeats)      # (the warm-up's outputs kept)
     for k, v in samples.items():
-        res[f"{k}_s"] = float(np.median(v))
-        print(f"{k:28s} {np.median(v):8.3f} s  (all {np.round(v, 3).tolist()})", flush=True)
+        res[f"{k}_s"] = medians[k]
+        print(f"{k:28s} {medians[k]:8.3f} s  (all {np.round(v, 3).tolist()})", flush=True)
 
     def err(x, y):
         return float(np.linalg.norm(np.asarray(x, np.complex128) - y) / np.linalg.norm(y))
