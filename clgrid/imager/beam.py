@@ -71,8 +71,8 @@ def _fit_box(psf, box_x: int, box_y: int, estimate: float, quadrant: bool):
 
     def jacobian(p, g):
         sx, sy, beta = p
-        return np.column_stack([(beta * xy / (sx * sx * sy) + xx / sx ** 3) * g,
-                                (beta * xy / (sy * sy * sx) + yy / sy ** 3) * g,
+        return np.column_stack([(xx / sx ** 3 - beta * xy / (sx * sx * sy)) * g,
+                                (yy / sy ** 3 - beta * xy / (sy * sy * sx)) * g,
                                 xy / (sx * sy) * g])
 
     start = max(estimate, 1e-3) / _SIGMA_TO_FWHM
