@@ -494,11 +494,23 @@ def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(r
     predicted = (rng.normal(size=1000) + 1j * rng.normal(size=1000)).astype(np.complex64)
     pieces = tuple(np.split(predicted, [300, 650]))
     path = str(tmp_path / "shares")                 # any file system: the mapping is the same
-    first = exchange.share_stamped(path, pieces, b"a" * exchange.STAMP)
+    lengths = [len(p) for p in pieces]
+
+    def share(values, stamp):
+        room = exchange.stamped_room(path, values.size, values.dtype)
+        room[:] = values
+        return exchange.stamped_shares(path, lengths, values.dtype, stamp)
+
+    first = share(predicted, b"a" * exchange.STAMP)
     assert all(isinstance(p, exchange.Shared) for p in first)
     with exchange.reading(list(first) + [None]) as arrays:
         assert all(np.array_equal(a, p) for a, p in zip(arrays, pieces)) and arrays[-1] is None
-    exchange.share_stamped(path, tuple(2 * p for p in pieces), b"b" * exchange.STAMP)
+    room = exchange.stamped_room(path, predicted.size, predicted.dtype)       # another call writing: refused
+    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+        with exchange.reading(list(first)):
+            pass
+    room[:] = 2 * predicted
+    exchange.stamped_shares(path, lengths, predicted.dtype, b"b" * exchange.STAMP)
     with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
         with exchange.reading(list(first)):
             pass

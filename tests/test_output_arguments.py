@@ -171,6 +171,35 @@ def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng
     assert relative_error(out, ducc0.dirty2vis(epsilon=1e-12, **d2v)) < 1e-9
 
 
+@pytest.mark.parametrize("devices", ["one", "list", "facets"])
+def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices):
+    """`WGridder.dirty2vis(out=)`: a poisoned C-contiguous out written directly (one
+    device, a device list, facets), a strided or big-endian one through a copy; each the
+    array returned, equal to the call without ``out`` and to ducc0 at 1e-12 to epsilon; a
+    wrong dtype refused naming ``out``, before it is written."""
+    from clgrid.imaging.wgridding import WGridder
+
+    ducc0 = optional("ducc0.wgridder", "compare")
+    uvw, freq, _ = wgridding_data(rng)
+    freq = np.array([1.0e8, 1.2e8])
+    kw = dict(device=[device_name, device_name]) if devices == "list" else dict(device=device_name)
+    if devices == "facets":
+        kw["facets"] = (2, 1)
+    op = WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, **kw)
+    image = rng.normal(size=(32, 32))
+    fresh = op.dirty2vis(image)
+    assert relative_error(fresh, ducc0.dirty2vis(uvw=uvw, freq=freq, dirty=image, pixsize_x=2e-3, pixsize_y=2e-3,
+                                                 epsilon=1e-12, do_wgridding=True)) < 1e-9
+    for out in (np.full((300, 2), np.nan, complex), np.full((2, 300), np.nan, complex).T,
+                np.full((300, 2), np.nan, ">c16")):
+        assert op.dirty2vis(image, out=out) is out
+        assert relative_error(out, fresh) < 1e-14
+    wrong = np.full((300, 2), 7, np.complex64)
+    with pytest.raises(TypeError, match=r"out must be a complex128 array of shape \(300, 2\)"):
+        op.dirty2vis(image, out=wrong)
+    assert np.all(wrong == 7)
+
+
 def test_check_output_is_the_one_check(queue):
     """The function each operator calls: its errors name the argument and the expectation."""
     from clgrid.operators.checks import check_output

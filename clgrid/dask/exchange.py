@@ -30,7 +30,7 @@ machine, asked once per set of workers).
 
 `dirty2vis` returns a lazy array, computed after the call: its image is written once
 by the client (`publish`) and each slab's prediction for its chunks by the slab's task
-(`share_stamped`), both behind a stamp that the readers check before and after reading
+(straight into `stamped_room`, then `stamped_shares`), both behind a stamp that the readers check before and after reading
 (`taken`, `reading`), so a prediction computed after a later call on the same points
 rewrote the files refuses instead of reading the other call's arrays.
 """
@@ -54,7 +54,7 @@ import numpy as np
 from ..device.host_threads import in_slices
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
-           "write_into", "share", "share_stamped", "reading", "read", "readable", "remove", "host_identity",
+           "write_into", "share", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove", "host_identity",
            "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
@@ -77,7 +77,7 @@ class Shared:
     count: int
     dtype: str
     shape: tuple | None = None
-    stamp: bytes | None = None       # where the writer stamped the file (`share_stamped`)
+    stamp: bytes | None = None       # where the writer stamped the file (`stamped_shares`)
 
 
 def host_identity() -> tuple:
@@ -342,41 +342,37 @@ def _stamp_room(path: str, writable: bool) -> np.ndarray:
     return _region(f"{path}-stamp", 0, STAMP, writable)
 
 
-def share_stamped(path: str | None, pieces: tuple, stamp: bytes, threads: int = 1):
-    """In a task: consecutive ``pieces`` (one prediction cut per chunk) written into the
-    file ``path`` behind ``stamp`` (the call's published image's, cleared while writing),
-    as a `Shared` each that its reader checks (`reading`); the pieces themselves without
-    ``path`` or where the file cannot be made."""
-    if path is None or not pieces:
-        return pieces
-    whole = pieces[0].base if len(pieces) > 1 else None
-    total = sum(len(p) for p in pieces)
-    dtype = np.dtype(pieces[0].dtype)
+def stamped_room(path: str | None, total: int, dtype) -> np.ndarray | None:
+    """In a task: room for ``total`` values of ``dtype`` in the file ``path``, its stamp
+    cleared (a reader refuses it until `stamped_shares` stamps it again), for a prediction
+    written there directly; None without ``path`` or where the file cannot be made."""
+    if path is None:
+        return None
+    dtype = np.dtype(dtype)
     try:
         stamp_room = _stamp_room(path, True)
         stamp_room[:] = 0
-        room = _region(path, 0, max(total, 1) * dtype.itemsize, True).view(dtype)[:total]
+        return _region(path, 0, max(total, 1) * dtype.itemsize, True).view(dtype)[:total]
     except (OSError, ValueError):
-        return pieces
-    if whole is not None and whole.size == total and whole.dtype == dtype:
-        _copy(room, whole, threads)
-    else:
-        start = 0
-        for p in pieces:
-            _copy(room[start:start + len(p)], p, threads)
-            start += len(p)
-    stamp_room[:] = np.frombuffer(stamp, np.uint8)
+        return None
+
+
+def stamped_shares(path: str, lengths: list, dtype, stamp: bytes) -> tuple:
+    """In a task, once the room of `stamped_room` holds the prediction: ``stamp`` put back
+    and a `Shared` per piece (consecutive, of ``lengths``), each checked by its reader
+    (`reading`)."""
+    _stamp_room(path, True)[:] = np.frombuffer(stamp, np.uint8)
     out, start = [], 0
-    for p in pieces:
-        out.append(Shared(path, start, len(p), dtype.str, None, stamp))
-        start += len(p)
+    for n in lengths:
+        out.append(Shared(path, start, int(n), np.dtype(dtype).str, None, stamp))
+        start += int(n)
     return tuple(out)
 
 
 @contextlib.contextmanager
 def reading(parts: list):
     """In a task: ``parts`` (arrays, `Shared`) as arrays, the stamps of stamped ones
-    (`share_stamped`) checked before and after the block."""
+    (`stamped_shares`) checked before and after the block."""
     stamped = [p for p in parts if isinstance(p, Shared) and p.stamp is not None]
 
     def check():

@@ -330,7 +330,8 @@ def split(predicted: np.ndarray, parts: list) -> tuple:
 
 def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads: int = 1) -> np.ndarray:
     """One chunk's visibilities (shape): each slab's share added at its samples, in slab
-    order, then weighted; zero where masked.  On ``threads`` host threads, each over its
+    order (onto zeros, or, where the first slab takes the chunk whole, onto its share as
+    it is), then weighted; zero where masked.  On ``threads`` host threads, each over its
     own range of the chunk's samples (each selection is ascending, so a range's samples
     are a slice of it): the same operations on each sample in the same order as on one
     thread, so the same bits, and the output's fresh pages first touched in parallel."""
@@ -345,17 +346,25 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
         return np.searchsorted(flat, (r.start, r.stop)) if flat is not None else None
 
     def share_range(r):
-        part = out[r]
-        part[...] = 0
+        part, written = out[r], False
         with np.errstate(over="ignore", invalid="ignore"):      # counted below
             for flat, share in zip(taken, shares):
-                if flat is None:                  # (every sample of the chunk)
+                if flat is None:                  # (the chunk whole: every sample)
                     if share.size:
-                        part += share[r]
+                        if written:
+                            part += share[r]
+                        else:                     # the first share copied, not added to zeros
+                            np.copyto(part, share[r])
+                            written = True
                     continue
+                if not written:
+                    part[...] = 0
+                    written = True
                 a, b = cut(flat, r)
                 if b > a:
                     out[flat[a:b]] += share[a:b]          # (within r) a slab takes a sample at most once
+            if not written:
+                part[...] = 0
             found = [0, 0]
             if weights is not None:
                 if kept is None:

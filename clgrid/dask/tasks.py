@@ -301,14 +301,19 @@ def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, pla
     """One task of the planes split: its samples' shares of the visibilities (the taps on
     its planes, unweighted), one array per chunk of its group; with ``place`` (a file in
     shared memory) and a published image, written there behind the image's stamp
-    (`clgrid.dask.exchange.share_stamped`), a `Shared` per chunk returned instead."""
+    (written straight into `clgrid.dask.exchange.stamped_room`, then
+    `stamped_shares`), a `Shared` per chunk returned instead."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
+        stamped = place is not None and isinstance(dirty, exchange.Published)
+        dtype = complex_dtype(options["precision"])
         with lock, exchange.taken(dirty) as image:
-            pieces = split(operator.dirty2vis(image)[:, 0], points.parts)
-        if place is None or not isinstance(dirty, exchange.Published):
-            return pieces
-        return exchange.share_stamped(place, pieces, dirty.stamp, max(1, options["nthreads"]))
+            # the prediction written straight into the shared file (no copy of it after)
+            room = exchange.stamped_room(place, sum(points.lengths), dtype) if stamped else None
+            predicted = operator.dirty2vis(image, out=None if room is None else room[:, None])[:, 0]
+        if room is not None:
+            return exchange.stamped_shares(place, points.lengths, dtype, dirty.stamp)
+        return split(predicted, points.parts)
 
 
 def chunk_assemble(chunk, taken, shares, wgt, mask, dtype, threads: int = 1):

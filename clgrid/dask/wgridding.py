@@ -116,6 +116,7 @@ from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, tree_
 from .delivery import collect, deliver, discard, forget_boxes, kept_box
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .tasks import forget_operators
+from ..device.host_threads import count_not_finite
 from ..operators.checks import check_finite_result, check_output, precision_of
 
 try:
@@ -642,7 +643,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):
         if n and n != have:
             raise ValueError(f"{name}={n} does not match dirty's shape {dirty.shape}")
-    if not np.all(np.isfinite(dirty)):
+    if count_not_finite(dirty, exchange.copy_threads(dirty.nbytes, COPY_THREADS)):
         raise ValueError("dirty has NaN or infinite entries")
     _check_wgt(wgt)
     freq, freq_chunks = _frequencies(freq)

@@ -335,12 +335,23 @@ class WGridder:
             _in_order(len(self.engines), share, +1)
         return image
 
-    def dirty2vis(self, dirty, wgt=None) -> np.ndarray:
-        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint."""
+    def dirty2vis(self, dirty, wgt=None, out=None) -> np.ndarray:
+        """Visibilities (nrow, nchan) of the image ``dirty`` (npix_x, npix_y): the adjoint.
+
+        ``out``: None (a new array), or a writeable (nrow, nchan) array of the
+        visibilities' dtype (complex64 in single precision, complex128 in double) to write
+        them into, returned (a C-contiguous one in native byte order is written directly,
+        without a copy: a file mapping in shared memory, a pinned block; any other through
+        one)."""
+        if out is not None:
+            check_output(out, "out", self.shape, np.complex128 if self.precision == "double" else np.complex64)
+            if not (out.flags.c_contiguous and out.dtype.isnative) or self.faceted is not None:
+                out[...] = self.dirty2vis(dirty, wgt)
+                return out
         if self.faceted is not None:
             return self.faceted.dirty2vis(dirty, wgt)
         if self.split is None:
-            return self.engines[0].dirty2vis(dirty, wgt)
+            return self.engines[0].dirty2vis(dirty, wgt, out=out)
         dirty = np.asarray(dirty)
         self._check("dirty", dirty, (self.npix_x, self.npix_y))
         wgt = None if wgt is None else np.asarray(wgt)
@@ -349,7 +360,7 @@ class WGridder:
         # the one before it is done (a fixed order, so the same sum whichever ends first);
         # split by rows, each device writes its own rows
         e0 = self.engines[0]
-        out = host_empty(self.shape, e0.complex, e0.staging)
+        out = host_empty(self.shape, e0.complex, e0.staging) if out is None else out
         ordered = self.split == "planes"
 
         def share(k, after):
@@ -536,11 +547,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
                   precision, device, nthreads, verbosity, tuning, facets=facets)
     if vis is not None:
         check_output(vis, "vis", op.shape, np.complex128 if precision == "double" else np.complex64)
-    result = op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype))
-    if vis is not None:
-        vis[...] = result
-        return vis
-    return result
+    return op.dirty2vis(dirty, _checked_wgt(wgt, dirty.dtype), out=vis)
 
 
 def _checked_wgt(wgt, real_dtype):
