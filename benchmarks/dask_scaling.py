@@ -101,7 +101,7 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
     per_worker, tasks, add, prepare, transfer, names = {}, [], 0.0, 0.0, 0.0, {}
     first, image_start, image_stop, last = stop, stop, start, start
     for task in stream:
-        name = key_split(task["key"])
+        name = key_split(task["key"]).split("-from-value")[0]        # (a task fused into a dask array's)
         names[name] = names.get(name, 0) + 1
         for part in task["startstops"]:
             seconds = part["stop"] - part["start"]
