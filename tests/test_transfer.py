@@ -132,3 +132,19 @@ def test_uploads_on_the_transfer_queue_are_complete_before_kernels_read_them(rng
             assert not np.any(got)
             continue
         assert relative_error(got, expected) <= 1e-12
+
+
+@pytest.mark.parametrize("shape,error", [(3.7, TypeError), ((2, 3.0), TypeError), ((4, -1), ValueError),
+                                         (-2, ValueError)])
+def test_host_empty_refuses_a_shape_np_empty_refuses(rng, queue, shape, error):
+    """A non-integer or negative size is refused (3.7 was truncated to 3), with or without
+    staging; integer sizes (numpy's too) still give arrays of that shape."""
+    staging = Staging(queue, piece=4096)
+    for given in (None, staging):
+        with pytest.raises(error):
+            np.empty(shape)
+        with pytest.raises(error):
+            host_empty(shape, np.float32, given)
+        n = int(rng.integers(1, 50))
+        assert host_empty(np.int64(n), np.float32, given).shape == (n,)
+        assert host_empty((np.int32(n), 2), np.complex64, given).shape == (n, 2)

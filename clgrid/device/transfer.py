@@ -20,6 +20,7 @@ call keeps numpy's array.
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import weakref
@@ -196,9 +197,13 @@ def _pinned_block(a: np.ndarray):
 
 def host_empty(shape, dtype, staging: Staging | None) -> np.ndarray:
     """A new C-contiguous host array for a result that ``staging``'s device writes: pinned
-    and recycled where staging pays and the size was asked for before, else `np.empty`."""
+    and recycled where staging pays and the size was asked for before, else `np.empty`.
+    ``shape`` is an integer or a sequence of them, as `np.empty` takes it: a float (3.7) is
+    a TypeError and a negative size a ValueError, never truncated or passed on."""
     dtype = np.dtype(dtype)
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    shape = tuple(operator.index(n) for n in ((shape,) if np.ndim(shape) == 0 else shape))
+    if any(n < 0 for n in shape):
+        raise ValueError(f"host_empty: negative dimensions are not allowed, got shape {shape}")
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if staging is None or nbytes == 0:
         return np.empty(shape, dtype)
