@@ -143,3 +143,17 @@ def test_no_prefetch_where_its_buffers_would_not_fit_beside_the_planning(rng, st
     staged.clear()
     np.testing.assert_array_equal(op.vis2dirty(vis), clgrid.WGridder(uvw, freq, **kw).vis2dirty(vis))
     assert staged and staged[0]
+
+
+def test_prefetch_is_checked_where_facets_leave_it_unused(rng):
+    """A faceted operator does not prefetch, but a malformed ``prefetch`` is still refused by
+    name (it returned before the check and was ignored silently), before any facet is made."""
+    uvw, freq, vis, wgt = field(rng, int(rng.integers(50, 200)))
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, facets=(2, 1), **IMAGE)
+    for junk, match in (((vis, None), r"prefetch must be"), ({"wgt": wgt}, r"prefetch must be"),
+                        ({"vis": vis[1:]}, r"prefetch's vis must have shape"),
+                        ({"vis": vis, "wgt": wgt[:, :1]}, r"prefetch's wgt must have shape")):
+        with pytest.raises(ValueError, match=match):
+            clgrid.WGridder(uvw, freq, prefetch=junk, **kw)
+    op = clgrid.WGridder(uvw, freq, prefetch={"vis": vis, "wgt": wgt}, **kw)     # well formed: taken, unused
+    assert op.faceted is not None

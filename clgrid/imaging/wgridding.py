@@ -122,7 +122,9 @@ class WGridder:
     (`clgrid.imaging.prefetch`), not after.  They are taken by the first `vis2dirty`
     given these very arrays (the same memory, shape, strides and dtype), so they must not
     be changed in place before it: that call would image the values as they were (or as
-    the background copy found them).  The operator holds them until then.
+    the background copy found them).  The operator holds them until then.  It is checked
+    (refused by name unless of that form and the data's shape) also where facets leave it
+    unused.
 
     ``facets``: None (or "auto") images the whole field on one padded grid where that
     fits the device (its largest buffer and half its memory) and facets would not cost at
@@ -188,6 +190,8 @@ class WGridder:
             check_geometry(geometry, fields, w_range)
         self.geometry = geometry
         self.planes = plane_range(planes, geometry)
+        # checked here, before facets: a faceted operator does not prefetch, but junk is refused
+        prefetch = _checked_prefetch(prefetch, {"vis": self.shape, "wgt": self.shape})
         # an image whose grid does not fit the device (or facets= asked): facets (facets.py)
         keywords = dict(npix_x=self.npix_x, npix_y=self.npix_y, pixsize_x=pixsize_x, pixsize_y=pixsize_y,
                         epsilon=epsilon, do_wgridding=do_wgridding, flip_u=flip_u, flip_v=flip_v, center_x=center_x,
@@ -206,15 +210,13 @@ class WGridder:
         divide = bool(divide_by_n) and bool(do_wgridding)
         engine = dict(scale=scale, signs=signs, geometry=geometry, precision=precision, divide_by_n=divide,
                       tuning=tuning, deterministic=bool(deterministic), epsilon=float(epsilon))
-        shapes = {"vis": self.shape, "wgt": self.shape}
         if devices is None:
             self.split = None
             self._rows = [slice(None)]
             self.engines = [ImagingEngine(uvw=uvw, keep=keep, planes=self.planes, device=device, workers=workers,
-                                          prefetch=_checked_prefetch(prefetch, shapes), **engine)]
+                                          prefetch=prefetch, **engine)]
         else:
-            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers,
-                                _checked_prefetch(prefetch, shapes), w_range)
+            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers, prefetch, w_range)
         self.engine = self.engines[0]
         if verbosity:
             g, choice = geometry, geometry.kernel
