@@ -148,3 +148,30 @@ def test_host_empty_refuses_a_shape_np_empty_refuses(rng, queue, shape, error):
         n = int(rng.integers(1, 50))
         assert host_empty(np.int64(n), np.float32, given).shape == (n,)
         assert host_empty((np.int32(n), 2), np.complex64, given).shape == (n, 2)
+
+
+def test_a_pinned_block_goes_straight_across_only_on_its_own_context(rng, queue, monkeypatch):
+    """`Staging.download` copies into a pinned block of its own context in one copy; a block
+    pinned for another context (a device list's output, made on device 0) goes through the
+    staging's pieces, and both arrive intact."""
+    contexts = [cl.Context([queue.device]) for _ in range(2)]        # pools of their own
+    stagings = [Staging(cl.CommandQueue(c), piece=4096) for c in contexts]
+    shape = (int(rng.integers(3, 9)), 500)
+    for staging in stagings:
+        host_empty(shape, np.complex64, staging)                       # the size asked once: pinned next
+    pieces = []
+    real = Staging._pieces_down
+    monkeypatch.setattr(Staging, "_pieces_down",
+                        lambda self, *args, **kw: (pieces.append(self), real(self, *args, **kw))[1])
+    source = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
+    for own, other in ((0, 1), (1, 0)):
+        target = host_empty(shape, np.complex64, stagings[own])
+        assert target.base is not None and target.base.context.int_ptr == contexts[own].int_ptr
+        for staging in (stagings[own], stagings[other]):
+            pieces.clear()
+            target[...] = 7                                             # poisoned
+            buffer = cl.Buffer(staging.queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                               hostbuf=source)
+            staging.download(buffer, target)
+            np.testing.assert_array_equal(target, source)
+            assert pieces == ([] if staging is stagings[own] else [staging])

@@ -95,8 +95,13 @@ class Staging:
                     event.wait()
 
     def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None) -> None:
-        """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done."""
-        if _pinned_block(host) is not None:          # pinned already: straight across the bus
+        """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done.
+        Straight across the bus where ``host`` lies in a pinned block of this staging's
+        context (`host_empty`); another context's block (a device list's output) goes
+        through the staging's pieces, as pageable memory would: it need not be pinned for
+        this context."""
+        block = _pinned_block(host)
+        if block is not None and block.context.int_ptr == self.queue.context.int_ptr:
             cl.enqueue_copy(self.queue, host, buffer, wait_for=wait_for).wait()
             return
         dst = _bytes(host)
@@ -145,9 +150,11 @@ class Staging:
 class _PinnedBlock:
     """A pinned buffer seen as one array (numpy's ``__array_interface__``): the base of
     every array `host_empty` returns, so it lives while any view of it does.  When it
-    dies its buffer goes back to the pool."""
+    dies its buffer goes back to the pool.  ``context``: the OpenCL context it is pinned
+    for (its buffer's)."""
 
     def __init__(self, pool: "_PinnedPool", buffer: cl.Buffer, mapped: np.ndarray, shape, dtype):
+        self.context = buffer.context
         self.__array_interface__ = {"data": (mapped.ctypes.data, False), "shape": tuple(shape),
                                     "typestr": np.dtype(dtype).str, "version": 3}
         self.mapped = mapped
