@@ -175,3 +175,39 @@ def test_a_pinned_block_goes_straight_across_only_on_its_own_context(rng, queue,
             staging.download(buffer, target)
             np.testing.assert_array_equal(target, source)
             assert pieces == ([] if staging is stagings[own] else [staging])
+
+
+def test_freed_pinned_blocks_are_capped_for_the_whole_process(rng, queue, monkeypatch):
+    """`POOL_BYTES` bounds the freed blocks every context's pool keeps together (it bounded
+    each context's, so a list of n devices could keep n times as much): with room for two
+    blocks, two freed on one context fill it and a third, freed on another, is unpinned;
+    once one is taken again, the other context keeps its next one.  One context alone keeps
+    as many as before."""
+    from clgrid.device import transfer
+
+    shape = (int(rng.integers(2, 6)), 256)
+    nbytes = int(np.prod(shape)) * 8
+    monkeypatch.setattr(transfer, "_pools", {})                 # this test's pools only
+    monkeypatch.setattr(transfer, "POOL_BYTES", 2 * nbytes)
+    contexts = [cl.Context([queue.device]) for _ in range(2)]
+    stagings = [Staging(cl.CommandQueue(c), piece=4096) for c in contexts]
+    for staging in stagings:
+        host_empty(shape, np.complex64, staging)                 # the size asked once: pinned next
+    pools = [transfer._pools[c.int_ptr] for c in contexts]
+    held = [host_empty(shape, np.complex64, stagings[0]) for _ in range(2)]
+    other = host_empty(shape, np.complex64, stagings[1])
+    assert all(a.base is not None for a in held + [other])
+    del held
+    gc.collect()
+    assert [p.free_bytes for p in pools] == [2 * nbytes, 0]       # one context: two kept, as before
+    del other
+    gc.collect()
+    assert [p.free_bytes for p in pools] == [2 * nbytes, 0]       # the cap is full: not kept
+    again = host_empty(shape, np.complex64, stagings[0])          # one taken back: room for one
+    other = host_empty(shape, np.complex64, stagings[1])
+    del other
+    gc.collect()
+    assert [p.free_bytes for p in pools] == [nbytes, nbytes]
+    del again
+    gc.collect()
+    assert sum(p.free_bytes for p in pools) == 2 * nbytes
