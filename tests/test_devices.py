@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import clgrid
+from clgrid.errors import NonFiniteResultError
 from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import split as imaging_split
 from clgrid.planning.host import stacked_positions
@@ -417,3 +418,69 @@ def test_a_failing_device_is_the_error_raised(rng, monkeypatch, direction):
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     with pytest.raises(RuntimeError, match="device lost"):
         op.vis2dirty(vis) if direction == "vis2dirty" else op.dirty2vis(dirty)
+
+
+def recorded_results(monkeypatch, *modules) -> list:
+    """The arrays ``host_empty`` gives in ``modules`` (results are written into them), in order."""
+    from clgrid.device import transfer
+
+    real_empty, made = transfer.host_empty, []
+
+    def recording(shape, dtype, staging):
+        made.append(real_empty(shape, dtype, staging))
+        return made[-1]
+
+    for module in modules:
+        monkeypatch.setattr(module, "host_empty", recording)
+    return made
+
+
+def reported_count(error) -> int:
+    """The count a `NonFiniteResultError` names ("N values of ... are inf or NaN ...")."""
+    return int(str(error.value).split()[0])
+
+
+@pytest.mark.parametrize("device", [DEVICE, [DEVICE, DEVICE]])
+def test_an_overflow_in_added_shares_is_counted_once(rng, monkeypatch, device):
+    """A planes split's dirty2vis adds the second device's share into the first's output:
+    huge weights on samples with taps only on the last device's planes overflow there, and
+    the error counts the non-finite visibilities of the output, each once (the tally of
+    non-finite shares was added to the count of non-finite sums, up to 3 per visibility).
+    One device (which writes, its tally the count) is the guard."""
+    from clgrid.imaging import engine as imaging_engine
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(600, 900)))
+    op = clgrid.WGridder(uvw, freq, device=device, split="planes", epsilon=1e-5, do_wgridding=True,
+                         precision="single", **IMAGE)
+    first = imaging_split.first_planes(uvw, freq / C, None, op.geometry)
+    last = first >= op.engines[-1].planes.start          # no tap on an earlier device's planes
+    assert 0 < np.count_nonzero(last) < last.size or not isinstance(device, list)
+    wgt[last] = 1e38                                     # finite in float32; times the share, not
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    made = recorded_results(monkeypatch, imaging_engine, imaging_wgridding)
+    with pytest.raises(NonFiniteResultError, match="visibilities") as error:
+        op.dirty2vis(dirty, wgt)
+    out = [a for a in made if a.shape == vis.shape][0]
+    bad = ~np.isfinite(out)
+    assert bad.any() and not bad[~last].any()
+    assert reported_count(error) == np.count_nonzero(bad)
+
+
+def test_an_overflow_in_an_added_image_is_counted_once(rng, monkeypatch):
+    """vis2dirty on a device list adds each device's image to the next one's as it comes
+    down (the device FFT's path): huge values in the first device's rows make its image
+    non-finite, and the error counts the non-finite pixels of the sum, each once (the
+    device's own tally was added to the count of non-finite sums: twice each)."""
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(600, 900)))
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="rows", epsilon=1e-5, do_wgridding=True,
+                         precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    assert len(op.engines) == 2 and all(e.device_fft is not None for e in op.engines)
+    vis[op._rows[0]] *= np.float32(1e37)                   # finite; their sums on the grid are not
+    made = recorded_results(monkeypatch, imaging_wgridding)
+    with pytest.raises(NonFiniteResultError, match="image") as error:
+        op.vis2dirty(vis, wgt)
+    bad = np.count_nonzero(~np.isfinite(made[0]))
+    assert bad > 0 and reported_count(error) == bad

@@ -112,6 +112,13 @@ def check_samples(nchan: int) -> None:
                          f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
 
 
+def _not_finite_values(values: np.ndarray, workers: int) -> int:
+    """How many entries of ``values`` are inf or NaN (a complex one once, whichever part)."""
+    flat, counts = values.reshape(-1), []
+    in_slices(workers, flat.size, lambda r: counts.append(flat[r].size - int(np.count_nonzero(np.isfinite(flat[r])))))
+    return sum(counts)
+
+
 class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
     """The imaging operator's work on one device, for one set of points: their plan, the
     device program, grid and FFT, kept between calls.  Calls are serialised by a lock
@@ -603,6 +610,9 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             out[...] = 0
             return out
         overflowed = 0
+        # added into ``out`` (after another device, or slab by slab): the count is of its
+        # non-finite sums, not also of the shares that made them (the tally)
+        adding = add or (self._stream is None and self._max_planes is not None)
         if self._stream is None:
             for part in self._parts:
                 fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
@@ -618,7 +628,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
                 fill_zeros(self.queue, self._values_tally, 12, np.int32)
                 if self._max_planes is not None and not add:
                     out[...] = 0
-                overflowed = self._scatter_parts(out, wgt, add=add or self._max_planes is not None, before=after)
+                overflowed = self._scatter_parts(out, wgt, add=adding, before=after)
             else:
                 self._stream_leave()
                 if add:
@@ -634,6 +644,8 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         not_finite, bad_wgt, _ = self._tally_counts()
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        check_finite_result(int(not_finite) + overflowed, f"the {np.dtype(self.complex).name} visibilities",
+        if adding:        # (a sample's sum counted once however many of its shares overflowed)
+            not_finite = _not_finite_values(out, self._workers) if overflowed else 0
+        check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities",
                             self.precision, double="a float64 image", inputs="the image or the weights")
         return out
