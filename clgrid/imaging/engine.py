@@ -610,9 +610,9 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             out[...] = 0
             return out
         overflowed = 0
-        # added into ``out`` (after another device, or slab by slab): the count is of its
-        # non-finite sums, not also of the shares that made them (the tally)
-        adding = add or (self._stream is None and self._max_planes is not None)
+        # added into ``out`` (after another device, or slab by slab, streamed or not): the
+        # count is of its non-finite sums, not of the shares that made them (the tally)
+        adding = add or self._stream is not None or self._max_planes is not None
         if self._stream is None:
             for part in self._parts:
                 fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
@@ -631,6 +631,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
                 overflowed = self._scatter_parts(out, wgt, add=adding, before=after)
             else:
                 self._stream_leave()
+                overflowed = self._call.overflowed          # (the slabs' sums, across slabs too)
                 if add:
                     after()
                     overflowed = add_at(given.reshape(-1), out.reshape(-1), None, self._workers)
