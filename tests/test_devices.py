@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import clgrid
-from clgrid.errors import NonFiniteResultError
+from clgrid.errors import EmptyInputWarning, NonFiniteResultError
 from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import split as imaging_split
 from clgrid.planning.host import stacked_positions
@@ -484,3 +484,57 @@ def test_an_overflow_in_an_added_image_is_counted_once(rng, monkeypatch):
         op.vis2dirty(vis, wgt)
     bad = np.count_nonzero(~np.isfinite(made[0]))
     assert bad > 0 and reported_count(error) == bad
+
+
+def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
+    """Two device-list operators called at once from two threads, in the interleaving that
+    broke the gathering through `warnings.catch_warnings` (process-wide state: A's gathering
+    starts, B's starts, A's devices warn and A's call returns, then B's devices warn): A,
+    whose every device images nothing, says it once, from its call; B, one of whose
+    devices images nothing, says nothing.  (Before, A's warnings went into B's gathering,
+    B's device warned past it, and what B then said went to A's finished list.)"""
+    import threading
+    import warnings
+
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(300, 500)))
+    kw = dict(device=[DEVICE, DEVICE], split="rows", epsilon=1e-4, do_wgridding=True, precision="single", **IMAGE)
+    a, b = clgrid.WGridder(uvw, freq, **kw), clgrid.WGridder(uvw, freq, **kw)
+    wgt_b = wgt.copy()
+    wgt_b[b._rows[1]] = 0                                   # B's second device: nothing to image
+    a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
+
+    def hooked(engine, first, then):
+        real = engine._vis2dirty
+
+        def call(*args, **kwargs):
+            first.set()
+            assert then.wait(60)
+            return real(*args, **kwargs)
+        engine._vis2dirty = call
+
+    for e in a.engines:
+        hooked(e, a_calling, b_calling)                     # A's devices warn once B's call is in
+    for e in b.engines:
+        hooked(e, b_calling, a_returned)                    # B's once A's call returned
+    results, line = {}, [None]
+
+    def call_a():
+        line[0] = sys._getframe().f_lineno + 1
+        results["a"] = a.vis2dirty(vis, np.zeros_like(wgt))
+        a_returned.set()
+
+    def call_b():
+        assert a_calling.wait(60)
+        results["b"] = b.vis2dirty(vis, wgt_b)
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=f, daemon=True) for f in (call_a, call_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert sorted(results) == ["a", "b"]
+    assert not np.any(results["a"]) and np.any(results["b"])
+    assert [(w.category, w.filename, w.lineno) for w in said] == [(EmptyInputWarning, __file__, line[0])]
+    assert "every unmasked visibility times its weight is zero" in str(said[0].message)

@@ -42,6 +42,7 @@ from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision
+from .call_warnings import warn
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .devices import add_at
 from .geometry import GRID_CELL_LIMIT, ImageGeometry
@@ -488,10 +489,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def _zero_data_warning(self, what, kept: bool = False):
         """`EmptyInputWarning`: nothing kept (every sample masked, of zero weight or off the
-        image's planes), or, ``kept``, every kept sample's weighted value zero."""
+        image's planes), or, ``kept``, every kept sample's weighted value zero (through
+        `clgrid.imaging.call_warnings.warn`: a device list gathers it)."""
         reason = ("every unmasked visibility times its weight is zero" if kept
                   else "no visibility is unmasked with non-zero weight")
-        warnings.warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)
+        warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)
 
     # -- the operator ---------------------------------------------------------------------
     def vis2dirty(self, vis, wgt=None, progress=None, out=None, after=None) -> np.ndarray:
