@@ -157,3 +157,38 @@ def test_prefetch_is_checked_where_facets_leave_it_unused(rng):
             clgrid.WGridder(uvw, freq, prefetch=junk, **kw)
     op = clgrid.WGridder(uvw, freq, prefetch={"vis": vis, "wgt": wgt}, **kw)     # well formed: taken, unused
     assert op.faceted is not None
+
+
+def test_a_failed_prefetch_is_sent_again_by_the_call_with_a_warning(rng, staged, monkeypatch):
+    """The background copy fails: the error is not raised in the set-up, in a call that
+    does not take those values (a dirty2vis, other values) or in the one that does (it
+    was); each operator warns once and its calls send their values as without prefetch
+    (a device list's devices, each failing, warn once for the call)."""
+    import warnings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("transfer lost")
+
+    monkeypatch.setattr(imaging_prefetch, "upload", broken)        # the background copy's only
+    uvw, freq, vis, wgt = field(rng)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", deterministic=True, **IMAGE)
+    plain = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    expected, predicted = plain.vis2dirty(vis, wgt), plain.dirty2vis(dirty, wgt)
+    for device, first in ((DEVICE, "vis2dirty"), (DEVICE, "dirty2vis"), ([DEVICE, DEVICE], "vis2dirty")):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            op = clgrid.WGridder(uvw, freq, device=device, split="rows", prefetch={"vis": vis, "wgt": wgt}, **kw)
+            assert all(e._prefetched is not None for e in op.engines)
+            staged.clear()
+            if first == "dirty2vis":
+                np.testing.assert_array_equal(op.dirty2vis(dirty, wgt), predicted)
+            image = op.vis2dirty(vis, wgt)
+            assert staged and staged[-1]                               # the call sent them
+            op.vis2dirty(vis, wgt)
+        lost = [w for w in said if "transfer lost" in str(w.message)]
+        assert len(lost) == 1 and lost[0].category is RuntimeWarning, [str(w.message) for w in said]
+        if device == DEVICE:
+            np.testing.assert_array_equal(image, expected)
+        else:
+            assert np.max(np.abs(image - expected)) <= 1e-5 * np.max(np.abs(expected))
