@@ -77,8 +77,8 @@ def observation(rows: int, nchan: int, f_lo: float, f_hi: float):
 
 
 # task names as dask.utils.key_split gives them (no leading underscore)
-IMAGING = ("image_chunk", "image_slab")
-REDUCING = ("add_images", "sum_facet")
+IMAGING = ("image_chunk", "image_slab", "vis_chunk", "vis_slab")        # dirty2vis's too
+REDUCING = ("add_images", "sum_facet", "chunk_assemble")
 PREPARING = ("chunk_extent", "geometry_of", "chunk_counts", "chunk_selection", "chunk_parts", "slab_points",
              "chunk_values", "getitem")
 

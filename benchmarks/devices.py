@@ -270,7 +270,7 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
 
             row["vis2dirty_first_s"], first = timed(image)
             row["dirty2vis_first_s"], predicted = timed(model)
-            streams, times, moved = [], {"vis2dirty": [], "dirty2vis": []}, []
+            streams, model_streams, times, moved = [], [], {"vis2dirty": [], "dirty2vis": []}, []
             for _ in range(a.dask_repeats):
                 logs = client.run(transfer_logs)              # (outside the timed call)
                 with get_task_stream(client) as stream:
@@ -283,7 +283,12 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                 split["moved"] = transferred(logs, after)
                 streams.append((end - begin, split))
                 logs = after
-                times["dirty2vis"].append(timed(model)[0])
+                with get_task_stream(client) as stream:
+                    begin = time.time()
+                    model()
+                    end = time.time()
+                times["dirty2vis"].append(end - begin)
+                model_streams.append((end - begin, breakdown(stream.data, begin, end)))
                 moved.append(transferred(logs, client.run(transfer_logs)))
             for what, t in times.items():
                 row[f"{what}_reused_s"] = float(np.median(t))
@@ -293,6 +298,8 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                         f"{what}_reused_s"]
             streams.sort(key=lambda s: s[0])
             row["vis2dirty_reused_breakdown"] = streams[(len(streams) - 1) // 2][1]
+            model_streams.sort(key=lambda s: s[0])
+            row["dirty2vis_reused_breakdown"] = model_streams[(len(model_streams) - 1) // 2][1]
             row["dirty2vis_reused_moved"] = moved
             row["image_error_vs_one_process"] = error(first, reference["image"])
             row["vis_error_vs_one_process"] = error(predicted.compute(), reference["vis"])
@@ -317,6 +324,11 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
         first_tasks = [f"{t['task']}@{t['worker']} {t['action']} {t['start_s']:.3f}-{t['stop_s']:.3f}"
                        for t in b["timeline"][:6]]
         print(f"    first task entries of the median reused vis2dirty: {'; '.join(first_tasks)}", flush=True)
+        b = row["dirty2vis_reused_breakdown"]
+        print(f"    reused dirty2vis: start {b['startup_s']:.3f} + before the predictions {b['prepare_s']:.3f} + "
+              f"predictions {b['images_s']:.3f} (busiest {b['image_compute_busiest_worker_s']:.3f}) + assembly "
+              f"{b['reduction_tail_s']:.3f} (compute {b['reduction_compute_s']:.3f}) + to the caller "
+              f"{b['gather_s']:.3f}", flush=True)
     return out
 
 

@@ -580,6 +580,42 @@ def test_planes_split_with_points_on_slab_edges_and_slabs_without_points(client,
     assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty, **dict(shape, epsilon=1e-12))) <= 1e-9
 
 
+def test_a_slab_with_most_of_a_chunk_takes_it_whole_and_its_operator_drops_the_rest(client, rng, device_name):
+    """Samples crowd at small |w|, unmasked, weighted: a slab that holds most but not all
+    of a chunk's samples takes the chunk whole (`clgrid.dask.slabs.takes_whole`: values
+    copied, not picked; its operator drops the samples without a tap on its planes), one
+    with fewer picks them (on this small image the slabs balance per-sample work, so the
+    high slab may hold most samples too).  Both directions, kept operators reused, equal
+    `clgrid.vis2dirty` / `dirty2vis` to rounding and ducc0 at 1e-12 to epsilon."""
+    wgridder = optional("ducc0.wgridder", "test")
+    from clgrid.dask import slabs as dask_slabs, wgridding as dask_wgridding
+
+    nrow, freq = 1500, np.array([1.0e8, 1.1e8, 1.3e8])
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 2400.0])
+    uvw[:, 2] *= rng.random(nrow) ** 3
+    vis = rng.normal(size=(nrow, freq.size)) + 1j * rng.normal(size=(nrow, freq.size))
+    wgt = rng.uniform(0.2, 1.0, vis.shape)
+    common = dict(uvw=uvw, freq=freq, wgt=wgt, epsilon=1e-9, do_wgridding=True, **IMAGE)
+    shape = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
+    split = dict(split="planes", slabs=2)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    for _ in range(2):                                  # made, then reused
+        image = cd.vis2dirty(vis=da.from_array(vis, chunks=(500, 3)), **common, **split)
+        predicted = cd.dirty2vis(dirty=dirty, **dict(shape, uvw=da.from_array(uvw, chunks=(500, 3))), **split)
+        predicted = predicted.compute()
+        assert relative_error(image, clgrid.vis2dirty(vis=vis, device=device_name, **common)) <= 1e-12
+        assert relative_error(image, wgridder.vis2dirty(vis=vis, **dict(common, epsilon=1e-12))) <= 1e-9
+        assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, device=device_name, **shape)) <= 1e-12
+        assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty, **dict(shape, epsilon=1e-12))) <= 1e-9
+    layout = next(reversed(dask_wgridding._layouts.values()))
+    g, bounds, total, partly = layout.geometry, layout.bounds, 500 * freq.size, 0
+    for i, rows in enumerate(np.split(np.arange(nrow), 3)):
+        exact = dask_slabs.slab_sizes(dask_slabs.plane_counts(uvw[rows], freq, None, g), g, bounds)
+        assert layout.sizes[i] == [total if n >= total / 2 else n for n in exact]
+        partly += sum(total / 2 <= n < total for n in exact)            # whole, though not every sample taps
+    assert partly
+
+
 @pytest.mark.slow
 def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, rng, device_name):
     """slab_samples below a slab's samples: each slab's chunks go to several imaging

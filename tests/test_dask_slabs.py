@@ -257,3 +257,39 @@ def test_chunk_groups_count_what_select_takes_and_stay_within_the_cap(rng, cap):
     assert len(groups[0]) == {1: 8, 10**9: 1}.get(cap, len(groups[0]))
     if multiple:
         assert len(groups[0]) > 1 and any(b - a > 1 for a, b in groups[0])       # several chunks in a group
+
+
+@pytest.mark.parametrize("masked", ["none", "all kept", "some"])
+def test_a_slab_takes_a_chunk_whole_where_it_holds_most_of_its_samples(rng, masked):
+    """`chunk_selection` keeps None (the chunk whole: values copied, not picked) for a
+    slab with at least SPARSE_SHARE of a chunk whose every sample is kept, and the flat
+    indices otherwise; `slab_sizes` with the chunk's total counts exactly that, so the
+    shared-memory places and the groups match what the chunks' tasks send; a masked chunk
+    is never taken whole.  Here the first slab takes most but not all samples, so a whole
+    chunk holds samples without a tap on its planes (its operator drops them)."""
+    from clgrid.dask.chunks import Chunk
+    from clgrid.dask.tasks import chunk_selection
+    from clgrid.imaging.engine import SPARSE_SHARE
+
+    uvw, mask = observation(rng)
+    uvw[:, 2] *= 4 * rng.random(len(uvw)) ** 3      # most samples at small |w|, some far out
+    mask = {"none": None, "all kept": np.ones_like(mask), "some": mask}[masked]
+    g = geometry_for(uvw, mask)
+    rows = np.array_split(np.arange(len(uvw)), 4)
+    counts = [dask_slabs.plane_counts(uvw[r], FREQS, None if mask is None else mask[r], g) for r in rows]
+    bounds = dask_slabs.slab_bounds(counts, g, 2)
+    wholes = 0
+    for i, (r, c) in enumerate(zip(rows, counts)):
+        total = len(r) * FREQS.size
+        m = None if mask is None else mask[r]
+        chunk = Chunk(i, (int(r[0]), int(r[-1]) + 1), (0, FREQS.size))
+        taken = chunk_selection(chunk, uvw[r], FREQS, m, g, bounds)
+        exact = [len(p) for p in dask_slabs.select(uvw[r], FREQS, None, None, m, g, bounds)]
+        sizes = dask_slabs.slab_sizes(c, g, bounds, total)
+        for flat, n, size in zip(taken, exact, sizes):
+            if flat is None:
+                wholes += 1
+                assert masked != "some" and size == total and SPARSE_SHARE * total <= n < total
+            else:
+                assert len(flat) == n == size and (masked == "some" or n < SPARSE_SHARE * total)
+    assert wholes == (0 if masked == "some" else len(rows))

@@ -70,13 +70,14 @@ import numpy as np
 
 from ..device.host_threads import in_slices
 from ..operators.checks import check_finite_result
+from ..imaging.engine import SPARSE_SHARE
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
 from ..imaging.split import fill, slab_bounds, touching  # noqa: F401  (slab_bounds: part of this module's API)
 from ..imaging.wgridding import RECENTRE
 from ..planning.host import SPEED_OF_LIGHT
 
-__all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "slab_sizes", "chunk_groups",
-           "selection", "values_at", "parts_at", "select", "points_of", "split", "assemble"]
+__all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds", "takes_whole", "slab_sizes",
+           "chunk_groups", "selection", "values_at", "parts_at", "select", "points_of", "split", "assemble"]
 
 
 @dataclass(frozen=True)
@@ -169,21 +170,39 @@ def _touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
     return touching(first, lo, hi, support)
 
 
-def slab_sizes(counts: np.ndarray, geometry: ImageGeometry, bounds: list) -> list:
+def takes_whole(count: int, kept: int, total: int) -> bool:
+    """Whether a slab takes a chunk whole: every one of the chunk's ``total`` samples
+    kept (no mask, or none masked) and the slab's ``count`` of them at least
+    `clgrid.imaging.engine.SPARSE_SHARE` of them.  Its selection is then None (every
+    sample), its values the chunk's vis block as it is (a plain copy, no picks), and its
+    operator, which plans the slab's planes only, drops the samples without a tap there
+    itself (as a device's engine in `WGridder`'s planes split does), uploading whole rows
+    as it would for the picked ones."""
+    return total > 0 and kept == total and count >= SPARSE_SHARE * total
+
+
+def slab_sizes(counts: np.ndarray, geometry: ImageGeometry, bounds: list, total: int | None = None) -> list:
     """How many samples `select` takes from one chunk for each slab of ``bounds``, from
     the chunk's `plane_counts` by `select`'s own rule (`_touching`): exactly its parts'
-    lengths."""
+    lengths; with ``total`` (the chunk's rows times channels), ``total`` for a slab that
+    takes the chunk whole (`takes_whole`), as `clgrid.dask.tasks.chunk_selection` does."""
     planes = np.arange(geometry.num_planes)
-    return [int(counts[_touching(planes, lo, hi, geometry.kernel.support)].sum()) for lo, hi in bounds]
+    sizes = [int(counts[_touching(planes, lo, hi, geometry.kernel.support)].sum()) for lo, hi in bounds]
+    if total is None:
+        return sizes
+    kept = int(np.sum(counts))
+    return [total if takes_whole(n, kept, total) else n for n in sizes]
 
 
-def chunk_groups(counts: list, geometry: ImageGeometry, bounds: list, cap: int) -> list:
+def chunk_groups(counts: list, geometry: ImageGeometry, bounds: list, cap: int, totals: list | None = None) -> list:
     """For each slab of ``bounds``, its chunks cut into groups, one imaging task each:
     (start, end) ranges of chunk numbers, contiguous and in order, taken while the
     group's samples for the slab (`slab_sizes` of each chunk's ``counts``) stay within
     ``cap``.  A chunk is never cut, so a group over ``cap`` is one chunk (with
-    neighbours that give the slab nothing)."""
-    sizes = [slab_sizes(c, geometry, bounds) for c in counts]         # by chunk, then slab
+    neighbours that give the slab nothing).  ``totals``: each chunk's samples, where a
+    slab may take it whole (`slab_sizes`)."""
+    totals = [None] * len(counts) if totals is None else totals
+    sizes = [slab_sizes(c, geometry, bounds, t) for c, t in zip(counts, totals)]         # by chunk, then slab
     groups = []
     for s in range(len(bounds)):
         starts = fill([chunk[s] for chunk in sizes], cap)
@@ -252,12 +271,14 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
 
     def share(r):
         part = values[r]
-        if not whole:
-            index = np.arange(r.start, r.stop) if flat is None else flat[r]
-            np.take(vis, index, out=part)
+        if flat is None:                      # every sample: a copy, not picks
+            if not whole:
+                np.copyto(part, vis[r])
+        else:
+            np.take(vis, flat[r], out=part)
         found = [np.count_nonzero(~np.isfinite(part)), 0]
         if weights is not None:
-            w = np.take(weights, index).astype(vis.real.dtype)
+            w = (weights[r] if flat is None else np.take(weights, flat[r])).astype(vis.real.dtype)
             found[1] = np.count_nonzero(~np.isfinite(w))
             if not any(found):                # (refused below otherwise)
                 np.multiply(part, w, out=part)

@@ -21,7 +21,8 @@ import numpy as np
 from . import exchange
 from .chunks import naming
 from .delivery import region
-from .slabs import Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, values_at
+from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, takes_whole,
+                    values_at)
 from ..device.host_threads import in_slices
 from ..imaging.devices import sample_weight
 from ..imaging.wgridding import WGridder
@@ -184,14 +185,15 @@ def chunk_counts(chunk, uvw, freq, mask, geometry):
 
 def chunk_selection(chunk, uvw, freq, mask, geometry, bounds, near=None) -> list:
     """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`), or
-    None where a slab takes every sample of an unmasked chunk (then nothing is kept, and
-    its values are the chunk's vis as they are: no copy where unweighted).  ``near`` (the
-    chunk's vis block, unused) only makes Dask run it, and keep it, where that block is:
-    every later call's `chunk_values` needs both."""
+    None where a slab takes the chunk whole (`clgrid.dask.slabs.takes_whole`: then
+    nothing is kept, and its values are the chunk's vis as they are: no picks, and no
+    copy where unweighted).  ``near`` (the chunk's vis block, unused) only makes Dask run
+    it, and keep it, where that block is: every later call's `chunk_values` needs both."""
     with naming(chunk):
         taken = selection(uvw, freq, mask, geometry, bounds)
         every = len(uvw) * len(freq)
-        return [None if mask is None and len(flat) == every else flat for flat in taken]
+        kept = every if mask is None else int(np.count_nonzero(mask))
+        return [None if takes_whole(len(flat), kept, every) else flat for flat in taken]
 
 
 def chunk_values(chunk, vis, wgt, taken, threads: int, targets=None) -> tuple:

@@ -57,9 +57,11 @@ docs/benchmarks/dask.md):
   points), so nothing is planned, selected or tokenised again.  `clear_cache` drops them.
 - On the workers: the ``keep_operators`` `WGridder` s used last, keyed by their points
   (the slab's kept points, or a chunk's blocks with the call's token); `vis2dirty` and
-  `dirty2vis` on the same data share them.  A selection that takes every sample of an
-  unmasked chunk is kept as None: that slab's values are the chunk's vis block itself
-  (no copy without weights).
+  `dirty2vis` on the same data share them.  A slab that holds most of a chunk whose
+  samples are all kept takes it whole (`clgrid.dask.slabs.takes_whole`): its selection
+  is kept as None, its values are the chunk's vis block itself (no picks; no copy
+  without weights and shared memory), and its operator drops the samples without a tap
+  on its planes.
 - In shared memory, where every worker is on the client's host and operators are kept
   (`clgrid.dask.exchange`): per set of points, the files through which each chunk's
   values reach its slab's task (written at the chunk's place in the task's file, so the
@@ -314,10 +316,11 @@ def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall
                                         stall_timeout=stall_timeout)
     bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count,
                          sample_weight=weight)
+    totals = [int(np.prod(worker_tasks.chunk_shape(piece[0]))) for piece in pieces]
     tasks = [Slab(s, planes, group)
-             for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap)))
+             for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap, totals)))
              for group in groups]
-    made = SlabLayout(geometry, bounds, tasks, [slab_sizes(c, geometry, bounds) for c in counts])
+    made = SlabLayout(geometry, bounds, tasks, [slab_sizes(c, geometry, bounds, t) for c, t in zip(counts, totals)])
     if keep > 0:
         with _lock:
             _layouts[key] = made
