@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import clgrid
+from clgrid.errors import EmptyInputWarning, NonFiniteResultError
 from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import split as imaging_split
 from clgrid.planning.host import stacked_positions
@@ -417,3 +418,123 @@ def test_a_failing_device_is_the_error_raised(rng, monkeypatch, direction):
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     with pytest.raises(RuntimeError, match="device lost"):
         op.vis2dirty(vis) if direction == "vis2dirty" else op.dirty2vis(dirty)
+
+
+def recorded_results(monkeypatch, *modules) -> list:
+    """The arrays ``host_empty`` gives in ``modules`` (results are written into them), in order."""
+    from clgrid.device import transfer
+
+    real_empty, made = transfer.host_empty, []
+
+    def recording(shape, dtype, staging):
+        made.append(real_empty(shape, dtype, staging))
+        return made[-1]
+
+    for module in modules:
+        monkeypatch.setattr(module, "host_empty", recording)
+    return made
+
+
+def reported_count(error) -> int:
+    """The count a `NonFiniteResultError` names ("N values of ... are inf or NaN ...")."""
+    return int(str(error.value).split()[0])
+
+
+@pytest.mark.parametrize("device", [DEVICE, [DEVICE, DEVICE]])
+def test_an_overflow_in_added_shares_is_counted_once(rng, monkeypatch, device):
+    """A planes split's dirty2vis adds the second device's share into the first's output:
+    huge weights on samples with taps only on the last device's planes overflow there, and
+    the error counts the non-finite visibilities of the output, each once (the tally of
+    non-finite shares was added to the count of non-finite sums, up to 3 per visibility).
+    One device (which writes, its tally the count) is the guard."""
+    from clgrid.imaging import engine as imaging_engine
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(600, 900)))
+    op = clgrid.WGridder(uvw, freq, device=device, split="planes", epsilon=1e-5, do_wgridding=True,
+                         precision="single", **IMAGE)
+    first = imaging_split.first_planes(uvw, freq / C, None, op.geometry)
+    last = first >= op.engines[-1].planes.start          # no tap on an earlier device's planes
+    assert 0 < np.count_nonzero(last) < last.size or not isinstance(device, list)
+    wgt[last] = 1e38                                     # finite in float32; times the share, not
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    made = recorded_results(monkeypatch, imaging_engine, imaging_wgridding)
+    with pytest.raises(NonFiniteResultError, match="visibilities") as error:
+        op.dirty2vis(dirty, wgt)
+    out = [a for a in made if a.shape == vis.shape][0]
+    bad = ~np.isfinite(out)
+    assert bad.any() and not bad[~last].any()
+    assert reported_count(error) == np.count_nonzero(bad)
+
+
+def test_an_overflow_in_an_added_image_is_counted_once(rng, monkeypatch):
+    """vis2dirty on a device list adds each device's image to the next one's as it comes
+    down (the device FFT's path): huge values in the first device's rows make its image
+    non-finite, and the error counts the non-finite pixels of the sum, each once (the
+    device's own tally was added to the count of non-finite sums: twice each)."""
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(600, 900)))
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="rows", epsilon=1e-5, do_wgridding=True,
+                         precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    assert len(op.engines) == 2 and all(e.device_fft is not None for e in op.engines)
+    vis[op._rows[0]] *= np.float32(1e37)                   # finite; their sums on the grid are not
+    made = recorded_results(monkeypatch, imaging_wgridding)
+    with pytest.raises(NonFiniteResultError, match="image") as error:
+        op.vis2dirty(vis, wgt)
+    bad = np.count_nonzero(~np.isfinite(made[0]))
+    assert bad > 0 and reported_count(error) == bad
+
+
+def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
+    """Two device-list operators called at once from two threads, in the interleaving that
+    broke the gathering through `warnings.catch_warnings` (process-wide state: A's gathering
+    starts, B's starts, A's devices warn and A's call returns, then B's devices warn): A,
+    whose every device images nothing, says it once, from its call; B, one of whose
+    devices images nothing, says nothing.  (Before, A's warnings went into B's gathering,
+    B's device warned past it, and what B then said went to A's finished list.)"""
+    import threading
+    import warnings
+
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(300, 500)))
+    kw = dict(device=[DEVICE, DEVICE], split="rows", epsilon=1e-4, do_wgridding=True, precision="single", **IMAGE)
+    a, b = clgrid.WGridder(uvw, freq, **kw), clgrid.WGridder(uvw, freq, **kw)
+    wgt_b = wgt.copy()
+    wgt_b[b._rows[1]] = 0                                   # B's second device: nothing to image
+    a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
+
+    def hooked(engine, first, then):
+        real = engine._vis2dirty
+
+        def call(*args, **kwargs):
+            first.set()
+            assert then.wait(60)
+            return real(*args, **kwargs)
+        engine._vis2dirty = call
+
+    for e in a.engines:
+        hooked(e, a_calling, b_calling)                     # A's devices warn once B's call is in
+    for e in b.engines:
+        hooked(e, b_calling, a_returned)                    # B's once A's call returned
+    results, line = {}, [None]
+
+    def call_a():
+        line[0] = sys._getframe().f_lineno + 1
+        results["a"] = a.vis2dirty(vis, np.zeros_like(wgt))
+        a_returned.set()
+
+    def call_b():
+        assert a_calling.wait(60)
+        results["b"] = b.vis2dirty(vis, wgt_b)
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=f, daemon=True) for f in (call_a, call_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert sorted(results) == ["a", "b"]
+    assert not np.any(results["a"]) and np.any(results["b"])
+    assert [(w.category, w.filename, w.lineno) for w in said] == [(EmptyInputWarning, __file__, line[0])]
+    assert "every unmasked visibility times its weight is zero" in str(said[0].message)

@@ -143,3 +143,52 @@ def test_no_prefetch_where_its_buffers_would_not_fit_beside_the_planning(rng, st
     staged.clear()
     np.testing.assert_array_equal(op.vis2dirty(vis), clgrid.WGridder(uvw, freq, **kw).vis2dirty(vis))
     assert staged and staged[0]
+
+
+def test_prefetch_is_checked_where_facets_leave_it_unused(rng):
+    """A faceted operator does not prefetch, but a malformed ``prefetch`` is still refused by
+    name (it returned before the check and was ignored silently), before any facet is made."""
+    uvw, freq, vis, wgt = field(rng, int(rng.integers(50, 200)))
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, facets=(2, 1), **IMAGE)
+    for junk, match in (((vis, None), r"prefetch must be"), ({"wgt": wgt}, r"prefetch must be"),
+                        ({"vis": vis[1:]}, r"prefetch's vis must have shape"),
+                        ({"vis": vis, "wgt": wgt[:, :1]}, r"prefetch's wgt must have shape")):
+        with pytest.raises(ValueError, match=match):
+            clgrid.WGridder(uvw, freq, prefetch=junk, **kw)
+    op = clgrid.WGridder(uvw, freq, prefetch={"vis": vis, "wgt": wgt}, **kw)     # well formed: taken, unused
+    assert op.faceted is not None
+
+
+def test_a_failed_prefetch_is_sent_again_by_the_call_with_a_warning(rng, staged, monkeypatch):
+    """The background copy fails: the error is not raised in the set-up, in a call that
+    does not take those values (a dirty2vis, other values) or in the one that does (it
+    was); each operator warns once and its calls send their values as without prefetch
+    (a device list's devices, each failing, warn once for the call)."""
+    import warnings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("transfer lost")
+
+    monkeypatch.setattr(imaging_prefetch, "upload", broken)        # the background copy's only
+    uvw, freq, vis, wgt = field(rng)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", deterministic=True, **IMAGE)
+    plain = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    expected, predicted = plain.vis2dirty(vis, wgt), plain.dirty2vis(dirty, wgt)
+    for device, first in ((DEVICE, "vis2dirty"), (DEVICE, "dirty2vis"), ([DEVICE, DEVICE], "vis2dirty")):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            op = clgrid.WGridder(uvw, freq, device=device, split="rows", prefetch={"vis": vis, "wgt": wgt}, **kw)
+            assert all(e._prefetched is not None for e in op.engines)
+            staged.clear()
+            if first == "dirty2vis":
+                np.testing.assert_array_equal(op.dirty2vis(dirty, wgt), predicted)
+            image = op.vis2dirty(vis, wgt)
+            assert staged and staged[-1]                               # the call sent them
+            op.vis2dirty(vis, wgt)
+        lost = [w for w in said if "transfer lost" in str(w.message)]
+        assert len(lost) == 1 and lost[0].category is RuntimeWarning, [str(w.message) for w in said]
+        if device == DEVICE:
+            np.testing.assert_array_equal(image, expected)
+        else:
+            assert np.max(np.abs(image - expected)) <= 1e-5 * np.max(np.abs(expected))

@@ -286,3 +286,52 @@ def test_a_streamed_call_refused_midway_leaves_no_planning_behind(rng, monkeypat
     assert op.engine._parts == [] and op.engine._call is None
     assert relative_error(op.vis2dirty(vis, wgt), kept.vis2dirty(vis, wgt)) <= 1e-12
     assert relative_error(op.dirty2vis(dirty, wgt), kept.dirty2vis(dirty, wgt)) <= 1e-12
+
+
+def test_a_streamed_sum_that_overflows_only_across_slabs_is_refused(rng, monkeypatch):
+    """Single precision, streamed dirty2vis: each slab's share of a sample is added into the
+    output as its group leaves.  Weights chosen so that every weighted share is finite
+    (0.9 of float32's largest at most) but a sample's shares from two slabs sum beyond it:
+    the call raises, counting the output's non-finite visibilities, each once (the count
+    of the additions across slabs was dropped: inf came back silently)."""
+    from clgrid.errors import NonFiniteResultError
+
+    uvw, freq, vis, _, mask = many_channels(rng)
+    small_device(monkeypatch, 3 << 19)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", clgrid.StreamedWarning)
+        op = clgrid.WGridder(uvw=uvw, freq=freq, mask=mask, epsilon=1e-5, device=DEVICE, do_wgridding=True,
+                             precision="single", **IMAGE)
+    engine = op.engine
+    assert engine.streamed is not None and engine.streamed.slabs > 2
+    dirty = np.zeros((IMAGE["npix_x"], IMAGE["npix_y"]), np.float32)
+    dirty[IMAGE["npix_x"] // 2, IMAGE["npix_y"] // 2] = 1e30    # at the centre: every sample's shares sum to 1e30
+    shares, scatter = [], engine_module.ImagingEngine._scatter_parts
+
+    def recording(self, out, *args, **kwargs):                  # each group's share: what it adds
+        before = out.copy()
+        got = scatter(self, out, *args, **kwargs)
+        shares.append(out - before)
+        return got
+
+    monkeypatch.setattr(engine_module.ImagingEngine, "_scatter_parts", recording)
+    whole = op.dirty2vis(dirty)
+    monkeypatch.setattr(engine_module.ImagingEngine, "_scatter_parts", scatter)
+    shares = np.stack(shares)
+    largest = np.max(np.maximum(np.abs(shares.real), np.abs(shares.imag)), axis=0)
+    limit = float(np.finfo(np.float32).max)
+    wgt = np.ones(vis.shape, np.float32)
+    kept = largest > 0
+    wgt[kept] = (0.9 * limit / largest[kept]).astype(np.float32)     # each weighted share finite
+    with np.errstate(over="ignore"):
+        summed = np.maximum(np.abs(whole.real), np.abs(whole.imag)) * wgt.astype(np.float64)
+    assert np.all(np.isfinite(wgt)) and np.count_nonzero(summed > 1.01 * limit) > 0    # sums beyond float32
+    made = []
+    real_empty = engine_module.host_empty
+    monkeypatch.setattr(engine_module, "host_empty", lambda *a: made.append(real_empty(*a)) or made[-1])
+    with pytest.raises(NonFiniteResultError, match="complex64 visibilities") as error:
+        op.dirty2vis(dirty, wgt)
+    out = [a for a in made if a.shape == vis.shape][-1]
+    bad = np.count_nonzero(~np.isfinite(out))
+    assert bad >= np.count_nonzero(summed > 1.01 * limit)
+    assert int(str(error.value).split()[0]) == bad

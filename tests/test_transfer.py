@@ -132,3 +132,82 @@ def test_uploads_on_the_transfer_queue_are_complete_before_kernels_read_them(rng
             assert not np.any(got)
             continue
         assert relative_error(got, expected) <= 1e-12
+
+
+@pytest.mark.parametrize("shape,error", [(3.7, TypeError), ((2, 3.0), TypeError), ((4, -1), ValueError),
+                                         (-2, ValueError)])
+def test_host_empty_refuses_a_shape_np_empty_refuses(rng, queue, shape, error):
+    """A non-integer or negative size is refused (3.7 was truncated to 3), with or without
+    staging; integer sizes (numpy's too) still give arrays of that shape."""
+    staging = Staging(queue, piece=4096)
+    for given in (None, staging):
+        with pytest.raises(error):
+            np.empty(shape)
+        with pytest.raises(error):
+            host_empty(shape, np.float32, given)
+        n = int(rng.integers(1, 50))
+        assert host_empty(np.int64(n), np.float32, given).shape == (n,)
+        assert host_empty((np.int32(n), 2), np.complex64, given).shape == (n, 2)
+
+
+def test_a_pinned_block_goes_straight_across_only_on_its_own_context(rng, queue, monkeypatch):
+    """`Staging.download` copies into a pinned block of its own context in one copy; a block
+    pinned for another context (a device list's output, made on device 0) goes through the
+    staging's pieces, and both arrive intact."""
+    contexts = [cl.Context([queue.device]) for _ in range(2)]        # pools of their own
+    stagings = [Staging(cl.CommandQueue(c), piece=4096) for c in contexts]
+    shape = (int(rng.integers(3, 9)), 500)
+    for staging in stagings:
+        host_empty(shape, np.complex64, staging)                       # the size asked once: pinned next
+    pieces = []
+    real = Staging._pieces_down
+    monkeypatch.setattr(Staging, "_pieces_down",
+                        lambda self, *args, **kw: (pieces.append(self), real(self, *args, **kw))[1])
+    source = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
+    for own, other in ((0, 1), (1, 0)):
+        target = host_empty(shape, np.complex64, stagings[own])
+        assert target.base is not None and target.base.context.int_ptr == contexts[own].int_ptr
+        for staging in (stagings[own], stagings[other]):
+            pieces.clear()
+            target[...] = 7                                             # poisoned
+            buffer = cl.Buffer(staging.queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                               hostbuf=source)
+            staging.download(buffer, target)
+            np.testing.assert_array_equal(target, source)
+            assert pieces == ([] if staging is stagings[own] else [staging])
+
+
+def test_freed_pinned_blocks_are_capped_for_the_whole_process(rng, queue, monkeypatch):
+    """`POOL_BYTES` bounds the freed blocks every context's pool keeps together (it bounded
+    each context's, so a list of n devices could keep n times as much): with room for two
+    blocks, two freed on one context fill it and a third, freed on another, is unpinned;
+    once one is taken again, the other context keeps its next one.  One context alone keeps
+    as many as before."""
+    from clgrid.device import transfer
+
+    shape = (int(rng.integers(2, 6)), 256)
+    nbytes = int(np.prod(shape)) * 8
+    monkeypatch.setattr(transfer, "_pools", {})                 # this test's pools only
+    monkeypatch.setattr(transfer, "POOL_BYTES", 2 * nbytes)
+    contexts = [cl.Context([queue.device]) for _ in range(2)]
+    stagings = [Staging(cl.CommandQueue(c), piece=4096) for c in contexts]
+    for staging in stagings:
+        host_empty(shape, np.complex64, staging)                 # the size asked once: pinned next
+    pools = [transfer._pools[c.int_ptr] for c in contexts]
+    held = [host_empty(shape, np.complex64, stagings[0]) for _ in range(2)]
+    other = host_empty(shape, np.complex64, stagings[1])
+    assert all(a.base is not None for a in held + [other])
+    del held
+    gc.collect()
+    assert [p.free_bytes for p in pools] == [2 * nbytes, 0]       # one context: two kept, as before
+    del other
+    gc.collect()
+    assert [p.free_bytes for p in pools] == [2 * nbytes, 0]       # the cap is full: not kept
+    again = host_empty(shape, np.complex64, stagings[0])          # one taken back: room for one
+    other = host_empty(shape, np.complex64, stagings[1])
+    del other
+    gc.collect()
+    assert [p.free_bytes for p in pools] == [nbytes, nbytes]
+    del again
+    gc.collect()
+    assert sum(p.free_bytes for p in pools) == 2 * nbytes

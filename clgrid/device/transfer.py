@@ -13,13 +13,15 @@ A result the library hands back (a grid, an image, visibilities) needs a new hos
 each call, and a fresh grid's page faults cost a visible part of a whole call.  `host_empty` gives such arrays in pinned memory instead, recycled: a pinned block
 goes back to its context's pool when the last array or view on it is dropped (as
 CuPy's pinned memory pool), so a loop that drops each call's result reuses two blocks,
-and the device writes into them at the bus's speed.  Pinning costs tens of
-milliseconds, so a size gets pinned blocks only from its second request on: a one-off
-call keeps numpy's array.
+and the device writes into them at the bus's speed.  The pools keep at most
+`POOL_BYTES` of freed blocks in the whole process (blocks in use are the caller's
+arrays).  Pinning costs tens of milliseconds, so a size gets pinned blocks only from its
+second request on: a one-off call keeps numpy's array.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import weakref
@@ -33,14 +35,18 @@ from .host_threads import add_counting, in_slices
 __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "download_add",
            "host_empty"]
 
-# Freed pinned blocks a context's pool keeps for reuse; beyond this they are unpinned.  A
-# major cycle's results (an image, and the visibilities: 512 MB for 64 M in single) must
-# fit beside each other, or each call pins its visibilities afresh.
+# Freed pinned blocks the process keeps for reuse, every context's pool together (a device
+# list's outputs may come from several); beyond this they are unpinned.  A major cycle's
+# results (an image, and the visibilities: 512 MB for 64 M in single) must fit beside each
+# other, or each call pins its visibilities afresh.
 POOL_BYTES = 4 * 2 ** 30
 # Pieces of 64 MiB: each piece costs a thread dispatch, so smaller pieces lose more than the
 # overlap gains (16 against 64 MiB pieces on an H100: docs/benchmarks/whole-calls.md).
 PIECE_BYTES = 64 * 2 ** 20
 _pool_lock = threading.Lock()
+# the pools' free lists and their sum (POOL_BYTES); reentrant: a block's release runs when
+# it is collected, which may happen on a thread inside a pool's own take
+_free_lock = threading.RLock()
 
 
 def _parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -94,8 +100,13 @@ class Staging:
                     event.wait()
 
     def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None) -> None:
-        """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done."""
-        if _pinned_block(host) is not None:          # pinned already: straight across the bus
+        """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done.
+        Straight across the bus where ``host`` lies in a pinned block of this staging's
+        context (`host_empty`); another context's block (a device list's output) goes
+        through the staging's pieces, as pageable memory would: it need not be pinned for
+        this context."""
+        block = _pinned_block(host)
+        if block is not None and block.context.int_ptr == self.queue.context.int_ptr:
             cl.enqueue_copy(self.queue, host, buffer, wait_for=wait_for).wait()
             return
         dst = _bytes(host)
@@ -144,9 +155,11 @@ class Staging:
 class _PinnedBlock:
     """A pinned buffer seen as one array (numpy's ``__array_interface__``): the base of
     every array `host_empty` returns, so it lives while any view of it does.  When it
-    dies its buffer goes back to the pool."""
+    dies its buffer goes back to the pool.  ``context``: the OpenCL context it is pinned
+    for (its buffer's)."""
 
     def __init__(self, pool: "_PinnedPool", buffer: cl.Buffer, mapped: np.ndarray, shape, dtype):
+        self.context = buffer.context
         self.__array_interface__ = {"data": (mapped.ctypes.data, False), "shape": tuple(shape),
                                     "typestr": np.dtype(dtype).str, "version": 3}
         self.mapped = mapped
@@ -155,17 +168,18 @@ class _PinnedBlock:
 
 
 class _PinnedPool:
-    """Freed pinned blocks of one context, by size, and the sizes asked for so far."""
+    """Freed pinned blocks of one context, by size, and the sizes asked for so far.  A freed
+    block is kept only while every context's pool together keeps at most `POOL_BYTES`
+    (a cap per process, not per context: a list of eight devices pins no more than one)."""
 
     def __init__(self):
-        self.lock = threading.Lock()
         self.free: dict = {}
         self.free_bytes = 0
         self.asked: set = set()
 
     def take(self, queue, nbytes: int):
         """A pinned (buffer, mapped bytes) pair of ``nbytes``, or None on a size's first request."""
-        with self.lock:
+        with _free_lock:
             if nbytes not in self.asked:
                 self.asked.add(nbytes)
                 return None
@@ -178,10 +192,15 @@ class _PinnedPool:
         return buffer, mapped
 
     def release(self, buffer, mapped) -> None:
-        with self.lock:
-            if self.free_bytes + mapped.size <= POOL_BYTES:
+        with _free_lock:
+            if _free_total() + mapped.size <= POOL_BYTES:
                 self.free.setdefault(mapped.size, []).append((buffer, mapped))
                 self.free_bytes += mapped.size
+
+
+def _free_total() -> int:
+    """Bytes of freed pinned blocks every context's pool keeps (under ``_free_lock``)."""
+    return sum(pool.free_bytes for pool in list(_pools.values()))
 
 
 _pools: dict = {}
@@ -196,9 +215,13 @@ def _pinned_block(a: np.ndarray):
 
 def host_empty(shape, dtype, staging: Staging | None) -> np.ndarray:
     """A new C-contiguous host array for a result that ``staging``'s device writes: pinned
-    and recycled where staging pays and the size was asked for before, else `np.empty`."""
+    and recycled where staging pays and the size was asked for before, else `np.empty`.
+    ``shape`` is an integer or a sequence of them, as `np.empty` takes it: a float (3.7) is
+    a TypeError and a negative size a ValueError, never truncated or passed on."""
     dtype = np.dtype(dtype)
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    shape = tuple(operator.index(n) for n in ((shape,) if np.ndim(shape) == 0 else shape))
+    if any(n < 0 for n in shape):
+        raise ValueError(f"host_empty: negative dimensions are not allowed, got shape {shape}")
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if staging is None or nbytes == 0:
         return np.empty(shape, dtype)

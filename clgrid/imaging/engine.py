@@ -42,6 +42,7 @@ from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision
+from .call_warnings import warn
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .devices import add_at
 from .geometry import GRID_CELL_LIMIT, ImageGeometry
@@ -110,6 +111,13 @@ def check_samples(nchan: int) -> None:
     if nchan > SAMPLE_LIMIT:
         raise ValueError(f"nchan = {nchan} channels: one row's samples are counted in 32 bits, at most "
                          f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
+
+
+def _not_finite_values(values: np.ndarray, workers: int) -> int:
+    """How many entries of ``values`` are inf or NaN (a complex one once, whichever part)."""
+    flat, counts = values.reshape(-1), []
+    in_slices(workers, flat.size, lambda r: counts.append(flat[r].size - int(np.count_nonzero(np.isfinite(flat[r])))))
+    return sum(counts)
 
 
 class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
@@ -481,10 +489,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def _zero_data_warning(self, what, kept: bool = False):
         """`EmptyInputWarning`: nothing kept (every sample masked, of zero weight or off the
-        image's planes), or, ``kept``, every kept sample's weighted value zero."""
+        image's planes), or, ``kept``, every kept sample's weighted value zero (through
+        `clgrid.imaging.call_warnings.warn`: a device list gathers it)."""
         reason = ("every unmasked visibility times its weight is zero" if kept
                   else "no visibility is unmasked with non-zero weight")
-        warnings.warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)
+        warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)
 
     # -- the operator ---------------------------------------------------------------------
     def vis2dirty(self, vis, wgt=None, progress=None, out=None, after=None) -> np.ndarray:
@@ -603,6 +612,9 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             out[...] = 0
             return out
         overflowed = 0
+        # added into ``out`` (after another device, or slab by slab, streamed or not): the
+        # count is of its non-finite sums, not of the shares that made them (the tally)
+        adding = add or self._stream is not None or self._max_planes is not None
         if self._stream is None:
             for part in self._parts:
                 fill_zeros(self.queue, part.values.vis, part.points.num_vis * self._value_bytes, self.real)
@@ -618,9 +630,10 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
                 fill_zeros(self.queue, self._values_tally, 12, np.int32)
                 if self._max_planes is not None and not add:
                     out[...] = 0
-                overflowed = self._scatter_parts(out, wgt, add=add or self._max_planes is not None, before=after)
+                overflowed = self._scatter_parts(out, wgt, add=adding, before=after)
             else:
                 self._stream_leave()
+                overflowed = self._call.overflowed          # (the slabs' sums, across slabs too)
                 if add:
                     after()
                     overflowed = add_at(given.reshape(-1), out.reshape(-1), None, self._workers)
@@ -634,6 +647,8 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         not_finite, bad_wgt, _ = self._tally_counts()
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
-        check_finite_result(int(not_finite) + overflowed, f"the {np.dtype(self.complex).name} visibilities",
+        if adding:        # (a sample's sum counted once however many of its shares overflowed)
+            not_finite = _not_finite_values(out, self._workers) if overflowed else 0
+        check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities",
                             self.precision, double="a float64 image", inputs="the image or the weights")
         return out

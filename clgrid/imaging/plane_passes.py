@@ -133,12 +133,11 @@ class PlanePasses:
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         image, after = (host_empty((g.npix_x, g.npix_y), self.real, self.staging), None) if into is None else into
-        overflowed = 0
         if after is None:
             download(self.queue, self._image_out, image, self.staging)
-        else:
-            overflowed = download_add(self.queue, self._image_out, image, self.staging, after)
-        self._check_image(int(not_finite[0]) + int(not_finite[1]) + overflowed)
+            self._check_image(int(not_finite[0]) + int(not_finite[1]))
+        else:          # the sums: a pixel the tally counts is a non-finite sum too, counted once
+            self._check_image(download_add(self.queue, self._image_out, image, self.staging, after))
         return image
 
     def _dirty2vis_device(self, dirty):

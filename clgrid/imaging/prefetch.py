@@ -21,6 +21,7 @@ import pyopencl as cl
 
 from ..device.host_threads import in_background
 from ..device.transfer import shared_staging, upload
+from .call_warnings import warn
 from .stream import DEVICE_SHARE
 
 __all__ = ["PrefetchedValues", "transfer_queue", "values_key"]
@@ -106,9 +107,18 @@ class PrefetchedValues:
         return early is not None and early.key == values_key(given)
 
     def _prefetch_end(self):
-        """The prefetch, once its copy ended (its errors raised here), forgotten; or None.
-        Before anything else writes the buffers it writes."""
+        """The prefetch, once its copy ended, forgotten; or None.  Before anything else
+        writes the buffers it writes.  A copy that failed is not this call's error (the
+        call may not even take those values): a warning says so, None is returned, and a
+        `vis2dirty` sends its values itself."""
         early, self._prefetched = getattr(self, "_prefetched", None), None
-        if early is not None:
-            early.done.result()
-        return early
+        if early is None:
+            return None
+        failed = early.done.exception()
+        if failed is None:
+            return early
+        if not isinstance(failed, Exception):
+            raise failed
+        warn(f"clgrid: the values sent up during the set-up did not arrive ({type(failed).__name__}: {failed}); "
+             f"a vis2dirty sends its values itself", RuntimeWarning, stacklevel=3)
+        return None

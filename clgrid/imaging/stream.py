@@ -263,13 +263,15 @@ class StreamedPoints:
         """Start a call of a streaming engine: the groups (slab, group) it will reach, in
         order, and the first one's planning started on the preparer; ``direction`` "grid"
         (``vis``, ``wgt``: the caller's) or "degrid" (``out``: the visibilities, zeroed, that
-        each group's values are added to)."""
+        each group's values are added to; ``overflowed`` counts the sums those additions
+        made non-finite, what a sample's shares of several slabs may overflow to though
+        each is finite)."""
         order = [(i, k) for i, slab in enumerate(self._stream) if any(self._touch[p] for p in slab.planes)
                  for k in range(len(slab.groups))]
         worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clgrid-stream") if STREAM_OVERLAP \
             else _InTurn()
         self._call = SimpleNamespace(direction=direction, vis=vis, wgt=wgt, out=out, at=None, order=order,
-                                     next=0, worker=worker, pending=None)
+                                     next=0, worker=worker, pending=None, overflowed=0)
         prep = self._prep
         fill_zeros(prep.queue, self._values_tally, 12, np.int32)
         self._call.pending = worker.submit(self._stream_job, self._call, [], None, order[0] if order else None)
@@ -286,7 +288,7 @@ class StreamedPoints:
         if after is not None:
             after.wait()
         if old and call.direction == "degrid":
-            self._scatter_parts(call.out, call.wgt, add=True, parts=old, on=prep)
+            call.overflowed += self._scatter_parts(call.out, call.wgt, add=True, parts=old, on=prep)
             prep.queue.finish()
         del old
         if group is None:

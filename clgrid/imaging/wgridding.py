@@ -41,20 +41,18 @@ host; with fp64 the correction and w phases are computed per pixel there as well
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-import warnings
 from functools import partial
 
 import numpy as np
 
-from ..errors import EmptyInputWarning
 from ..planning.host import SPEED_OF_LIGHT
 from ..operators.checks import check_output, precision_of
 from ..device.transfer import host_empty
 from .devices import check_devices, sample_weight, device_list, on_devices, queues_for, share_bytes
 from .engine import SPARSE_SHARE, ImagingEngine, check_samples
+from .call_warnings import gathering, say_gathered
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range
@@ -122,7 +120,9 @@ class WGridder:
     (`clgrid.imaging.prefetch`), not after.  They are taken by the first `vis2dirty`
     given these very arrays (the same memory, shape, strides and dtype), so they must not
     be changed in place before it: that call would image the values as they were (or as
-    the background copy found them).  The operator holds them until then.
+    the background copy found them).  The operator holds them until then.  It is checked
+    (refused by name unless of that form and the data's shape) also where facets leave it
+    unused.
 
     ``facets``: None (or "auto") images the whole field on one padded grid where that
     fits the device (its largest buffer and half its memory) and facets would not cost at
@@ -188,6 +188,8 @@ class WGridder:
             check_geometry(geometry, fields, w_range)
         self.geometry = geometry
         self.planes = plane_range(planes, geometry)
+        # checked here, before facets: a faceted operator does not prefetch, but junk is refused
+        prefetch = _checked_prefetch(prefetch, {"vis": self.shape, "wgt": self.shape})
         # an image whose grid does not fit the device (or facets= asked): facets (facets.py)
         keywords = dict(npix_x=self.npix_x, npix_y=self.npix_y, pixsize_x=pixsize_x, pixsize_y=pixsize_y,
                         epsilon=epsilon, do_wgridding=do_wgridding, flip_u=flip_u, flip_v=flip_v, center_x=center_x,
@@ -206,15 +208,13 @@ class WGridder:
         divide = bool(divide_by_n) and bool(do_wgridding)
         engine = dict(scale=scale, signs=signs, geometry=geometry, precision=precision, divide_by_n=divide,
                       tuning=tuning, deterministic=bool(deterministic), epsilon=float(epsilon))
-        shapes = {"vis": self.shape, "wgt": self.shape}
         if devices is None:
             self.split = None
             self._rows = [slice(None)]
             self.engines = [ImagingEngine(uvw=uvw, keep=keep, planes=self.planes, device=device, workers=workers,
-                                          prefetch=_checked_prefetch(prefetch, shapes), **engine)]
+                                          prefetch=prefetch, **engine)]
         else:
-            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers,
-                                _checked_prefetch(prefetch, shapes), w_range)
+            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers, prefetch, w_range)
         self.engine = self.engines[0]
         if verbosity:
             g, choice = geometry, geometry.kernel
@@ -327,12 +327,16 @@ class WGridder:
         last = self.engines[-1]
         image = host_empty((self.npix_x, self.npix_y), last.real, last.staging)
 
+        said = [[] for _ in self.engines]          # each device's warnings (call_warnings)
+
         def share(k, after):
             e, r = self.engines[k], self._rows[k]
-            e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image, after=after)
+            with gathering(said[k]):
+                e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image, after=after)
 
-        with self._one_call, _gathered_warnings(len(self.engines)):
+        with self._one_call:
             _in_order(len(self.engines), share, +1)
+        say_gathered(said, stacklevel=2)
         return image
 
     def dirty2vis(self, dirty, wgt=None, out=None) -> np.ndarray:
@@ -363,17 +367,21 @@ class WGridder:
         out = host_empty(self.shape, e0.complex, e0.staging) if out is None else out
         ordered = self.split == "planes"
 
+        said = [[] for _ in self.engines]
+
         def share(k, after):
             e, r = self.engines[k], self._rows[k]
-            e.dirty2vis(dirty, None if wgt is None else wgt[r], out=out[r], after=after)
+            with gathering(said[k]):
+                e.dirty2vis(dirty, None if wgt is None else wgt[r], out=out[r], after=after)
 
         if not ordered:                  # rows no device took (none kept there) stay zero
             taken = np.zeros(self.nrow, bool)
             for r in self._rows:
                 taken[r] = True
             out[~taken] = 0
-        with self._one_call, _gathered_warnings(len(self.engines)):
+        with self._one_call:
             _in_order(len(self.engines), share, -1 if ordered else 0)
+        say_gathered(said, stacklevel=2)
         return out
 
 
@@ -480,23 +488,6 @@ def _progress_reports(progress, engines: int, each_plane_once: bool) -> list:
         return report
 
     return [reporter(k) for k in range(engines)]
-
-
-@contextlib.contextmanager
-def _gathered_warnings(parts: int):
-    """The devices' warnings, said once each; a device's "nothing to image" only where every
-    device said it (then the whole result is zero)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    said = {}
-    for w in caught:
-        said.setdefault((str(w.message), w.category), []).append(w)
-    nothing = sum(issubclass(w.category, EmptyInputWarning) for w in caught)
-    for (message, category), ws in said.items():
-        if issubclass(category, EmptyInputWarning) and nothing < parts:
-            continue
-        warnings.warn(message, category, stacklevel=3)
 
 
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
