@@ -211,32 +211,3 @@ def test_freed_pinned_blocks_are_capped_for_the_whole_process(rng, queue, monkey
     del again
     gc.collect()
     assert sum(p.free_bytes for p in pools) == 2 * nbytes
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.complex64, np.complex128])
-def test_host_passes_count_non_finite_entries_block_by_block(rng, dtype):
-    """`host_threads.not_finite` / `count_not_finite` (a block at a time, on threads) count
-    the inf and NaN entries of a large array (a complex entry once, whichever part), at
-    random places and on the blocks' edges; `add_counting` adds in place and counts the
-    sums' non-finite parts; `blocks` cuts a slice into consecutive pieces of at most BLOCK."""
-    from clgrid.device import host_threads
-
-    n = 5 * host_threads.BLOCK + 123
-    a = rng.normal(size=n).astype(dtype)
-    if np.iscomplexobj(a):
-        a.imag = rng.normal(size=n)
-    edges = np.arange(host_threads.BLOCK - 1, n, host_threads.BLOCK)
-    bad = np.unique(np.concatenate([rng.choice(n, 20, replace=False), edges, [0, n - 1]]))
-    a[bad[::2]] = np.nan
-    a[bad[1::2]] = -np.inf if not np.iscomplexobj(a) else complex(1.0, np.inf)
-    assert host_threads.not_finite(a) == bad.size
-    assert host_threads.count_not_finite(a.reshape(-1, 1), 3) == bad.size
-    pieces = list(host_threads.blocks(slice(7, n)))
-    assert pieces[0].start == 7 and pieces[-1].stop == n and all(p.stop == q.start for p, q in zip(pieces, pieces[1:]))
-    assert max(p.stop - p.start for p in pieces) == host_threads.BLOCK
-    dst, src = rng.normal(size=n).astype(dtype), np.zeros(n, dtype)
-    src[bad] = a[bad]
-    expected = dst + src
-    assert host_threads.add_counting(dst, src, 3) == int(np.count_nonzero(~np.isfinite(
-        expected.view(expected.real.dtype) if np.iscomplexobj(expected) else expected)))
-    assert np.array_equal(dst, expected, equal_nan=True)

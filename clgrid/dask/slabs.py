@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device.host_threads import blocks, in_slices, not_finite
+from ..device.host_threads import in_slices
 from ..operators.checks import check_finite_result
 from ..imaging.engine import SPARSE_SHARE
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
@@ -270,20 +270,18 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
     bad, lock = [0, 0], threading.Lock()
 
     def share(r):
-        found = [0, 0]
-        for q in blocks(r):                   # (no temporary as large as the share: `blocks`)
-            part = values[q]
-            if flat is None:                  # every sample: a copy, not picks
-                if not whole:
-                    np.copyto(part, vis[q])
-            else:
-                np.take(vis, flat[q], out=part)
-            found[0] += not_finite(part)
-            if weights is not None:
-                w = (weights[q] if flat is None else np.take(weights, flat[q])).astype(vis.real.dtype)
-                found[1] += not_finite(w)
-                if not any(found):            # (refused below otherwise)
-                    np.multiply(part, w, out=part)
+        part = values[r]
+        if flat is None:                      # every sample: a copy, not picks
+            if not whole:
+                np.copyto(part, vis[r])
+        else:
+            np.take(vis, flat[r], out=part)
+        found = [np.count_nonzero(~np.isfinite(part)), 0]
+        if weights is not None:
+            w = (weights[r] if flat is None else np.take(weights, flat[r])).astype(vis.real.dtype)
+            found[1] = np.count_nonzero(~np.isfinite(w))
+            if not any(found):                # (refused below otherwise)
+                np.multiply(part, w, out=part)
         with lock:
             bad[0] += found[0]
             bad[1] += found[1]
@@ -348,16 +346,8 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
         return np.searchsorted(flat, (r.start, r.stop)) if flat is not None else None
 
     def share_range(r):
-        found = [0, 0]
-        for q in blocks(r):                   # (no temporary as large as the range: `blocks`)
-            found = [f + g for f, g in zip(found, share_block(q))]
-        with lock:
-            bad[0] += found[0]
-            bad[1] += found[1]
-
-    def share_block(r):
         part, written = out[r], False
-        with np.errstate(over="ignore", invalid="ignore"):      # counted by the caller
+        with np.errstate(over="ignore", invalid="ignore"):      # counted below
             for flat, share in zip(taken, shares):
                 if flat is None:                  # (the chunk whole: every sample)
                     if share.size:
@@ -379,15 +369,17 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
             if weights is not None:
                 if kept is None:
                     w = weights[r].astype(real)
-                    found[1] = not_finite(w)
+                    found[1] = np.count_nonzero(~np.isfinite(w))
                     part *= w
                 else:
                     a, b = cut(kept, r)
                     w = weights[kept[a:b]].astype(real)
-                    found[1] = not_finite(w)
+                    found[1] = np.count_nonzero(~np.isfinite(w))
                     out[kept[a:b]] *= w
-            found[0] = not_finite(part)
-        return found
+            found[0] = np.count_nonzero(~np.isfinite(part))
+        with lock:
+            bad[0] += found[0]
+            bad[1] += found[1]
 
     in_slices(max(1, threads) if n >= (1 << 16) else 1, n, share_range)
     if bad[1]:

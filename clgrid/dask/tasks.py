@@ -23,7 +23,7 @@ from .chunks import naming
 from .delivery import region
 from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, takes_whole,
                     values_at)
-from ..device.host_threads import BLOCK, blocks, in_slices, not_finite
+from ..device.host_threads import in_slices
 from ..imaging.devices import sample_weight
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
@@ -270,17 +270,12 @@ def sum_facet(box, start: int, threads: int, *parts) -> tuple:
     target = out if out is not None else np.empty(arrays[0].shape, arrays[0].dtype)
     bad, nonzero, lock = [0], [False], threading.Lock()
 
-    row = int(np.prod(target.shape[1:]))
-
     def rows(r):
-        found, some = 0, False
-        for q in blocks(r, max(1, BLOCK // row)):         # a few rows at a time: no temporary as large as r
-            level = [a[q] for a in arrays]
-            while len(level) > 1:
-                level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
-            target[q] = level[0]
-            found += not_finite(target[q])
-            some = some or bool(np.any(target[q]))
+        level = [a[r] for a in arrays]
+        while len(level) > 1:
+            level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+        target[r] = level[0]
+        found, some = int(np.count_nonzero(~np.isfinite(target[r]))), bool(np.any(target[r]))
         with lock:
             bad[0] += found
             nonzero[0] = nonzero[0] or some

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices", "in_background", "add_counting", "blocks", "not_finite", "count_not_finite", "BLOCK"]
+__all__ = ["in_slices", "in_background", "add_counting"]
 
 _pool = None
 _background = None
@@ -68,41 +68,22 @@ def add_counting(dst: np.ndarray, src: np.ndarray, parts: int) -> int:
     counts = []
 
     def add(r):
-        found = 0
-        for q in blocks(r):                    # added and counted while in cache
-            out = dst[q]
-            with np.errstate(over="ignore", invalid="ignore"):       # counted below
-                np.add(out, src[q], out=out)
-            found += not_finite(out.view(out.real.dtype) if np.iscomplexobj(out) else out)
-        counts.append(found)
+        out = dst[r]
+        with np.errstate(over="ignore", invalid="ignore"):       # counted below
+            np.add(out, src[r], out=out)
+        reals = out.view(out.real.dtype) if np.iscomplexobj(out) else out
+        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
 
     in_slices(parts, dst.size, add)
     return sum(counts)
 
 
-# elements a pass over a large array takes at a time where it needs a temporary (a mask,
-# a product): temporaries this small come from the heap, where large ones are fresh pages
-# mapped and unmapped every call, whose faults stall every thread of the process
-BLOCK = 1 << 15
-
-
-def blocks(r: slice, size: int = BLOCK):
-    """The slices of at most ``size`` that make up the slice ``r`` (of steps of 1), in order."""
-    return (slice(i, min(i + size, r.stop)) for i in range(r.start, r.stop, size))
-
-
-def not_finite(a: np.ndarray) -> int:
-    """How many entries of ``a`` are inf or NaN (a complex one once, whichever part),
-    counted `BLOCK` entries at a time on the calling thread (no temporary as large as
-    ``a``)."""
-    flat = a.reshape(-1)
-    return sum(b.stop - b.start - int(np.count_nonzero(np.isfinite(flat[b]))) for b in blocks(slice(0, flat.size)))
-
-
 def count_not_finite(a: np.ndarray, parts: int) -> int:
-    """`not_finite` of ``a`` in ``parts`` slices on the pool's threads: a large input
-    checked without a pass on one thread."""
-    flat = a.reshape(-1)
+    """How many entries of ``a`` are inf or NaN (real and imaginary parts apart), counted
+    in ``parts`` slices on the pool's threads: a large input checked without a pass on one
+    thread."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    reals = flat.view(flat.real.dtype) if np.iscomplexobj(flat) else flat
     counts = []
-    in_slices(parts, flat.size, lambda r: counts.append(not_finite(flat[r])))
+    in_slices(parts, reals.size, lambda r: counts.append(int(np.count_nonzero(~np.isfinite(reals[r])))))
     return sum(counts)

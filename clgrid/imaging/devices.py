@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyopencl as cl
 
-from ..device.host_threads import add_counting, blocks, in_slices, not_finite
+from ..device.host_threads import add_counting, in_slices
 from ..device.runtime import device_facts, get_queue, select_device
 from ..device.tuning import resolve_tuning
 from ..errors import DeviceCapabilityError
@@ -170,17 +170,15 @@ def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add:
     counts = []
 
     def share(r):
-        found = 0
-        for q in blocks(r):                    # (no temporary as large as the share: `blocks`)
-            at = index[q]
-            if not add:
-                target[at] = values[q]
-                continue
-            with np.errstate(over="ignore", invalid="ignore"):       # counted below
-                written = target[at] + values[q]
-            target[at] = written
-            found += not_finite(written.view(written.real.dtype) if np.iscomplexobj(written) else written)
-        counts.append(found)
+        at = index[r]
+        if not add:
+            target[at] = values[r]
+            return
+        with np.errstate(over="ignore", invalid="ignore"):       # counted below
+            written = target[at] + values[r]
+        target[at] = written
+        reals = written.view(written.real.dtype) if np.iscomplexobj(written) else written
+        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
 
     in_slices(workers, values.size, share)
     return sum(counts)
