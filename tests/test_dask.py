@@ -277,7 +277,7 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     assert predicted.chunks == ((ROW_CHUNK, ROW_CHUNK, WIDE_ROWS - 2 * ROW_CHUNK), (CHANNEL_CHUNK, CHANNEL_CHUNK))
     held = [[key for key in keys if str(key).startswith("clgrid-dirty-")] for keys in client.has_what().values()]
     if os.path.isdir("/dev/shm"):             # workers on this host: written once into a file there, not scattered
-        assert not any(held) and any(f.startswith("clgrid-x-") and f.endswith("-d") for f in os.listdir("/dev/shm"))
+        assert not any(held) and any(f.startswith(f"clgrid-x-{os.getpid()}-") and f.endswith("-d") for f in os.listdir("/dev/shm"))
     else:
         assert len(held) == 2 and all(len(keys) == 1 for keys in held)    # scattered once, one copy each
     predicted = predicted.compute()
@@ -472,7 +472,8 @@ def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng)
         full(True)
         image = cd.vis2dirty(vis=blocks(vis), **points, **image_size, **pixels)
         predicted = cd.dirty2vis(dirty=image, **points, **pixels).compute()
-        made = [f for f in os.listdir(exchange.SHARED_MEMORY) if f.startswith("clgrid-x-")] \
+        mine = f"clgrid-x-{os.getpid()}-"           # (not another process's: tests may run beside this one)
+        made = [f for f in os.listdir(exchange.SHARED_MEMORY) if f.startswith(mine)] \
             if os.path.isdir(exchange.SHARED_MEMORY) else []
         assert all(os.path.getsize(os.path.join(exchange.SHARED_MEMORY, f)) == 0 for f in made)
     finally:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device.host_threads import in_slices
+from ..device.host_threads import in_slices, not_finite
 from ..operators.checks import check_finite_result
 from ..imaging.engine import SPARSE_SHARE
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
@@ -276,10 +276,10 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
                 np.copyto(part, vis[r])
         else:
             np.take(vis, flat[r], out=part)
-        found = [np.count_nonzero(~np.isfinite(part)), 0]
+        found = [not_finite(part), 0]
         if weights is not None:
             w = (weights[r] if flat is None else np.take(weights, flat[r])).astype(vis.real.dtype)
-            found[1] = np.count_nonzero(~np.isfinite(w))
+            found[1] = not_finite(w)
             if not any(found):                # (refused below otherwise)
                 np.multiply(part, w, out=part)
         with lock:
@@ -369,14 +369,14 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
             if weights is not None:
                 if kept is None:
                     w = weights[r].astype(real)
-                    found[1] = np.count_nonzero(~np.isfinite(w))
+                    found[1] = not_finite(w)
                     part *= w
                 else:
                     a, b = cut(kept, r)
                     w = weights[kept[a:b]].astype(real)
-                    found[1] = np.count_nonzero(~np.isfinite(w))
+                    found[1] = not_finite(w)
                     out[kept[a:b]] *= w
-            found[0] = np.count_nonzero(~np.isfinite(part))
+            found[0] = not_finite(part)
         with lock:
             bad[0] += found[0]
             bad[1] += found[1]

@@ -29,7 +29,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..device.codegen import build_program, kernel as codegen_kernel, render
-from ..device.host_threads import in_slices
+from ..device.host_threads import count_not_finite, in_slices
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
@@ -111,13 +111,6 @@ def check_samples(nchan: int) -> None:
     if nchan > SAMPLE_LIMIT:
         raise ValueError(f"nchan = {nchan} channels: one row's samples are counted in 32 bits, at most "
                          f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
-
-
-def _not_finite_values(values: np.ndarray, workers: int) -> int:
-    """How many entries of ``values`` are inf or NaN (a complex one once, whichever part)."""
-    flat, counts = values.reshape(-1), []
-    in_slices(workers, flat.size, lambda r: counts.append(flat[r].size - int(np.count_nonzero(np.isfinite(flat[r])))))
-    return sum(counts)
 
 
 class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
@@ -648,7 +641,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
         if adding:        # (a sample's sum counted once however many of its shares overflowed)
-            not_finite = _not_finite_values(out, self._workers) if overflowed else 0
+            not_finite = count_not_finite(out, self._workers) if overflowed else 0
         check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities",
                             self.precision, double="a float64 image", inputs="the image or the weights")
         return out
