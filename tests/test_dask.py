@@ -277,7 +277,8 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     assert predicted.chunks == ((ROW_CHUNK, ROW_CHUNK, WIDE_ROWS - 2 * ROW_CHUNK), (CHANNEL_CHUNK, CHANNEL_CHUNK))
     held = [[key for key in keys if str(key).startswith("clgrid-dirty-")] for keys in client.has_what().values()]
     if os.path.isdir("/dev/shm"):             # workers on this host: written once into a file there, not scattered
-        assert not any(held) and any(f.startswith(f"clgrid-x-{os.getpid()}-") and f.endswith("-d") for f in os.listdir("/dev/shm"))
+        mine = f"clgrid-x-{os.getpid()}-"
+        assert not any(held) and any(f.startswith(mine) and f.endswith("-d") for f in os.listdir("/dev/shm"))
     else:
         assert len(held) == 2 and all(len(keys) == 1 for keys in held)    # scattered once, one copy each
     predicted = predicted.compute()
