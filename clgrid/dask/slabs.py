@@ -243,15 +243,15 @@ def _part(uvw, scale, flat, values) -> Part:
 
 def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list) -> list:
     """One chunk's samples for each slab of ``bounds``: the flat indices (row * nchan +
-    channel, ascending; int32 where they fit) of those kept with a tap on its planes
+    channel, ascending; numpy's index type, which picks convert to otherwise, a
+    temporary every call) of those kept with a tap on its planes
     (`_touching`).  Refuses rows with NaN or infinite uvw where a sample is kept."""
     uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
     first = geometry.first_planes(_abs_w(uvw, scale, flat))
-    index = np.int32 if uvw.shape[0] * scale.size < 2 ** 31 else np.int64
     taken = []
     for lo, hi in bounds:
         take = np.flatnonzero(_touching(first, lo, hi, geometry.kernel.support))
-        taken.append((take if flat is None else flat[take]).astype(index))
+        taken.append((take if flat is None else flat[take]).astype(np.intp))
     return taken
 
 
@@ -275,7 +275,7 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
             if not whole:
                 np.copyto(part, vis[r])
         else:
-            np.take(vis, flat[r], out=part)
+            np.take(vis, flat[r], out=part, mode="clip")       # (valid indices: "raise" would buffer out)
         found = [not_finite(part), 0]
         if weights is not None:
             w = (weights[r] if flat is None else np.take(weights, flat[r])).astype(vis.real.dtype)

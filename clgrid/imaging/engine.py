@@ -309,7 +309,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             index = None
             if plan.num_kept < SPARSE_SHARE * nsample:
                 plan.values_by_position = True
-                index = plan.sample.get()[:plan.num_kept]
+                index = plan.sample.get()[:plan.num_kept].astype(np.intp)     # (picks convert others every call)
             points = plan.arranged(spreader.arrangement_key(), spreader.arrange)
             plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
         points = spreader.settle(points)     # then the strategy's own per-point data
