@@ -239,3 +239,27 @@ def test_host_passes_count_non_finite_entries_without_a_mask(rng, dtype):
     assert host_threads.add_counting(dst, src, 3) == int(np.count_nonzero(~np.isfinite(
         expected.view(expected.real.dtype) if np.iscomplexobj(expected) else expected)))
     assert np.array_equal(dst, expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.float32, np.complex128])
+def test_picks_from_an_unaligned_array_are_its_entries(rng, dtype):
+    """`host_threads.pick` (by bytes: np.take copies an unaligned source whole first) gives
+    the entries at the indices of an array at an odd address, as Dask deserializes blocks,
+    into a poisoned out or a new array; `clgrid.dask.slabs.values_at` likewise, weighted."""
+    from clgrid.device import host_threads
+    from clgrid.dask.slabs import values_at
+
+    n = 10_001
+    raw = np.empty(n * np.dtype(dtype).itemsize + 1, np.uint8)
+    a = raw[1:].view(dtype)
+    assert not a.flags.aligned
+    a[...] = rng.normal(size=n) + (1j * rng.normal(size=n) if np.iscomplexobj(a) else 0)
+    index = np.sort(rng.choice(n, 3000, replace=False)).astype(np.intp)
+    out = np.full(index.size, np.nan, dtype)
+    assert host_threads.pick(a, index, out) is out and np.array_equal(out, np.asarray(a)[index])
+    assert np.array_equal(host_threads.pick(a.reshape(-1, 1), index), np.asarray(a)[index])
+    if np.iscomplexobj(a):
+        w = raw[1:1 + 4 * n].view(np.float32).copy()
+        w[...] = rng.uniform(0.5, 2.0, n)
+        got = values_at(a.reshape(-1, 1), w.reshape(-1, 1), index, threads=2)
+        assert np.allclose(got, np.asarray(a)[index] * w[index], rtol=1e-6)

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device.host_threads import in_slices, not_finite
+from ..device.host_threads import in_slices, not_finite, pick
 from ..operators.checks import check_finite_result
 from ..imaging.engine import SPARSE_SHARE
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
@@ -275,10 +275,10 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
             if not whole:
                 np.copyto(part, vis[r])
         else:
-            np.take(vis, flat[r], out=part, mode="clip")       # (valid indices: "raise" would buffer out)
+            pick(vis, flat[r], out=part)
         found = [not_finite(part), 0]
         if weights is not None:
-            w = (weights[r] if flat is None else np.take(weights, flat[r])).astype(vis.real.dtype)
+            w = (weights[r] if flat is None else pick(weights, flat[r])).astype(vis.real.dtype)
             found[1] = not_finite(w)
             if not any(found):                # (refused below otherwise)
                 np.multiply(part, w, out=part)

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices", "in_background", "add_counting", "not_finite", "count_not_finite"]
+__all__ = ["in_slices", "in_background", "add_counting", "not_finite", "count_not_finite", "pick"]
 
 _pool = None
 _background = None
@@ -110,3 +110,15 @@ def count_not_finite(a: np.ndarray, parts: int) -> int:
     counts = []
     in_slices(parts, flat.size, lambda r: counts.append(not_finite(flat[r])))
     return sum(counts)
+
+
+def pick(a: np.ndarray, index: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a``'s flat entries at ``index`` (valid indices, numpy's index type), into ``out``
+    (None: a new array), on the calling thread, copied as bytes: `np.take` copies an
+    unaligned ``a`` (a block that Dask deserialized at an odd offset) whole before every
+    pick, and buffers ``out`` unless its indices are clipped."""
+    flat = a.reshape(-1)
+    out = np.empty(len(index), flat.dtype) if out is None else out
+    raw = np.dtype((np.void, flat.dtype.itemsize))
+    np.take(flat.view(raw), index, out=out.reshape(-1).view(raw), mode="clip")
+    return out

@@ -29,7 +29,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..device.codegen import build_program, kernel as codegen_kernel, render
-from ..device.host_threads import count_not_finite, in_slices
+from ..device.host_threads import count_not_finite, in_slices, pick
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
@@ -372,7 +372,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         not resident, in a Dask worker, and gained nothing in one process)."""
         mine = given[part.rows]
         if part.index is not None:
-            mine = np.take(mine.reshape(-1), part.index)
+            mine = pick(mine, part.index)
         return np.asarray(mine, dtype)
 
     def _upload_held(self, part, vis, wgt, on=None) -> None:
