@@ -519,6 +519,56 @@ def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(r
     exchange.release()
 
 
+def test_a_slab_prediction_is_stamped_before_its_image_is_checked_again(rng, tmp_path, monkeypatch, device_name):
+    """`clgrid.dask.tasks.vis_slab` writes its prediction into the slab's file and stamps
+    it with its image's stamp.  Another call (a later image published, its slab task
+    clearing the stamp and writing the same file) that gets in between the image's last
+    check and the stamp must not leave this call's stamp over the other call's values:
+    the stamp goes on before the image is checked again, so that call is refused there
+    (or its readers are), never read.  The other call is simulated where the stamp goes on."""
+    from clgrid.dask import exchange, slabs as dask_slabs, tasks
+    from clgrid.dask.wgridding import _options
+
+    nrow, freq = int(rng.integers(150, 300)), np.array([1.0e8, 1.2e8])
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 300.0])
+    options = _options(32, 32, 2e-3, 2e-3, 1e-5, True, False, False, False, True, 0.0, 0.0, 1.1, 2.6, "single",
+                       device_name, 1, 0, None, False)
+    g = dask_slabs.geometry_of([dask_slabs.extent(uvw, freq, None)], options)
+    bounds = [(0, g.num_planes)]
+    points = tasks.SlabPoints(dask_slabs.parts_at(uvw, freq, dask_slabs.selection(uvw, freq, None, g, bounds)))
+    slab = dask_slabs.Slab(0, bounds[0], (0, 1))
+    prefix, total = str(tmp_path / "x"), nrow * freq.size
+    place = exchange.place(prefix, "s0")
+    mine, theirs = (rng.normal(size=(32, 32)).astype(np.float32) for _ in range(2))
+    expected = tasks.vis_slab(mine, points, g, slab, options, 0)[0].copy()
+    real, other = exchange.stamped_shares, []
+
+    def another_call_gets_in(*args, **kwargs):          # published, its slab task writing this file
+        if not other:
+            other.append(exchange.publish(prefix, "d", theirs))
+            room = exchange.stamped_room(place, total, np.complex64)
+            room[: total // 2] = 7 + 7j
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(exchange, "stamped_shares", another_call_gets_in)
+    try:
+        try:
+            shares = tasks.vis_slab(exchange.publish(prefix, "d", mine), points, g, slab, options, 0, place)
+        except RuntimeError as error:                   # refused where the image is checked again
+            assert "replaced by a later dirty2vis" in str(error)
+            return
+        assert other
+        try:
+            with exchange.reading(list(shares)) as arrays:
+                got = np.concatenate(arrays)
+        except RuntimeError as error:                   # or by its readers
+            assert "replaced by a later dirty2vis" in str(error)
+            return
+        assert np.array_equal(got, expected), "the other call's values were read under this call's stamp"
+    finally:
+        exchange.release()
+
+
 @pytest.mark.slow
 def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, monkeypatch, device_name):
     """deterministic=True with ``slabs`` given: the image and visibilities on the 2-worker

@@ -314,8 +314,12 @@ def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, pla
             # the prediction written straight into the shared file (no copy of it after)
             room = exchange.stamped_room(place, sum(points.lengths), dtype) if stamped else None
             predicted = operator.dirty2vis(image, out=None if room is None else room[:, None])[:, 0]
-        if room is not None:
-            return exchange.stamped_shares(place, points.lengths, dtype, dirty.stamp)
+            if room is not None:
+                # stamped before the image's stamp is checked again (leaving `taken`): a
+                # later call writes this file only once its own image is published, so
+                # after that check; stamped later, this call's stamp could land on the
+                # later call's half-written values, and its readers would take them
+                return exchange.stamped_shares(place, points.lengths, dtype, dirty.stamp)
         return split(predicted, points.parts)
 
 
