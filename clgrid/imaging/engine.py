@@ -368,8 +368,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:
         its rows, or only its kept samples (in plan order) where it picks them (on one
-        thread: picks on several faulted in each other's way where the caller's pages were
-        not resident, in a Dask worker, and gained nothing in one process)."""
+        thread, by bytes: `clgrid.device.host_threads.pick`)."""
         mine = given[part.rows]
         if part.index is not None:
             mine = pick(mine, part.index)
