@@ -26,8 +26,8 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "shared", "forget_shared", "tree_sum", "naming",
-           "workers_to_prefer", "prefer_worker", "check_device"]
+__all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "shared", "forget_shared", "task_of", "tree_sum",
+           "naming", "workers_to_prefer", "prefer_worker", "check_device"]
 
 KEPT_SCATTERED = 8          # scattered objects kept for later calls (kernel stacks)
 _scattered: dict = {}       # on the client: (client id, name) -> Future
@@ -228,6 +228,12 @@ def forget_shared() -> None:
     """Release the kept scattered objects (the workers may then drop them)."""
     with _lock:
         _scattered.clear()
+
+
+def task_of(function):
+    """``function`` as a maker of Dask tasks that run on every compute: each call's node
+    has a key of its own (``pure=False``), never merged with another call's."""
+    return dask.delayed(function, pure=False)
 
 
 def workers_to_prefer(enabled: bool) -> list | None:

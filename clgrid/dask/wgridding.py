@@ -81,18 +81,6 @@ what the first call left; the vis (or the image) may change from call to call.  
 that change (new uvw or mask content, other chunks or keywords) are a new set of points:
 planned, selected and kept anew, the oldest set dropped.
 
-The sum.  Each imaging task cuts its image into n facets (row blocks; n the workers),
-and facet f of all tasks is summed on worker f, pairwise in a tree fixed by the tasks'
-numbers (`clgrid.dask.chunks.tree_sum`'s order), so the result does not depend on which
-task finished first.  On a distributed cluster each facet's sum is one task
-(`clgrid.dask.tasks.sum_facet`) that takes the parts (from shared memory where it can),
-writes the sum into the client's box and counts its non-finite and non-zero pixels, so
-the client receives one image and does not pass over it again; with Dask's local
-schedulers, a tree of additions.  Each worker so sends and receives about one image per
-call, not log2(n) of them; with shared memory, a reused call passes only a few hundred
-bytes per task through Dask (each task's facets are picked on its own worker, `_items`,
-so the facet it keeps for its own sum never leaves it: tested).
-
 Memory, with one thread per worker: a task holds one chunk (the rows split's imaging;
 the planes split's selection), or at most ``slab_samples`` samples (the planes split's
 imaging), and one operator's grid and the image it returns.  Dask starts workers with
@@ -112,8 +100,9 @@ import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
-from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, tree_sum, workers_to_prefer
-from .delivery import collect, deliver, discard, forget_boxes, kept_box
+from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, task_of, workers_to_prefer
+from .delivery import forget_boxes
+from .images import COPY_THREADS, facet_count, items, places, sent, summed
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .tasks import forget_operators
 from ..device.host_threads import count_not_finite
@@ -128,7 +117,6 @@ except ImportError as error:     # pragma: no cover - exercised only without the
 __all__ = ["vis2dirty", "dirty2vis", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
 
 KEEP_OPERATORS = 4
-COPY_THREADS = 16            # host threads of the client's copies into shared memory
 KEPT_LAYOUTS = 8             # sets of points whose first pass and persisted selections the client keeps
 SPLITS = ("auto", "planes", "rows")
 _layouts: OrderedDict = OrderedDict()       # on the client: (client id, token) -> SlabLayout
@@ -277,10 +265,6 @@ def _data_slabs(geometry, chunks: int) -> int:
     return max(1, min(chunks, geometry.num_planes // geometry.kernel.support))
 
 
-def _task(function):
-    return dask.delayed(function, pure=False)
-
-
 def _key_of(piece):
     """A piece's name in the token of the points: its Dask key (content-derived for
     `dask.array.from_array`, stable for a persisted array), or a token of its value."""
@@ -296,10 +280,6 @@ def _points_token(layout: ChunkLayout, uvw_pieces, mask_pieces, freq, options: d
                               sorted(options.items()), layout.rows, layout.channels, *more)
 
 
-def _facet_count(workers, options: dict) -> int:
-    return max(1, min(len(workers or [None]), options["npix_x"]))
-
-
 def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall_timeout=None) -> SlabLayout:
     """The planes split's first pass for these points (kept on the client per token):
     the geometry of them all, the slabs' planes (``count`` of them; None: `_data_slabs`),
@@ -311,9 +291,9 @@ def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall
         if found is not None:
             _layouts.move_to_end(key)
             return found
-    reduced = _task(geometry_of)([_task(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
-    geometry, weight, *counts = compute(reduced, _task(worker_tasks.split_weight)(options),
-                                        *[_task(worker_tasks.chunk_counts)(*piece, reduced) for piece in pieces],
+    reduced = task_of(geometry_of)([task_of(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
+    geometry, weight, *counts = compute(reduced, task_of(worker_tasks.split_weight)(options),
+                                        *[task_of(worker_tasks.chunk_counts)(*piece, reduced) for piece in pieces],
                                         stall_timeout=stall_timeout)
     bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count,
                          sample_weight=weight)
@@ -347,7 +327,7 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None)
         return layout.selections, layout.points
     g, count = layout.geometry, len(layout.bounds)
     near = vis_pieces if vis_pieces is not None else [None] * len(pieces)
-    selections = [_task(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v)
+    selections = [task_of(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v)
                   for (chunk, u, f, m), v in zip(pieces, near)]
     parts = [dask.delayed(worker_tasks.chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
              for (chunk, u, f, _), taken in zip(pieces, selections)]
@@ -357,57 +337,11 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None)
             points.append(None)
             continue
         with prefer_worker(t, workers):
-            points.append(_task(worker_tasks.slab_points)(*[chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
+            points.append(task_of(worker_tasks.slab_points)(*[chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
     if keep > 0:
         selections, points = dask.persist(selections, points)
         layout.selections, layout.points = selections, points
     return selections, points
-
-
-def _summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None, shared=None,
-            threads: int = 1, out=None) -> tuple:
-    """The image (``shape``, ``dtype``; into ``out`` where given) from the imaging tasks'
-    outputs (``facets`` facets and the warnings each): facet f summed pairwise by task
-    number on worker f, and handed to the client through shared memory where worker f
-    is on its host (`clgrid.dask.delivery`, a box kept for later calls), else gathered;
-    all facets at once.  On a distributed cluster each facet is one task
-    (`clgrid.dask.tasks.sum_facet`: the tree's order, the same bits) that takes the parts
-    (from shared memory where ``shared``, the call's `clgrid.dask.exchange` prefix: every
-    worker on the client's host), adds them into the client's box and counts what the
-    client would check; without one (Dask's local schedulers), a tree of additions."""
-    if not outputs:
-        return None, frozenset(), None
-    box = kept_box(shape, dtype) if workers else None
-    starts = [int(s) for s in np.cumsum([0] + [len(r) for r in np.array_split(np.arange(shape[0]), facets)])[:-1]]
-    sums = []
-    whole = shared is not None or workers is not None
-    for f in range(facets):
-        with prefer_worker(f, workers):
-            if whole:
-                sums.append(_task(worker_tasks.sum_facet)(box, starts[f], threads, *[out[f] for out in outputs]))
-                continue
-            total = tree_sum([out[f] for out in outputs], _task(worker_tasks.add_images))
-            sums.append(_task(deliver)(total, box, starts[f]) if box is not None else total)
-    try:
-        *parts, said = compute(*sums, _task(worker_tasks.warnings_union)(*[out[facets] for out in outputs]),
-                               stall_timeout=stall_timeout)
-    except BaseException:
-        discard(box)
-        raise
-    counts = None
-    if whole:                                # (rows or None, non-finite pixels, any non-zero) per facet
-        counts = (sum(p[1] for p in parts), any(p[2] for p in parts))
-        parts = [p[0] for p in parts]
-    return collect(box, parts, starts, out), said, counts
-
-
-def _places(shared, task: int, facets: int, workers) -> tuple | None:
-    """Where imaging task ``task`` leaves each facet in shared memory: a file for a facet
-    summed on another worker than the task's (by `prefer_worker`), None for its own."""
-    if shared is None:
-        return None
-    n = len(workers)
-    return tuple(None if task % n == f % n else exchange.place(shared, f"i{task}-{f}") for f in range(facets))
 
 
 def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared=None) -> list:
@@ -415,9 +349,9 @@ def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, worker
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            outputs.append(_items(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
+            outputs.append(items(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
                 token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
-                _places(shared, chunk.index, facets, workers)), facets))
+                places(shared, chunk.index, facets, workers)), facets))
     return outputs
 
 
@@ -466,39 +400,18 @@ def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, wor
             # the slab's task takes the chunk's whole result and picks its own (one task
             # fewer on the way, `image_slab`)
             task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
-                points[t], slab_layout.geometry, slab, options, keep, facets, _places(shared, t, facets, workers),
+                points[t], slab_layout.geometry, slab, options, keep, facets, places(shared, t, facets, workers),
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
-            outputs.append(_items(task, facets))
+            outputs.append(items(task, facets))
     return outputs
 
 
-def _items(task, facets: int) -> tuple:
-    """An imaging task's facets and warnings as separate nodes, made under the task's own
-    worker preference: a facet the task keeps for its own worker's sum (an array) is
-    picked there and stays there; only the few bytes of a facet left in shared memory
-    (`Shared`), or a facet summed elsewhere without shared memory, go to the worker that
-    sums it.  (Picked under the summing worker's preference, the whole result, the kept
-    facet with it, went there: docs/benchmarks/dask.md, "Nothing large through Dask".)"""
-    return tuple(task[i] for i in range(facets + 1))
-
-
-def _sent(dirty: np.ndarray, shared: str | None = None, threads: int = 1):
-    """The image as one dependency of every task: written once into a kept file in shared
-    memory where ``shared`` (`clgrid.dask.exchange.publish`: every worker on this host),
-    else `shared` (scattered to every worker once, sent as the graph that uses it is
-    built: the scheduler may drop replicas that no task waits for yet)."""
-    published = exchange.publish(shared, "d", dirty, threads)
-    if published is not None:
-        return published
-    return chunking.shared(f"clgrid-dirty-{dask.base.tokenize(dirty)}", dirty)
-
-
 def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared=None) -> list:
-    image, pieces = _sent(dirty, shared, COPY_THREADS), []
+    image, pieces = sent(dirty, shared, COPY_THREADS), []
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            task = _task(worker_tasks.vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk,
+            task = task_of(worker_tasks.vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk,
                                                  options, keep)
         pieces.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
     return pieces
@@ -506,7 +419,7 @@ def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers
 
 def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype, shared=None) -> list:
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
-    image = _sent(dirty, shared, COPY_THREADS)
+    image = sent(dirty, shared, COPY_THREADS)
     count = len(slab_layout.bounds)
     shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
     for t, slab in enumerate(slab_layout.tasks):
@@ -520,7 +433,7 @@ def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dt
         shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
-        task = _task(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype,
+        task = task_of(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype,
                                                   max(1, options["nthreads"]))
         out.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
     return out
@@ -574,7 +487,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     workers = workers_to_prefer(True)
     split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
     cap = _slab_samples(slab_samples, layout)
-    facets = _facet_count(workers, options)
+    facets = facet_count(workers, options)
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
     else:
@@ -592,7 +505,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
             outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
                                    workers, facets, shared)
         real = np.float64 if options["precision"] == "double" else np.float32
-        image, said, counts = _summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real,
+        image, said, counts = summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real,
                                       stall_timeout, shared, max(1, options["nthreads"]), dirty)
     if image is None:
         image = worker_tasks.zeros_image(options)
