@@ -21,9 +21,8 @@ worker once.  Two ways to cut the work (``split``):
   each chunk's histogram of first planes), one task per slab and group; a chunk's
   samples are never cut.  Each group repeats its slab's FFTs and per-pixel work: raise
   ``slab_samples`` where the workers' memory allows (GPU workers: above the data's size).
-- ``"rows"``: each task images one chunk (rows ``a:b``, channels ``c:d``) with an operator
-  of its own, on a grid and w-planes of its own; with w, each chunk pays every plane's FFT,
-  so this is for 2-D imaging (one plane), and for data one task holds whole.
+- ``"rows"`` (`clgrid.dask.rows_split`): each task images one chunk with an operator of
+  its own, every w-plane of it; for 2-D imaging, and for data one task holds whole.
 
 ``"auto"`` takes ``"planes"`` with ``do_wgridding`` unless there is one chunk and one
 slab (the same single operator either way), ``"rows"`` otherwise.  With either, the sum
@@ -103,6 +102,7 @@ from .watch import compute, stall_seconds
 from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, task_of, workers_to_prefer
 from .delivery import forget_boxes
 from .images import COPY_THREADS, facet_count, items, places, sent, summed
+from .rows_split import rows_images, rows_vis
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .tasks import forget_operators
 from ..device.host_threads import count_not_finite
@@ -344,17 +344,6 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None)
     return selections, points
 
 
-def _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared=None) -> list:
-    outputs = []
-    for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
-                                 layout.pieces(wgt), layout.pieces(mask)):
-        with prefer_worker(chunk.index, workers):
-            outputs.append(items(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
-                token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
-                places(shared, chunk.index, facets, workers)), facets))
-    return outputs
-
-
 def _slab_pieces(layout: ChunkLayout, uvw, freq, mask) -> list:
     """Each chunk's (chunk, uvw, freq, mask) pieces."""
     chunks = layout.chunks()
@@ -404,17 +393,6 @@ def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, wor
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
             outputs.append(items(task, facets))
     return outputs
-
-
-def _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared=None) -> list:
-    image, pieces = sent(dirty, shared, COPY_THREADS), []
-    for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
-                              layout.pieces(mask)):
-        with prefer_worker(chunk.index, workers):
-            task = task_of(worker_tasks.vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk,
-                                                 options, keep)
-        pieces.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
-    return pieces
 
 
 def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype, shared=None) -> list:
@@ -499,7 +477,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
               if workers and len(workers) > 1 and keep > 0 else None)
     with exchange.using(shared):
         if split == "rows":
-            outputs = _rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared)
+            outputs = rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared)
         else:
             slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
             outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
@@ -583,7 +561,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     shared = exchange.prefix(chunking.client(), workers, f"{token}-dirty2vis") if workers and keep > 0 else None
     with exchange.using(shared):
         if split == "rows":
-            pieces = _rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared)
+            pieces = rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared)
         else:
             slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
             pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype,
