@@ -652,7 +652,7 @@ def test_a_slab_with_most_of_a_chunk_takes_it_whole_and_its_operator_drops_the_r
     high slab may hold most samples too).  Both directions, kept operators reused, equal
     `clgrid.vis2dirty` / `dirty2vis` to rounding and ducc0 at 1e-12 to epsilon."""
     wgridder = optional("ducc0.wgridder", "test")
-    from clgrid.dask import slabs as dask_slabs, wgridding as dask_wgridding
+    from clgrid.dask import planes_split, slabs as dask_slabs
 
     nrow, freq = 1500, np.array([1.0e8, 1.1e8, 1.3e8])
     uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 2400.0])
@@ -671,7 +671,7 @@ def test_a_slab_with_most_of_a_chunk_takes_it_whole_and_its_operator_drops_the_r
         assert relative_error(image, wgridder.vis2dirty(vis=vis, **dict(common, epsilon=1e-12))) <= 1e-9
         assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, device=device_name, **shape)) <= 1e-12
         assert relative_error(predicted, wgridder.dirty2vis(dirty=dirty, **dict(shape, epsilon=1e-12))) <= 1e-9
-    layout = next(reversed(dask_wgridding._layouts.values()))
+    layout = next(reversed(planes_split._layouts.values()))
     g, bounds, total, partly = layout.geometry, layout.bounds, 500 * freq.size, 0
     for i, rows in enumerate(np.split(np.arange(nrow), 3)):
         exact = dask_slabs.slab_sizes(dask_slabs.plane_counts(uvw[rows], freq, None, g), g, bounds)

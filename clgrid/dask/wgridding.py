@@ -8,19 +8,11 @@ Imaging is linear in the visibilities, and over the w-planes: the dirty image of
 them is a sum of partial images.  ``dirty2vis`` is the adjoint: the image goes to every
 worker once.  Two ways to cut the work (``split``):
 
-- ``"planes"`` (with w-gridding; `clgrid.imaging.split` and `clgrid.dask.slabs` say why
-  and how): one geometry for all the data (the |w| range and number of samples reduced
-  over the chunks first), the w-planes cut into ``slabs`` slabs of about equal work
-  (default: one per worker), and each slab's task images the samples with a tap on its
-  planes, taken from every chunk, with a `WGridder` over those planes only.  The FFTs
-  and per-pixel work are the planes', once per slab (or group, below): n workers share
-  them.  Samples crowd at small |w|, so a low slab may take most of the data: an
-  imaging task takes at most ``slab_samples`` (default: as many as the largest chunk
-  holds).  Where a slab's samples from all chunks are more, its chunks are cut into
-  contiguous groups within that (`clgrid.dask.slabs.chunk_groups`, counted exactly from
-  each chunk's histogram of first planes), one task per slab and group; a chunk's
-  samples are never cut.  Each group repeats its slab's FFTs and per-pixel work: raise
-  ``slab_samples`` where the workers' memory allows (GPU workers: above the data's size).
+- ``"planes"`` (with w-gridding; `clgrid.dask.planes_split`): one geometry for all the
+  data, the w-planes cut into ``slabs`` slabs of about equal work (default: one per
+  worker), and each slab's task (or tasks, at most ``slab_samples`` samples each) images
+  the samples with a tap on its planes, taken from every chunk: n workers share the
+  planes' FFTs and per-pixel work.
 - ``"rows"`` (`clgrid.dask.rows_split`): each task images one chunk with an operator of
   its own, every w-plane of it; for 2-D imaging, and for data one task holds whole.
 
@@ -31,9 +23,9 @@ is accurate to ``epsilon`` (relative L2) and agrees with a single-process call t
 ``deterministic=True`` gives the same bits from run to run (`WGridder`'s
 ``deterministic``), and whatever the cluster: what each slab task images and the order
 of every sum are fixed by the chunks, the slabs and ``slab_samples`` alone, and without
-``slabs`` the slabs (where the sum is cut) are not one per worker but `_data_slabs`: one
-per chunk of the data, none thinner than the kernel's W planes; ``"auto"`` then chooses
-the split from the chunks alone.
+``slabs`` the slabs (where the sum is cut) are not one per worker but one per chunk of
+the data, none thinner than the kernel's W planes (`clgrid.dask.planes_split`);
+``"auto"`` then chooses the split from the chunks alone.
 
 A call that can make no progress (workers paused for memory, restarted or gone) ends
 with `clgrid.errors.ClusterStalledError` after ``stall_timeout`` seconds
@@ -44,16 +36,10 @@ every time was many times slower on two GPU workers than one process on one GPU:
 docs/benchmarks/dask.md):
 
 - On the client, per set of points (a token of the uvw and mask blocks' Dask keys,
-  ``freq``, the keywords and the chunks): the first pass of the planes split (geometry,
-  slabs, groups), and, unless ``keep_operators=0``, two sets of results persisted on the
-  workers: each chunk's selection for the slabs (the flat indices of its samples with a
-  tap on each slab, 8 bytes a sample, on the chunk's worker) and each slab task's
-  points (its samples' rows, row and channel numbers, about 5 bytes a sample, on the
-  worker that images the slab: task t prefers worker t mod n).  A later call with the
-  same points moves only values: each chunk's task picks its samples' weighted values
-  for each slab with its kept selection (where its vis block is), and each slab's task
-  finds its `WGridder` kept on its worker (or builds it again there from its kept
-  points), so nothing is planned, selected or tokenised again.  `clear_cache` drops them.
+  ``freq``, the keywords and the chunks: `_points_token`): the planes split's first pass
+  and, unless ``keep_operators=0``, each chunk's selection for the slabs and each slab
+  task's points persisted on the workers (`clgrid.dask.planes_split`), so that a later
+  call with the same points moves only values.  `clear_cache` drops them.
 - On the workers: the ``keep_operators`` `WGridder` s used last, keyed by their points
   (the slab's kept points, or a chunk's blocks with the call's token); `vis2dirty` and
   `dirty2vis` on the same data share them.  A slab that holds most of a chunk whose
@@ -90,20 +76,17 @@ docs/user-guide/dask.md says how to start CPU workers without it.
 
 from __future__ import annotations
 
-import threading
 import warnings
-from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
-from .chunks import ChunkLayout, check_device, chunk_sizes, prefer_worker, task_of, workers_to_prefer
+from .chunks import ChunkLayout, check_device, chunk_sizes, workers_to_prefer
 from .delivery import forget_boxes
-from .images import COPY_THREADS, facet_count, items, places, sent, summed
+from .images import COPY_THREADS, facet_count, summed
+from .planes_split import chunk_pieces, first_pass, forget_layouts, slab_images, slab_vis
 from .rows_split import rows_images, rows_vis
-from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .tasks import forget_operators
 from ..device.host_threads import count_not_finite
 from ..operators.checks import check_finite_result, check_output, precision_of
@@ -117,41 +100,21 @@ except ImportError as error:     # pragma: no cover - exercised only without the
 __all__ = ["vis2dirty", "dirty2vis", "clear_wgridders", "KEEP_OPERATORS", "SPLITS"]
 
 KEEP_OPERATORS = 4
-KEPT_LAYOUTS = 8             # sets of points whose first pass and persisted selections the client keeps
 SPLITS = ("auto", "planes", "rows")
-_layouts: OrderedDict = OrderedDict()       # on the client: (client id, token) -> SlabLayout
-_lock = threading.Lock()
 
 # keywords of ducc0.wgridder accepted and without effect, as clgrid.vis2dirty takes them
 ACCEPTED_WITHOUT_EFFECT = ("allow_nshift", "double_precision_accumulation")
-
-
-@dataclass
-class SlabLayout:
-    """The client's record of one set of points under the planes split: the geometry,
-    the slabs' planes, the imaging tasks (`Slab`, in slab then group order), the samples
-    each chunk gives each slab, and the selections and slab points persisted on the
-    workers (None until made; never with ``keep_operators=0``)."""
-
-    geometry: object
-    bounds: list
-    tasks: list
-    sizes: list                  # by chunk, then slab
-    selections: list | None = None
-    points: list | None = None
 
 
 def clear_wgridders() -> int:
     """Drop this process's kept operators (`clgrid.dask.tasks`), and on the client the
     records (and so the persisted selections and points) of earlier calls' data
     (`clgrid.dask.clear_cache` does too); returns how many operators were dropped."""
-    with _lock:
-        _layouts.clear()
+    forget_layouts()
     exchange.forget()
     exchange.release()
     forget_boxes()
     return forget_operators()
-
 
 
 # -- on the client ---------------------------------------------------------------------
@@ -239,8 +202,9 @@ def _slab_samples(slab_samples, layout: ChunkLayout) -> int:
 
 def _split(split, slabs, do_wgridding, layout: ChunkLayout, workers, deterministic: bool = False) -> tuple:
     """(the split, the number of slabs): module docstring.  The number of slabs is None
-    where it is to come from the data (`_data_slabs`): with ``deterministic`` and no
-    ``slabs``, nothing that fixes the bits may depend on the cluster."""
+    where it is to come from the data (`clgrid.dask.planes_split.first_pass`): with
+    ``deterministic`` and no ``slabs``, nothing that fixes the bits may depend on the
+    cluster."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
     if slabs is not None and (isinstance(slabs, bool) or int(slabs) != slabs or slabs < 1):
@@ -257,14 +221,6 @@ def _split(split, slabs, do_wgridding, layout: ChunkLayout, workers, determinist
     return split, count
 
 
-def _data_slabs(geometry, chunks: int) -> int:
-    """The number of slabs ``deterministic=True`` takes without ``slabs``: one per chunk of
-    the data (which the caller sizes for the cluster), but none thinner than the kernel's
-    W planes (each sample is taken by every slab its W planes touch).  From the data alone:
-    the slabs are where the sum is cut, so they fix its bits."""
-    return max(1, min(chunks, geometry.num_planes // geometry.kernel.support))
-
-
 def _key_of(piece):
     """A piece's name in the token of the points: its Dask key (content-derived for
     `dask.array.from_array`, stable for a persisted array), or a token of its value."""
@@ -278,143 +234,6 @@ def _points_token(layout: ChunkLayout, uvw_pieces, mask_pieces, freq, options: d
     return dask.base.tokenize("clgrid.dask.wgridding", [_key_of(p) for p in uvw_pieces],
                               [None if m is None else _key_of(m) for m in mask_pieces], freq,
                               sorted(options.items()), layout.rows, layout.channels, *more)
-
-
-def _slab_layout(token, pieces, options: dict, count, cap: int, keep: int, stall_timeout=None) -> SlabLayout:
-    """The planes split's first pass for these points (kept on the client per token):
-    the geometry of them all, the slabs' planes (``count`` of them; None: `_data_slabs`),
-    the imaging tasks and each chunk's samples per slab; computed now (the imaging tasks
-    depend on it), watched (`clgrid.dask.watch`)."""
-    key = (id(chunking.client()), token)
-    with _lock:
-        found = _layouts.get(key)
-        if found is not None:
-            _layouts.move_to_end(key)
-            return found
-    reduced = task_of(geometry_of)([task_of(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
-    geometry, weight, *counts = compute(reduced, task_of(worker_tasks.split_weight)(options),
-                                        *[task_of(worker_tasks.chunk_counts)(*piece, reduced) for piece in pieces],
-                                        stall_timeout=stall_timeout)
-    bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count,
-                         sample_weight=weight)
-    totals = [int(np.prod(worker_tasks.chunk_shape(piece[0]))) for piece in pieces]
-    tasks = [Slab(s, planes, group)
-             for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap, totals)))
-             for group in groups]
-    made = SlabLayout(geometry, bounds, tasks, [slab_sizes(c, geometry, bounds, t) for c, t in zip(counts, totals)])
-    if keep > 0:
-        with _lock:
-            _layouts[key] = made
-            while len(_layouts) > KEPT_LAYOUTS:
-                _layouts.popitem(last=False)
-    return made
-
-
-def _busy(layout: SlabLayout, slab: Slab) -> bool:
-    """Whether a slab task has samples (tasks without are left out)."""
-    return any(layout.sizes[i][slab.index] for i in range(*slab.chunks))
-
-
-def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None) -> tuple:
-    """Each chunk's selection and each busy slab task's points (None for the others): the
-    ones persisted on the workers by an earlier call with these points, else made now
-    (and persisted where operators are kept: the selections where the chunks' vis blocks
-    are, given ``vis_pieces``, else where their uvw blocks are; task t's points on worker
-    t mod n).  A selection is about as large as its chunk's values: kept beside another
-    worker's vis block, one of the two crossed between the workers in every later call
-    (and Dask's memory manager drops the copy it leaves)."""
-    if layout.selections is not None:
-        return layout.selections, layout.points
-    g, count = layout.geometry, len(layout.bounds)
-    near = vis_pieces if vis_pieces is not None else [None] * len(pieces)
-    selections = [task_of(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v)
-                  for (chunk, u, f, m), v in zip(pieces, near)]
-    parts = [dask.delayed(worker_tasks.chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
-             for (chunk, u, f, _), taken in zip(pieces, selections)]
-    points = []
-    for t, slab in enumerate(layout.tasks):
-        if not _busy(layout, slab):
-            points.append(None)
-            continue
-        with prefer_worker(t, workers):
-            points.append(task_of(worker_tasks.slab_points)(*[chunk[slab.index] for chunk in parts[slice(*slab.chunks)]]))
-    if keep > 0:
-        selections, points = dask.persist(selections, points)
-        layout.selections, layout.points = selections, points
-    return selections, points
-
-
-def _slab_pieces(layout: ChunkLayout, uvw, freq, mask) -> list:
-    """Each chunk's (chunk, uvw, freq, mask) pieces."""
-    chunks = layout.chunks()
-    return list(zip(chunks, layout.pieces(uvw, channels=False), [freq[slice(*c.channels)] for c in chunks],
-                    layout.pieces(mask)))
-
-
-def _value_targets(slab_layout, shared) -> list | None:
-    """Per chunk, per slab: where in shared memory the chunk's values for that slab go
-    (its imaging task's file, at the chunk's place after the group's earlier chunks, and
-    how many), None for a slab task without samples; None without ``shared``."""
-    if shared is None:
-        return None
-    sizes, count = slab_layout.sizes, len(slab_layout.bounds)
-    targets = [[None] * count for _ in sizes]
-    for t, slab in enumerate(slab_layout.tasks):
-        if not _busy(slab_layout, slab):
-            continue
-        offset = 0
-        for i in range(*slab.chunks):
-            targets[i][slab.index] = (exchange.place(shared, f"v{t}"), offset, sizes[i][slab.index])
-            offset += sizes[i][slab.index]
-    return targets
-
-
-def _slab_images(slab_layout, pieces, vis_pieces, wgt_pieces, options, keep, workers, facets, shared=None) -> list:
-    selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces)
-    count = len(slab_layout.bounds)
-    threads = max(1, options["nthreads"])
-    targets = _value_targets(slab_layout, shared) or [None] * len(pieces)
-    values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads, target)
-              for (chunk, _, _, _), v, w, taken, target in zip(pieces, vis_pieces, wgt_pieces, selections, targets)]
-    if shared is None:
-        # each slab's values picked where the chunk's task ran (no worker annotation: Dask
-        # runs a getitem where its input is), so only that slab's values travel
-        values = [[chunk[s] for s in range(count)] for chunk in values]
-    outputs = []
-    for t, slab in enumerate(slab_layout.tasks):
-        if points[t] is None:
-            continue
-        with prefer_worker(t, workers):
-            # with shared memory each chunk's task returns a few bytes per slab (`Shared`):
-            # the slab's task takes the chunk's whole result and picks its own (one task
-            # fewer on the way, `image_slab`)
-            task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
-                points[t], slab_layout.geometry, slab, options, keep, facets, places(shared, t, facets, workers),
-                *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
-            outputs.append(items(task, facets))
-    return outputs
-
-
-def _slab_vis(slab_layout, pieces, dirty, wgt_pieces, options, keep, workers, dtype, shared=None) -> list:
-    selections, points = _slab_state(slab_layout, pieces, keep, workers)
-    image = sent(dirty, shared, COPY_THREADS)
-    count = len(slab_layout.bounds)
-    shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
-    for t, slab in enumerate(slab_layout.tasks):
-        if points[t] is None:
-            continue
-        a, b = slab.chunks
-        place = exchange.place(shared, f"s{t}") if isinstance(image, exchange.Published) else None
-        with prefer_worker(t, workers):
-            out = dask.delayed(worker_tasks.vis_slab, pure=False, nout=b - a)(
-                image, points[t], slab_layout.geometry, slab, options, keep, place)
-        shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
-    out = []
-    for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
-        task = task_of(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m, dtype,
-                                                  max(1, options["nthreads"]))
-        out.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
-    return out
 
 
 def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x, pixsize_y, epsilon,
@@ -469,7 +288,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
     else:
-        pieces = _slab_pieces(layout, uvw, freq, mask)
+        pieces = chunk_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
     # several workers, all on this host, operators kept: values and facets pass through
     # files in shared memory kept for these points (`clgrid.dask.exchange`)
@@ -479,12 +298,12 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
         if split == "rows":
             outputs = rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared)
         else:
-            slab_layout = _slab_layout(token, pieces, options, count, cap, keep, stall_timeout)
-            outputs = _slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
-                                   workers, facets, shared)
+            slab_layout = first_pass(token, pieces, options, count, cap, keep, stall_timeout)
+            outputs = slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
+                                  workers, facets, shared)
         real = np.float64 if options["precision"] == "double" else np.float32
         image, said, counts = summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real,
-                                      stall_timeout, shared, max(1, options["nthreads"]), dirty)
+                                     stall_timeout, shared, max(1, options["nthreads"]), dirty)
     if image is None:
         image = worker_tasks.zeros_image(options)
     bad, nonzero = counts if counts is not None else (np.count_nonzero(~np.isfinite(image)), np.any(image))
@@ -554,7 +373,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
     else:
-        chunks = _slab_pieces(layout, uvw, freq, mask)
+        chunks = chunk_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in chunks], [p[3] for p in chunks], freq, options, count, cap)
     # workers on this host, operators kept: the image goes through a kept file in shared
     # memory, written once (`clgrid.dask.exchange.publish`), not scattered to each worker
@@ -563,9 +382,9 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
         if split == "rows":
             pieces = rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared)
         else:
-            slab_layout = _slab_layout(token, chunks, options, count, cap, keep, stall_timeout)
-            pieces = _slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype,
-                               shared)
+            slab_layout = first_pass(token, chunks, options, count, cap, keep, stall_timeout)
+            pieces = slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype,
+                              shared)
     result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = compute(result, stall_timeout=stall_timeout)[0]
