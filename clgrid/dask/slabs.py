@@ -1,8 +1,8 @@
 """The w-plane split of `clgrid.dask.vis2dirty` / `dirty2vis` with w-gridding: one
 geometry for every chunk of the data, the stack of w-planes cut into slabs of about equal
 work, and which samples of each chunk each slab takes (and, for `dirty2vis`, how their
-predictions go back into the chunk).  Plain numpy on the workers; the tasks and the graph
-are `clgrid.dask.wgridding`'s.
+predictions go back into the chunk).  Plain numpy on the workers; the tasks are
+`clgrid.dask.tasks`', the graph `clgrid.dask.planes_split`'s.
 
 Why slabs of planes, not chunks of rows.  Imaging with w is spreading (each sample's
 W x W x W taps, on the W planes from its first one) plus, per w-plane, an FFT of the

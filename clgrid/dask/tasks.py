@@ -3,7 +3,8 @@
 predictions; the planes split's first pass over the chunks, each chunk's selections and
 values for the slabs, each slab's image or prediction, and a chunk's visibilities
 assembled from the slabs' shares).  The client builds the graph over these
-(`clgrid.dask.wgridding`); each task names its chunk or slab in errors
+(`clgrid.dask.rows_split`, `clgrid.dask.planes_split`, the sum `clgrid.dask.images`);
+each task names its chunk or slab in errors
 (`clgrid.dask.chunks.naming`).
 """
 
