@@ -22,7 +22,6 @@ and the streaming of points that do not fit the device (`clgrid.imaging.stream`)
 from __future__ import annotations
 
 import threading
-import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -238,7 +237,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
             except ImportError as exc:
-                warnings.warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
+                warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
                 self.fft_mode = "host"
         if self.device_fft is not None:
             self._setup_planes(facts)

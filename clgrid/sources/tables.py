@@ -27,6 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..call_warnings import warn
 from .base import KernelSource, grid_to_image
 
 # the device include that reads a table stack, by how a strategy reads it (KernelStack.device_source)
@@ -255,7 +256,7 @@ class KernelStack(KernelSource):
             supports.append(support)
             planes.append(quarter[:quarter_size(support, oversample), :quarter_size(support, oversample)].copy())
         if truncated:
-            warnings.warn(
+            warn(
                 f"{len(truncated)} w-planes (from plane {truncated[0]}) need a support above "
                 f"max_support={max_support} at threshold {threshold}; they are truncated",
                 stacklevel=2)
