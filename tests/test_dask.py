@@ -905,3 +905,113 @@ def test_a_reused_call_on_two_workers_moves_only_small_objects_through_dask(clie
         assert moved["between workers"] <= 16 << 10 and moved["to the client"] <= 16 << 10, (what, moved, seen)
     assert relative_error(image, first) <= 1e-6
     del predicted
+
+
+class _Talking:
+    """An operator for `clgrid.dask.tasks._imaged` that says a warning of its own through
+    `clgrid.call_warnings.warn`, as clgrid's operators say theirs, at a moment the test
+    chooses (once ``start`` is set; ``calling`` set as it begins), and images ones."""
+
+    def __init__(self, name, calling, start):
+        self.name, self.calling, self.start = name, calling, start
+
+    def vis2dirty(self, vis, wgt):
+        from clgrid.call_warnings import warn
+
+        self.calling.set()
+        assert self.start.wait(60)
+        warn(f"operator {self.name} warns", RuntimeWarning)
+        return np.ones((4, 4), np.float32)
+
+
+def test_two_imaging_tasks_on_one_worker_keep_their_own_warnings():
+    """Two imaging tasks at once on two threads of one worker (`_imaged`, each with its
+    operator and lock), in the interleaving that broke the recording through
+    `warnings.catch_warnings` (process-wide state): A's call starts, B's starts, A's
+    operator warns and A's task returns, then B's operator warns.  Each task returns its
+    own operator's warning, and none is said in the worker.  (Before, A's warning went
+    into B's record, A returned none, B returned A's, and B's was said in the worker.)"""
+    import threading
+    import warnings
+
+    from clgrid.dask import tasks
+
+    a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
+    a = _Talking("A", a_calling, b_calling)                 # A's operator warns once B's call is in
+    b = _Talking("B", b_calling, a_returned)                # B's once A's task returned
+    results = {}
+
+    def task(name, operator, after=None):
+        if after is not None:
+            assert after.wait(60)
+        results[name] = tasks._imaged(operator, threading.Lock(), np.zeros((3, 1), np.complex64), None)
+        if name == "A":
+            a_returned.set()
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=task, args=("A", a), daemon=True),
+                   threading.Thread(target=task, args=("B", b, a_calling), daemon=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert sorted(results) == ["A", "B"]
+    assert results["A"][1] == {"operator A warns"} and results["B"][1] == {"operator B warns"}, results
+    assert not said, [str(w.message) for w in said]
+
+
+def test_two_gridding_tasks_on_one_worker_leave_the_empty_grid_warning_to_the_caller(queue, kernels, rng,
+                                                                                     monkeypatch):
+    """Two gridding tasks at once on two threads of one worker (`_grid_chunk`), both of
+    all-flagged chunks, in the interleaving that broke the quieting through
+    `warnings.catch_warnings` (process-wide filters): A's task starts, B's starts, A's
+    gridder warns and A's task returns, then B's gridder warns.  Neither warning is said in
+    the worker (the caller warns for the set) and the process's filters are as before.
+    (Before, A's return restored the filters B had quieted under, so B's warning was said,
+    and B's return left the filters quieting every empty grid for good.)"""
+    import threading
+    import warnings
+
+    from clgrid.dask.chunks import Chunk
+
+    uvw, vis, weights, flags = observation(rng)
+    flags[:] = True                                          # nothing to grid
+    a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
+
+    class Paced:
+        """The worker's gridder, its call begun once ``start`` is set."""
+
+        def __init__(self, calling, start):
+            self.gridder, self.calling, self.start = clgrid.Gridder(N, CELL, kernels, device=queue), calling, start
+
+        def grid(self, *args, **kwargs):
+            self.calling.set()
+            assert self.start.wait(60)
+            return self.gridder.grid(*args, **kwargs)
+
+    gridders = {"A": Paced(a_calling, b_calling), "B": Paced(b_calling, a_returned)}
+    monkeypatch.setattr(cd, "_operator", lambda cls, token, fields, options: gridders[token])
+    results = {}
+
+    def task(name, after=None):
+        if after is not None:
+            assert after.wait(60)
+        results[name] = cd._grid_chunk(uvw, vis, weights, flags, None, Chunk(0, (0, ROWS)), name, {}, FREQS)
+        if name == "A":
+            a_returned.set()
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        before = list(warnings.filters)
+        threads = [threading.Thread(target=task, args=("A",), daemon=True),
+                   threading.Thread(target=task, args=("B", a_calling), daemon=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        after = list(warnings.filters)
+    assert sorted(results) == ["A", "B"]
+    assert all(report["gridded"] == 0 and not np.any(grid) for grid, report in results.values())
+    assert not said, [str(w.message) for w in said]
+    assert after == before

@@ -248,6 +248,59 @@ def test_a_warning_every_facet_raises_is_said_once(rng):
     assert len(empty) == 1 and "the image is zero" in str(empty[0].message), [str(w.message) for w in seen]
 
 
+def test_two_faceted_operators_called_from_two_threads_each_say_their_warning_once(rng):
+    """Two faceted operators called at once from two threads, both imaging nothing (zero
+    weights), in the interleaving that broke the gathering through
+    `warnings.catch_warnings` (process-wide state): A's call starts, B's starts, A's facets
+    warn and A's call returns, then B's facets warn.  Each says "the image is zero" once,
+    from its own call's line.  (Before, A's facets' warnings went into B's gathering and
+    were lost with it, and B's facets warned past it, once each.)"""
+    import threading
+
+    uvw, freq, vis, _ = wide_field(rng, nrow=int(rng.integers(80, 160)))
+    kw = dict(epsilon=1e-4, precision="single", device=DEVICE, facets=(2, 2), **IMAGE)
+    a, b = clgrid.WGridder(uvw, freq, **kw), clgrid.WGridder(uvw, freq, **kw)
+    assert a.faceted.keep and b.faceted.keep                 # the facets' operators are there to hook
+    a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
+
+    def hooked(op, first, then):
+        real = op.vis2dirty
+
+        def call(*args, **kwargs):
+            first.set()
+            assert then.wait(60)
+            return real(*args, **kwargs)
+        op.vis2dirty = call
+
+    for op in a.faceted._operators:
+        hooked(op, a_calling, b_calling)                     # A's facets warn once B's call is in
+    for op in b.faceted._operators:
+        hooked(op, b_calling, a_returned)                    # B's once A's call returned
+    results, lines = {}, {}
+
+    def call(name, op, after=None):
+        if after is not None:
+            assert after.wait(60)
+        lines[name] = sys._getframe().f_lineno + 1
+        results[name] = op.vis2dirty(vis, np.zeros(vis.shape))
+        if name == "a":
+            a_returned.set()
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=call, args=("a", a), daemon=True),
+                   threading.Thread(target=call, args=("b", b, a_calling), daemon=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert sorted(results) == ["a", "b"] and not np.any(results["a"]) and not np.any(results["b"])
+    empty = [(w.filename, w.lineno) for w in said if issubclass(w.category, clgrid.errors.EmptyInputWarning)]
+    assert sorted(empty) == sorted([(__file__, lines["a"]), (__file__, lines["b"])]), \
+        [(str(w.message), w.filename, w.lineno) for w in said]
+    assert all("the image is zero" in str(w.message) for w in said)
+
+
 def test_facets_chosen_by_the_work_model_only_where_they_cost_half_one_grid():
     """With the w term recentred a facet needs about its own field's planes: a wide field
     (here 12 degrees, 450 planes) is cheaper as facets by far; a narrow one (9 planes) is

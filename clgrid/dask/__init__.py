@@ -58,6 +58,7 @@ from .watch import compute
 from .tasks import cached_wgridders
 from .wgridding import clear_wgridders, dirty2vis, vis2dirty
 from .weighting import imaging_weights
+from ..call_warnings import said_once
 from ..operators.checks import check_finite_result
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning
@@ -213,22 +214,29 @@ def _positions(operator, chunk: Chunk, uvw, flags, freqs) -> tuple:
     return plan, None, None
 
 
+def _set_wide(message: str, category) -> bool:
+    """A chunk task's warning the caller says for the whole set instead (`_warn_left_out`):
+    an empty grid or prediction."""
+    return issubclass(category, EmptyInputWarning)
+
+
 def _grid_chunk(uvw, vis, weights, flags, kernels, chunk, token, options, freqs):
-    """One task: grid one chunk; returns ``(grid, report)``."""
+    """One task: grid one chunk; returns ``(grid, report)``.  Its warnings are said once
+    each on the worker, but for an empty grid's (the caller warns for the set), gathered
+    on the task's thread: tasks at once on a worker's threads keep theirs apart."""
     with naming(chunk):
         gridder = _operator(Gridder, token, kernels, options)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", EmptyInputWarning)   # the caller warns for the whole set
+        with said_once(leaving_out=_set_wide):
             positions, flags, freqs = _positions(gridder, chunk, uvw, flags, freqs)
             return gridder.grid(positions, vis, weights, flags, freqs, return_report=True)
 
 
 def _degrid_chunk(model, uvw, flags, kernels, chunk, token, options, freqs):
-    """One task: degrid one chunk's visibilities from the model grid."""
+    """One task: degrid one chunk's visibilities from the model grid (its warnings as
+    `_grid_chunk`'s)."""
     with naming(chunk):
         degridder = _operator(Degridder, token, kernels, options)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", EmptyInputWarning)
+        with said_once(leaving_out=_set_wide):
             positions, flags, freqs = _positions(degridder, chunk, uvw, flags, freqs)
             return degridder.degrid(model, positions, flags, freqs)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ from .chunks import naming
 from .delivery import region
 from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, takes_whole,
                     values_at)
+from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite
 from ..imaging.devices import sample_weight
 from ..imaging.wgridding import WGridder
@@ -127,12 +127,16 @@ def _facets(image: np.ndarray, count: int) -> tuple:
 
 
 def _imaged(operator, lock, vis, wgt) -> tuple:
-    """The operator's image of ``vis`` and the warnings it gave (none where the image is
-    zero: a part without data is no news; the caller warns for the set)."""
-    with lock, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    """The operator's image of ``vis`` and the messages of the warnings its call gave (a
+    frozenset, for the client to say; none where the image is zero: a part without data
+    is no news, the caller warns for the set).  The warnings are those said through
+    `clgrid.call_warnings.warn` on this thread, gathered there, not through the
+    process's warning state: the tasks a worker runs at once on its threads each keep
+    their own."""
+    gathered = []
+    with lock, gathering(gathered):
         image = operator.vis2dirty(vis, wgt)
-    said = frozenset(str(w.message) for w in caught)
+    said = frozenset(message for message, _ in gathered)
     return image, said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
 
 

@@ -33,11 +33,11 @@ import math
 import os
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..call_warnings import said_once
 from .correlations import parse_polarizations
 from .weighting import WEIGHT_MODES, Applied, WeightGrid
 
@@ -183,6 +183,11 @@ def argument_errors(options: ImagingOptions) -> list:
             errors.append(f"-o {options.name}: {shown} exist{'s' if len(existing) == 1 else ''} "
                           f"(--overwrite replaces {'it' if len(existing) == 1 else 'them'})")
     return errors
+
+
+def _zero_visibilities(message: str, category) -> bool:
+    """An image's warning that its visibilities times their weights are all zero."""
+    return message.startswith("clgrid: every unmasked visibility times its weight is zero")
 
 
 def _progress(total, desc, unit, quiet):
@@ -495,11 +500,10 @@ class _Imaging:
                 del psf
             for n, p in enumerate(self.pols):
                 t = time.perf_counter()
+                # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
+                # image, rightly: no news here (the call's other warnings said once, from here)
                 with _progress(len(op.planes), f"{label}: {p}", "plane", self.quiet) as bar, \
-                        warnings.catch_warnings():
-                    # visibilities that are all zero (Stokes V of an unpolarised sky, say) make a zero
-                    # image, rightly: no news here
-                    warnings.filterwarnings("ignore", "clgrid: every unmasked visibility times its weight is zero")
+                        said_once(leaving_out=_zero_visibilities):
                     dirty = op.vis2dirty(part.data.vis[p][g].astype(cplx, copy=False), w[p].astype(real, copy=False),
                                          progress=bar.update)
                 elapsed[p] += time.perf_counter() - t

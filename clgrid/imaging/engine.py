@@ -22,7 +22,6 @@ and the streaming of points that do not fit the device (`clgrid.imaging.stream`)
 from __future__ import annotations
 
 import threading
-import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -42,7 +41,7 @@ from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
 from ..strategies.base import check_precision
-from .call_warnings import warn
+from ..call_warnings import warn
 from .fft import DeviceFFT, HostFFT, MappedHostFFT
 from .devices import add_at
 from .geometry import GRID_CELL_LIMIT, ImageGeometry
@@ -238,7 +237,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
             except ImportError as exc:
-                warnings.warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
+                warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
                 self.fft_mode = "host"
         if self.device_fft is not None:
             self._setup_planes(facts)
@@ -482,7 +481,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
     def _zero_data_warning(self, what, kept: bool = False):
         """`EmptyInputWarning`: nothing kept (every sample masked, of zero weight or off the
         image's planes), or, ``kept``, every kept sample's weighted value zero (through
-        `clgrid.imaging.call_warnings.warn`: a device list gathers it)."""
+        `clgrid.call_warnings.warn`: a device list gathers it)."""
         reason = ("every unmasked visibility times its weight is zero" if kept
                   else "no visibility is unmasked with non-zero weight")
         warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)

@@ -28,12 +28,12 @@ most half as much.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pyopencl as cl
 
+from ..call_warnings import said_once
 from ..errors import HostMemoryError
 from ..operators.checks import check_finite_result
 from ..sources.accuracy import min_epsilon
@@ -350,7 +350,12 @@ class FacetedImager:
     pixels, geometry and epsilon).  With ``keep`` the operators are built once and kept
     (a major cycle reuses their plans); without, each call builds them one at a time
     and drops each after its facet (the points are planned again every call), so that
-    one facet's device memory is in use at a time."""
+    one facet's device memory is in use at a time.
+
+    A call's warnings (its facets' operators', said through `clgrid.call_warnings.warn`:
+    "the image is zero", ...) are gathered on the calling thread and said once each when
+    it ends, from the `clgrid.WGridder` call's caller: calls at once from several threads
+    each say their own."""
 
     def __init__(self, facets: list, make, npix_x: int, npix_y: int, real_dtype, keep: bool, device=None):
         self.facets = list(facets)
@@ -385,7 +390,7 @@ class FacetedImager:
 
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
         image = np.empty(self.shape, self.real)
-        with _once_each():
+        with said_once(stacklevel=3):         # each facet's warnings once, from the WGridder call
             for facet, op in self.operators():
                 image[facet.rows, facet.cols] = op.vis2dirty(vis, wgt, progress)
         return image
@@ -395,7 +400,7 @@ class FacetedImager:
         if dirty.shape != self.shape:
             raise ValueError(f"dirty must have shape {self.shape}, got {dirty.shape}")
         total = None
-        with _once_each():
+        with said_once(stacklevel=3):         # each facet's warnings once, from the WGridder call
             for facet, op in self.operators():
                 part = op.dirty2vis(np.ascontiguousarray(dirty[facet.rows, facet.cols]), wgt)
                 if total is None:
@@ -410,21 +415,3 @@ class FacetedImager:
         return total
 
 
-class _once_each:
-    """Warnings raised by every facet alike (no visibility kept, ...) said once."""
-
-    def __enter__(self):
-        self._catcher = warnings.catch_warnings(record=True)
-        self._seen = self._catcher.__enter__()
-        warnings.simplefilter("always")
-        return self
-
-    def __exit__(self, *exc):
-        self._catcher.__exit__(*exc)
-        said = set()
-        for w in self._seen:
-            key = (w.category, str(w.message))
-            if key not in said:
-                said.add(key)
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        return False

@@ -19,11 +19,11 @@ pixels).
 
 from __future__ import annotations
 
-import warnings
 import weakref
 
 import numpy as np
 
+from ..call_warnings import warn
 from ..errors import EmptyInputWarning
 from ..sources.base import KernelSource, grid_to_image
 
@@ -64,8 +64,8 @@ def dirty_image(grid: np.ndarray, kernels: KernelSource, norm) -> np.ndarray:
     norm = np.broadcast_to(np.asarray(norm, np.float64), (grid.shape[0],))
     empty = norm == 0
     if np.any(empty):
-        warnings.warn(f"norm is 0 for polarisations {np.flatnonzero(empty).tolist()} (all flagged or of zero "
-                      f"weight): their images are zero", EmptyInputWarning, stacklevel=2)
+        warn(f"norm is 0 for polarisations {np.flatnonzero(empty).tolist()} (all flagged or of zero "
+             f"weight): their images are zero", EmptyInputWarning, stacklevel=2)
     image = grid_to_image(grid).real.copy()
     real = image.dtype
     scale = np.where(empty, 0.0, 1.0 / np.where(empty, 1.0, norm)).astype(real)

@@ -21,7 +21,7 @@ import pyopencl as cl
 
 from ..device.host_threads import in_background
 from ..device.transfer import shared_staging, upload
-from .call_warnings import warn
+from ..call_warnings import warn
 from .stream import DEVICE_SHARE
 
 __all__ = ["PrefetchedValues", "transfer_queue", "values_key"]

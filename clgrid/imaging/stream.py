@@ -14,7 +14,6 @@ handed back after it.  Also the parts of rows every engine cuts its points in (`
 
 from __future__ import annotations
 
-import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
@@ -22,6 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyopencl as cl
 
+from ..call_warnings import warn
 from ..device.runtime import fill_zeros
 from ..device.transfer import shared_staging
 from ..errors import DeviceCapabilityError, NonFiniteResultError, StreamedWarning
@@ -239,7 +239,7 @@ class StreamedPoints:
                                         device_bytes=fixed + 2 * most * point, capacity=int(capacity),
                                         every_point=every)
         self._prep = self._preparer(deterministic)
-        warnings.warn(
+        warn(
             f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
             f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
             f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",

@@ -52,7 +52,7 @@ from ..operators.checks import check_output, precision_of
 from ..device.transfer import host_empty
 from .devices import check_devices, sample_weight, device_list, on_devices, queues_for, share_bytes
 from .engine import SPARSE_SHARE, ImagingEngine, check_samples
-from .call_warnings import gathering, say_gathered
+from ..call_warnings import gathering, say_gathered
 from .facets import faceted_operator
 from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
     plane_range

@@ -19,12 +19,11 @@ caller's arrays on the way in and out, and of the results.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from ..call_warnings import warn
 from ..device.codegen import build_program, render, kernel as codegen_kernel
 from ..errors import EmptyInputWarning, NonFiniteResultError
 
@@ -142,12 +141,12 @@ def check_gridded(operation, grid_buffer: cl.Buffer, npol: int, report: dict, bo
     check_finite_result(bad, f"the {operation.precision}-precision grid", operation.precision, bound, "cell sums")
     norm = np.asarray(report["norm"])
     if report["gridded"] == 0:
-        warnings.warn(f"no visibility was gridded ({_left_out(report)}): the grid is zero", EmptyInputWarning,
-                      stacklevel=3)
+        warn(f"no visibility was gridded ({_left_out(report)}): the grid is zero", EmptyInputWarning,
+             stacklevel=3)
     elif np.any(norm == 0):
         pols = "every polarisation" if np.all(norm == 0) else f"polarisations {np.flatnonzero(norm == 0).tolist()}"
-        warnings.warn(f"the weights of {pols} are all zero (or flagged): that grid is zero and its norm 0",
-                      EmptyInputWarning, stacklevel=3)
+        warn(f"the weights of {pols} are all zero (or flagged): that grid is zero and its norm 0",
+             EmptyInputWarning, stacklevel=3)
 
 
 def check_degridded(operation, vis_buffer, num_values: int, report: dict, wait_for=None) -> None:
@@ -156,8 +155,8 @@ def check_degridded(operation, vis_buffer, num_values: int, report: dict, wait_f
         if vis_buffer is not None else 0
     check_finite_result(bad, "the degridded visibilities", operation.precision)
     if report["degridded"] == 0:
-        warnings.warn(f"no visibility was degridded ({_left_out(report)}): every value is zero",
-                      EmptyInputWarning, stacklevel=3)
+        warn(f"no visibility was degridded ({_left_out(report)}): every value is zero",
+             EmptyInputWarning, stacklevel=3)
 
 
 def _left_out(report: dict) -> str:

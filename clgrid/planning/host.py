@@ -10,11 +10,11 @@ stack are left out here and counted, never silently.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..call_warnings import warn
 from ..errors import DroppedVisibilitiesError
 from ..sources.interpolation import (INTERPOLATIONS, continuous_positions, footprint_supports,
                             interpolated_norm_sums)
@@ -390,7 +390,7 @@ def report_dropped(num_off: int, num_beyond: int, num_samples: int, grid_size: i
            f"(|w| > {kernels.plane_w(kernels.num_planes - 1):.4g} wavelengths)")
     if on_dropped == "raise":
         raise DroppedVisibilitiesError(msg)
-    warnings.warn(msg, stacklevel=stacklevel)
+    warn(msg, stacklevel=stacklevel)
 
 
 # -- w-stacking (clgrid.imaging) ---------------------------------------------------------

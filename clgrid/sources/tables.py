@@ -21,12 +21,12 @@ every strategy reads kernels through one tested path.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from ..call_warnings import gathering, warn
 from .base import KernelSource, grid_to_image
 
 # the device include that reads a table stack, by how a strategy reads it (KernelStack.device_source)
@@ -255,7 +255,7 @@ class KernelStack(KernelSource):
             supports.append(support)
             planes.append(quarter[:quarter_size(support, oversample), :quarter_size(support, oversample)].copy())
         if truncated:
-            warnings.warn(
+            warn(
                 f"{len(truncated)} w-planes (from plane {truncated[0]}) need a support above "
                 f"max_support={max_support} at threshold {threshold}; they are truncated",
                 stacklevel=2)
@@ -476,8 +476,7 @@ def _derived_max_support(cls, grid_size, cell_size, w_max, num_planes, oversampl
         probe_planes, probe_w = 1, 0.0
     else:
         probe_planes, probe_w = 2, w_max
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with gathering([]):             # the probe's warnings (planes truncated at the cap) are no news
         probe = cls.w_projection(grid_size, cell_size, probe_w, probe_planes, min(oversample, 4), taper,
                                  aa_support, threshold, DEFAULT_SUPPORT_CAP, image_size)
     return int(min(DEFAULT_SUPPORT_CAP, max(aa_support, probe.max_support + 2)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -11,6 +10,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from ..call_warnings import warn
 from ..device.atomics import ATOMIC_PATHS, atomic_unavailable, build_options_for
 from ..device.binaries import load_binary, program_description, save_binary
 from ..device.codegen import build_program, render
@@ -248,8 +248,8 @@ class Strategy:
         if why:
             if path not in ATOMIC_PATHS:
                 raise TuningTableError(why)
-            warnings.warn(f"atomic path {path!r} unavailable on {self.facts.name}: {why}; using 'cas'",
-                          stacklevel=4)
+            warn(f"atomic path {path!r} unavailable on {self.facts.name}: {why}; using 'cas'",
+                 stacklevel=4)
             self.tuning["atomic"] = "cas"
 
     def _source(self, npol: int) -> tuple[str, dict]:
@@ -283,8 +283,8 @@ class Strategy:
             except KernelBuildError as exc:
                 if self.tuning.get("atomic", "cas") == "cas":
                     raise
-                warnings.warn(f"atomic path {self.tuning['atomic']!r} failed to build on "
-                              f"{self.facts.name}; using 'cas'\n{str(exc)[:500]}", stacklevel=3)
+                warn(f"atomic path {self.tuning['atomic']!r} failed to build on "
+                     f"{self.facts.name}; using 'cas'\n{str(exc)[:500]}", stacklevel=3)
                 self.tuning["atomic"] = "cas"
                 self._kernels.clear()
                 program = self._build(npol)

@@ -23,13 +23,13 @@ little speed here (benchmarks/moving_window.py measures it).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import pyopencl as cl
 
+from ..call_warnings import warn
 from ..planning.baseline_order import hold_w, track_shape
 from ..sources.tables import offset_range
 from .base import DeviceKernelStack, Strategy, extended, read_only_buffer
@@ -68,9 +68,9 @@ class MovingWindowGridding(Strategy):
         if t["flush"] not in FLUSHES:
             raise ValueError(f"flush must be one of {FLUSHES}, got {t['flush']!r}")
         if t["flush"] == "plain":
-            warnings.warn("moving_window with flush='plain' adds to the grid without atomics: "
-                          "results are wrong where work-groups meet; use it only to time the flush",
-                          stacklevel=3)
+            warn("moving_window with flush='plain' adds to the grid without atomics: "
+                 "results are wrong where work-groups meet; use it only to time the flush",
+                 stacklevel=3)
         window = 32 if self.interpolation == "linear" else 16    # window indices (+ position)
         staged = t["batch"] * (window + 4 * np.dtype(self.complex_dtype).itemsize)   # + 4 pols
         self.check_local_memory(staged, f"batch {t['batch']} stages that much; lower batch")

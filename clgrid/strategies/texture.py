@@ -16,13 +16,13 @@ accumulates in double but its weights are good to float32 (software: ~1e-7).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import pyopencl as cl
 
+from ..call_warnings import warn
 from ..planning.host import Positions
 from .atomic import AtomicGridding
 from .base import DevicePlan, Strategy, extended, read_only_buffer
@@ -90,8 +90,8 @@ class TextureSampling:
             self.image_format, why = cube_image_format(self.facts, self.queue.device, self.queue.context,
                                                        self.cube_shape)
             if self.image_format is None:
-                warnings.warn(f"{self.name}: sampler 'image' unavailable on {self.facts.name}: {why}; "
-                              f"using 'software'", stacklevel=4)
+                warn(f"{self.name}: sampler 'image' unavailable on {self.facts.name}: {why}; "
+                     f"using 'software'", stacklevel=4)
                 self.tuning["sampler"] = "software"
 
     @property
