@@ -265,7 +265,8 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     assert predicted.chunks == ((ROW_CHUNK, ROW_CHUNK, WIDE_ROWS - 2 * ROW_CHUNK), (CHANNEL_CHUNK, CHANNEL_CHUNK))
     held = [[key for key in keys if str(key).startswith("clgrid-dirty-")] for keys in client.has_what().values()]
     if os.path.isdir("/dev/shm"):             # workers on this host: written once into a file there, not scattered
-        assert not any(held) and any(f.startswith("clgrid-x-") and f.endswith("-d") for f in os.listdir("/dev/shm"))
+        mine = f"clgrid-x-{os.getpid()}-"
+        assert not any(held) and any(f.startswith(mine) and f.endswith("-d") for f in os.listdir("/dev/shm"))
     else:
         assert len(held) == 2 and all(len(keys) == 1 for keys in held)    # scattered once, one copy each
     predicted = predicted.compute()
@@ -460,7 +461,8 @@ def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng)
         full(True)
         image = cd.vis2dirty(vis=blocks(vis), **points, **image_size, **pixels)
         predicted = cd.dirty2vis(dirty=image, **points, **pixels).compute()
-        made = [f for f in os.listdir(exchange.SHARED_MEMORY) if f.startswith("clgrid-x-")] \
+        mine = f"clgrid-x-{os.getpid()}-"           # (not another process's: tests may run beside this one)
+        made = [f for f in os.listdir(exchange.SHARED_MEMORY) if f.startswith(mine)] \
             if os.path.isdir(exchange.SHARED_MEMORY) else []
         assert all(os.path.getsize(os.path.join(exchange.SHARED_MEMORY, f)) == 0 for f in made)
     finally:
@@ -503,6 +505,56 @@ def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(r
         with exchange.reading(list(first)):
             pass
     exchange.release()
+
+
+def test_a_slab_prediction_is_stamped_before_its_image_is_checked_again(rng, tmp_path, monkeypatch, device_name):
+    """`clgrid.dask.tasks.vis_slab` writes its prediction into the slab's file and stamps
+    it with its image's stamp.  Another call (a later image published, its slab task
+    clearing the stamp and writing the same file) that gets in between the image's last
+    check and the stamp must not leave this call's stamp over the other call's values:
+    the stamp goes on before the image is checked again, so that call is refused there
+    (or its readers are), never read.  The other call is simulated where the stamp goes on."""
+    from clgrid.dask import exchange, slabs as dask_slabs, tasks
+    from clgrid.dask.wgridding import _options
+
+    nrow, freq = int(rng.integers(150, 300)), np.array([1.0e8, 1.2e8])
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 300.0])
+    options = _options(32, 32, 2e-3, 2e-3, 1e-5, True, False, False, False, True, 0.0, 0.0, 1.1, 2.6, "single",
+                       device_name, 1, 0, None, False)
+    g = dask_slabs.geometry_of([dask_slabs.extent(uvw, freq, None)], options)
+    bounds = [(0, g.num_planes)]
+    points = tasks.SlabPoints(dask_slabs.parts_at(uvw, freq, dask_slabs.selection(uvw, freq, None, g, bounds)))
+    slab = dask_slabs.Slab(0, bounds[0], (0, 1))
+    prefix, total = str(tmp_path / "x"), nrow * freq.size
+    place = exchange.place(prefix, "s0")
+    mine, theirs = (rng.normal(size=(32, 32)).astype(np.float32) for _ in range(2))
+    expected = tasks.vis_slab(mine, points, g, slab, options, 0)[0].copy()
+    real, other = exchange.stamped_shares, []
+
+    def another_call_gets_in(*args, **kwargs):          # published, its slab task writing this file
+        if not other:
+            other.append(exchange.publish(prefix, "d", theirs))
+            room = exchange.stamped_room(place, total, np.complex64)
+            room[: total // 2] = 7 + 7j
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(exchange, "stamped_shares", another_call_gets_in)
+    try:
+        try:
+            shares = tasks.vis_slab(exchange.publish(prefix, "d", mine), points, g, slab, options, 0, place)
+        except RuntimeError as error:                   # refused where the image is checked again
+            assert "replaced by a later dirty2vis" in str(error)
+            return
+        assert other
+        try:
+            with exchange.reading(list(shares)) as arrays:
+                got = np.concatenate(arrays)
+        except RuntimeError as error:                   # or by its readers
+            assert "replaced by a later dirty2vis" in str(error)
+            return
+        assert np.array_equal(got, expected), "the other call's values were read under this call's stamp"
+    finally:
+        exchange.release()
 
 
 @pytest.mark.slow

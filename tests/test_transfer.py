@@ -211,3 +211,55 @@ def test_freed_pinned_blocks_are_capped_for_the_whole_process(rng, queue, monkey
     del again
     gc.collect()
     assert sum(p.free_bytes for p in pools) == 2 * nbytes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64, np.complex128])
+def test_host_passes_count_non_finite_entries_without_a_mask(rng, dtype):
+    """`host_threads.not_finite` / `count_not_finite` (a sum first, the count only where it
+    is not finite) count the inf and NaN entries (a complex entry once, whichever part),
+    and none among finite values whose sum overflows; `add_counting` adds in place and
+    counts the sums' non-finite parts."""
+    from clgrid.device import host_threads
+
+    n = 300_001
+    a = rng.normal(size=n).astype(dtype)
+    if np.iscomplexobj(a):
+        a.imag = rng.normal(size=n)
+    assert host_threads.not_finite(a) == 0 == host_threads.count_not_finite(a, 3)
+    bad = np.unique(np.concatenate([rng.choice(n, 20, replace=False), [0, n - 1]]))
+    a[bad[::2]] = np.nan
+    a[bad[1::2]] = -np.inf if not np.iscomplexobj(a) else complex(1.0, np.inf)
+    assert host_threads.not_finite(a) == bad.size
+    assert host_threads.count_not_finite(a.reshape(-1, 1), 3) == bad.size
+    huge = np.full(1000, np.finfo(a.real.dtype).max / 10, dtype)        # finite, their sum not
+    assert host_threads.not_finite(huge) == 0
+    dst, src = rng.normal(size=n).astype(dtype), np.zeros(n, dtype)
+    src[bad] = a[bad]
+    expected = dst + src
+    assert host_threads.add_counting(dst, src, 3) == int(np.count_nonzero(~np.isfinite(
+        expected.view(expected.real.dtype) if np.iscomplexobj(expected) else expected)))
+    assert np.array_equal(dst, expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.float32, np.complex128])
+def test_picks_from_an_unaligned_array_are_its_entries(rng, dtype):
+    """`host_threads.pick` (by bytes: np.take copies an unaligned source whole first) gives
+    the entries at the indices of an array at an odd address, as Dask deserializes blocks,
+    into a poisoned out or a new array; `clgrid.dask.slabs.values_at` likewise, weighted."""
+    from clgrid.device import host_threads
+    from clgrid.dask.slabs import values_at
+
+    n = 10_001
+    raw = np.empty(n * np.dtype(dtype).itemsize + 1, np.uint8)
+    a = raw[1:].view(dtype)
+    assert not a.flags.aligned
+    a[...] = rng.normal(size=n) + (1j * rng.normal(size=n) if np.iscomplexobj(a) else 0)
+    index = np.sort(rng.choice(n, 3000, replace=False)).astype(np.intp)
+    out = np.full(index.size, np.nan, dtype)
+    assert host_threads.pick(a, index, out) is out and np.array_equal(out, np.asarray(a)[index])
+    assert np.array_equal(host_threads.pick(a.reshape(-1, 1), index), np.asarray(a)[index])
+    if np.iscomplexobj(a):
+        w = raw[1:1 + 4 * n].view(np.float32).copy()
+        w[...] = rng.uniform(0.5, 2.0, n)
+        got = values_at(a.reshape(-1, 1), w.reshape(-1, 1), index, threads=2)
+        assert np.allclose(got, np.asarray(a)[index] * w[index], rtol=1e-6)

@@ -360,7 +360,9 @@ def stamped_room(path: str | None, total: int, dtype) -> np.ndarray | None:
 def stamped_shares(path: str, lengths: list, dtype, stamp: bytes) -> tuple:
     """In a task, once the room of `stamped_room` holds the prediction: ``stamp`` put back
     and a `Shared` per piece (consecutive, of ``lengths``), each checked by its reader
-    (`reading`)."""
+    (`reading`).  Called while the image of ``stamp`` is still held (`taken`), before
+    its stamp is checked again: another call writes the file only after publishing its
+    own image, so never between this check and this stamp."""
     _stamp_room(path, True)[:] = np.frombuffer(stamp, np.uint8)
     out, start = [], 0
     for n in lengths:

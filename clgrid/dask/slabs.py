@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device.host_threads import in_slices
+from ..device.host_threads import in_slices, not_finite, pick
 from ..operators.checks import check_finite_result
 from ..imaging.engine import SPARSE_SHARE
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
@@ -243,15 +243,15 @@ def _part(uvw, scale, flat, values) -> Part:
 
 def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list) -> list:
     """One chunk's samples for each slab of ``bounds``: the flat indices (row * nchan +
-    channel, ascending; int32 where they fit) of those kept with a tap on its planes
+    channel, ascending; numpy's index type, which picks convert to otherwise, a
+    temporary every call) of those kept with a tap on its planes
     (`_touching`).  Refuses rows with NaN or infinite uvw where a sample is kept."""
     uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
     first = geometry.first_planes(_abs_w(uvw, scale, flat))
-    index = np.int32 if uvw.shape[0] * scale.size < 2 ** 31 else np.int64
     taken = []
     for lo, hi in bounds:
         take = np.flatnonzero(_touching(first, lo, hi, geometry.kernel.support))
-        taken.append((take if flat is None else flat[take]).astype(index))
+        taken.append((take if flat is None else flat[take]).astype(np.intp))
     return taken
 
 
@@ -275,11 +275,11 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
             if not whole:
                 np.copyto(part, vis[r])
         else:
-            np.take(vis, flat[r], out=part)
-        found = [np.count_nonzero(~np.isfinite(part)), 0]
+            pick(vis, flat[r], out=part)
+        found = [not_finite(part), 0]
         if weights is not None:
-            w = (weights[r] if flat is None else np.take(weights, flat[r])).astype(vis.real.dtype)
-            found[1] = np.count_nonzero(~np.isfinite(w))
+            w = (weights[r] if flat is None else pick(weights, flat[r])).astype(vis.real.dtype)
+            found[1] = not_finite(w)
             if not any(found):                # (refused below otherwise)
                 np.multiply(part, w, out=part)
         with lock:
@@ -369,14 +369,14 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
             if weights is not None:
                 if kept is None:
                     w = weights[r].astype(real)
-                    found[1] = np.count_nonzero(~np.isfinite(w))
+                    found[1] = not_finite(w)
                     part *= w
                 else:
                     a, b = cut(kept, r)
                     w = weights[kept[a:b]].astype(real)
-                    found[1] = np.count_nonzero(~np.isfinite(w))
+                    found[1] = not_finite(w)
                     out[kept[a:b]] *= w
-            found[0] = np.count_nonzero(~np.isfinite(part))
+            found[0] = not_finite(part)
         with lock:
             bad[0] += found[0]
             bad[1] += found[1]

@@ -23,7 +23,7 @@ from .chunks import naming
 from .delivery import region
 from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, takes_whole,
                     values_at)
-from ..device.host_threads import in_slices
+from ..device.host_threads import in_slices, not_finite
 from ..imaging.devices import sample_weight
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
@@ -272,10 +272,13 @@ def sum_facet(box, start: int, threads: int, *parts) -> tuple:
 
     def rows(r):
         level = [a[r] for a in arrays]
-        while len(level) > 1:
+        while len(level) > 2:                    # (temporaries only for more than two parts)
             level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
-        target[r] = level[0]
-        found, some = int(np.count_nonzero(~np.isfinite(target[r]))), bool(np.any(target[r]))
+        if len(level) == 2:
+            np.add(level[0], level[1], out=target[r])
+        else:
+            np.copyto(target[r], level[0])
+        found, some = not_finite(target[r]), bool(np.any(target[r]))
         with lock:
             bad[0] += found
             nonzero[0] = nonzero[0] or some
@@ -311,8 +314,12 @@ def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, pla
             # the prediction written straight into the shared file (no copy of it after)
             room = exchange.stamped_room(place, sum(points.lengths), dtype) if stamped else None
             predicted = operator.dirty2vis(image, out=None if room is None else room[:, None])[:, 0]
-        if room is not None:
-            return exchange.stamped_shares(place, points.lengths, dtype, dirty.stamp)
+            if room is not None:
+                # stamped before the image's stamp is checked again (leaving `taken`): a
+                # later call writes this file only once its own image is published, so
+                # after that check; stamped later, this call's stamp could land on the
+                # later call's half-written values, and its readers would take them
+                return exchange.stamped_shares(place, points.lengths, dtype, dirty.stamp)
         return split(predicted, points.parts)
 
 

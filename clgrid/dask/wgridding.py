@@ -48,7 +48,7 @@ docs/benchmarks/dask.md):
   ``freq``, the keywords and the chunks): the first pass of the planes split (geometry,
   slabs, groups), and, unless ``keep_operators=0``, two sets of results persisted on the
   workers: each chunk's selection for the slabs (the flat indices of its samples with a
-  tap on each slab, about 4 bytes a sample, on the chunk's worker) and each slab task's
+  tap on each slab, 8 bytes a sample, on the chunk's worker) and each slab task's
   points (its samples' rows, row and channel numbers, about 5 bytes a sample, on the
   worker that images the slab: task t prefers worker t mod n).  A later call with the
   same points moves only values: each chunk's task picks its samples' weighted values

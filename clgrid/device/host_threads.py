@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices", "in_background", "add_counting"]
+__all__ = ["in_slices", "in_background", "add_counting", "not_finite", "count_not_finite", "pick"]
 
 _pool = None
 _background = None
@@ -72,7 +72,7 @@ def add_counting(dst: np.ndarray, src: np.ndarray, parts: int) -> int:
         with np.errstate(over="ignore", invalid="ignore"):       # counted below
             np.add(out, src[r], out=out)
         reals = out.view(out.real.dtype) if np.iscomplexobj(out) else out
-        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+        counts.append(not_finite(reals))
 
     in_slices(parts, dst.size, add)
     return sum(counts)
@@ -87,3 +87,38 @@ def count_not_finite(a: np.ndarray, parts: int) -> int:
     counts = []
     in_slices(parts, reals.size, lambda r: counts.append(int(np.count_nonzero(~np.isfinite(reals[r])))))
     return sum(counts)
+
+
+def not_finite(a: np.ndarray) -> int:
+    """How many entries of ``a`` are inf or NaN (a complex one once, whichever part), on
+    the calling thread.  First their sum, one pass without a temporary (a NaN or inf
+    entry makes it NaN or inf); only where that is not finite (such an entry, or finite
+    ones whose sum overflowed) a count entry by entry.  A temporary as large as ``a``
+    (a mask) would be fresh pages every call, whose faults stall every thread of the
+    process."""
+    flat = a.reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.add.reduce(flat)):
+            return 0
+    return flat.size - int(np.count_nonzero(np.isfinite(flat)))
+
+
+def count_not_finite(a: np.ndarray, parts: int) -> int:
+    """`not_finite` of ``a`` in ``parts`` slices on the pool's threads: a large input
+    checked without a pass on one thread."""
+    flat = a.reshape(-1)
+    counts = []
+    in_slices(parts, flat.size, lambda r: counts.append(not_finite(flat[r])))
+    return sum(counts)
+
+
+def pick(a: np.ndarray, index: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a``'s flat entries at ``index`` (valid indices, numpy's index type), into ``out``
+    (None: a new array), on the calling thread, copied as bytes: `np.take` copies an
+    unaligned ``a`` (a block that Dask deserialized at an odd offset) whole before every
+    pick, and buffers ``out`` unless its indices are clipped."""
+    flat = a.reshape(-1)
+    out = np.empty(len(index), flat.dtype) if out is None else out
+    raw = np.dtype((np.void, flat.dtype.itemsize))
+    np.take(flat.view(raw), index, out=out.reshape(-1).view(raw), mode="clip")
+    return out

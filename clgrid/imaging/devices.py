@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyopencl as cl
 
-from ..device.host_threads import add_counting, in_slices
+from ..device.host_threads import add_counting, in_slices, not_finite
 from ..device.runtime import device_facts, get_queue, select_device
 from ..device.tuning import resolve_tuning
 from ..errors import DeviceCapabilityError
@@ -177,8 +177,7 @@ def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add:
         with np.errstate(over="ignore", invalid="ignore"):       # counted below
             written = target[at] + values[r]
         target[at] = written
-        reals = written.view(written.real.dtype) if np.iscomplexobj(written) else written
-        counts.append(reals.size - int(np.count_nonzero(np.isfinite(reals))))
+        counts.append(not_finite(written.view(written.real.dtype) if np.iscomplexobj(written) else written))
 
     in_slices(workers, values.size, share)
     return sum(counts)

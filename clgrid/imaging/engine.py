@@ -29,7 +29,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..device.codegen import build_program, kernel as codegen_kernel, render
-from ..device.host_threads import in_slices
+from ..device.host_threads import count_not_finite, in_slices, pick
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
@@ -111,13 +111,6 @@ def check_samples(nchan: int) -> None:
     if nchan > SAMPLE_LIMIT:
         raise ValueError(f"nchan = {nchan} channels: one row's samples are counted in 32 bits, at most "
                          f"{SAMPLE_LIMIT} channels per row (call the operator on fewer channels at a time)")
-
-
-def _not_finite_values(values: np.ndarray, workers: int) -> int:
-    """How many entries of ``values`` are inf or NaN (a complex one once, whichever part)."""
-    flat, counts = values.reshape(-1), []
-    in_slices(workers, flat.size, lambda r: counts.append(flat[r].size - int(np.count_nonzero(np.isfinite(flat[r])))))
-    return sum(counts)
 
 
 class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
@@ -316,7 +309,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             index = None
             if plan.num_kept < SPARSE_SHARE * nsample:
                 plan.values_by_position = True
-                index = plan.sample.get()[:plan.num_kept]
+                index = plan.sample.get()[:plan.num_kept].astype(np.intp)     # (picks convert others every call)
             points = plan.arranged(spreader.arrangement_key(), spreader.arrange)
             plan.release_points()      # the arrangement holds what the spreads read: the caller's order goes
         points = spreader.settle(points)     # then the strategy's own per-point data
@@ -375,11 +368,10 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:
         its rows, or only its kept samples (in plan order) where it picks them (on one
-        thread: picks on several faulted in each other's way where the caller's pages were
-        not resident, in a Dask worker, and gained nothing in one process)."""
+        thread, by bytes: `clgrid.device.host_threads.pick`)."""
         mine = given[part.rows]
         if part.index is not None:
-            mine = np.take(mine.reshape(-1), part.index)
+            mine = pick(mine, part.index)
         return np.asarray(mine, dtype)
 
     def _upload_held(self, part, vis, wgt, on=None) -> None:
@@ -648,7 +640,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
         if adding:        # (a sample's sum counted once however many of its shares overflowed)
-            not_finite = _not_finite_values(out, self._workers) if overflowed else 0
+            not_finite = count_not_finite(out, self._workers) if overflowed else 0
         check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities",
                             self.precision, double="a float64 image", inputs="the image or the weights")
         return out

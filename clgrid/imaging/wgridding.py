@@ -345,8 +345,10 @@ class WGridder:
         ``out``: None (a new array), or a writeable (nrow, nchan) array of the
         visibilities' dtype (complex64 in single precision, complex128 in double) to write
         them into, returned (a C-contiguous one in native byte order is written directly,
-        without a copy: a file mapping in shared memory, a pinned block; any other through
-        one)."""
+        without a copy: a file mapping in shared memory, a pinned block; any other, or
+        any with facets, through one).  Checked before any work; a call refused later (a
+        weight NaN or infinite, counted on the device; an overflow) may leave it partly
+        written."""
         if out is not None:
             check_output(out, "out", self.shape, np.complex128 if self.precision == "double" else np.complex64)
             if not (out.flags.c_contiguous and out.dtype.isnative) or self.faceted is not None:
@@ -524,7 +526,9 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
               center_x=0.0, center_y=0.0, sigma_min=1.1, sigma_max=2.6, nthreads=1, verbosity=0,
               vis=None, device=None, npix_x=0, npix_y=0, tuning=None, facets=None, **ignored):
     """ducc0.wgridder.dirty2vis's call on an OpenCL device: visibilities (nrow, nchan) of
-    ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given."""
+    ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given
+    (written directly: a call refused after its checks, as for a NaN weight or an
+    overflow, may leave it partly written, as `WGridder.dirty2vis`'s ``out``)."""
     _refuse_unknown(ignored)
     dirty = np.asarray(dirty)
     precision = precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
