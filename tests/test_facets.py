@@ -249,7 +249,7 @@ def test_two_faceted_operators_called_from_two_threads_each_say_their_warning_on
     were lost with it, and B's facets warned past it, once each.)"""
     import threading
 
-    uvw, freq, vis, _ = wide_field(rng, nrow=int(rng.integers(80, 160)))
+    uvw, freq, vis, _, _ = wide_field(rng, int(rng.integers(80, 160)))
     kw = dict(epsilon=1e-4, precision="single", device=DEVICE, facets=(2, 2), **IMAGE)
     a, b = clgrid.WGridder(uvw, freq, **kw), clgrid.WGridder(uvw, freq, **kw)
     assert a.faceted.keep and b.faceted.keep                 # the facets' operators are there to hook
