@@ -165,12 +165,23 @@ def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng
 
 
 @pytest.mark.parametrize("devices", ["one", "list", "facets"])
-def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices):
+def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatch):
     """`WGridder.dirty2vis(out=)`: a poisoned C-contiguous out written directly (one
-    device, a device list, facets), a strided or big-endian one through a copy; each the
-    array returned, equal to the call without ``out`` and to ducc0 at 1e-12 to epsilon; a
-    wrong dtype refused naming ``out``, before it is written."""
+    device, a device list: the engines get it, or its rows; facets through a copy), a
+    strided or big-endian one through a copy; each the array returned, equal to the call
+    without ``out`` and to ducc0 at 1e-12 to epsilon; a wrong dtype refused naming
+    ``out``, before it is written."""
+    from clgrid.imaging import engine as engine_module
     from clgrid.imaging.wgridding import WGridder
+
+    given = []
+    real = engine_module.ImagingEngine.dirty2vis
+
+    def spy(self, dirty, wgt=None, out=None, after=None):
+        given.append(out)
+        return real(self, dirty, wgt, out=out, after=after)
+
+    monkeypatch.setattr(engine_module.ImagingEngine, "dirty2vis", spy)
 
     ducc0 = optional("ducc0.wgridder", "compare")
     uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
@@ -185,8 +196,11 @@ def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices):
                                                  epsilon=1e-12, do_wgridding=True)) < 1e-9
     for out in (np.full((300, 2), np.nan, complex), np.full((2, 300), np.nan, complex).T,
                 np.full((300, 2), np.nan, ">c16")):
+        given.clear()
         assert op.dirty2vis(image, out=out) is out
         assert relative_error(out, fresh) < 1e-14
+        direct = out.flags.c_contiguous and out.dtype.isnative and devices != "facets"
+        assert given and all((g is not None and np.shares_memory(g, out)) == direct for g in given)
     wrong = np.full((300, 2), 7, np.complex64)
     with pytest.raises(TypeError, match=r"out must be a complex128 array of shape \(300, 2\)"):
         op.dirty2vis(image, out=wrong)
