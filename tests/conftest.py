@@ -16,6 +16,7 @@ import importlib
 import os
 import secrets
 import shutil
+from typing import NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -77,6 +78,61 @@ def random_visibilities(rng, n, grid_size, cell_size, w_max, npol=1, fill=0.8):
     uvw = np.column_stack([rng.uniform(-uv_max, uv_max, (n, 2)), rng.uniform(-w_max, w_max, n)])
     vis = rng.normal(size=(n, npol)) + 1j * rng.normal(size=(n, npol))
     return uvw, vis
+
+
+class WideField(NamedTuple):
+    """What `wide_field` draws: ducc0's wgridder shapes, metres and Hz."""
+
+    uvw: np.ndarray
+    freq: np.ndarray
+    vis: np.ndarray
+    wgt: np.ndarray | None
+    mask: np.ndarray | None
+
+
+def wide_field(rng, nrow, freq=(1.0e8, 1.3e8), *, uv=2500.0, w=600.0, precision="double", weights=(0.2, 1.0),
+               masked=None):
+    """Random visibilities of a wide field for `vis2dirty` / `dirty2vis` / `WGridder` tests.
+
+    Drawn in this order (a seed gives the same data whatever the caller unpacks): uvw, vis,
+    wgt (if asked), mask (if asked).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The test's generator (the ``rng`` fixture: a fresh seed each run).
+    nrow : int
+        Rows.
+    freq : sequence of float
+        Channel frequencies in Hz (copied; ``nchan = len(freq)``).
+    uv, w : float
+        Extents in metres: u and v uniform in ``[-uv, uv)``, w uniform in ``[-w, w)``, each
+        independent (the defaults, |w| up to a quarter of the longest |u|, are the tests'
+        usual wide field).
+    precision : {"double", "single"}
+        complex128 / float64 or complex64 / float32 vis and wgt (uvw and freq stay float64).
+    weights : (float, float) or None
+        wgt uniform in ``[low, high)``, shape (nrow, nchan); None: no wgt drawn, ``wgt`` is None.
+    masked : float or None
+        The fraction of samples masked out: ``mask`` (nrow, nchan) uint8 is 0 with this
+        probability, else 1; None: no mask drawn, ``mask`` is None.
+
+    Returns
+    -------
+    WideField
+        ``(uvw, freq, vis, wgt, mask)``: uvw (nrow, 3) float64, freq (nchan,) float64, vis
+        (nrow, nchan) with real and imaginary parts standard normal, wgt and mask as above.
+    """
+    if precision not in ("double", "single"):
+        raise ValueError(f"precision must be 'double' or 'single', got {precision!r}")
+    complex_dtype, real_dtype = (np.complex64, np.float32) if precision == "single" else (np.complex128, np.float64)
+    freq = np.array(freq, np.float64).reshape(-1)
+    shape = (nrow, freq.size)
+    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([uv, uv, w])
+    vis = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(complex_dtype)
+    wgt = None if weights is None else rng.uniform(weights[0], weights[1], shape).astype(real_dtype)
+    mask = None if masked is None else (rng.random(shape) > masked).astype(np.uint8)
+    return WideField(uvw, freq, vis, wgt, mask)
 
 
 def poison(gridder, npol):

@@ -18,7 +18,7 @@ import pytest
 
 import clgrid
 from clgrid.planning.host import SPEED_OF_LIGHT
-from conftest import optional, random_visibilities, relative_error
+from conftest import optional, random_visibilities, relative_error, wide_field
 
 dask = optional("dask", "dask")
 distributed = optional("distributed", "dask")
@@ -157,7 +157,7 @@ def test_without_a_cluster_on_dask_threads(monkeypatch, queue, kernels, rng, dev
     np.testing.assert_array_equal(vis_out, clgrid.Degridder(N, CELL, kernels, device=queue).degrid(grid, uvw,
                                                                                                    None, FREQS))
     # dirty2vis: the image one node of the graph, chunks from uvw and channel_chunks
-    wide_uvw, _, wgt, _ = wide_field(rng, "single")
+    wide_uvw, _, _, wgt, _ = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single")
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     geometry = dict(freq=WIDE_FREQS, wgt=wgt, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"],
                     epsilon=1e-4, do_wgridding=True, device=device_name)
@@ -223,20 +223,8 @@ def test_kept_plans_serve_later_calls_and_the_degridder(client, queue, kernels, 
 # -- vis2dirty / dirty2vis ----------------------------------------------------------------
 
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
-WIDE_ROWS, WIDE_FREQS = 1100, np.array([1.0e8, 1.1e8, 1.2e8, 1.3e8])
+WIDE_ROWS, WIDE_FREQS = 1100, np.array([1.0e8, 1.1e8, 1.2e8, 1.3e8])   # wide_field's: about 20 degrees on IMAGE
 ROW_CHUNK, CHANNEL_CHUNK = 400, 2      # 3 row blocks (the last short) x 2 channel blocks: 6 tasks
-
-
-def wide_field(rng, precision):
-    """A wide field (about 20 degrees), |w| up to a quarter of |uv|, in ducc0's shapes:
-    uvw (nrow, 3) metres, vis / wgt / mask (nrow, nchan), about 10% masked."""
-    shape = (WIDE_ROWS, WIDE_FREQS.size)
-    uvw = rng.uniform(-1, 1, (WIDE_ROWS, 3)) * np.array([2500.0, 2500.0, 600.0])
-    cdt, rdt = (np.complex64, np.float32) if precision == "single" else (np.complex128, np.float64)
-    vis = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(cdt)
-    wgt = rng.uniform(0.2, 1.0, shape).astype(rdt)
-    mask = (rng.random(shape) > 0.1).astype(np.uint8)
-    return uvw, vis, wgt, mask
 
 
 def blocks(a):
@@ -258,7 +246,7 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     eps = EPSILON[precision]
     tolerance = (1e-5 if precision == "single" else 2 * eps) if split == "rows" else \
         (1e-6 if precision == "single" else 1e-12)
-    uvw, vis, wgt, mask = wide_field(rng, precision)
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision=precision, masked=0.1)
     common = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=eps, do_wgridding=True, **IMAGE)
     single = clgrid.vis2dirty(vis=vis, device=device_name, **common)
     oracle = wgridder.vis2dirty(vis=vis.astype(np.complex128), **dict(common, wgt=wgt.astype(np.float64),
@@ -298,7 +286,7 @@ def test_wgridders_are_kept_for_later_calls(client, rng, split, tasks):
     """A major cycle: the second call on the same data finds each task's operator on the
     worker that made it (chunk or slab i prefers worker i mod n); keep_operators=0 keeps
     none.  6 chunks, or 2 slabs (one per worker), each one task (slab_samples: all)."""
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, split=split, slab_samples=vis.size, **IMAGE)
     client.run(cd.clear_cache)
@@ -321,7 +309,7 @@ def test_a_major_cycle_moves_only_values_and_rebuilds_lost_operators_from_kept_p
     from dask.utils import key_split
     from distributed import get_task_stream
 
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, slab_samples=vis.size, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
     size = dict(npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
@@ -360,7 +348,7 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     def ours() -> set:                 # this process's files (other processes may use /dev/shm meanwhile)
         return {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith(f"clgrid-x-{os.getpid()}-")}
 
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, **IMAGE)
     image = cd.vis2dirty(vis=blocks(vis), **common)
@@ -399,7 +387,7 @@ def test_changed_points_are_imaged_anew_and_deterministic_calls_repeat_their_bit
     points (equal to a fresh single-process call), not the kept ones; with
     ``deterministic=True`` calls on the same points repeat their bits through the kept
     files, and equal the single process to 1e-6 (single precision)."""
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     common = dict(freq=WIDE_FREQS, epsilon=1e-4, do_wgridding=True, slab_samples=vis.size, row_chunks=ROW_CHUNK,
                   channel_chunks=CHANNEL_CHUNK, **IMAGE)
     single = dict(freq=WIDE_FREQS, epsilon=1e-4, do_wgridding=True, **IMAGE)
@@ -428,7 +416,7 @@ def test_a_prediction_whose_image_a_later_call_replaced_is_refused(client, rng):
     image; the second equals the single process's."""
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm: the image is scattered, each call its own")
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
     models = [rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32) for _ in range(2)]
@@ -461,7 +449,7 @@ def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng)
         from clgrid.dask import exchange as kept
         kept.release()
 
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, slab_samples=vis.size)
     image_size = dict(npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
@@ -575,7 +563,7 @@ def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, mo
     cluster (2 facets) and on this process's synchronous scheduler (1 facet) are the same
     bits: the slab tasks and the order of every sum are fixed by chunks and slabs alone.
     The operators on each worker drive two queues there (``device`` a list)."""
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, slabs=3, deterministic=True, keep_operators=0,
                   device=[device_name, device_name], pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
@@ -654,11 +642,9 @@ def test_a_slab_with_most_of_a_chunk_takes_it_whole_and_its_operator_drops_the_r
     wgridder = optional("ducc0.wgridder", "test")
     from clgrid.dask import planes_split, slabs as dask_slabs
 
-    nrow, freq = 1500, np.array([1.0e8, 1.1e8, 1.3e8])
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 2400.0])
-    uvw[:, 2] *= rng.random(nrow) ** 3
-    vis = rng.normal(size=(nrow, freq.size)) + 1j * rng.normal(size=(nrow, freq.size))
-    wgt = rng.uniform(0.2, 1.0, vis.shape)
+    nrow = 1500
+    uvw, freq, vis, wgt, _ = wide_field(rng, nrow, (1.0e8, 1.1e8, 1.3e8), w=2400.0)
+    uvw[:, 2] *= rng.random(nrow) ** 3                  # crowded at small |w|
     common = dict(uvw=uvw, freq=freq, wgt=wgt, epsilon=1e-9, do_wgridding=True, **IMAGE)
     shape = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
     split = dict(split="planes", slabs=2)
@@ -705,7 +691,7 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
 
     for name in ("image_slab", "vis_slab"):
         monkeypatch.setattr(dask_tasks, name, counted(getattr(dask_tasks, name)))
-    uvw, vis, wgt, mask = wide_field(rng, "double")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, masked=0.1)
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-10,
                   do_wgridding=True, split="planes", slabs=3, keep_operators=0, **IMAGE)
     with dask.config.set(scheduler="sync"):
@@ -737,7 +723,7 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
 
 @pytest.mark.parametrize("do_wgridding", [False, True])         # chunks of rows; slabs of planes
 def test_vis2dirty_failing_chunk_raises_in_the_caller(client, rng, do_wgridding):
-    uvw, vis, wgt, _ = wide_field(rng, "single")
+    uvw, _, vis, wgt, _ = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single")
     vis[ROW_CHUNK + 7, 3] = np.nan              # unmasked NaN in row block 1, channel block 1: chunk 3
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         call = pool.submit(cd.vis2dirty, uvw=uvw, freq=WIDE_FREQS, vis=blocks(vis), wgt=wgt, epsilon=1e-4,
@@ -749,7 +735,7 @@ def test_vis2dirty_failing_chunk_raises_in_the_caller(client, rng, do_wgridding)
 
 
 def test_vis2dirty_arguments_are_refused_by_name(rng):
-    uvw, vis, wgt, mask = wide_field(rng, "single")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     common = dict(uvw=uvw, freq=WIDE_FREQS, epsilon=1e-4, **IMAGE)
     with pytest.raises(TypeError, match="unexpected keyword argument.*nthread"):
         cd.vis2dirty(vis=vis, nthread=2, **common)
@@ -873,9 +859,8 @@ def test_a_reused_call_on_two_workers_moves_only_small_objects_through_dask(clie
     went to the other worker."""
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm: values and facets go through Dask by design")
-    rows, freq = 20_000, np.array([1.0e8, 1.1e8, 1.2e8, 1.3e8])
-    uvw = rng.uniform(-1, 1, (rows, 3)) * np.array([2500.0, 2500.0, 600.0])
-    vis = (rng.normal(size=(rows, freq.size)) + 1j * rng.normal(size=(rows, freq.size))).astype(np.complex64)
+    rows = 20_000
+    uvw, freq, vis, _, _ = wide_field(rng, rows, WIDE_FREQS, precision="single", weights=None)
     duvw = client.persist(da.from_array(uvw, chunks=(rows // 2, 3)))
     dvis = client.persist(da.from_array(vis, chunks=(rows // 2, freq.size)))
     distributed.wait([duvw, dvis])

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import optional
+from conftest import optional, wide_field
 
 dask = optional("dask", "dask")
 distributed = optional("distributed", "dask")
@@ -32,12 +32,6 @@ from clgrid.errors import ClusterStalledError  # noqa: E402
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 IMAGE = dict(npix_x=64, npix_y=64, pixsize_x=2e-3, pixsize_y=2e-3)
 LIMIT = 120          # seconds any call here may take before the test calls it a hang
-
-
-def data(rng, nrow=2400):
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([400.0, 400.0, 60.0])
-    vis = rng.normal(size=(nrow, 2)) + 1j * rng.normal(size=(nrow, 2))
-    return uvw, np.array([1.0e8, 1.1e8]), vis
 
 
 def call(function, **kwargs):
@@ -85,7 +79,7 @@ def process_cluster():
 # -- item 8: deterministic means the same bits whatever the cluster ---------------------
 
 def test_deterministic_images_and_predictions_are_the_same_bits_on_any_cluster(rng):
-    uvw, freq, vis = data(rng)
+    uvw, freq, vis, _, _ = wide_field(rng, 2400, (1.0e8, 1.1e8), uv=400.0, w=60.0, weights=None)
     dirty = rng.normal(size=(64, 64))
     common = dict(uvw=da.from_array(uvw, chunks=(600, 3)), freq=freq, epsilon=1e-9, do_wgridding=True,
                   device=DEVICE, deterministic=True, keep_operators=0)
@@ -111,7 +105,7 @@ def test_a_worker_paused_for_memory_ends_the_call_with_a_clear_error(rng, proces
     process_cluster("250MiB", **{"distributed.worker.memory.pause": 0.3,
                                  "distributed.worker.memory.terminate": False,
                                  "distributed.worker.memory.target": False, "distributed.worker.memory.spill": False})
-    uvw, freq, vis = data(rng, 800)
+    uvw, freq, vis, _, _ = wide_field(rng, 800, (1.0e8, 1.1e8), uv=400.0, w=60.0, weights=None)
     started = time.monotonic()
     with pytest.raises(ClusterStalledError, match=r"paused for memory: .*MiB of its 250 MiB memory_limit"):
         call(cd.vis2dirty, uvw=da.from_array(uvw, chunks=(400, 3)), freq=freq, vis=vis, epsilon=1e-5,
@@ -124,7 +118,7 @@ def test_workers_killed_for_memory_end_in_an_error(rng, process_cluster):
     # 400 MiB: the imaging of a 1024^2 image takes the worker past 95% every time; the
     # nanny restarts it, and Dask gives the task up after its allowed failures.
     process_cluster("400MiB", **{"distributed.scheduler.allowed-failures": 1})
-    uvw, freq, vis = data(rng, 20000)
+    uvw, freq, vis, _, _ = wide_field(rng, 20000, (1.0e8, 1.1e8), uv=400.0, w=60.0, weights=None)
     with pytest.raises((distributed.KilledWorker, ClusterStalledError)) as raised:
         call(cd.vis2dirty, uvw=da.from_array(uvw, chunks=(5000, 3)), freq=freq, vis=vis, epsilon=1e-7,
              do_wgridding=True, device=DEVICE, stall_timeout=30, npix_x=1024, npix_y=1024, pixsize_x=2e-4,
@@ -138,7 +132,7 @@ def test_the_only_worker_lost_mid_call_is_recovered(rng, process_cluster):
     tied to its old address (the hang: tasks of the data with a loose restriction to
     it waited in "no-worker" for ever after the nanny's new worker joined)."""
     client = process_cluster("4GiB")
-    uvw, freq, vis = data(rng, 8000)
+    uvw, freq, vis, _, _ = wide_field(rng, 8000, (1.0e8, 1.1e8), uv=400.0, w=60.0, weights=None)
     args = dict(uvw=da.from_array(uvw, chunks=(1000, 3)), freq=freq, vis=vis, epsilon=1e-9, do_wgridding=True,
                 device=DEVICE, deterministic=True, keep_operators=0, stall_timeout=60, **IMAGE)
     expected = call(cd.vis2dirty, **args)

@@ -15,6 +15,7 @@ from clgrid.planning.host import stacked_positions  # noqa: E402
 from clgrid.imaging.geometry import abs_w_range as _abs_w_range, choose_geometry, imaging_work  # noqa: E402
 from clgrid.imaging.wgridding import WGridder  # noqa: E402
 from clgrid.planning.host import SPEED_OF_LIGHT  # noqa: E402
+from conftest import wide_field  # noqa: E402
 
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
 FREQS = np.array([1.0, 1.1, 1.3]) * SPEED_OF_LIGHT        # channel 0 at c: metres are wavelengths there
@@ -24,12 +25,6 @@ def options(**kw):
     """`clgrid.dask.wgridding`'s options as `geometry_of` reads them."""
     return dict(dict(epsilon=1e-5, do_wgridding=True, flip_u=False, flip_v=False, center_x=0.0, center_y=0.0,
                      sigma_min=1.1, sigma_max=2.6, precision="double", **IMAGE), **kw)
-
-
-def observation(rng, nrow=2000):
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
-    mask = (rng.random((nrow, FREQS.size)) > 0.1).astype(np.uint8)
-    return uvw, mask
 
 
 def on_edges(rng, uvw, geometry, rows, w_range):
@@ -60,7 +55,7 @@ def plan_first_planes(uvw, freq, mask, geometry, signs=(1.0, 1.0, 1.0)):
 
 
 def test_geometry_reduced_over_chunks_is_the_single_operators(rng):
-    uvw, mask = observation(rng)
+    uvw, _, _, _, mask = wide_field(rng, 2000, FREQS, weights=None, masked=0.1)
     chunks = np.array_split(np.arange(len(uvw)), 5)
     extents = [dask_slabs.extent(uvw[r], FREQS[1:], mask[r, 1:]) for r in chunks]      # channels 1: only
     extents.append(dask_slabs.extent(uvw[:0], FREQS, None))                           # an empty chunk
@@ -73,7 +68,7 @@ def test_geometry_reduced_over_chunks_is_the_single_operators(rng):
 
 @pytest.mark.parametrize("nslabs", [1, 3, 7])
 def test_each_slab_takes_exactly_the_samples_with_a_tap_on_its_planes(rng, nslabs):
-    uvw, mask = observation(rng)
+    uvw, _, _, _, mask = wide_field(rng, 2000, FREQS, weights=None, masked=0.1)
     freq = FREQS
     geometry = geometry_for(uvw, mask)
     w_range = _abs_w_range(uvw, freq / SPEED_OF_LIGHT, mask != 0)
@@ -110,7 +105,8 @@ def test_each_slab_takes_exactly_the_samples_with_a_tap_on_its_planes(rng, nslab
 
 
 def test_slabs_balance_the_work_and_trailing_ones_are_empty(rng):
-    g = geometry_for(*observation(rng, nrow=500))
+    uvw, _, _, _, mask = wide_field(rng, 500, FREQS, weights=None, masked=0.1)
+    g = geometry_for(uvw, mask)
     W, P = g.kernel.support, g.num_planes
     crowded = np.zeros(P, np.int64)
     crowded[0] = 10**6                                     # every sample's taps on planes 0 .. W-1
@@ -210,7 +206,7 @@ def test_values_are_picked_on_threads_with_the_bits_of_one_pass(rng):
 
 
 def test_bad_values_are_refused_naming_them(rng):
-    uvw, mask = observation(rng, nrow=40)
+    uvw, _, _, _, mask = wide_field(rng, 40, FREQS, weights=None, masked=0.1)
     g = choose_geometry(w_range=_abs_w_range(uvw, FREQS / SPEED_OF_LIGHT, None), num_kept=uvw.shape[0] * 3,
                         **{k: v for k, v in options().items() if k not in ("flip_u", "flip_v")})
     vis = np.ones(mask.shape, np.complex64)
@@ -233,7 +229,7 @@ def test_chunk_groups_count_what_select_takes_and_stay_within_the_cap(rng, cap):
     `select`'s parts' lengths exactly; the groups partition the chunks in order, each
     within ``cap`` unless it is one chunk's samples, and each as large as the cap allows
     (the next chunk did not fit); an empty slab takes nothing, in one group."""
-    uvw, mask = observation(rng)
+    uvw, _, _, _, mask = wide_field(rng, 2000, FREQS, weights=None, masked=0.1)
     g = geometry_for(uvw, mask)
     rows = np.array_split(np.arange(len(uvw)), 8)
     counts = [dask_slabs.plane_counts(uvw[r], FREQS, mask[r], g) for r in rows]
@@ -271,7 +267,7 @@ def test_a_slab_takes_a_chunk_whole_where_it_holds_most_of_its_samples(rng, mask
     from clgrid.dask.tasks import chunk_selection
     from clgrid.imaging.engine import SPARSE_SHARE
 
-    uvw, mask = observation(rng)
+    uvw, _, _, _, mask = wide_field(rng, 2000, FREQS, weights=None, masked=0.1)
     uvw[:, 2] *= 4 * rng.random(len(uvw)) ** 3      # most samples at small |w|, some far out
     mask = {"none": None, "all kept": np.ones_like(mask), "some": mask}[masked]
     g = geometry_for(uvw, mask)

@@ -17,8 +17,8 @@ from clgrid.imaging.geometry import abs_w_range
 from clgrid.planning import device_points, fused, stacking
 from clgrid.planning import plan as planning
 from clgrid.planning.host import SPEED_OF_LIGHT
-from conftest import relative_error
-from test_vis2dirty import IMAGE, wide_field
+from conftest import relative_error, wide_field
+from test_vis2dirty import IMAGE
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 
@@ -42,7 +42,7 @@ def boundary_points(rng, uvw, g, freq):
     ("bins", False, True, False, False), ("bins", True, False, True, False), ("rows", True, True, False, True),
     ("bins", False, True, True, True)])
 def test_fused_planning_arranges_the_points_of_the_two_step_planning(rng, spread, double, wgrid, sparse, slab):
-    uvw, freq, _, _ = wide_field(rng, nrow=2500)
+    uvw, freq, _, _, _ = wide_field(rng, 2500)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=wgrid, device=DEVICE, tuning={"spread": spread},
                          center_x=0.01, flip_v=True, precision="double" if double else "single", **IMAGE)
     g, q, layout = op.geometry, op.queue, op.engine.layout
@@ -86,8 +86,7 @@ def test_fused_planning_arranges_the_points_of_the_two_step_planning(rng, spread
 @pytest.mark.parametrize("wgrid,precision,spread", [(True, "double", "rows"), (False, "single", "bins"),
                                                     (True, "single", "bins")])
 def test_wgridder_plans_device_uvw_as_host_uvw(rng, wgrid, precision, spread):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=1200)
-    mask = (rng.uniform(size=vis.shape) > 0.1).astype(np.uint8)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1200, masked=0.1)
     q = clgrid.device.runtime.get_queue(DEVICE)
     kw = dict(freq=freq, epsilon=1e-5, do_wgridding=wgrid, mask=mask, center_y=0.02, flip_u=True,
               precision=precision, tuning={"spread": spread}, **IMAGE)
@@ -113,7 +112,7 @@ def test_wgridder_plans_device_uvw_as_host_uvw(rng, wgrid, precision, spread):
 def test_device_uvw_in_parts_of_rows(rng):
     """Beyond one part (forced ``part_samples``) each part's rows are a slice of the device
     array at an offset: planned as the host's parts."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 900)
     q = clgrid.device.runtime.get_queue(DEVICE)
     kw = dict(freq=freq, epsilon=1e-5, do_wgridding=True, device=q, tuning={"part_samples": 777}, **IMAGE)
     host, device = clgrid.WGridder(uvw, **kw), clgrid.WGridder(cla.to_device(q, uvw), **kw)
@@ -123,7 +122,7 @@ def test_device_uvw_in_parts_of_rows(rng):
 
 
 def test_device_w_range_is_the_hosts(rng):
-    uvw, freq, _, _ = wide_field(rng, nrow=5000)
+    uvw, freq, _, _, _ = wide_field(rng, 5000)
     q = clgrid.device.runtime.get_queue(DEVICE)
     scale = np.array([1.0e8, 1.3e8, 0.9e8]) / SPEED_OF_LIGHT
     keep = rng.uniform(size=(uvw.shape[0], scale.size)) > 0.3
@@ -138,7 +137,7 @@ def test_device_w_range_is_the_hosts(rng):
 
 
 def test_device_uvw_the_planner_cannot_read_is_refused_naming_it(rng):
-    uvw, freq, vis, _ = wide_field(rng, nrow=300)
+    uvw, freq, vis, _, _ = wide_field(rng, 300)
     q = clgrid.device.runtime.get_queue(DEVICE)
     kw = dict(freq=freq, epsilon=1e-4, do_wgridding=True, device=q, **IMAGE)
     context = cl.Context([q.device])      # kept: Intel's CPU runtime refuses a queue's context once unreferenced

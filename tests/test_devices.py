@@ -18,7 +18,7 @@ from clgrid.errors import EmptyInputWarning, NonFiniteResultError
 from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import split as imaging_split
 from clgrid.planning.host import stacked_positions
-from conftest import optional, relative_error
+from conftest import optional, relative_error, wide_field
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 C = 299792458.0
@@ -50,16 +50,6 @@ def poison_results(monkeypatch, *modules):
         monkeypatch.setattr(module, "host_empty", poisoned)
 
 
-def wide_field(rng, nrow=1200, nchan=2, single=True):
-    freq = np.array([1.0e8, 1.3e8])[:nchan]
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
-    cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
-    vis = (rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))).astype(cd)
-    wgt = rng.uniform(0.2, 1.0, (nrow, nchan)).astype(rd)
-    mask = (rng.random((nrow, nchan)) > 0.1).astype(np.uint8)
-    return uvw, freq, vis, wgt, mask
-
-
 @pytest.mark.parametrize("split", ["planes", "rows"])
 @pytest.mark.parametrize("pair", ["twice", "mixed"])
 def test_device_lists_give_the_one_device_result(rng, pair, split):
@@ -67,7 +57,7 @@ def test_device_lists_give_the_one_device_result(rng, pair, split):
     to 1e-6 (image and visibilities) and ducc0 at 1e-12 to epsilon; each device got a share."""
     wgridder = optional("ducc0.wgridder", "test")
     devices = [DEVICE, DEVICE] if pair == "twice" else [DEVICE, other_device()]
-    uvw, freq, vis, wgt, mask = wide_field(rng)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1200, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, center_x=0.02, flip_v=True, precision="single", **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
     op = clgrid.WGridder(uvw, freq, device=devices, split=split, **kw)
@@ -97,7 +87,7 @@ def test_one_call_functions_take_a_list_and_deterministic_lists_repeat_their_bit
     """clgrid.vis2dirty / dirty2vis with a list (double: ducc0 at 1e-12 to epsilon), and
     fresh deterministic operators on three queues give the same bits every time."""
     wgridder = optional("ducc0.wgridder", "test")
-    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=800, single=False)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 800)
     common = dict(uvw=uvw, freq=freq, wgt=wgt, epsilon=1e-9, do_wgridding=True, pixsize_x=IMAGE["pixsize_x"],
                   pixsize_y=IMAGE["pixsize_y"])
     size = dict(npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
@@ -127,7 +117,7 @@ def test_devices_shares_go_into_one_output_in_order(rng, monkeypatch, sparse):
 
     monkeypatch.setattr(imaging_engine, "SPARSE_SHARE", sparse)
     poison_results(monkeypatch, imaging_engine, imaging_wgridding)
-    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=1500)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1500, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
     op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", **kw)
@@ -152,7 +142,7 @@ def test_the_sums_run_in_their_documented_order(rng, monkeypatch):
     in one chain and last in the other, where it usually ends: docs/design/architecture.md)."""
     from clgrid.imaging import engine as imaging_engine
 
-    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
     op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", **kw)
     index = {id(e): k for k, e in enumerate(op.engines)}
@@ -190,7 +180,7 @@ def test_device_images_are_summed_as_they_come_down(rng, monkeypatch):
 
     monkeypatch.setattr(imaging_engine, "shared_staging", lambda queue: transfer.Staging(queue, piece=4096))
     poison_results(monkeypatch, imaging_wgridding)
-    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", tuning={"fft": "mapped"}, **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
     op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", **kw)
@@ -245,7 +235,7 @@ def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
 def test_progress_and_warnings_speak_for_the_whole_operator(rng):
     """Progress counts each plane once over the slabs; a device whose share has zero
     weight says nothing, and an image of nothing on every device warns once."""
-    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=400)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 400, precision="single")
     op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="rows", epsilon=1e-4, do_wgridding=True,
                          precision="single", **IMAGE)
     calls = []
@@ -266,7 +256,7 @@ def test_progress_and_warnings_speak_for_the_whole_operator(rng):
 
 
 def test_device_lists_refuse_what_cannot_work_naming_the_device(rng, monkeypatch):
-    uvw, freq, vis, _, _ = wide_field(rng, nrow=100)
+    uvw, freq, vis, _, _ = wide_field(rng, 100, precision="single")
     kw = dict(epsilon=1e-5, do_wgridding=True, **IMAGE)
     with pytest.raises(ValueError, match=r"device=\[\]: an empty list"):
         clgrid.WGridder(uvw, freq, device=[], **kw)
@@ -351,7 +341,7 @@ def test_calls_on_one_operator_from_two_threads_take_turns(rng):
     import threading
     import time
 
-    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
     op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 2, split="planes", **kw)
@@ -403,7 +393,7 @@ def test_a_failing_device_is_the_error_raised(rng, monkeypatch, direction):
         return out
 
     monkeypatch.setattr(imaging_wgridding, "host_empty", stale)
-    uvw, freq, vis, wgt, mask = wide_field(rng, nrow=900)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="single", masked=0.1)
     op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", epsilon=1e-5, do_wgridding=True,
                          precision="single", **IMAGE)
     assert len(op.engines) == 3
@@ -450,7 +440,7 @@ def test_an_overflow_in_added_shares_is_counted_once(rng, monkeypatch, device):
     from clgrid.imaging import engine as imaging_engine
     from clgrid.imaging import wgridding as imaging_wgridding
 
-    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(600, 900)))
+    uvw, freq, vis, wgt, _ = wide_field(rng, int(rng.integers(600, 900)), precision="single")
     op = clgrid.WGridder(uvw, freq, device=device, split="planes", epsilon=1e-5, do_wgridding=True,
                          precision="single", **IMAGE)
     first = imaging_split.first_planes(uvw, freq / C, None, op.geometry)
@@ -474,7 +464,7 @@ def test_an_overflow_in_an_added_image_is_counted_once(rng, monkeypatch):
     device's own tally was added to the count of non-finite sums: twice each)."""
     from clgrid.imaging import wgridding as imaging_wgridding
 
-    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(600, 900)))
+    uvw, freq, vis, wgt, _ = wide_field(rng, int(rng.integers(600, 900)), precision="single")
     op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="rows", epsilon=1e-5, do_wgridding=True,
                          precision="single", tuning={"fft": "mapped"}, **IMAGE)
     assert len(op.engines) == 2 and all(e.device_fft is not None for e in op.engines)
@@ -496,7 +486,7 @@ def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
     import threading
     import warnings
 
-    uvw, freq, vis, wgt, _ = wide_field(rng, nrow=int(rng.integers(300, 500)))
+    uvw, freq, vis, wgt, _ = wide_field(rng, int(rng.integers(300, 500)), precision="single")
     kw = dict(device=[DEVICE, DEVICE], split="rows", epsilon=1e-4, do_wgridding=True, precision="single", **IMAGE)
     a, b = clgrid.WGridder(uvw, freq, **kw), clgrid.WGridder(uvw, freq, **kw)
     wgt_b = wgt.copy()

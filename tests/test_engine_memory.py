@@ -13,8 +13,8 @@ from clgrid.sources.accuracy import choose_kernel, float_taps_allowed
 from clgrid.tools.buffers import BufferTracker
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
-from conftest import relative_error  # noqa: E402
-from test_vis2dirty import IMAGE, wide_field  # noqa: E402
+from conftest import relative_error, wide_field  # noqa: E402
+from test_vis2dirty import IMAGE  # noqa: E402
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
@@ -26,7 +26,7 @@ def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(
     in float, 2 W + 1 float kernel values and one real: no plan in the caller's order, no
     offsets, no caller's values of every part (each regression here is 24 to 84 bytes a
     point, what issue 29's bound is made of)."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=4000)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 4000)
     live = BufferTracker().install(monkeypatch)
     nsample = vis.size
     op = clgrid.WGridder(uvw, freq, epsilon=1e-6, do_wgridding=True, device=DEVICE, precision="double",
@@ -50,7 +50,7 @@ def test_the_engine_holds_no_more_than_its_model_and_keeps_only_its_arrangement(
 
 
 def test_a_plan_released_after_arranging_refuses_what_it_no_longer_holds(rng):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=300)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 300)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-4, do_wgridding=True, device=DEVICE, **IMAGE)
     plan = op.plans[0]
     assert plan.num_kept == op.engine.num_kept > 0          # the counts stay
@@ -65,7 +65,7 @@ def test_float_kernel_values_in_double_precision_reach_epsilon_against_ducc0(rng
     """Where the accuracy model lets a double-precision operator keep its kernel values in
     float (`float_taps_allowed`), its image and visibilities still reach epsilon against
     ducc0 at 1e-12; and they are in float there (the rows spread), in double below."""
-    uvw, freq, vis, wgt = wide_field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 1500)
     args = dict(uvw=uvw, freq=freq, **IMAGE, do_wgridding=True)
     d2v = {k: v for k, v in args.items() if k not in ("npix_x", "npix_y")}
     op = clgrid.WGridder(uvw, freq, epsilon=epsilon, do_wgridding=True, device=DEVICE, precision="double",

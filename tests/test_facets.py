@@ -18,20 +18,12 @@ from clgrid.imaging import facets as facets_module
 from clgrid.imaging import memory as memory_module
 from clgrid.imaging.facets import DeviceLimits, facet_layout, plan_facets
 from clgrid.imaging.geometry import choose_geometry, image_fields, flip_signs
-from conftest import relative_error
+from conftest import relative_error, wide_field
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 C = 299792458.0
-
-
-def wide_field(rng, nrow=1200, nchan=2):
-    freq = np.array([1.0e8, 1.3e8])[:nchan]
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
-    vis = rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))
-    wgt = rng.uniform(0.2, 1.0, (nrow, nchan))
-    return uvw, freq, vis, wgt
 
 
 IMAGE = dict(npix_x=128, npix_y=96, pixsize_x=4e-3, pixsize_y=5e-3)
@@ -44,7 +36,7 @@ IMAGE = dict(npix_x=128, npix_y=96, pixsize_x=4e-3, pixsize_y=5e-3)
     ((4, 1), False, dict(do_wgridding=False)),
 ])
 def test_forced_facets_agree_with_ducc0_and_the_whole_image(rng, facets, single, keywords):
-    uvw, freq, vis, wgt = wide_field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 1200)
     keywords = dict(dict(do_wgridding=True), **keywords)
     eps = 1e-4 if single else 1e-9
     cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
@@ -76,7 +68,7 @@ def test_forced_facets_agree_with_ducc0_and_the_whole_image(rng, facets, single,
 def test_a_dipole_across_facet_borders_stays_within_epsilon(rng):
     """Facet errors add: two opposite pixels either side of a border give visibilities
     far smaller than either facet's, which one grid's correlated errors would hide."""
-    uvw, freq, _, _ = wide_field(rng, nrow=1500)
+    uvw, freq, _, _, _ = wide_field(rng, 1500)
     dirty = np.zeros((IMAGE["npix_x"], IMAGE["npix_y"]))
     x, y = IMAGE["npix_x"] // 2, IMAGE["npix_y"] // 4
     dirty[x - 1, y], dirty[x, y] = 1.0, -1.0          # across the border of 2 and of 4 facets a side
@@ -189,7 +181,7 @@ def test_a_grid_beyond_one_pocl_buffer_is_imaged_as_facets(rng):
 
 
 def test_an_image_the_host_cannot_hold_is_refused_by_name_before_any_work(rng, monkeypatch):
-    uvw, freq, vis, _ = wide_field(rng, nrow=50)
+    uvw, freq, vis, _, _ = wide_field(rng, 50)
 
     def no_work(*args, **kwargs):
         raise AssertionError("work started")
@@ -213,7 +205,7 @@ def test_host_memory_counts_the_operator_and_allows_what_fits(rng, monkeypatch):
     """On a CPU device the device's buffers are host memory: with 32 MiB available, an
     operator of 2 x 10^5 samples (60 MB of buffers in double) is refused, naming them; with
     the real figure it runs."""
-    uvw, freq, vis, _ = wide_field(rng, nrow=100_000)
+    uvw, freq, vis, _, _ = wide_field(rng, 100_000)
     args = dict(uvw=uvw, freq=freq, npix_x=64, npix_y=64, pixsize_x=4e-3, pixsize_y=4e-3, epsilon=1e-6,
                 do_wgridding=True, device=DEVICE)
     monkeypatch.setattr(memory_module, "host_memory_available", lambda: 32 * 2 ** 20)
@@ -225,7 +217,7 @@ def test_host_memory_counts_the_operator_and_allows_what_fits(rng, monkeypatch):
 
 
 def test_facets_refused_with_a_shared_geometry_or_planes_and_bad_keywords(rng):
-    uvw, freq, _, _ = wide_field(rng, nrow=100)
+    uvw, freq, _, _, _ = wide_field(rng, 100)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
     with pytest.raises(ValueError, match="facets=.*geometry= or planes="):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE, geometry=op.geometry,
@@ -238,7 +230,7 @@ def test_facets_refused_with_a_shared_geometry_or_planes_and_bad_keywords(rng):
 
 
 def test_a_warning_every_facet_raises_is_said_once(rng):
-    uvw, freq, vis, _ = wide_field(rng, nrow=100)
+    uvw, freq, vis, _, _ = wide_field(rng, 100)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         image = clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, wgt=np.zeros(vis.shape), epsilon=1e-5, device=DEVICE,
@@ -257,7 +249,7 @@ def test_two_faceted_operators_called_from_two_threads_each_say_their_warning_on
     were lost with it, and B's facets warned past it, once each.)"""
     import threading
 
-    uvw, freq, vis, _ = wide_field(rng, nrow=int(rng.integers(80, 160)))
+    uvw, freq, vis, _, _ = wide_field(rng, int(rng.integers(80, 160)))
     kw = dict(epsilon=1e-4, precision="single", device=DEVICE, facets=(2, 2), **IMAGE)
     a, b = clgrid.WGridder(uvw, freq, **kw), clgrid.WGridder(uvw, freq, **kw)
     assert a.faceted.keep and b.faceted.keep                 # the facets' operators are there to hook

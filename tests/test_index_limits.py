@@ -21,22 +21,13 @@ from clgrid.imaging.facets import DeviceLimits, grid_fits
 from clgrid.imaging.geometry import GRID_CELL_LIMIT, choose_geometry
 from clgrid.imaging.stream import KEY_LIMIT, max_slab_planes, slab_geometry
 from clgrid.planning.stacking import PlaneOrder, arrange
-from conftest import relative_error
+from conftest import relative_error, wide_field
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=4e-3, pixsize_y=5e-3)
-
-
-def data(rng, nrow=1200, nchan=4):
-    """A wide field with |w| up to 1500 m: some 40 w-planes at 1e-7."""
-    freq = np.linspace(1.0e8, 1.6e8, nchan)
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 1500.0])
-    vis = rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))
-    wgt = rng.uniform(0.2, 1.0, (nrow, nchan))
-    mask = (rng.random((nrow, nchan)) > 0.1).astype(np.uint8)
-    return uvw, freq, vis, wgt, mask
+W_MAX = 1500.0          # the fields here: |w| up to 1500 m, some 40 w-planes at 1e-7
 
 
 @pytest.mark.parametrize("options", [
@@ -46,7 +37,7 @@ def data(rng, nrow=1200, nchan=4):
     dict(precision="single", tuning={"fft": "mapped"}, divide_by_n=False),
 ])
 def test_a_key_space_past_the_limit_is_arranged_in_slabs_and_agrees_with_ducc0(rng, monkeypatch, options):
-    uvw, freq, vis, wgt, mask = data(rng)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1200, np.linspace(1.0e8, 1.6e8, 4), w=W_MAX, masked=0.1)
     single = options.get("precision") == "single"
     eps = 1e-4 if single else 1e-7
     args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=eps, do_wgridding=True, center_x=0.01, device=DEVICE,
@@ -81,7 +72,7 @@ def test_a_key_space_past_the_limit_is_arranged_in_slabs_and_agrees_with_ducc0(r
 
 
 def test_streamed_slabs_keep_below_the_key_limit_too(rng, monkeypatch):
-    uvw, freq, vis, wgt, mask = data(rng, nrow=3000)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 3000, np.linspace(1.0e8, 1.6e8, 4), w=W_MAX, masked=0.1)
     args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-7, do_wgridding=True, device=DEVICE, **IMAGE)
     whole = clgrid.WGridder(**args)
     keys_per_plane, support = whole.engine.layout.keys_per_plane, whole.geometry.kernel.support
@@ -175,7 +166,7 @@ def test_more_samples_than_32_bits_go_through_in_parts_of_rows_and_agree_with_du
     """An operator of more samples than one part's 32-bit counts (the limit lowered): parts
     of rows each at most the limit, onto one grid; the same image and visibilities as one
     part, and ducc0's at 1e-12 within epsilon, through vis2dirty / dirty2vis as well."""
-    uvw, freq, vis, wgt, mask = data(rng, nrow=1000, nchan=5)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1000, np.linspace(1.0e8, 1.6e8, 5), w=W_MAX, masked=0.1)
     single = options.get("precision") == "single"
     eps = 1e-4 if single else 1e-7
     if single:

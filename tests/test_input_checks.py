@@ -10,7 +10,7 @@ import clgrid
 from clgrid.imaging.wgridding import choose_geometry
 from clgrid.tools import cli
 
-from conftest import random_visibilities, relative_error
+from conftest import random_visibilities, relative_error, wide_field
 
 N, CELL, W_MAX = 64, 4e-3, 100
 IMAGE = dict(npix_x=32, npix_y=32, pixsize_x=2e-3, pixsize_y=2e-3)
@@ -85,12 +85,9 @@ def test_gridder_and_degridder_take_big_endian_arrays(rng, stack, queue, precisi
 
 @pytest.mark.parametrize("single", [False, True])
 def test_vis2dirty_dirty2vis_and_wgridder_take_big_endian_arrays(rng, queue, single):
-    cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
-    uvw = rng.uniform(-1, 1, (200, 3)) * np.array([800.0, 800.0, 100.0])
-    freq = np.array([1.0e8, 1.1e8])
-    vis = (rng.normal(size=(200, 2)) + 1j * rng.normal(size=(200, 2))).astype(cd)
-    wgt = rng.uniform(0.5, 2, (200, 2)).astype(rd)
-    mask = (rng.random((200, 2)) > 0.1).astype(np.uint8)
+    rd = np.float32 if single else np.float64
+    uvw, freq, vis, wgt, mask = wide_field(rng, 200, (1.0e8, 1.1e8), uv=800.0, w=100.0,
+                                           precision="single" if single else "double", weights=(0.5, 2.0), masked=0.1)
     dirty = rng.normal(size=(32, 32)).astype(rd)
 
     def same(got, want):

@@ -13,7 +13,7 @@ import pytest
 
 import clgrid
 
-from conftest import optional, random_visibilities, relative_error
+from conftest import optional, random_visibilities, relative_error, wide_field
 
 N, CELL, W_MAX = 64, 4e-3, 100
 IMAGE = dict(npix_x=32, npix_y=32, pixsize_x=2e-3, pixsize_y=2e-3)
@@ -128,16 +128,9 @@ def test_gridder_out_strided_and_big_endian(queue, rng, stack):
         gridder.grid(uvw, vis, out=np.zeros((1, N, N)))
 
 
-def wgridding_data(rng, nrow=300):
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([800.0, 800.0, 100.0])
-    freq = np.array([1.0e8])
-    vis = rng.normal(size=(nrow, 1)) + 1j * rng.normal(size=(nrow, 1))
-    return uvw, freq, vis
-
-
 @pytest.mark.parametrize("dtype", [np.int32, np.float32, np.complex128])
 def test_vis2dirty_refuses_a_dirty_it_would_cast(rng, device_name, dtype):
-    uvw, freq, vis = wgridding_data(rng)
+    uvw, freq, vis, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
     dirty = np.full((32, 32), 3, dtype)
     with pytest.raises(TypeError, match=r"dirty must be a float64 array of shape \(32, 32\), got dtype"):
         clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, dirty=dirty, epsilon=1e-6, device=device_name, **IMAGE)
@@ -146,14 +139,14 @@ def test_vis2dirty_refuses_a_dirty_it_would_cast(rng, device_name, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
 def test_dirty2vis_refuses_a_vis_it_would_cast(rng, device_name, dtype):
-    uvw, freq, _ = wgridding_data(rng)
+    uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
     with pytest.raises(TypeError, match=r"vis must be a complex128 array of shape \(300, 1\), got dtype"):
         clgrid.dirty2vis(uvw=uvw, freq=freq, dirty=rng.normal(size=(32, 32)), vis=np.zeros((300, 1), dtype),
                          epsilon=1e-6, pixsize_x=2e-3, pixsize_y=2e-3, device=device_name)
 
 
 def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng, device_name):
-    uvw, freq, vis = wgridding_data(rng)
+    uvw, freq, vis, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
     ducc0 = optional("ducc0.wgridder", "compare")
     with pytest.raises(ValueError, match=r"dirty must be a float64 array of shape \(32, 32\), got shape"):
         clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, dirty=np.zeros((32, 30)), epsilon=1e-6, device=device_name,
@@ -172,15 +165,26 @@ def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng
 
 
 @pytest.mark.parametrize("devices", ["one", "list", "facets"])
-def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices):
+def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatch):
     """`WGridder.dirty2vis(out=)`: a poisoned C-contiguous out written directly (one
-    device, a device list, facets), a strided or big-endian one through a copy; each the
-    array returned, equal to the call without ``out`` and to ducc0 at 1e-12 to epsilon; a
-    wrong dtype refused naming ``out``, before it is written."""
+    device, a device list: the engines get it, or its rows; facets through a copy), a
+    strided or big-endian one through a copy; each the array returned, equal to the call
+    without ``out`` and to ducc0 at 1e-12 to epsilon; a wrong dtype refused naming
+    ``out``, before it is written."""
+    from clgrid.imaging import engine as engine_module
     from clgrid.imaging.wgridding import WGridder
 
+    given = []
+    real = engine_module.ImagingEngine.dirty2vis
+
+    def spy(self, dirty, wgt=None, out=None, after=None):
+        given.append(out)
+        return real(self, dirty, wgt, out=out, after=after)
+
+    monkeypatch.setattr(engine_module.ImagingEngine, "dirty2vis", spy)
+
     ducc0 = optional("ducc0.wgridder", "compare")
-    uvw, freq, _ = wgridding_data(rng)
+    uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
     freq = np.array([1.0e8, 1.2e8])
     kw = dict(device=[device_name, device_name]) if devices == "list" else dict(device=device_name)
     if devices == "facets":
@@ -192,8 +196,11 @@ def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices):
                                                  epsilon=1e-12, do_wgridding=True)) < 1e-9
     for out in (np.full((300, 2), np.nan, complex), np.full((2, 300), np.nan, complex).T,
                 np.full((300, 2), np.nan, ">c16")):
+        given.clear()
         assert op.dirty2vis(image, out=out) is out
         assert relative_error(out, fresh) < 1e-14
+        direct = out.flags.c_contiguous and out.dtype.isnative and devices != "facets"
+        assert given and all((g is not None and np.shares_memory(g, out)) == direct for g in given)
     wrong = np.full((300, 2), 7, np.complex64)
     with pytest.raises(TypeError, match=r"out must be a complex128 array of shape \(300, 2\)"):
         op.dirty2vis(image, out=wrong)

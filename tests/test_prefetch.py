@@ -13,6 +13,7 @@ import clgrid
 from clgrid.device import transfer
 from clgrid.imaging import engine as imaging_engine
 from clgrid.imaging import prefetch as imaging_prefetch
+from conftest import wide_field
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=5e-3, pixsize_y=6e-3)
@@ -39,17 +40,9 @@ def staged(monkeypatch):
     return sent
 
 
-def field(rng, nrow=700):
-    freq = np.array([1.0e8, 1.2e8])
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 500.0])
-    vis = (rng.normal(size=(nrow, 2)) + 1j * rng.normal(size=(nrow, 2))).astype(np.complex64)
-    wgt = rng.uniform(0.2, 1.0, (nrow, 2)).astype(np.float32)
-    return uvw, freq, vis, wgt
-
-
 @pytest.mark.parametrize("weighted", [False, True])
 def test_prefetched_values_are_taken_once_and_give_the_same_image(rng, staged, weighted):
-    uvw, freq, vis, wgt = field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 700, (1.0e8, 1.2e8), w=500.0, precision="single")
     wgt = wgt if weighted else None
     kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, deterministic=True, **IMAGE)
     plain = clgrid.WGridder(uvw, freq, **kw)
@@ -66,7 +59,7 @@ def test_prefetched_values_are_taken_once_and_give_the_same_image(rng, staged, w
 
 
 def test_prefetch_of_other_values_or_a_dirty2vis_first_stays_right(rng, staged):
-    uvw, freq, vis, wgt = field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 700, (1.0e8, 1.2e8), w=500.0, precision="single")
     kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, deterministic=True, **IMAGE)
     plain = clgrid.WGridder(uvw, freq, **kw)
     other = vis * np.complex64(2 - 1j)
@@ -92,7 +85,7 @@ def test_one_call_and_device_lists_prefetch(rng, staged):
     from conftest import optional, relative_error
 
     wgridder = optional("ducc0.wgridder", "test")
-    uvw, freq, vis, wgt = field(rng, 900)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 900, (1.0e8, 1.2e8), w=500.0, precision="single")
     common = dict(uvw=uvw, freq=freq, wgt=wgt, do_wgridding=True, pixsize_x=IMAGE["pixsize_x"],
                   pixsize_y=IMAGE["pixsize_y"], npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
     exact = wgridder.vis2dirty(vis=vis.astype(np.complex128), **dict(common, wgt=wgt.astype(np.float64)),
@@ -116,7 +109,7 @@ def test_prefetched_arrays_are_held_until_taken(rng, staged):
     the first call: another array made afterwards cannot take its address and pass for it
     (the key is the memory; before, a new array of the same shape came at the freed
     address at once and the call imaged the old values)."""
-    uvw, freq, vis, wgt = field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 700, (1.0e8, 1.2e8), w=500.0, precision="single")
     kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, deterministic=True, **IMAGE)
     plain = clgrid.WGridder(uvw, freq, **kw)
 
@@ -135,7 +128,7 @@ def test_no_prefetch_where_its_buffers_would_not_fit_beside_the_planning(rng, st
     """The early buffers live beside the planning's scratch (the engine's memory model counts
     the set-up and the call apart): a device without room for both gets no prefetch, and
     the call sends the values itself."""
-    uvw, freq, vis, wgt = field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 700, (1.0e8, 1.2e8), w=500.0, precision="single")
     monkeypatch.setattr(imaging_prefetch, "DEVICE_SHARE", 1e-9)
     kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, deterministic=True, **IMAGE)
     op = clgrid.WGridder(uvw, freq, prefetch={"vis": vis}, **kw)
@@ -148,7 +141,7 @@ def test_no_prefetch_where_its_buffers_would_not_fit_beside_the_planning(rng, st
 def test_prefetch_is_checked_where_facets_leave_it_unused(rng):
     """A faceted operator does not prefetch, but a malformed ``prefetch`` is still refused by
     name (it returned before the check and was ignored silently), before any facet is made."""
-    uvw, freq, vis, wgt = field(rng, int(rng.integers(50, 200)))
+    uvw, freq, vis, wgt, _ = wide_field(rng, int(rng.integers(50, 200)), (1.0e8, 1.2e8), w=500.0, precision="single")
     kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", device=DEVICE, facets=(2, 1), **IMAGE)
     for junk, match in (((vis, None), r"prefetch must be"), ({"wgt": wgt}, r"prefetch must be"),
                         ({"vis": vis[1:]}, r"prefetch's vis must have shape"),
@@ -170,7 +163,7 @@ def test_a_failed_prefetch_is_sent_again_by_the_call_with_a_warning(rng, staged,
         raise RuntimeError("transfer lost")
 
     monkeypatch.setattr(imaging_prefetch, "upload", broken)        # the background copy's only
-    uvw, freq, vis, wgt = field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 700, (1.0e8, 1.2e8), w=500.0, precision="single")
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", deterministic=True, **IMAGE)
     plain = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)

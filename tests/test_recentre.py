@@ -10,7 +10,7 @@ import pytest
 
 import clgrid
 from clgrid.imaging.geometry import abs_w_range, choose_geometry
-from conftest import relative_error
+from conftest import relative_error, wide_field
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
@@ -42,10 +42,7 @@ def test_an_off_centre_field_needs_a_centred_fields_planes_as_ducc0(rng, capfd):
     (True, "mapped", (True, True, True), True),
 ])
 def test_off_centre_images_against_ducc0(rng, single, fft, flips, divide_by_n):
-    uvw = rng.uniform(-1, 1, (1500, 3)) * np.array([2500.0, 2500.0, 900.0])
-    freq = np.array([1.0e8, 1.3e8])
-    vis = rng.normal(size=(1500, 2)) + 1j * rng.normal(size=(1500, 2))
-    wgt = rng.uniform(0.2, 1.0, (1500, 2))
+    uvw, freq, vis, wgt, _ = wide_field(rng, 1500, w=900.0)
     args = dict(uvw=uvw, freq=freq, npix_x=96, npix_y=80, pixsize_x=4e-3, pixsize_y=5e-3, do_wgridding=True,
                 center_x=0.3, center_y=-0.2, flip_u=flips[0], flip_v=flips[1], flip_w=flips[2],
                 divide_by_n=divide_by_n)
@@ -65,9 +62,7 @@ def test_off_centre_images_against_ducc0(rng, single, fft, flips, divide_by_n):
 def test_facets_off_the_centre_need_fewer_planes_and_agree_with_ducc0(rng):
     """A 3 x 3 cut of a wide field: each recentred facet needs about a ninth of the whole
     field's planes."""
-    uvw = rng.uniform(-1, 1, (2000, 3)) * np.array([2500.0, 2500.0, 1500.0])
-    freq = np.array([1.0e8])
-    vis = rng.normal(size=(2000, 1)) + 1j * rng.normal(size=(2000, 1))
+    uvw, freq, vis, _, _ = wide_field(rng, 2000, (1.0e8,), w=1500.0, weights=None)
     args = dict(npix_x=192, npix_y=192, pixsize_x=2e-3, pixsize_y=2e-3, do_wgridding=True, epsilon=1e-6)
     whole = clgrid.WGridder(uvw, freq, device=DEVICE, facets=(1, 1), **args)
     faceted = clgrid.WGridder(uvw, freq, device=DEVICE, facets=(3, 3), **args)

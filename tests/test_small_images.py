@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import clgrid
-from conftest import optional, relative_error
+from conftest import optional, relative_error, wide_field
 
 
 @pytest.mark.parametrize("npix", [16, 18, 24, 32, 40])
@@ -26,9 +26,8 @@ def test_a_small_image_reaches_epsilon(device_name, rng, wgrid):
     ducc0 = optional("ducc0.wgridder", "compare")
     worst = 0.0
     for _ in range(8):
-        uvw = rng.uniform(-1, 1, (30, 3)) * np.array([1200.0, 1200.0, 300.0])
-        vis = rng.normal(size=(30, 1)) + 1j * rng.normal(size=(30, 1))
-        args = dict(uvw=uvw, freq=np.array([1e8]), vis=vis, npix_x=16, npix_y=16, pixsize_x=2e-3, pixsize_y=2.5e-3,
+        uvw, freq, vis, _, _ = wide_field(rng, 30, (1e8,), uv=1200.0, w=300.0, weights=None)
+        args = dict(uvw=uvw, freq=freq, vis=vis, npix_x=16, npix_y=16, pixsize_x=2e-3, pixsize_y=2.5e-3,
                     do_wgridding=wgrid)
         expected = ducc0.vis2dirty(epsilon=1e-12, **args)
         worst = max(worst, relative_error(clgrid.vis2dirty(epsilon=1e-6, device=device_name, **args), expected))

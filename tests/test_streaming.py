@@ -23,21 +23,12 @@ from clgrid.imaging.geometry import choose_geometry
 from clgrid.imaging.split import first_planes
 from clgrid.imaging.stream import stream_schedule
 from clgrid.tools.buffers import BufferTracker
-from conftest import relative_error
+from conftest import relative_error, wide_field
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=4e-3, pixsize_y=5e-3)
-
-
-def many_channels(rng, nrow=1500, nchan=16):
-    freq = np.linspace(1.0e8, 1.6e8, nchan)
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0])
-    vis = rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))
-    wgt = rng.uniform(0.2, 1.0, (nrow, nchan))
-    mask = (rng.random((nrow, nchan)) > 0.1).astype(np.uint8)
-    return uvw, freq, vis, wgt, mask
 
 
 def small_device(monkeypatch, memory: int):
@@ -58,7 +49,7 @@ def test_points_beyond_the_device_are_streamed_and_agree_with_ducc0_and_the_kept
     """1.5 MiB of device memory for 24000 samples whose points need 3.5 to 7: the engine
     streams (several slabs with w; without w, the one plane's rows in groups), says so,
     never holds more than the device, and its results are the kept operator's."""
-    uvw, freq, vis, wgt, mask = many_channels(rng)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1500, np.linspace(1.0e8, 1.6e8, 16), masked=0.1)
     single = keywords.get("precision") == "single"
     eps = 1e-4 if single else 1e-7
     args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=eps, **IMAGE, **keywords)
@@ -99,7 +90,7 @@ def test_points_beyond_the_device_are_streamed_and_agree_with_ducc0_and_the_kept
 
 
 def test_the_schedule_covers_every_plane_and_row_within_its_capacity(rng):
-    uvw, freq, _, _, mask = many_channels(rng, nrow=700, nchan=5)
+    uvw, freq, _, _, mask = wide_field(rng, 700, np.linspace(1.0e8, 1.6e8, 5), masked=0.1)
     keep = mask != 0
     scale = freq / 299792458.0
     w = np.abs(uvw[:, 2:3] * scale)
@@ -125,7 +116,7 @@ def test_the_schedule_covers_every_plane_and_row_within_its_capacity(rng):
 
 
 def test_a_device_that_cannot_hold_the_grid_and_one_part_is_refused_by_name(rng, monkeypatch):
-    uvw, freq, vis, wgt, mask = many_channels(rng, nrow=200)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 200, np.linspace(1.0e8, 1.6e8, 16), masked=0.1)
     small_device(monkeypatch, 1 << 14)
     with pytest.raises(clgrid.DeviceCapabilityError, match=r"grid and one part of \d+ samples' set-up need"):
         clgrid.WGridder(uvw, freq, epsilon=1e-6, device=DEVICE, do_wgridding=True, **IMAGE)
@@ -188,7 +179,7 @@ def test_visibilities_beyond_one_pocl_buffer_and_the_device_are_streamed(rng):
 def test_no_buffer_passes_the_largest_the_device_allows(rng, monkeypatch):
     """A 1 MiB largest buffer and epsilon 1e-12 in double: the "rows" spread keeps 2 W = 32
     doubles a point, so its parts are cut by those, not by the plan's 16 bytes a sample."""
-    uvw, freq, vis, wgt, mask = many_channels(rng, nrow=1500)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1500, np.linspace(1.0e8, 1.6e8, 16), masked=0.1)
     largest = 1 << 20
     real = engine_module.device_facts
     monkeypatch.setattr(engine_module, "device_facts",
@@ -213,7 +204,7 @@ def test_the_next_group_is_planned_on_its_own_queue_and_thread_while_the_current
     that the engine's queue never waits for the host's planning between groups; the image
     and visibilities are the kept operator's."""
     import threading
-    uvw, freq, vis, wgt, mask = many_channels(rng)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1500, np.linspace(1.0e8, 1.6e8, 16), masked=0.1)
     args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-7, device=DEVICE, **IMAGE, **keywords)
     kept = clgrid.WGridder(**args)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
@@ -265,7 +256,7 @@ def test_a_streamed_call_refused_midway_leaves_no_planning_behind(rng, monkeypat
     through; a NaN image, found on the device before the planes): the same errors as the
     kept operator's, no planning thread left, and the next call is right."""
     import threading
-    uvw, freq, vis, wgt, mask = many_channels(rng)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1500, np.linspace(1.0e8, 1.6e8, 16), masked=0.1)
     args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-7, device=DEVICE, do_wgridding=True,
                 tuning={"fft": "mapped"}, **IMAGE)
     kept = clgrid.WGridder(**args)
@@ -296,7 +287,7 @@ def test_a_streamed_sum_that_overflows_only_across_slabs_is_refused(rng, monkeyp
     of the additions across slabs was dropped: inf came back silently)."""
     from clgrid.errors import NonFiniteResultError
 
-    uvw, freq, vis, _, mask = many_channels(rng)
+    uvw, freq, vis, _, mask = wide_field(rng, 1500, np.linspace(1.0e8, 1.6e8, 16), masked=0.1)
     small_device(monkeypatch, 3 << 19)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", clgrid.StreamedWarning)

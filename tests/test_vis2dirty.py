@@ -15,20 +15,11 @@ import clgrid
 
 # PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
-from conftest import relative_error
+from conftest import relative_error, wide_field
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
 C = 299792458.0
-
-
-def wide_field(rng, nrow=1500, nchan=2, w_scale=1.0):
-    """A wide field (about 30 degrees): uv filling most of the grid, |w| up to a quarter of |uv|."""
-    freq = np.array([1.0e8, 1.3e8])[:nchan]
-    uvw = rng.uniform(-1, 1, (nrow, 3)) * np.array([2500.0, 2500.0, 600.0 * w_scale])
-    vis = rng.normal(size=(nrow, nchan)) + 1j * rng.normal(size=(nrow, nchan))
-    wgt = rng.uniform(0.2, 1.0, (nrow, nchan))
-    return uvw, freq, vis, wgt
 
 
 IMAGE = dict(npix_x=96, npix_y=80, pixsize_x=5e-3, pixsize_y=6e-3)
@@ -36,7 +27,7 @@ IMAGE = dict(npix_x=96, npix_y=80, pixsize_x=5e-3, pixsize_y=6e-3)
 
 def both(rng, **kw):
     """clgrid's and ducc0's (eps 1e-12, double) image and visibilities for one set of keywords."""
-    uvw, freq, vis, wgt = wide_field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 1500)
     eps = kw.pop("epsilon")
     single = kw.pop("single", False)
     args = dict(uvw=uvw, freq=freq, **IMAGE, **kw)
@@ -86,7 +77,7 @@ def direct_image(uvw, freq, vis, wgt, npix_x, npix_y, pixsize_x, pixsize_y, cent
 
 
 def test_against_direct_transform(rng):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=150)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 150)
     geometry = dict(npix_x=32, npix_y=48, pixsize_x=0.01, pixsize_y=0.008, center_x=0.02, center_y=0.01)
     ref = direct_image(uvw, freq, vis, wgt, **geometry)
     for eps in (1e-10, 1e-4):
@@ -97,7 +88,7 @@ def test_against_direct_transform(rng):
 
 @pytest.mark.parametrize("single", [False, True])
 def test_adjoint(rng, single):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=800)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 800)
     cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
     mask = (rng.uniform(size=vis.shape) > 0.2).astype(np.uint8)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-4 if single else 1e-10, do_wgridding=True, mask=mask,
@@ -115,7 +106,7 @@ def test_adjoint(rng, single):
 
 
 def test_mask_and_weights_as_ducc0(rng):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=500)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 500)
     mask = (rng.uniform(size=vis.shape) > 0.5).astype(np.uint8)
     args = dict(uvw=uvw, freq=freq, vis=vis, wgt=wgt, mask=mask, do_wgridding=True, **IMAGE)
     ref = ducc0_wgridder.vis2dirty(epsilon=1e-12, **args)
@@ -123,7 +114,7 @@ def test_mask_and_weights_as_ducc0(rng):
 
 
 def test_all_masked_or_zero_weight_gives_zeros_and_a_warning(rng):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=50)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 50)
     args = dict(uvw=uvw, freq=freq, vis=vis, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
     for extra in (dict(mask=np.zeros(vis.shape, np.uint8)), dict(wgt=np.zeros(vis.shape))):
         with pytest.warns(UserWarning, match="zero"):
@@ -140,12 +131,10 @@ def test_shared_geometry_and_plane_ranges_add_up_to_the_whole(rng, spread, fft, 
     """Operators over parts of the points, given the whole set's geometry and a partition
     of its w-planes (each part x each range), sum to the whole operator's image and
     visibilities to rounding: the split `clgrid.dask` makes over workers."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
-    cd, rd = (np.complex64, np.float32) if single else (np.complex128, np.float64)
-    vis, wgt = vis.astype(cd), wgt.astype(rd)
-    mask = (rng.uniform(size=vis.shape) > 0.1).astype(np.uint8)
+    precision, rd = ("single", np.float32) if single else ("double", np.float64)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision=precision, masked=0.1)
     kw = dict(epsilon=1e-4 if single else 1e-9, do_wgridding=True, center_x=0.02, flip_v=True, device=DEVICE,
-              precision="single" if single else "double", tuning={"spread": spread, "fft": fft}, **IMAGE)
+              precision=precision, tuning={"spread": spread, "fft": fft}, **IMAGE)
     whole = clgrid.WGridder(uvw, freq, mask=mask, **kw)
     g = whole.geometry
     assert g == clgrid.imaging.geometry.choose_geometry(
@@ -168,7 +157,7 @@ def test_shared_geometry_and_plane_ranges_add_up_to_the_whole(rng, spread, fft, 
 
 
 def test_a_geometry_that_does_not_fit_is_refused_naming_what_differs(rng):
-    uvw, freq, _, _ = wide_field(rng, nrow=300)
+    uvw, freq, _, _, _ = wide_field(rng, 300)
     kw = dict(epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
     low = np.abs(uvw[:, 2]) < 200                       # a geometry made for the low |w| only
     g = clgrid.WGridder(uvw[low], freq, **kw).geometry
@@ -187,7 +176,7 @@ def test_deterministic_operators_give_the_same_bits(rng):
     """Fresh operators plan on the device, whose counting sort orders a key's points by
     its atomics, so their images can differ in the last bits; with ``deterministic`` they
     are identical."""
-    uvw, freq, vis, _ = wide_field(rng, nrow=60000)         # enough for PoCL's sort to vary
+    uvw, freq, vis, _, _ = wide_field(rng, 60000)         # enough for PoCL's sort to vary
     kw = dict(epsilon=1e-4, do_wgridding=True, device=DEVICE, precision="single", **IMAGE)
     vis = vis.astype(np.complex64)
     images = [clgrid.WGridder(uvw, freq, deterministic=True, **kw).vis2dirty(vis).view(np.uint32)
@@ -204,7 +193,7 @@ def test_deterministic_operators_give_the_same_bits(rng):
     (dict(vis_shape=(10, 3)), "vis"), (dict(uvw_shape=(10, 2)), "uvw"),
 ])
 def test_bad_input_refused_by_name(rng, bad, match):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=10)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 10)
     args = dict(uvw=uvw, freq=freq, vis=vis, epsilon=1e-5, device=DEVICE, **IMAGE)
     if bad.pop("single", False):
         args["vis"] = vis.astype(np.complex64)

@@ -15,8 +15,8 @@ from clgrid.imaging import engine as wgridding
 from clgrid.planning import plan as planning
 from clgrid.planning import stacking
 from clgrid.planning.host import SPEED_OF_LIGHT, stacked_positions
-from conftest import relative_error
-from test_vis2dirty import IMAGE, wide_field
+from conftest import relative_error, wide_field
+from test_vis2dirty import IMAGE
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 
@@ -30,7 +30,7 @@ def download(queue, buffer, shape, dtype):
 
 @pytest.mark.parametrize("spread,double,wgrid", [("rows", True, True), ("bins", False, True), ("bins", True, False)])
 def test_device_planning_is_bit_identical_to_host(rng, spread, double, wgrid):
-    uvw, freq, _, _ = wide_field(rng, nrow=3000)
+    uvw, freq, _, _, _ = wide_field(rng, 3000)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=wgrid, device=DEVICE, tuning={"spread": spread},
                          center_x=0.01, flip_v=True, precision="double" if double else "single", **IMAGE)
     g, q = op.geometry, op.queue
@@ -72,7 +72,7 @@ def test_device_planning_is_bit_identical_to_host(rng, spread, double, wgrid):
 
 
 def test_nan_uvw_is_refused_unless_masked(rng):
-    uvw, freq, vis, _ = wide_field(rng, nrow=400)
+    uvw, freq, vis, _, _ = wide_field(rng, 400)
     uvw[7, 2] = np.nan
     with pytest.raises(ValueError, match="uvw has NaN"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
@@ -87,7 +87,7 @@ def test_without_fp64_the_host_plans_and_sends_the_pixels(rng, monkeypatch):
     """A device without fp64 (faked): host planning, host per-pixel phases and correction
     with the device FFT, the same image and visibilities as the fp64 path."""
     pytest.importorskip("pyvkfft", reason="the device FFT path needs pyvkfft (the vkfft extra)")
-    uvw, freq, vis, wgt = wide_field(rng, nrow=800)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 800)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     kw = dict(epsilon=1e-5, do_wgridding=True, device=DEVICE, precision="single", center_y=0.02,
               tuning={"fft": "vkfft", "spread": "bins"}, **IMAGE)
@@ -109,7 +109,7 @@ def test_without_fp64_the_host_plans_and_sends_the_pixels(rng, monkeypatch):
 def test_planning_for_some_planes_keeps_exactly_the_points_with_a_tap_on_them(rng):
     """plan_stacked(planes=...) (one device's slab): the device keeps the points whose taps
     meet the planes, the same points as the float64 twin, and counts the rest elsewhere."""
-    uvw, freq, _, _ = wide_field(rng, nrow=2000)
+    uvw, freq, _, _, _ = wide_field(rng, 2000)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE, **IMAGE)
     g, q = op.geometry, op.queue
     scale, signs = freq / SPEED_OF_LIGHT, (1.0, 1.0, 1.0)

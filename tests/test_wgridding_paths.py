@@ -14,8 +14,8 @@ from clgrid.imaging import engine as wgridding
 
 # PoCL on CI; CLGRID_TEST_DEVICE=nvidia runs the same tests on a GPU (benchmarks/gpu.sh)
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
-from conftest import relative_error
-from test_vis2dirty import IMAGE, wide_field
+from conftest import relative_error, wide_field
+from test_vis2dirty import IMAGE
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
@@ -35,7 +35,7 @@ vkfft = pytest.mark.skipif(not _have_vkfft(), reason="pyvkfft with its OpenCL ba
 
 
 def against_ducc0(rng, tuning, epsilon, single, wgrid, **kw):
-    uvw, freq, vis, wgt = wide_field(rng)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 1500)
     args = dict(uvw=uvw, freq=freq, **IMAGE, do_wgridding=wgrid, **kw)
     d2v = {k: v for k, v in args.items() if k not in ("npix_x", "npix_y")}
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
@@ -64,7 +64,7 @@ def test_bins_of_any_size_match_rows(rng, bin_size, work_group, subproblem):
     """The "bins" spread with bins that do not divide the grid (the last bin short, footprints
     wrapping round the grid's edge), subproblems shorter or longer than a work-group's batch
     and footprints (W^2 cells) larger or smaller than the work-group gives the "rows" spread's image."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=700)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 700)
     bins = {"spread": "bins", "bin_u": bin_size[0], "bin_v": bin_size[1], "bins_work_group": work_group,
             "bins_subproblem": subproblem}
     images = [clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
@@ -76,7 +76,7 @@ def test_bins_of_any_size_match_rows(rng, bin_size, work_group, subproblem):
 def test_bins_batch_shrinks_to_fit_local_memory(rng):
     """Bins whose tile leaves room for fewer points than work-items: the batch shrinks and
     the image is still the "rows" spread's; bins whose tile alone does not fit are refused."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=300)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 300)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, tuning={"fft": "host"})
     w = op.geometry.kernel.support
     per_point = 16 + 2 * (w | 1) * 8 + 8
@@ -124,7 +124,7 @@ def test_device_fft_against_ducc0(rng, epsilon, single, wgrid):
 
 
 def _device_side_matches_host(rng, fft):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=600)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 600)
     ops = {mode: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, tuning={"fft": mode},
                                  **IMAGE) for mode in ("host", fft)}
     assert ops[fft].engine.fft_mode == fft and ops["host"].engine.fft_mode == "host"
@@ -146,7 +146,7 @@ def test_device_fft_matches_host_fft_and_is_adjoint(rng):
 @pytest.mark.parametrize("fft", ["host", "mapped"])
 def test_host_fft_libraries_agree(rng, fft):
     """ducc0.fft and scipy.fft behind the host FFT give the same image and visibilities."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=500)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 500)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     ops = {lib: clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
                                 tuning={"fft": fft, "host_fft": lib}) for lib in ("scipy", "ducc0")}
@@ -186,7 +186,7 @@ def test_stepping_runs_are_slices_of_the_same_entries():
 
 
 def test_host_fft_choice_is_checked(rng, monkeypatch):
-    uvw, freq, vis, wgt = wide_field(rng, nrow=50)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 50)
     with pytest.raises(ValueError, match="host_fft must be one of"):
         clgrid.WGridder(uvw, freq, epsilon=1e-5, device=DEVICE, **IMAGE, tuning={"host_fft": "numpy"})
     monkeypatch.setitem(__import__("sys").modules, "ducc0.fft", None)     # as if ducc0 were not installed
@@ -212,7 +212,7 @@ def test_mapped_host_fft_against_ducc0(rng, single):
 def test_device_path_refuses_non_finite_values(rng):
     """With the device FFT the values are checked on the device (counted by the gather and
     correction kernels): NaN anywhere unmasked is refused by name, masked NaN is not."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=300)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 300)
     mask = np.ones(vis.shape, np.uint8)
     mask[5, 1] = 0
     op = clgrid.WGridder(uvw, freq, epsilon=1e-6, do_wgridding=True, device=DEVICE, mask=mask,
@@ -241,7 +241,7 @@ def test_points_in_parts_give_the_image_of_one_part(rng, spread):
     interpolated in turn (forced here with a small part_samples): the same image and
     visibilities as one part, and as ducc0 to epsilon."""
     ducc0 = pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'clgrid[test]')")
-    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 900)
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     kw = dict(epsilon=1e-9, do_wgridding=True, device=DEVICE, center_x=0.01, **IMAGE)
     whole = clgrid.WGridder(uvw, freq, tuning={"spread": spread}, **kw)
@@ -256,7 +256,7 @@ def test_points_in_parts_give_the_image_of_one_part(rng, spread):
 
 
 def test_a_grid_beyond_the_largest_buffer_is_refused_by_name(rng, monkeypatch):
-    uvw, freq, _, _ = wide_field(rng, nrow=50)
+    uvw, freq, _, _, _ = wide_field(rng, 50)
     real_facts = wgridding.device_facts
 
     def small(device):
@@ -271,7 +271,7 @@ def test_bins_work_groups_listed_on_the_device_are_the_pieces_of_each_plane(rng)
     """BinsGridding lists each plane's work-groups on the device: (bin, piece) for every piece
     of at most bins_subproblem of the points with a tap on the plane, counted here in numpy
     from the points' first planes and bins."""
-    uvw, freq, _, _ = wide_field(rng, nrow=3000)
+    uvw, freq, _, _, _ = wide_field(rng, 3000)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE,
                          tuning={"spread": "bins", "bins_subproblem": 16, "bin_u": 16, "bin_v": 16}, **IMAGE)
     e = op.engine
@@ -295,7 +295,7 @@ def test_sparse_masks_send_only_the_kept_values(rng):
     each call): the image and visibilities of a mask keeping 10% equal those of zero
     weights elsewhere (every sample sent; a geometry of its own: to epsilon), masked
     visibilities come back 0."""
-    uvw, freq, vis, wgt = wide_field(rng, nrow=900)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 900)
     keep = rng.uniform(size=vis.shape) < 0.1
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
     kw = dict(epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE)
