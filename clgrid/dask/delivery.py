@@ -30,7 +30,7 @@ from ..device.host_threads import in_slices
 __all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region", "collect", "discard"]
 
 SHARED_MEMORY = "/dev/shm"
-COPY_THREADS = 16
+COPY_THREADS = 16            # host threads of the client's copies into and out of shared memory
 KEPT_BOXES = 2               # kept boxes per shape and dtype
 _boxes: dict = {}            # on the client: (shape, dtype) -> free kept boxes
 _lock = threading.Lock()

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .chunks import prefer_worker, task_of, tree_sum
-from .delivery import collect, deliver, discard, kept_box
+from .delivery import COPY_THREADS, collect, deliver, discard, kept_box
 from .watch import compute
 
 try:
@@ -31,9 +31,7 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["COPY_THREADS", "facet_count", "places", "items", "summed", "sent"]
-
-COPY_THREADS = 16            # host threads of the client's copies into shared memory
+__all__ = ["facet_count", "places", "items", "summed", "sent"]
 
 
 def facet_count(workers, options: dict) -> int:

@@ -40,7 +40,8 @@ import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .chunks import ChunkLayout, prefer_worker, task_of
-from .images import COPY_THREADS, items, places, sent
+from .delivery import COPY_THREADS
+from .images import items, places, sent
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .watch import compute
 

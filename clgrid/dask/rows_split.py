@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from . import tasks as worker_tasks
 from .chunks import ChunkLayout, prefer_worker, task_of
-from .images import COPY_THREADS, items, places, sent
+from .delivery import COPY_THREADS
+from .images import items, places, sent
 
 try:
     import dask

@@ -83,8 +83,8 @@ import numpy as np
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
 from .chunks import ChunkLayout, check_device, chunk_sizes, workers_to_prefer
-from .delivery import forget_boxes
-from .images import COPY_THREADS, facet_count, summed
+from .delivery import COPY_THREADS, forget_boxes
+from .images import facet_count, summed
 from .planes_split import chunk_pieces, first_pass, forget_layouts, slab_images, slab_vis
 from .rows_split import rows_images, rows_vis
 from .tasks import forget_operators
