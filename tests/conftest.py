@@ -16,6 +16,8 @@ import importlib
 import os
 import secrets
 import shutil
+import threading
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -158,3 +160,24 @@ def poisoned_buffers(monkeypatch):
         return buffer
 
     monkeypatch.setattr(cl, "Buffer", poisoned)
+
+
+def warnings_of_two_threads(first, second, timeout: float = 120.0) -> list:
+    """``first()`` and ``second()`` run at once on two threads (daemons, each joined within
+    ``timeout`` seconds), every warning said meanwhile recorded (``warnings.simplefilter
+    ("always")``): how the tests of concurrent calls check that each call says its own
+    warnings, once.  The callers force the interleaving with events.
+
+    Returns
+    -------
+    said : list of warnings.WarningMessage
+        In the order said.
+    """
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=f, daemon=True) for f in (first, second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+    return said

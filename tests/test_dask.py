@@ -18,7 +18,7 @@ import pytest
 
 import clgrid
 from clgrid.planning.host import SPEED_OF_LIGHT
-from conftest import optional, random_visibilities, relative_error, wide_field
+from conftest import optional, random_visibilities, relative_error, warnings_of_two_threads, wide_field
 
 dask = optional("dask", "dask")
 distributed = optional("distributed", "dask")
@@ -917,7 +917,6 @@ def test_two_imaging_tasks_on_one_worker_keep_their_own_warnings():
     own operator's warning, and none is said in the worker.  (Before, A's warning went
     into B's record, A returned none, B returned A's, and B's was said in the worker.)"""
     import threading
-    import warnings
 
     from clgrid.dask import tasks
 
@@ -933,14 +932,7 @@ def test_two_imaging_tasks_on_one_worker_keep_their_own_warnings():
         if name == "A":
             a_returned.set()
 
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        threads = [threading.Thread(target=task, args=("A", a), daemon=True),
-                   threading.Thread(target=task, args=("B", b, a_calling), daemon=True)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+    said = warnings_of_two_threads(lambda: task("A", a), lambda: task("B", b, a_calling))
     assert sorted(results) == ["A", "B"]
     assert results["A"][1] == {"operator A warns"} and results["B"][1] == {"operator B warns"}, results
     assert not said, [str(w.message) for w in said]

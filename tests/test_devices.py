@@ -18,7 +18,7 @@ from clgrid.errors import EmptyInputWarning, NonFiniteResultError
 from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import split as imaging_split
 from clgrid.planning.host import stacked_positions
-from conftest import optional, relative_error, wide_field
+from conftest import optional, relative_error, warnings_of_two_threads, wide_field
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 C = 299792458.0
@@ -484,7 +484,6 @@ def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
     devices images nothing, says nothing.  (Before, A's warnings went into B's gathering,
     B's device warned past it, and what B then said went to A's finished list.)"""
     import threading
-    import warnings
 
     uvw, freq, vis, wgt, _ = wide_field(rng, int(rng.integers(300, 500)), precision="single")
     kw = dict(device=[DEVICE, DEVICE], split="rows", epsilon=1e-4, do_wgridding=True, precision="single", **IMAGE)
@@ -517,13 +516,7 @@ def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
         assert a_calling.wait(60)
         results["b"] = b.vis2dirty(vis, wgt_b)
 
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        threads = [threading.Thread(target=f, daemon=True) for f in (call_a, call_b)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+    said = warnings_of_two_threads(call_a, call_b)
     assert sorted(results) == ["a", "b"]
     assert not np.any(results["a"]) and np.any(results["b"])
     assert [(w.category, w.filename, w.lineno) for w in said] == [(EmptyInputWarning, __file__, line[0])]

@@ -18,7 +18,7 @@ from clgrid.imaging import facets as facets_module
 from clgrid.imaging import memory as memory_module
 from clgrid.imaging.facets import DeviceLimits, facet_layout, plan_facets
 from clgrid.imaging.geometry import choose_geometry, image_fields, flip_signs
-from conftest import relative_error, wide_field
+from conftest import relative_error, warnings_of_two_threads, wide_field
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
@@ -278,14 +278,7 @@ def test_two_faceted_operators_called_from_two_threads_each_say_their_warning_on
         if name == "a":
             a_returned.set()
 
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        threads = [threading.Thread(target=call, args=("a", a), daemon=True),
-                   threading.Thread(target=call, args=("b", b, a_calling), daemon=True)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+    said = warnings_of_two_threads(lambda: call("a", a), lambda: call("b", b, a_calling))
     assert sorted(results) == ["a", "b"] and not np.any(results["a"]) and not np.any(results["b"])
     empty = [(w.filename, w.lineno) for w in said if issubclass(w.category, clgrid.errors.EmptyInputWarning)]
     assert sorted(empty) == sorted([(__file__, lines["a"]), (__file__, lines["b"])]), \
