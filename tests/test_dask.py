@@ -579,7 +579,10 @@ def test_fixed_slabs_give_the_same_bits_on_any_number_of_workers(client, rng, mo
     assert np.array_equal(predicted.view(np.uint64), local_vis.view(np.uint64))
     single = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
                               do_wgridding=True, device=device_name, **IMAGE)
-    assert relative_error(on_cluster, single) <= 1e-6
+    # a sanity check (the bits above are the test): three slabs' float32 images summed
+    # against one operator's, itself summed in an order of its own (not deterministic):
+    # 5-8e-7 over seeds here, 1.07e-6 seen once in CI (seed 3646547600)
+    assert relative_error(on_cluster, single) <= 2e-6
 
 
 @pytest.mark.slow
