@@ -78,17 +78,6 @@ def add_counting(dst: np.ndarray, src: np.ndarray, parts: int) -> int:
     return sum(counts)
 
 
-def count_not_finite(a: np.ndarray, parts: int) -> int:
-    """How many entries of ``a`` are inf or NaN (real and imaginary parts apart), counted
-    in ``parts`` slices on the pool's threads: a large input checked without a pass on one
-    thread."""
-    flat = np.ascontiguousarray(a).reshape(-1)
-    reals = flat.view(flat.real.dtype) if np.iscomplexobj(flat) else flat
-    counts = []
-    in_slices(parts, reals.size, lambda r: counts.append(int(np.count_nonzero(~np.isfinite(reals[r])))))
-    return sum(counts)
-
-
 def not_finite(a: np.ndarray) -> int:
     """How many entries of ``a`` are inf or NaN (a complex one once, whichever part), on
     the calling thread.  First their sum, one pass without a temporary (a NaN or inf
