@@ -105,19 +105,6 @@ def _kept(mask) -> np.ndarray | None:
     return None if mask is None else np.flatnonzero(np.asarray(mask).reshape(-1))
 
 
-def _at(a, flat) -> np.ndarray:
-    """The flat entries ``flat`` (None: all) of the (nrow, nchan) array ``a``."""
-    a = np.asarray(a).reshape(-1)
-    return a if flat is None else a[flat]
-
-
-def _finite(name: str, values: np.ndarray) -> np.ndarray:
-    bad = np.count_nonzero(~np.isfinite(values))
-    if bad:
-        raise ValueError(f"{name} has NaN or infinite entries where not masked ({bad})")
-    return values
-
-
 def extent(uvw, freq, mask) -> tuple:
     """(smallest |w|, largest |w|, number of samples) over one chunk's kept samples,
     wavelengths; (inf, -inf, 0) without any.  Combined over chunks by `geometry_of` to

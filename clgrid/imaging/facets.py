@@ -413,5 +413,3 @@ class FacetedImager:
                             f"parts summed)", "double" if total.dtype == np.complex128 else "single",
                             double="a float64 image", inputs="the image")
         return total
-
-
