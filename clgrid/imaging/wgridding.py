@@ -327,16 +327,11 @@ class WGridder:
         last = self.engines[-1]
         image = host_empty((self.npix_x, self.npix_y), last.real, last.staging)
 
-        said = [[] for _ in self.engines]          # each device's warnings (call_warnings)
-
         def share(k, after):
             e, r = self.engines[k], self._rows[k]
-            with gathering(said[k]):
-                e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image, after=after)
+            e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image, after=after)
 
-        with self._one_call:
-            _in_order(len(self.engines), share, +1)
-        say_gathered(said, stacklevel=2)
+        self._on_each_device(share, +1)
         return image
 
     def dirty2vis(self, dirty, wgt=None, out=None) -> np.ndarray:
@@ -369,22 +364,32 @@ class WGridder:
         out = host_empty(self.shape, e0.complex, e0.staging) if out is None else out
         ordered = self.split == "planes"
 
-        said = [[] for _ in self.engines]
-
         def share(k, after):
             e, r = self.engines[k], self._rows[k]
-            with gathering(said[k]):
-                e.dirty2vis(dirty, None if wgt is None else wgt[r], out=out[r], after=after)
+            e.dirty2vis(dirty, None if wgt is None else wgt[r], out=out[r], after=after)
 
         if not ordered:                  # rows no device took (none kept there) stay zero
             taken = np.zeros(self.nrow, bool)
             for r in self._rows:
                 taken[r] = True
             out[~taken] = 0
-        with self._one_call:
-            _in_order(len(self.engines), share, -1 if ordered else 0)
-        say_gathered(said, stacklevel=2)
+        self._on_each_device(share, -1 if ordered else 0)
         return out
+
+    def _on_each_device(self, share, step: int) -> None:
+        """One call of a device list: ``share(k, after)`` on every device in `_in_order`'s
+        chain (``step``), one call at a time, each device's warnings gathered on its
+        thread and said once for the call (`clgrid.call_warnings`), from the caller of
+        `vis2dirty` / `dirty2vis`."""
+        said = [[] for _ in self.engines]
+
+        def gathered(k, after):
+            with gathering(said[k]):
+                share(k, after)
+
+        with self._one_call:
+            _in_order(len(self.engines), gathered, step)
+        say_gathered(said, stacklevel=3)
 
 
 class _ShareAbandoned(Exception):
