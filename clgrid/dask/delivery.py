@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import exchange
-from ..device.host_threads import in_slices
+from ..device.host_threads import parallel_copy
 
 __all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region", "collect", "discard"]
 
@@ -118,8 +118,7 @@ def deliver(rows: np.ndarray, box: DropBox | None, start: int):
     part = region(box, start, rows.shape)
     if part is None:
         return rows
-    in_slices(exchange.copy_threads(rows.nbytes, COPY_THREADS), rows.shape[0],
-              lambda r: np.copyto(part[r], rows[r]))
+    parallel_copy(part, rows, exchange.copy_threads(rows.nbytes, COPY_THREADS))
     return None
 
 
@@ -134,8 +133,7 @@ def collect(box: DropBox | None, parts: list, starts: list, out: np.ndarray | No
         try:
             result = out if out is not None else np.empty(box.shape, np.dtype(box.dtype))
             mapped = exchange.read(exchange.Shared(box.path, 0, int(np.prod(box.shape)), box.dtype, box.shape))
-            in_slices(exchange.copy_threads(result.nbytes, COPY_THREADS), box.shape[0],
-                      lambda r: np.copyto(result[r], mapped[r]))
+            parallel_copy(result, mapped, exchange.copy_threads(result.nbytes, COPY_THREADS))
         finally:
             _give_back(box)
     else:

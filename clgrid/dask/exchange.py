@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device.host_threads import in_slices
+from ..device.host_threads import parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
            "write_into", "share", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove", "host_identity",
@@ -246,7 +246,7 @@ def copy_threads(nbytes: int, threads: int) -> int:
 
 def _copy(out: np.ndarray, array: np.ndarray, threads: int) -> None:
     flat_out, flat_in = out.reshape(-1), np.ascontiguousarray(array).reshape(-1)
-    in_slices(copy_threads(flat_out.nbytes, threads), flat_out.size, lambda r: np.copyto(flat_out[r], flat_in[r]))
+    parallel_copy(flat_out, flat_in, copy_threads(flat_out.nbytes, threads))
 
 
 def read(shared) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .chunks import prefer_worker, task_of, tree_sum
-from .delivery import COPY_THREADS, collect, deliver, discard, kept_box
+from .delivery import collect, deliver, discard, kept_box
 from .watch import compute
 
 try:

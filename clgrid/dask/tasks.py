@@ -24,7 +24,7 @@ from .delivery import region
 from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, takes_whole,
                     values_at)
 from ..call_warnings import gathering
-from ..device.host_threads import in_slices, not_finite
+from ..device.host_threads import in_slices, not_finite, parallel_copy
 from ..imaging.devices import sample_weight
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
@@ -299,8 +299,7 @@ def _joined(values: list, threads: int) -> np.ndarray:
     out = np.empty(sum(len(v) for v in values), values[0].dtype)
     start = 0
     for v in values:
-        part = out[start:start + len(v)]
-        in_slices(max(1, threads), len(v), lambda r, part=part, v=v: np.copyto(part[r], v[r]))
+        parallel_copy(out[start:start + len(v)], v, max(1, threads))
         start += len(v)
     return out
 

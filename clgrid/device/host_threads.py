@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices", "in_background", "add_counting", "not_finite", "count_not_finite", "pick"]
+__all__ = ["in_slices", "in_background", "parallel_copy", "add_counting", "not_finite", "count_not_finite", "pick"]
 
 _pool = None
 _background = None
@@ -59,6 +59,12 @@ def in_background(fn, *args):
         if _background is None:
             _background = ThreadPoolExecutor(4, thread_name_prefix="clgrid-background")
     return _background.submit(fn, *args)
+
+
+def parallel_copy(dst: np.ndarray, src: np.ndarray, parts: int) -> None:
+    """``dst[...] = src`` (arrays of one shape) in ``parts`` slices of their first axis on
+    the pool's threads."""
+    in_slices(parts, len(dst), lambda r: np.copyto(dst[r], src[r]))
 
 
 def add_counting(dst: np.ndarray, src: np.ndarray, parts: int) -> int:

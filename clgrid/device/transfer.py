@@ -30,7 +30,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .host_threads import add_counting, in_slices
+from .host_threads import add_counting, parallel_copy
 
 __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "download_add",
            "host_empty"]
@@ -51,7 +51,7 @@ _free_lock = threading.RLock()
 
 def _parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[:] = src`` (1-D byte views of equal size) on the host threads (at most 16)."""
-    in_slices(min(16, os.cpu_count() or 1), dst.size, lambda part: np.copyto(dst[part], src[part]))
+    parallel_copy(dst, src, min(16, os.cpu_count() or 1))
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:

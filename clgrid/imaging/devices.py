@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyopencl as cl
 
-from ..device.host_threads import add_counting, in_slices, not_finite
+from ..device.host_threads import add_counting, in_slices, not_finite, parallel_copy
 from ..device.runtime import device_facts, get_queue, select_device
 from ..device.tuning import resolve_tuning
 from ..errors import DeviceCapabilityError
@@ -165,7 +165,7 @@ def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add:
     if index is None:
         if add:
             return add_counting(target, values, workers)
-        in_slices(workers, values.size, lambda r: np.copyto(target[r], values[r]))
+        parallel_copy(target, values, workers)
         return 0
     counts = []
 

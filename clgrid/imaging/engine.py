@@ -28,7 +28,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..device.codegen import build_program, kernel as codegen_kernel, render
-from ..device.host_threads import count_not_finite, in_slices, pick
+from ..device.host_threads import count_not_finite, in_slices, parallel_copy, pick
 from ..device.runtime import device_facts, fill_zeros, get_queue
 from ..errors import DeviceCapabilityError, EmptyInputWarning
 from ..operators.checks import check_finite_result
@@ -508,7 +508,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             if image is out:
                 return out
             if after is None:                  # the host's or the stream's image, or nothing kept
-                in_slices(self._workers, out.shape[0], lambda r: np.copyto(out[r], image[r]))
+                parallel_copy(out, image, self._workers)
                 return out
             after()
             self._check_image(add_at(out.reshape(-1), image.reshape(-1), None, self._workers))
