@@ -213,6 +213,38 @@ def test_freed_pinned_blocks_are_capped_for_the_whole_process(rng, queue, monkey
     assert sum(p.free_bytes for p in pools) == 2 * nbytes
 
 
+@pytest.mark.parametrize("order", ["F", "strided"])
+def test_a_non_contiguous_array_is_counted_in_place(rng, order):
+    """`host_threads.count_not_finite` of a Fortran-ordered or strided 2-D array (an image
+    the Dask client checks as the caller gave it) counts its inf and NaN entries exactly,
+    slice by slice of the array as it is: what the pass allocates stays far below a copy
+    of it (traced by tracemalloc, which numpy reports its arrays to)."""
+    import tracemalloc
+
+    from clgrid.device import host_threads
+
+    shape = (int(rng.integers(900, 1200)), int(rng.integers(900, 1200)))
+    if order == "F":
+        a = np.asfortranarray(rng.normal(size=shape))
+    else:
+        a = rng.normal(size=(shape[0], 2 * shape[1]))[:, ::2]
+    assert not a.flags.c_contiguous
+    assert host_threads.count_not_finite(a, 3) == 0
+    flat = rng.choice(a.size, int(rng.integers(5, 40)), replace=False)
+    rows, cols = np.unravel_index(flat, a.shape)
+    a[rows[::2], cols[::2]] = np.nan
+    a[rows[1::2], cols[1::2]] = np.inf * rng.choice([-1, 1], cols[1::2].size)
+    for parts in (1, 3):
+        tracemalloc.start()
+        try:
+            counted = host_threads.count_not_finite(a, parts)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert counted == flat.size
+        assert peak < a.nbytes / 4, f"{peak} bytes allocated to count a {a.nbytes}-byte array: a copy"
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64, np.complex128])
 def test_host_passes_count_non_finite_entries_without_a_mask(rng, dtype):
     """`host_threads.not_finite` / `count_not_finite` (a sum first, the count only where it

@@ -91,19 +91,27 @@ def not_finite(a: np.ndarray) -> int:
     ones whose sum overflowed) a count entry by entry.  A temporary as large as ``a``
     (a mask) would be fresh pages every call, whose faults stall every thread of the
     process."""
-    flat = a.reshape(-1)
     with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(np.add.reduce(flat)):
+        if np.isfinite(np.add.reduce(a, axis=None)):          # (any strides: no copy)
             return 0
-    return flat.size - int(np.count_nonzero(np.isfinite(flat)))
+    return a.size - int(np.count_nonzero(np.isfinite(a)))
 
 
 def count_not_finite(a: np.ndarray, parts: int) -> int:
     """`not_finite` of ``a`` in ``parts`` slices on the pool's threads: a large input
-    checked without a pass on one thread."""
-    flat = a.reshape(-1)
+    checked without a pass on one thread.  A C-contiguous ``a`` is sliced flat; any
+    other (a Fortran-ordered or strided image) along its outermost axis in memory (its
+    largest stride: rows of a C-ordered array, columns of a Fortran-ordered one), as it
+    is: ``a.reshape(-1)`` would copy it whole first."""
+    if a.ndim == 0 or a.flags.c_contiguous:
+        flat = a.reshape(-1)
+        counts = []
+        in_slices(parts, flat.size, lambda r: counts.append(not_finite(flat[r])))
+        return sum(counts)
+    axis = max(range(a.ndim), key=lambda k: (a.shape[k] > 1, abs(a.strides[k])))
+    outer = np.moveaxis(a, axis, 0)                  # a view
     counts = []
-    in_slices(parts, flat.size, lambda r: counts.append(not_finite(flat[r])))
+    in_slices(parts, len(outer), lambda r: counts.append(not_finite(outer[r])))
     return sum(counts)
 
 
