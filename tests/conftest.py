@@ -162,6 +162,34 @@ def poisoned_buffers(monkeypatch):
     monkeypatch.setattr(cl, "Buffer", poisoned)
 
 
+def held_until(owner, name: str, calling: threading.Event, until: threading.Event, timeout: float = 60.0) -> None:
+    """``owner``'s method ``name`` replaced, on ``owner`` alone (an instance attribute), by
+    one that sets ``calling`` and then waits for ``until`` (failing after ``timeout``
+    seconds) before it calls the method: how the tests of concurrent calls
+    (`warnings_of_two_threads`) hold one call's work (a device's engine, a facet's
+    operator, a worker's gridder) until the other call has got so far.
+
+    Parameters
+    ----------
+    owner : object
+        The object whose method is held (not its class: other instances are untouched).
+    name : str
+        The method's name, e.g. ``"vis2dirty"``.
+    calling, until : threading.Event
+        Set when a call of it begins; waited for before the call goes on.
+    timeout : float
+        Seconds to wait for ``until``; past them the held call fails its assertion.
+    """
+    real = getattr(owner, name)
+
+    def held(*args, **kwargs):
+        calling.set()
+        assert until.wait(timeout), f"{name} was held {timeout} s: the other call never got there"
+        return real(*args, **kwargs)
+
+    setattr(owner, name, held)
+
+
 def warnings_of_two_threads(first, second, timeout: float = 120.0) -> list:
     """``first()`` and ``second()`` run at once on two threads (daemons, each joined within
     ``timeout`` seconds), every warning said meanwhile recorded (``warnings.simplefilter

@@ -18,7 +18,8 @@ import pytest
 
 import clgrid
 from clgrid.planning.host import SPEED_OF_LIGHT
-from conftest import optional, random_visibilities, relative_error, warnings_of_two_threads, wide_field
+from conftest import held_until, optional, random_visibilities, relative_error, warnings_of_two_threads, \
+    wide_field
 
 dask = optional("dask", "dask")
 distributed = optional("distributed", "dask")
@@ -958,19 +959,9 @@ def test_two_gridding_tasks_on_one_worker_leave_the_empty_grid_warning_to_the_ca
     uvw, vis, weights, flags = observation(rng)
     flags[:] = True                                          # nothing to grid
     a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
-
-    class Paced:
-        """The worker's gridder, its call begun once ``start`` is set."""
-
-        def __init__(self, calling, start):
-            self.gridder, self.calling, self.start = clgrid.Gridder(N, CELL, kernels, device=queue), calling, start
-
-        def grid(self, *args, **kwargs):
-            self.calling.set()
-            assert self.start.wait(60)
-            return self.gridder.grid(*args, **kwargs)
-
-    gridders = {"A": Paced(a_calling, b_calling), "B": Paced(b_calling, a_returned)}
+    gridders = {name: clgrid.Gridder(N, CELL, kernels, device=queue) for name in "AB"}
+    held_until(gridders["A"], "grid", a_calling, b_calling)     # A's gridder warns once B's task is in
+    held_until(gridders["B"], "grid", b_calling, a_returned)    # B's once A's task returned
     monkeypatch.setattr(cd, "_operator", lambda cls, token, fields, options: gridders[token])
     results = {}
 

@@ -18,7 +18,7 @@ from clgrid.errors import EmptyInputWarning, NonFiniteResultError
 from clgrid.imaging import devices as imaging_devices
 from clgrid.imaging import split as imaging_split
 from clgrid.planning.host import stacked_positions
-from conftest import optional, relative_error, warnings_of_two_threads, wide_field
+from conftest import held_until, optional, relative_error, warnings_of_two_threads, wide_field
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 C = 299792458.0
@@ -491,20 +491,10 @@ def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
     wgt_b = wgt.copy()
     wgt_b[b._rows[1]] = 0                                   # B's second device: nothing to image
     a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
-
-    def hooked(engine, first, then):
-        real = engine._vis2dirty
-
-        def call(*args, **kwargs):
-            first.set()
-            assert then.wait(60)
-            return real(*args, **kwargs)
-        engine._vis2dirty = call
-
     for e in a.engines:
-        hooked(e, a_calling, b_calling)                     # A's devices warn once B's call is in
+        held_until(e, "_vis2dirty", a_calling, b_calling)      # A's devices warn once B's call is in
     for e in b.engines:
-        hooked(e, b_calling, a_returned)                    # B's once A's call returned
+        held_until(e, "_vis2dirty", b_calling, a_returned)     # B's once A's call returned
     results, line = {}, [None]
 
     def call_a():

@@ -18,7 +18,7 @@ from clgrid.imaging import facets as facets_module
 from clgrid.imaging import memory as memory_module
 from clgrid.imaging.facets import DeviceLimits, facet_layout, plan_facets
 from clgrid.imaging.geometry import choose_geometry, image_fields, flip_signs
-from conftest import relative_error, warnings_of_two_threads, wide_field
+from conftest import held_until, relative_error, warnings_of_two_threads, wide_field
 
 ducc0_wgridder = pytest.importorskip("ducc0.wgridder", reason="ducc0 is the oracle (the compare extra)")
 
@@ -254,20 +254,10 @@ def test_two_faceted_operators_called_from_two_threads_each_say_their_warning_on
     a, b = clgrid.WGridder(uvw, freq, **kw), clgrid.WGridder(uvw, freq, **kw)
     assert a.faceted.keep and b.faceted.keep                 # the facets' operators are there to hook
     a_calling, b_calling, a_returned = threading.Event(), threading.Event(), threading.Event()
-
-    def hooked(op, first, then):
-        real = op.vis2dirty
-
-        def call(*args, **kwargs):
-            first.set()
-            assert then.wait(60)
-            return real(*args, **kwargs)
-        op.vis2dirty = call
-
     for op in a.faceted._operators:
-        hooked(op, a_calling, b_calling)                     # A's facets warn once B's call is in
+        held_until(op, "vis2dirty", a_calling, b_calling)      # A's facets warn once B's call is in
     for op in b.faceted._operators:
-        hooked(op, b_calling, a_returned)                    # B's once A's call returned
+        held_until(op, "vis2dirty", b_calling, a_returned)     # B's once A's call returned
     results, lines = {}, {}
 
     def call(name, op, after=None):
