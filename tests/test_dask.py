@@ -232,6 +232,25 @@ def blocks(a):
     return da.from_array(a, chunks=(ROW_CHUNK, CHANNEL_CHUNK) if a.ndim == 2 and a.shape[1] != 3 else (ROW_CHUNK, 3))
 
 
+def test_an_output_that_shares_memory_with_a_numpy_input_is_refused(rng):
+    """`clgrid.dask.dirty2vis(vis=)` and `clgrid.dask.vis2dirty(dirty=)` refuse an output
+    that shares memory with a numpy input, naming both, before any task is made (the rule
+    of `clgrid.dirty2vis`: `clgrid.operators.checks.check_apart`); dask inputs are left
+    alone."""
+    uvw, _, vis, wgt, _ = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single")
+    image = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    points = dict(uvw=uvw, freq=WIDE_FREQS, epsilon=1e-4, do_wgridding=True, pixsize_x=IMAGE["pixsize_x"],
+                  pixsize_y=IMAGE["pixsize_y"])
+    out = np.zeros(vis.shape, np.complex64)
+    with pytest.raises(ValueError, match="vis shares memory with wgt"):
+        cd.dirty2vis(dirty=image, wgt=out.real, vis=out, **points)
+    with pytest.raises(ValueError, match="vis shares memory with dirty"):
+        cd.dirty2vis(dirty=out.view(np.float32).reshape(-1)[:image.size].reshape(image.shape), vis=out, **points)
+    dirty = vis.view(np.float32).reshape(-1)[:image.size].reshape(image.shape)
+    with pytest.raises(ValueError, match="dirty shares memory with vis"):
+        cd.vis2dirty(vis=vis, dirty=dirty, npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"], **points)
+
+
 EPSILON = {"single": 1e-5, "double": 1e-10}
 
 

@@ -217,3 +217,65 @@ def test_check_output_is_the_one_check(queue):
         check_output(cla.zeros(queue, (2, 3), np.float32), "x", (2, 3), np.float32)   # no context: host only
     with pytest.raises(TypeError, match="got list"):
         check_output([1.0], "x", (1,), np.float32)
+
+
+@pytest.mark.parametrize("devices", ["one", "list", "facets"])
+def test_an_output_that_shares_memory_with_an_input_is_refused(rng, device_name, devices):
+    """`WGridder.dirty2vis(out=)` and `clgrid.dirty2vis(vis=)` refuse, naming both, an
+    output that shares memory with ``wgt`` (``wgt=out.real``, or a view of its rows
+    reversed) or ``dirty`` (a view of its bytes), before it is written: a device list
+    split by planes adds each device's share into the output after the one before it,
+    each uploading its weights again, so the weights were read overwritten (predicted
+    with the first device's share for weights: wrong by far).  Interleaved views of one
+    block (every other row the output, the rows between the weights) share its bounds,
+    not its memory: taken, and right (`numpy.shares_memory`, not `may_share_memory`)."""
+    uvw, freq, _, wgt, _ = wide_field(rng, 300, (1.0e8, 1.2e8), uv=800.0, w=100.0)
+    kw = dict(device=[device_name, device_name], split="planes") if devices == "list" else dict(device=device_name)
+    if devices == "facets":
+        kw["facets"] = (2, 1)
+    op = clgrid.WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, **kw)
+    assert devices != "list" or (op.split == "planes" and len(op.engines) == 2)
+    image = rng.normal(size=(32, 32))
+    expected = op.dirty2vis(image, wgt)
+    out = np.full(wgt.shape, np.nan, complex)
+    out.real[...] = wgt
+    for given, names in ((dict(wgt=out.real), "out shares memory with wgt"),
+                         (dict(wgt=out.imag[::-1]), "out shares memory with wgt"),
+                         (dict(dirty=out.reshape(-1).view(np.float64)[:1024].reshape(32, 32)),
+                          "out shares memory with dirty")):
+        args = {"dirty": image, "wgt": wgt, **given}
+        before = out.copy()
+        with pytest.raises(ValueError, match=names):
+            op.dirty2vis(args["dirty"], args["wgt"], out=out)
+        np.testing.assert_array_equal(out.view(np.float64), before.view(np.float64))     # not written
+    d2v = dict(uvw=uvw, freq=freq, dirty=image, pixsize_x=2e-3, pixsize_y=2e-3, epsilon=1e-9, do_wgridding=True,
+               **{k: v for k, v in kw.items() if k != "split"})               # (a list: planes, as "auto" takes)
+    with pytest.raises(ValueError, match="vis shares memory with wgt"):
+        clgrid.dirty2vis(vis=out, wgt=out.real, **d2v)
+    block = np.full((2 * wgt.shape[0], wgt.shape[1]), np.nan, complex)
+    rows, between = block[::2], block[1::2].real
+    between[...] = wgt
+    assert np.may_share_memory(rows, between) and not np.shares_memory(rows, between)
+    assert op.dirty2vis(image, between, out=rows) is rows
+    assert relative_error(rows, expected) < 1e-14
+    assert relative_error(clgrid.dirty2vis(vis=rows, wgt=between, **d2v), expected) < 1e-9
+
+
+def test_every_output_is_refused_where_it_shares_memory_with_an_input(queue, rng, stack, device_name):
+    """The same rule for every other output (`clgrid.operators.checks.check_apart`),
+    before any work: `clgrid.vis2dirty(dirty=)` over ``vis``, `Degridder.degrid(out=)`
+    over the grid, `Gridder.grid(out=)` over the visibilities."""
+    uvw, freq, vis, _, _ = wide_field(rng, 600, (1.0e8,), uv=800.0, w=100.0, weights=None)
+    dirty = vis.view(np.float64).reshape(-1)[:1024].reshape(32, 32)
+    with pytest.raises(ValueError, match="dirty shares memory with vis"):
+        clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, dirty=dirty, epsilon=1e-6, device=device_name, **IMAGE)
+    tracked = tracks(rng).reshape(-1, 3)
+    grid = rng.normal(size=(1, N, N)) + 1j * rng.normal(size=(1, N, N))
+    degridder = clgrid.Degridder(N, CELL, stack, device=queue, precision="double")
+    with pytest.raises(ValueError, match="out shares memory with grid"):
+        degridder.degrid(grid, tracked, out=grid.reshape(-1)[N:N + len(tracked)].reshape(-1, 1))
+    assert degridder.last_report is None                               # nothing ran
+    gridder = clgrid.Gridder(N, CELL, stack, device=queue, precision="double")
+    values = np.zeros((1, N, N), complex)
+    with pytest.raises(ValueError, match="out shares memory with vis"):
+        gridder.grid(tracked, values.reshape(-1)[:len(tracked)].reshape(-1, 1), out=values)

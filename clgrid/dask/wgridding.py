@@ -89,7 +89,7 @@ from .planes_split import chunk_pieces, first_pass, forget_layouts, slab_images,
 from .rows_split import rows_images, rows_vis
 from .tasks import forget_operators
 from ..device.host_threads import count_not_finite
-from ..operators.checks import check_finite_result, check_output, precision_of
+from ..operators.checks import check_apart, check_finite_result, check_output, precision_of
 
 try:
     import dask
@@ -263,7 +263,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     rows 680:1020, channels 2:4``) or slab; a call that can make no progress for
     ``stall_timeout`` seconds (None: 120; workers paused for memory or gone) raises
     `clgrid.errors.ClusterStalledError` (`clgrid.dask.watch`).  ``dirty``, if given,
-    receives the image.
+    receives the image (a numpy array; refused where it shares memory with a numpy input,
+    as by `clgrid.vis2dirty`).
     """
     _refuse_unknown(ignored)
     precision = precision_of(vis.dtype if hasattr(vis, "dtype") else np.asarray(vis).dtype, "vis",
@@ -279,6 +280,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     if dirty is not None:
         check_output(dirty, "dirty", (options["npix_x"], options["npix_y"]),
                      np.float64 if precision == "double" else np.float32)
+        check_apart(dirty, "dirty", {"vis": vis, "wgt": wgt, "uvw": uvw, "freq": freq, "mask": mask})
     stall_seconds(stall_timeout)
     keep = _keep(keep_operators)
     workers = workers_to_prefer(True)
@@ -343,7 +345,8 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     group of chunks) predicts its samples' share and each chunk adds its slabs' shares in
     slab order; a chunk without any
     unmasked visibility comes back as zeros.  ``vis``, if given (numpy), receives the
-    computed visibilities and is returned instead of the dask array.
+    computed visibilities and is returned instead of the dask array (refused where it
+    shares memory with a numpy input, as by `clgrid.dirty2vis`).
     """
     _refuse_unknown(ignored)
     dirty = _local(dirty)
@@ -365,6 +368,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     dtype = worker_tasks.complex_dtype(precision)
     if vis is not None:
         check_output(vis, "vis", (layout.nrow, layout.nchan), dtype)
+        check_apart(vis, "vis", {"dirty": dirty, "wgt": wgt, "uvw": uvw, "freq": freq, "mask": mask})
     stall_seconds(stall_timeout)
     keep = _keep(keep_operators)
     workers = workers_to_prefer(True)

@@ -48,7 +48,7 @@ from functools import partial
 import numpy as np
 
 from ..planning.host import SPEED_OF_LIGHT
-from ..operators.checks import check_output, precision_of
+from ..operators.checks import check_apart, check_output, precision_of
 from ..device.transfer import host_empty
 from .devices import check_devices, sample_weight, device_list, on_devices, queues_for, share_bytes
 from .engine import SPARSE_SHARE, ImagingEngine, check_samples
@@ -341,11 +341,13 @@ class WGridder:
         visibilities' dtype (complex64 in single precision, complex128 in double) to write
         them into, returned (a C-contiguous one in native byte order is written directly,
         without a copy: a file mapping in shared memory, a pinned block; any other, or
-        any with facets, through one).  Checked before any work; a call refused later (a
-        weight NaN or infinite, counted on the device; an overflow) may leave it partly
-        written."""
+        any with facets, through one).  Checked before any work (refused where it shares
+        memory with ``dirty`` or ``wgt``, `clgrid.operators.checks.check_apart`: it may be
+        written before they are read); a call refused later (a weight NaN or infinite,
+        counted on the device; an overflow) may leave it partly written."""
         if out is not None:
             check_output(out, "out", self.shape, np.complex128 if self.precision == "double" else np.complex64)
+            check_apart(out, "out", {"dirty": dirty, "wgt": wgt})
             if not (out.flags.c_contiguous and out.dtype.isnative) or self.faceted is not None:
                 out[...] = self.dirty2vis(dirty, wgt)
                 return out
@@ -504,13 +506,15 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     """ducc0.wgridder.vis2dirty's call on an OpenCL device; see the module docstring.
 
     ``vis`` complex64 or complex128 sets the precision; the image is float32 or float64
-    (npix_x, npix_y).  ``dirty``, if given, receives the result.  ``allow_nshift`` and
+    (npix_x, npix_y).  ``dirty``, if given, receives the result (refused where it shares
+    memory with an input: `clgrid.operators.checks.check_apart`).  ``allow_nshift`` and
     ``double_precision_accumulation`` are accepted and have no effect.  ``device`` and
     ``tuning`` (overrides of the table's ``[wgridding]`` section: ``spread``, ``fft``) and
     ``facets`` (see `WGridder`) are clgrid's own.
     """
     _refuse_unknown(ignored)
     vis = np.asarray(vis)
+    check_apart(dirty, "dirty", {"vis": vis, "wgt": wgt, "uvw": uvw, "freq": freq, "mask": mask})
     precision = precision_of(vis.dtype, "vis", {"single": np.complex64, "double": np.complex128})
     wgt = _checked_wgt(wgt, vis.real.dtype)
     op = WGridder(uvw, freq, npix_x, npix_y, pixsize_x, pixsize_y, epsilon, do_wgridding, mask, flip_u,
@@ -533,9 +537,12 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     """ducc0.wgridder.dirty2vis's call on an OpenCL device: visibilities (nrow, nchan) of
     ``dirty`` (float32 or float64, which sets the precision); ``vis`` receives them if given
     (written directly: a call refused after its checks, as for a NaN weight or an
-    overflow, may leave it partly written, as `WGridder.dirty2vis`'s ``out``)."""
+    overflow, may leave it partly written, as `WGridder.dirty2vis`'s ``out``; refused
+    where it shares memory with an input, ``wgt=vis.real`` say:
+    `clgrid.operators.checks.check_apart`)."""
     _refuse_unknown(ignored)
     dirty = np.asarray(dirty)
+    check_apart(vis, "vis", {"dirty": dirty, "wgt": wgt, "uvw": uvw, "freq": freq, "mask": mask})
     precision = precision_of(dirty.dtype, "dirty", {"single": np.float32, "double": np.float64})
     if dirty.ndim != 2:
         raise ValueError(f"dirty must be 2-D (npix_x, npix_y), got shape {dirty.shape}")

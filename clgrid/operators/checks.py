@@ -7,6 +7,10 @@ caller's arrays on the way in and out, and of the results.
   checked before any device work: its type, dtype, shape, writability and, for a device
   array, context and contiguity, with an error naming it.  Nothing is cast: a result is
   never truncated to integers, stripped of its imaginary part or written past an end.
+- `check_apart`: an output that shares memory with an input of the same call (``wgt=vis.real``
+  with ``vis=``) refused, naming both: a call may write its output before it has read all
+  of its inputs (a device list adds its devices' shares into the output one after another,
+  each reading the weights again).
 - `count_nonfinite`: inf and NaN in a device buffer, counted on the device (one read of
   the buffer, a 4-byte answer), so the check costs far less than copying the grid back.
 - `check_finite_result`: the one overflow check of every result (grids, visibilities,
@@ -27,7 +31,7 @@ from ..call_warnings import warn
 from ..device.codegen import build_program, render, kernel as codegen_kernel
 from ..errors import EmptyInputWarning, NonFiniteResultError
 
-__all__ = ["precision_of",  "check_output", "writes_directly",
+__all__ = ["precision_of",  "check_output", "check_apart", "writes_directly",
            "count_nonfinite", "check_finite_result", "check_gridded", "check_degridded"]
 
 GROUPS, GROUP_SIZE = 256, 64   # enough to keep any device busy; each group reads one contiguous block
@@ -79,6 +83,43 @@ def check_output(out, name: str, shape: tuple, dtype, context=None) -> np.dtype:
     if not out.flags.writeable:
         raise ValueError(f"{name} is read-only")
     return found
+
+
+# candidate solutions numpy may weigh to tell whether two arrays share memory exactly
+# (`numpy.shares_memory`'s ``max_work``; beyond it, "may share" refuses)
+SHARING_WORK = 1 << 16
+_TOO_HARD = getattr(np, "exceptions", np).TooHardError          # (numpy.exceptions from numpy 1.25 on)
+
+
+def check_apart(out, name: str, inputs: dict) -> None:
+    """Refuse an output ``out`` (a numpy array the call writes: ``out=``, ``vis=``,
+    ``dirty=``) that shares memory with one of ``inputs`` (argument name -> the array as
+    the call reads it, or None; anything but a numpy array is left alone), with a
+    ValueError naming both: the call may write the output before it has read every
+    input (a device list's devices add their shares into it one after another, each
+    uploading the weights again; rows are written part by part), so an input that is a
+    view of it (``wgt=vis.real``) would be read overwritten.  One rule for every output,
+    written before or after the inputs are read.
+
+    `numpy.shares_memory` (exact), not `numpy.may_share_memory` (whether the memory
+    bounds overlap): interleaved views of one block (every other row of it as ``out``,
+    the others as ``wgt``) share bounds, not memory, and are right.  Arrays whose bounds
+    do not overlap cost nothing; for views of one block numpy solves a small integer
+    problem in the arrays' dimensions and strides, not their sizes.  Where it would
+    take more than `SHARING_WORK` steps the arrays are refused as possibly sharing."""
+    if not isinstance(out, np.ndarray):
+        return
+    for other, given in inputs.items():
+        if not isinstance(given, np.ndarray) or given.size == 0 or out.size == 0:
+            continue
+        try:
+            shared = np.shares_memory(out, given, max_work=SHARING_WORK)
+            how = "shares memory with"
+        except _TOO_HARD:
+            shared, how = True, "may share memory with (numpy could not tell at once)"
+        if shared:
+            raise ValueError(f"{name} {how} {other}: an output must not overlap an input of the same call (it "
+                             f"may be written before {other} is read); pass a copy of {other}, or another {name}")
 
 
 def writes_directly(out: np.ndarray) -> bool:

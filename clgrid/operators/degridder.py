@@ -17,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .checks import check_degridded, check_output, count_nonfinite, writes_directly
+from .checks import check_apart, check_degridded, check_output, count_nonfinite, writes_directly
 from ..errors import NonFiniteResultError
 from ..planning.plan import Plan
 from .operation import GridOperation, PreparedVisibilities, rows_of, with_values
@@ -143,11 +143,14 @@ class Degridder(GridOperation):
         ``grid`` may be a numpy array or a device array on this operator's context.
         Returns complex visibilities of shape (..., npol), or (..., nchan, npol) with
         freqs, in the grid's precision; ``flags`` broadcast to that shape.  ``out``: a
-        numpy or device array of that shape to write into.  With ``return_report=True``
+        numpy or device array of that shape to write into (a numpy one refused where it
+        shares memory with an input: streamed, its rows are written while later rows'
+        positions and flags are still to be read).  With ``return_report=True``
         returns ``(vis, report)``; the report is also kept in ``last_report``.
         """
         started = time.perf_counter()
         self._check_out(out, grid, plan, freqs)        # before any device work: the device writes into it
+        check_apart(out, "out", {"grid": grid, "plan": plan, "flags": flags, "freqs": freqs})   # (rows in turn)
         with self._lock:
             if self._overlapped(grid, plan, freqs):
                 plan, seconds, grid_buffer, npol, loaded = self._load_while_planning(grid, plan, freqs, flags,

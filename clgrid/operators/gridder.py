@@ -17,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .checks import check_gridded, check_output, writes_directly
+from .checks import check_apart, check_gridded, check_output, writes_directly
 from .deterministic import FixedPointGrid
 from ..planning.plan import Plan
 from ..device.host_threads import in_background
@@ -172,12 +172,15 @@ class Gridder(GridOperation):
         without its polarisation axis, as ducc0's ``wgt``) or one per visibility,
         broadcasting.  ``vis`` and ``weights`` may be `pyopencl.array.Array` on this
         operator's context.  ``out``: a numpy array or device array of the grid's shape
-        and dtype to write into (a device ``out`` stays on the device: no copy back);
+        and dtype to write into (a device ``out`` stays on the device: no copy back; a
+        numpy one that shares memory with an input is refused, as every output is,
+        `clgrid.operators.checks.check_apart`);
         ``accumulate=True`` adds to what ``out`` holds.  With ``return_report=True``
         returns ``(grid, report)``; the report is also kept in ``last_report``.  Host
         data larger than the device (`samples_per_chunk`) streams through it in chunks
         of rows (`grid_chunks`), each upload overlapping the last chunk's kernels.
         """
+        check_apart(out, "out", {"plan": plan, "vis": vis, "weights": weights, "flags": flags, "freqs": freqs})
         if not isinstance(plan, Plan) and not isinstance(vis, cla.Array):
             shape = tuple(getattr(plan, "shape", np.shape(plan)))
             rows = self.row_chunks(shape, None if freqs is None else np.size(freqs), np.shape(vis)[-1])
