@@ -15,30 +15,51 @@ list the calling thread is `gathering` into, if any; `say_gathered` (or `said_on
 then says them for the call.  Only the thread that called `gathering` gathers: a warning
 said on another thread, or by other code through `warnings.warn` (numpy, pyopencl), goes
 its usual way.
+
+Where a warning is said, ``stacklevel`` as `warnings.warn`'s names the line it points
+at; ``stacklevel=None`` names the first frame outside clgrid (`caller_level`): the
+caller's own line, however many of the library's calls lie between (a warning of the
+engine said from a call of `clgrid.vis2dirty`, of `WGridder.vis2dirty`, or of its set-up,
+each at its own depth).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 import warnings
 
 from .errors import EmptyInputWarning
 
-__all__ = ["warn", "gathering", "say_gathered", "said_once"]
+__all__ = ["warn", "caller_level", "gathering", "say_gathered", "said_once"]
 
 _here = threading.local()          # .sink: the list this thread gathers into, or None
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep       # clgrid/
 
 
-def warn(message: str, category=UserWarning, stacklevel: int = 1) -> None:
+def caller_level() -> int:
+    """The ``stacklevel`` of a `warnings.warn` called where `caller_level` is called that
+    names the first frame outside clgrid's package: the line of the code that called
+    into clgrid.  (Python 3.12's ``skip_file_prefixes`` does the same; clgrid runs on
+    3.10 too.)"""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn(message: str, category=UserWarning, stacklevel: int | None = 1) -> None:
     """Say a warning of clgrid's: `warnings.warn` (``stacklevel`` counted from the caller
-    of `warn`), unless this thread is `gathering`: then ``(message, category)`` goes into
-    its list (the filters are applied when it is said)."""
+    of `warn`; None: at the first frame outside clgrid, `caller_level`), unless this
+    thread is `gathering`: then ``(message, category)`` goes into its list (the filters
+    are applied when it is said)."""
     sink = getattr(_here, "sink", None)
     if sink is not None:
         sink.append((str(message), category))
         return
-    warnings.warn(message, category, stacklevel=stacklevel + 1)
+    warnings.warn(message, category, stacklevel=caller_level() if stacklevel is None else stacklevel + 1)
 
 
 @contextlib.contextmanager
@@ -54,11 +75,12 @@ def gathering(sink: list):
         _here.sink = before
 
 
-def say_gathered(sinks: list, stacklevel: int = 1) -> None:
+def say_gathered(sinks: list, stacklevel: int | None = 1) -> None:
     """Say the warnings ``sinks`` (one list per device of a call) gathered, each message
     once; an `EmptyInputWarning` only where every device said one (else the others' shares
     are in the result).  Through `warn`: into an enclosing gathering where there is one.
-    ``stacklevel`` as `warnings.warn`'s, counted from the caller."""
+    ``stacklevel`` as `warnings.warn`'s, counted from the caller (None: the first frame
+    outside clgrid)."""
     said: dict = {}
     for sink in sinks:
         for message, category in sink:
@@ -67,7 +89,7 @@ def say_gathered(sinks: list, stacklevel: int = 1) -> None:
     for message, category in said:
         if issubclass(category, EmptyInputWarning) and empty < len(sinks):
             continue
-        warn(message, category, stacklevel=stacklevel + 1)
+        warn(message, category, stacklevel=None if stacklevel is None else stacklevel + 1)
 
 
 class said_once:

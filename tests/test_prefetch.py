@@ -185,3 +185,38 @@ def test_a_failed_prefetch_is_sent_again_by_the_call_with_a_warning(rng, staged,
             np.testing.assert_array_equal(image, expected)
         else:
             assert np.max(np.abs(image - expected)) <= 1e-5 * np.max(np.abs(expected))
+
+
+def test_a_failed_prefetch_warns_from_the_callers_line(rng, staged, monkeypatch):
+    """The failed copy's RuntimeWarning names the caller's line (this file, the line of
+    the call that found it), however deep in clgrid it is found: a `WGridder` call on one
+    device or a device list (vis2dirty, or a dirty2vis first), and `clgrid.vis2dirty` on
+    either (its operator a level further down).  Before, a fixed stack level named
+    clgrid/imaging/engine.py (`_gather_parts`) or clgrid/imaging/wgridding.py."""
+    import sys
+    import warnings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("transfer lost")
+
+    monkeypatch.setattr(imaging_prefetch, "upload", broken)
+    uvw, freq, vis, wgt, _ = wide_field(rng, int(rng.integers(500, 800)), (1.0e8, 1.2e8), w=500.0,
+                                        precision="single")
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    kw = dict(epsilon=1e-5, do_wgridding=True, **IMAGE)                 # (single precision: vis's dtype)
+    for device, first in ((DEVICE, "vis2dirty"), (DEVICE, "dirty2vis"), ([DEVICE, DEVICE], "vis2dirty"),
+                          ([DEVICE, DEVICE], "dirty2vis"), (DEVICE, "clgrid.vis2dirty"),
+                          ([DEVICE, DEVICE], "clgrid.vis2dirty")):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            if first == "clgrid.vis2dirty":
+                line = sys._getframe().f_lineno + 1
+                clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, wgt=wgt, device=device, **kw)
+            else:
+                op = clgrid.WGridder(uvw, freq, device=device, split="rows", precision="single",
+                                     prefetch={"vis": vis, "wgt": wgt}, **kw)
+                assert all(e._prefetched is not None for e in op.engines)
+                line = sys._getframe().f_lineno + 1
+                getattr(op, first)(dirty if first == "dirty2vis" else vis, wgt)
+        lost = [(w.category, w.filename, w.lineno) for w in said if "transfer lost" in str(w.message)]
+        assert lost == [(RuntimeWarning, __file__, line)], (device, first, lost)

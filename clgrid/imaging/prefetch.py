@@ -120,5 +120,5 @@ class PrefetchedValues:
         if not isinstance(failed, Exception):
             raise failed
         warn(f"clgrid: the values sent up during the set-up did not arrive ({type(failed).__name__}: {failed}); "
-             f"a vis2dirty sends its values itself", RuntimeWarning, stacklevel=3)
+             f"a vis2dirty sends its values itself", RuntimeWarning, stacklevel=None)   # the caller's line
         return None

@@ -381,8 +381,9 @@ class WGridder:
     def _on_each_device(self, share, step: int) -> None:
         """One call of a device list: ``share(k, after)`` on every device in `_in_order`'s
         chain (``step``), one call at a time, each device's warnings gathered on its
-        thread and said once for the call (`clgrid.call_warnings`), from the caller of
-        `vis2dirty` / `dirty2vis`."""
+        thread and said once for the call (`clgrid.call_warnings`), from the caller's line
+        (the first frame outside clgrid: the caller of `vis2dirty` / `dirty2vis`, or of
+        `clgrid.vis2dirty`)."""
         said = [[] for _ in self.engines]
 
         def gathered(k, after):
@@ -391,7 +392,7 @@ class WGridder:
 
         with self._one_call:
             _in_order(len(self.engines), gathered, step)
-        say_gathered(said, stacklevel=3)
+        say_gathered(said, stacklevel=None)
 
 
 class _ShareAbandoned(Exception):
