@@ -167,21 +167,35 @@ def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng
 @pytest.mark.parametrize("devices", ["one", "list", "facets"])
 def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatch):
     """`WGridder.dirty2vis(out=)`: a poisoned C-contiguous out written directly (one
-    device, a device list: the engines get it, or its rows; facets through a copy), a
+    device, a device list: the engines get it, or its rows, and the device's values come
+    down into it, not into an array copied there after; facets through a copy), a
     strided or big-endian one through a copy; each the array returned, equal to the call
     without ``out`` and to ducc0 at 1e-12 to epsilon; a wrong dtype refused naming
-    ``out``, before it is written."""
+    ``out``, before it is written.  (A direct write that fell back to a copy in the
+    engine, the output made afresh and copied into ``out``, downloads nothing into
+    ``out`` and copies into it: both are counted.)"""
     from clgrid.imaging import engine as engine_module
     from clgrid.imaging.wgridding import WGridder
 
-    given = []
+    given, downloads, copies = [], [], []
     real = engine_module.ImagingEngine.dirty2vis
 
     def spy(self, dirty, wgt=None, out=None, after=None):
         given.append(out)
         return real(self, dirty, wgt, out=out, after=after)
 
+    def downloading(queue, buffer, host, *args, **kwargs):        # where the device's values come down
+        downloads.append(host)
+        return real_download(queue, buffer, host, *args, **kwargs)
+
+    def copying(dst, src, *args, **kwargs):                         # the engine's host copies
+        copies.append(dst)
+        return real_copy(dst, src, *args, **kwargs)
+
+    real_download, real_copy = engine_module.download, engine_module.parallel_copy
     monkeypatch.setattr(engine_module.ImagingEngine, "dirty2vis", spy)
+    monkeypatch.setattr(engine_module, "download", downloading)
+    monkeypatch.setattr(engine_module, "parallel_copy", copying)
 
     ducc0 = optional("ducc0.wgridder", "compare")
     uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
@@ -196,11 +210,15 @@ def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatc
                                                  epsilon=1e-12, do_wgridding=True)) < 1e-9
     for out in (np.full((300, 2), np.nan, complex), np.full((2, 300), np.nan, complex).T,
                 np.full((300, 2), np.nan, ">c16")):
-        given.clear()
+        given.clear(), downloads.clear(), copies.clear()
         assert op.dirty2vis(image, out=out) is out
         assert relative_error(out, fresh) < 1e-14
         direct = out.flags.c_contiguous and out.dtype.isnative and devices != "facets"
         assert given and all((g is not None and np.shares_memory(g, out)) == direct for g in given)
+        # written directly: the first device's values come down into out itself (the others'
+        # shares, into arrays of their own, are added there), and nothing is copied into it
+        assert any(np.shares_memory(d, out) for d in downloads) == direct
+        assert not any(np.shares_memory(c, out) for c in copies)
     wrong = np.full((300, 2), 7, np.complex64)
     with pytest.raises(TypeError, match=r"out must be a complex128 array of shape \(300, 2\)"):
         op.dirty2vis(image, out=wrong)
