@@ -496,9 +496,13 @@ def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng)
 
 
 def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(rng, tmp_path):
-    """`clgrid.dask.exchange`: a slab's prediction written once for its chunks behind the
-    image's stamp reads back exactly, piece by piece; once another call's prediction (another
-    stamp) is written there, the first call's readers refuse instead of reading it."""
+    """`clgrid.dask.exchange`: a slab's prediction written once for its chunks behind a
+    stamp of its write reads back exactly, piece by piece; while another write of the
+    file is under way, once it is done, and once the file is removed, the first write's
+    readers refuse, each saying which (none says the image was replaced: a reader of a
+    slab's file cannot know that)."""
+    import threading
+
     from clgrid.dask import exchange
 
     predicted = (rng.normal(size=1000) + 1j * rng.normal(size=1000)).astype(np.complex64)
@@ -506,34 +510,51 @@ def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(r
     path = str(tmp_path / "shares")                 # any file system: the mapping is the same
     lengths = [len(p) for p in pieces]
 
-    def share(values, stamp):
-        room = exchange.stamped_room(path, values.size, values.dtype)
-        room[:] = values
-        return exchange.stamped_shares(path, lengths, values.dtype, stamp)
+    def share(values):
+        with exchange.stamped_room(path, values.size, values.dtype) as room:
+            room[:] = values
+            return exchange.stamped_shares(path, lengths, values.dtype)
 
-    first = share(predicted, b"a" * exchange.STAMP)
+    first = share(predicted)
     assert all(isinstance(p, exchange.Shared) for p in first)
     with exchange.reading(list(first) + [None]) as arrays:
         assert all(np.array_equal(a, p) for a, p in zip(arrays, pieces)) and arrays[-1] is None
-    room = exchange.stamped_room(path, predicted.size, predicted.dtype)       # another call writing: refused
-    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
-        with exchange.reading(list(first)):
-            pass
-    room[:] = 2 * predicted
-    exchange.stamped_shares(path, lengths, predicted.dtype, b"b" * exchange.STAMP)
-    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+    with exchange.stamped_room(path, predicted.size, predicted.dtype) as room:     # another write: refused
+        with pytest.raises(RuntimeError, match=r"being written again \(or left unfinished"):
+            with exchange.reading(list(first)):
+                pass
+        entered = threading.Event()
+
+        def third():                                # waits for the file: it is this write's
+            with exchange.stamped_room(path, predicted.size, predicted.dtype) as its_room:
+                entered.set()
+                its_room[:] = 3 * predicted
+                return exchange.stamped_shares(path, lengths, predicted.dtype)
+
+        waiting = threading.Thread(target=third, daemon=True)
+        waiting.start()
+        assert not entered.wait(0.3)                # (a wrong pass at worst, where it is slow to start)
+        room[:] = 2 * predicted
+        second = exchange.stamped_shares(path, lengths, predicted.dtype)
+    waiting.join(60)
+    assert entered.is_set()
+    assert second[0].stamp != first[0].stamp
+    for earlier in (first, second):
+        with pytest.raises(RuntimeError, match="written again by another dirty2vis call on the same points, or "
+                                               "by this one computed again"):
+            with exchange.reading(list(earlier)):
+                pass
+    os.unlink(f"{path}-stamp")
+    with pytest.raises(RuntimeError, match=r"removed \(clear_cache"):
         with exchange.reading(list(first)):
             pass
     exchange.release()
 
 
-def test_a_slab_prediction_is_stamped_before_its_image_is_checked_again(rng, tmp_path, monkeypatch, device_name):
-    """`clgrid.dask.tasks.vis_slab` writes its prediction into the slab's file and stamps
-    it with its image's stamp.  Another call (a later image published, its slab task
-    clearing the stamp and writing the same file) that gets in between the image's last
-    check and the stamp must not leave this call's stamp over the other call's values:
-    the stamp goes on before the image is checked again, so that call is refused there
-    (or its readers are), never read.  The other call is simulated where the stamp goes on."""
+def _slab_case(rng, tmp_path, device_name):
+    """One slab task's inputs for `clgrid.dask.tasks.vis_slab` over random points (one
+    slab of every plane, single precision, operators not kept): (points, geometry, slab,
+    options, the call's prefix, the slab's file, its number of samples)."""
     from clgrid.dask import exchange, slabs as dask_slabs, tasks
     from clgrid.dask.wgridding import _options
 
@@ -544,18 +565,39 @@ def test_a_slab_prediction_is_stamped_before_its_image_is_checked_again(rng, tmp
     g = dask_slabs.geometry_of([dask_slabs.extent(uvw, freq, None)], options)
     bounds = [(0, g.num_planes)]
     points = tasks.SlabPoints(dask_slabs.parts_at(uvw, freq, dask_slabs.selection(uvw, freq, None, g, bounds)))
-    slab = dask_slabs.Slab(0, bounds[0], (0, 1))
-    prefix, total = str(tmp_path / "x"), nrow * freq.size
-    place = exchange.place(prefix, "s0")
+    prefix = str(tmp_path / "x")
+    return points, g, dask_slabs.Slab(0, bounds[0], (0, 1)), options, prefix, exchange.place(prefix, "s0"), \
+        nrow * freq.size
+
+
+def test_a_slab_prediction_is_stamped_before_its_image_is_checked_again(rng, tmp_path, monkeypatch, device_name):
+    """`clgrid.dask.tasks.vis_slab` writes its prediction into the slab's file and stamps
+    it.  Another call (a later image published, its slab task writing the same file) that
+    gets in between the image's last check and the stamp must not leave this call's stamp
+    over the other call's values: the stamp goes on before the image is checked again
+    (and the other task waits for the file until this one has stamped it), so this call
+    is refused there, or its readers are, never fed the other's values.  The other call
+    is simulated where the stamp goes on (its task on a thread: it waits for the file)."""
+    import threading
+
+    from clgrid.dask import exchange, tasks
+
+    points, g, slab, options, prefix, place, total = _slab_case(rng, tmp_path, device_name)
     mine, theirs = (rng.normal(size=(32, 32)).astype(np.float32) for _ in range(2))
     expected = tasks.vis_slab(mine, points, g, slab, options, 0)[0].copy()
-    real, other = exchange.stamped_shares, []
+    real, other, writing, read = exchange.stamped_shares, [], threading.Event(), threading.Event()
 
-    def another_call_gets_in(*args, **kwargs):          # published, its slab task writing this file
+    def other_slab_task():
+        with exchange.stamped_room(place, total, np.complex64) as room:
+            room[: total // 2] = 7 + 7j
+            writing.set()
+            assert read.wait(60)
+
+    def another_call_gets_in(*args, **kwargs):          # published, its slab task at this file
         if not other:
             other.append(exchange.publish(prefix, "d", theirs))
-            room = exchange.stamped_room(place, total, np.complex64)
-            room[: total // 2] = 7 + 7j
+            other.append(threading.Thread(target=other_slab_task, daemon=True))
+            other[-1].start()
         return real(*args, **kwargs)
 
     monkeypatch.setattr(exchange, "stamped_shares", another_call_gets_in)
@@ -565,16 +607,110 @@ def test_a_slab_prediction_is_stamped_before_its_image_is_checked_again(rng, tmp
         except RuntimeError as error:                   # refused where the image is checked again
             assert "replaced by a later dirty2vis" in str(error)
             return
-        assert other
+        assert other and writing.wait(60)
         try:
             with exchange.reading(list(shares)) as arrays:
                 got = np.concatenate(arrays)
         except RuntimeError as error:                   # or by its readers
-            assert "replaced by a later dirty2vis" in str(error)
+            assert "being written again" in str(error)
             return
         assert np.array_equal(got, expected), "the other call's values were read under this call's stamp"
     finally:
+        read.set()
+        if other:
+            other[-1].join(60)
         exchange.release()
+
+
+def test_readers_of_a_slab_whose_new_prediction_failed_are_told_so(rng, tmp_path, monkeypatch, device_name):
+    """The slab task computed again (the same call: the same image) clears the file's
+    stamp, and its prediction fails: the first write's readers refuse, saying the file is
+    being written again or was left unfinished by a prediction that failed, not that a
+    later call replaced the image (nothing did)."""
+    from clgrid.dask import exchange, tasks
+    from clgrid.imaging.wgridding import WGridder
+
+    points, g, slab, options, prefix, place, _ = _slab_case(rng, tmp_path, device_name)
+    image = exchange.publish(prefix, "d", rng.normal(size=(32, 32)).astype(np.float32))
+    try:
+        shares = tasks.vis_slab(image, points, g, slab, options, 0, place)
+        with exchange.reading(list(shares)) as arrays:
+            assert np.all(np.isfinite(np.concatenate(arrays)))
+
+        def failing(self, *args, **kwargs):
+            raise MemoryError("the device ran out")
+
+        monkeypatch.setattr(WGridder, "dirty2vis", failing)
+        with pytest.raises(MemoryError, match="the device ran out"):
+            tasks.vis_slab(image, points, g, slab, options, 0, place)
+        with pytest.raises(RuntimeError) as refused:
+            with exchange.reading(list(shares)):
+                pass
+        assert "left unfinished by a prediction that failed" in str(refused.value)
+        assert "replaced" not in str(refused.value)
+    finally:
+        exchange.release()
+
+
+def test_one_slab_prediction_computed_twice_at_once_is_never_read_mixed(rng, tmp_path, monkeypatch, device_name):
+    """The same slab task run twice at once (the same call's image: a lazy result computed
+    from two threads, a task run again on another worker), the second write's values other
+    bits than the first's (as atomics give): the first write's readers get the first
+    write whole, or refuse; never part of each.  Forced: the second writes half the file
+    once the first has predicted and before it stamps (the first waits up to a second for
+    that), and the first's chunks read while the second still writes.  (Before, both
+    stamped the image's stamp and the second wrote beside the first: its half was read
+    under the first's stamp.)"""
+    import threading
+
+    from clgrid.dask import exchange, tasks
+    from clgrid.imaging.wgridding import WGridder
+
+    points, g, slab, options, prefix, place, total = _slab_case(rng, tmp_path, device_name)
+    model = rng.normal(size=(32, 32)).astype(np.float32)
+    expected = tasks.vis_slab(model, points, g, slab, options, 0)[0].copy()
+    image = exchange.publish(prefix, "d", model)
+    first_in, predicted, second_wrote, first_read = (threading.Event() for _ in range(4))
+    real = WGridder.dirty2vis
+
+    def paced(self, dirty, wgt=None, out=None):
+        if threading.current_thread().name == "first":
+            first_in.set()                          # (its file's room taken: the second is started now)
+            result = real(self, dirty, wgt, out=out)
+            predicted.set()
+            second_wrote.wait(1.0)                  # (the second cannot get in where the file is locked)
+            return result
+        assert predicted.wait(60)
+        out[: total // 2] = 7 + 7j                  # other bits than the first's
+        second_wrote.set()
+        assert first_read.wait(60)
+        return real(self, dirty, wgt, out=out)
+
+    monkeypatch.setattr(WGridder, "dirty2vis", paced)
+    results, second = {}, threading.Thread(
+        name="second", daemon=True,
+        target=lambda: results.setdefault("second", tasks.vis_slab(image, points, g, slab, options, 0, place)))
+    first = threading.Thread(
+        name="first", daemon=True,
+        target=lambda: results.setdefault("first", tasks.vis_slab(image, points, g, slab, options, 0, place)))
+    try:
+        first.start()
+        assert first_in.wait(60)
+        second.start()
+        first.join(60)
+        assert "first" in results
+        try:
+            with exchange.reading(list(results["first"])) as arrays:
+                got = np.concatenate(arrays)
+        except RuntimeError as error:
+            assert "written again" in str(error)
+        else:
+            assert np.array_equal(got, expected), "read mixed from two writes of the slab's file"
+    finally:
+        first_read.set()
+        second.join(60)
+        exchange.release()
+    assert "second" in results
 
 
 @pytest.mark.slow

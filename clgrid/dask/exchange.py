@@ -30,9 +30,13 @@ machine, asked once per set of workers).
 
 `dirty2vis` returns a lazy array, computed after the call: its image is written once
 by the client (`publish`) and each slab's prediction for its chunks by the slab's task
-(straight into `stamped_room`, then `stamped_shares`), both behind a stamp that the readers check before and after reading
-(`taken`, `reading`), so a prediction computed after a later call on the same points
-rewrote the files refuses instead of reading the other call's arrays.
+(straight into `stamped_room`, then `stamped_shares`), both behind a stamp that the
+readers check before and after reading (`taken`, `reading`), so a prediction computed
+after a later call on the same points rewrote the files refuses instead of reading the
+other call's arrays.  A slab's file is written by one task at a time (a lock on the file,
+held from the stamp's clearing to the new stamp) and each write gets a stamp of its own:
+the same prediction computed twice at once (a lazy result computed from two threads, a
+task run again) is read from one write or refused, never mixed from two.
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:                  # (not POSIX: no shared memory either, `prefix` is None)
+    fcntl = None
 
 from ..device.host_threads import parallel_copy
 
@@ -331,6 +340,13 @@ def taken(published):
 REPLACED = ("clgrid.dask: the image of this dirty2vis was replaced by a later dirty2vis call on the same points "
             "(or dropped by clear_cache) before it was computed: compute each prediction before the next is made, "
             "or pass keep_operators=0")
+# what a slab's stamp, found changed by a reader, says (`reading`)
+REWRITTEN = ("clgrid.dask: a slab's prediction of this dirty2vis was {how} before its chunks had read it: compute "
+             "each prediction once, and before the next is made on the same points, or pass keep_operators=0")
+_WRITING = ("being written again (or left unfinished by a prediction that failed) by another dirty2vis call on "
+            "the same points, or by this one computed again")
+_WRITTEN = "written again by another dirty2vis call on the same points, or by this one computed again"
+_REMOVED = "removed (clear_cache, or its set of points dropped)"
 
 
 def _check_stamp(room, published: Published) -> None:
@@ -342,27 +358,52 @@ def _stamp_room(path: str, writable: bool) -> np.ndarray:
     return _region(f"{path}-stamp", 0, STAMP, writable)
 
 
-def stamped_room(path: str | None, total: int, dtype) -> np.ndarray | None:
-    """In a task: room for ``total`` values of ``dtype`` in the file ``path``, its stamp
-    cleared (a reader refuses it until `stamped_shares` stamps it again), for a prediction
-    written there directly; None without ``path`` or where the file cannot be made."""
+@contextlib.contextmanager
+def stamped_room(path: str | None, total: int, dtype):
+    """In a task: ``with stamped_room(path, total, dtype) as room``: room for ``total``
+    values of ``dtype`` in the file ``path``, for a prediction written there directly,
+    then `stamped_shares` inside the block; None without ``path`` or where the file
+    cannot be made.
+
+    The file is this task's alone from entering the block to leaving it (an exclusive
+    ``flock`` on its stamp file, which another task's `stamped_room`, in this process
+    or another, waits for; the system drops it with a process that dies), and its stamp
+    is cleared first (a reader refuses the file until `stamped_shares` stamps it
+    again).  So two writes of one file never overlap, and a write that fails leaves the
+    stamp cleared: the readers of the write before refuse, saying so (`reading`)."""
     if path is None:
-        return None
+        yield None
+        return
     dtype = np.dtype(dtype)
     try:
         stamp_room = _stamp_room(path, True)
-        stamp_room[:] = 0
-        return _region(path, 0, max(total, 1) * dtype.itemsize, True).view(dtype)[:total]
+        fd = os.open(f"{path}-stamp", os.O_RDWR)
     except (OSError, ValueError):
-        return None
+        yield None
+        return
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)               # (released when fd is closed)
+        stamp_room[:] = 0
+        try:
+            room = _region(path, 0, max(total, 1) * dtype.itemsize, True).view(dtype)[:total]
+        except (OSError, ValueError):
+            room = None
+        yield room
+    finally:
+        os.close(fd)
 
 
-def stamped_shares(path: str, lengths: list, dtype, stamp: bytes) -> tuple:
-    """In a task, once the room of `stamped_room` holds the prediction: ``stamp`` put back
-    and a `Shared` per piece (consecutive, of ``lengths``), each checked by its reader
-    (`reading`).  Called while the image of ``stamp`` is still held (`taken`), before
-    its stamp is checked again: another call writes the file only after publishing its
-    own image, so never between this check and this stamp."""
+def stamped_shares(path: str, lengths: list, dtype) -> tuple:
+    """In a task, inside `stamped_room`'s block once its room holds the prediction: a
+    fresh stamp put on the file and a `Shared` per piece (consecutive, of ``lengths``)
+    carrying it, each checked by its reader (`reading`).  A stamp of this write alone,
+    not the image's: the same prediction written again (a task computed twice) clears it
+    and stamps its own, so the first write's readers refuse instead of reading bits of
+    both.  Called while the image is still held (`taken`), before its stamp is checked
+    again: another call writes the file only after publishing its own image, so never
+    between this check and this stamp."""
+    stamp = uuid.uuid4().bytes
     _stamp_room(path, True)[:] = np.frombuffer(stamp, np.uint8)
     out, start = [], 0
     for n in lengths:
@@ -380,11 +421,12 @@ def reading(parts: list):
     def check():
         for p in stamped:
             try:
-                room = _stamp_room(p.path, False)
+                found = bytes(_stamp_room(p.path, False))
             except FileNotFoundError:
-                room = None
-            if room is None or bytes(room) != p.stamp:
-                raise RuntimeError(REPLACED)
+                raise RuntimeError(REWRITTEN.format(how=_REMOVED)) from None
+            if found != p.stamp:
+                how = _WRITING if found == bytes(STAMP) else _WRITTEN
+                raise RuntimeError(REWRITTEN.format(how=how))
 
     check()
     yield [read(p) if p is not None else None for p in parts]

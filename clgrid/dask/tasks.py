@@ -307,23 +307,26 @@ def _joined(values: list, threads: int) -> np.ndarray:
 def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, place=None):
     """One task of the planes split: its samples' shares of the visibilities (the taps on
     its planes, unweighted), one array per chunk of its group; with ``place`` (a file in
-    shared memory) and a published image, written there behind the image's stamp
-    (written straight into `clgrid.dask.exchange.stamped_room`, then
-    `stamped_shares`), a `Shared` per chunk returned instead."""
+    shared memory) and a published image, written there (straight into
+    `clgrid.dask.exchange.stamped_room`, the file this task's alone meanwhile) behind a
+    stamp of this write (`stamped_shares`), a `Shared` per chunk returned instead.  The
+    task computed again (or twice at once) writes the file again under a stamp of its
+    own: the readers of the first write then refuse, saying so, rather than read it
+    rewritten or half of each."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
         stamped = place is not None and isinstance(dirty, exchange.Published)
         dtype = complex_dtype(options["precision"])
-        with lock, exchange.taken(dirty) as image:
+        with lock, exchange.taken(dirty) as image, \
+                exchange.stamped_room(place if stamped else None, sum(points.lengths), dtype) as room:
             # the prediction written straight into the shared file (no copy of it after)
-            room = exchange.stamped_room(place, sum(points.lengths), dtype) if stamped else None
             predicted = operator.dirty2vis(image, out=None if room is None else room[:, None])[:, 0]
             if room is not None:
                 # stamped before the image's stamp is checked again (leaving `taken`): a
                 # later call writes this file only once its own image is published, so
                 # after that check; stamped later, this call's stamp could land on the
                 # later call's half-written values, and its readers would take them
-                return exchange.stamped_shares(place, points.lengths, dtype, dirty.stamp)
+                return exchange.stamped_shares(place, points.lengths, dtype)
         return split(predicted, points.parts)
 
 

@@ -343,7 +343,10 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     sent to every worker once (scattered on a distributed cluster, one node of the graph
     otherwise), not once per task.  With the planes split, each slab's task (one per
     group of chunks) predicts its samples' share and each chunk adds its slabs' shares in
-    slab order; a chunk without any
+    slab order (through shared memory where the workers share the client's host: a
+    prediction made again on the same points before this one is computed, or this one
+    computed twice at once, is read whole from one computation or refused, saying why,
+    never mixed); a chunk without any
     unmasked visibility comes back as zeros.  ``vis``, if given (numpy), receives the
     computed visibilities and is returned instead of the dask array (refused where it
     shares memory with a numpy input, as by `clgrid.dirty2vis`).
