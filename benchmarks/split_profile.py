@@ -1,9 +1,12 @@
 """Where a reused call of an operator over several devices goes, device by device: the
 wall seconds of each step of each engine's `dirty2vis` / `vis2dirty` (from the engines'
 threads) and of the host's sum, on the "large" set of `devices.py` (64 M visibilities
-into 8192^2, slabs of w-planes), against one device in the same run.
+into 8192^2, slabs of w-planes), against one device in the same run.  ``--timeline``
+also prints the last call's steps on each thread as start-end milliseconds from the
+call's start, with ``gpu`` the wait for the device's queue before its image or
+visibilities come down (a ``finish`` the library does not make: the probe's own).
 
-    python3 benchmarks/split_profile.py --devices nvidia
+    python3 benchmarks/split_profile.py --devices nvidia --timeline
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 import clgrid
 from clgrid.imaging import devices as imaging_devices
+from clgrid.device import transfer
 from clgrid.imaging import engine as imaging_engine
 from devices import SETS, expand, make_set
 
@@ -29,12 +33,28 @@ STEPS = {imaging_engine.ImagingEngine: ["dirty2vis", "vis2dirty", "_dirty2vis_de
          imaging_engine: ["download", "count_nonfinite", "host_empty", "plan_arranged", "add_at"],
          imaging_passes: ["download", "download_add", "host_empty"],
          imaging_devices: ["add_at"],
+         transfer.Staging: ["upload", "download", "download_add", "_pieces_down"],
          imaging_wgridding: ["first_planes", "plane_counts", "slab_bounds", "check_devices", "queues_for",
                              "device_w_range", "abs_w_range", "choose_geometry", "on_devices", "host_empty"],
          imaging_wgridding.WGridder: ["__init__", "_setup_devices"]}
 
 
-def wrap(times):
+TIMELINE: list = []      # (thread, step, start, end) of every wrapped call, when asked
+
+
+def wrap(times, timeline=False):
+    if timeline:
+        for module, name in ((imaging_passes, "download"), (imaging_passes, "download_add"),
+                             (imaging_engine, "download")):
+            original = getattr(module, name)
+
+            def waited(queue, *args, __original=original, **kwargs):
+                start = time.perf_counter()
+                queue.finish()
+                TIMELINE.append((threading.get_ident(), "gpu", start, time.perf_counter()))
+                return __original(queue, *args, **kwargs)
+
+            setattr(module, name, waited)
     for owner, names in STEPS.items():
         for name in names:
             original = getattr(owner, name, None)
@@ -46,9 +66,21 @@ def wrap(times):
                 try:
                     return __original(*args, **kwargs)
                 finally:
-                    times[(threading.get_ident(), __name)].append(time.perf_counter() - start)
+                    end = time.perf_counter()
+                    times[(threading.get_ident(), __name)].append(end - start)
+                    if timeline:
+                        TIMELINE.append((threading.get_ident(), __name, start, end))
 
             setattr(owner, name, timed)
+
+
+def print_timeline(start: float) -> None:
+    """The last call's steps, thread by thread, as start-end ms from ``start``."""
+    threads = sorted({t for t, *_ in TIMELINE}, key=lambda t: min(s for tt, _, s, _ in TIMELINE if tt == t))
+    for i, t in enumerate(threads):
+        steps = sorted((s, e, n) for tt, n, s, e in TIMELINE if tt == t)
+        print(f"   timeline thread {i}: " + ", ".join(f"{n} {1e3 * (s - start):.1f}-{1e3 * (e - start):.1f}"
+                                                     for s, e, n in steps))
 
 
 def main(argv=None) -> int:
@@ -56,11 +88,12 @@ def main(argv=None) -> int:
     p.add_argument("--devices", nargs="+", default=["nvidia"])
     p.add_argument("--set", default="large", choices=tuple(SETS))
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--timeline", action="store_true", help="the last call's steps on each thread, in time")
     a = p.parse_args(argv)
     data = make_set(*SETS[a.set])
     devices = expand(a.devices)
     times = defaultdict(list)
-    wrap(times)
+    wrap(times, a.timeline)
     for devs in ([devices[0]], devices):
         build = lambda: clgrid.WGridder(data["uvw"], data["freq"], data["npix"], data["npix"], data["pix"], data["pix"], 1e-4,
                              do_wgridding=True, precision="single", device=devs if len(devs) > 1 else devs[0],
@@ -82,10 +115,13 @@ def main(argv=None) -> int:
             times.clear()
             walls = []
             for _ in range(a.repeats):
+                TIMELINE.clear()
                 start = time.perf_counter()
                 call()
                 walls.append(time.perf_counter() - start)
             print(f"{len(devs)} device(s) {name}: {np.median(walls):.4f} s (median of {a.repeats})")
+            if a.timeline:
+                print_timeline(start)
             threads = sorted({t for t, _ in times})
             for i, t in enumerate(threads):
                 steps = {n: round(float(np.sum(v)) / a.repeats, 4) for (tt, n), v in times.items() if tt == t}

@@ -232,6 +232,61 @@ def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
     assert relative_error(op.dirty2vis(dirty), one.dirty2vis(dirty)) <= 1e-12
 
 
+@pytest.mark.parametrize("precision", ["single", "double"])
+def test_directions_balanced_at_other_slabs_each_take_their_own(rng, precision):
+    """Weights that cut the two directions' slabs apart (taps almost free for vis2dirty,
+    dear for dirty2vis): each device holds the samples of both its slabs, each direction's
+    slabs partition the planes, progress counts each plane once, and image and
+    visibilities are one device's (1e-6 single, rounding in double), bits repeated with
+    ``deterministic``."""
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1200, precision=precision, masked=0.1)
+    kw = dict(epsilon=1e-5 if precision == "single" else 1e-9, do_wgridding=True, mask=mask, center_x=0.01,
+              precision=precision, **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    tuning = {"split_sample_weight": 0.02, "split_sample_weight_dirty2vis": 50.0}
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, tuning=tuning, **kw)
+    g = op.geometry
+    slabs = {d: [e.direction_planes[d] for e in op.engines] for d in ("vis2dirty", "dirty2vis")}
+    assert slabs["vis2dirty"] != slabs["dirty2vis"]
+    for ranges in slabs.values():                     # each direction: the planes cut in order
+        taken = [r for r in ranges if len(r)]
+        assert taken[0].start == 0 and taken[-1].stop == g.num_planes
+        assert all(a.stop == b.start for a, b in zip(taken[:-1], taken[1:]))
+    first = imaging_split.first_planes(uvw, freq / C, mask.astype(bool), g)
+    for e, v, d in zip(op.engines, slabs["vis2dirty"], slabs["dirty2vis"]):
+        held = [r for r in (v, d) if len(r)]
+        assert e.planes == range(min(r.start for r in held), max(r.stop for r in held))
+        assert e.num_kept == np.count_nonzero(imaging_split.touching(first, e.planes.start, e.planes.stop,
+                                                                     g.kernel.support) & (first >= 0))
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(one.engines[0].real)
+    calls = []
+    image, predicted = op.vis2dirty(vis, wgt, progress=calls.append), op.dirty2vis(dirty, wgt)
+    assert len(calls) == g.num_planes
+    bound = 1e-6 if precision == "single" else 1e-12
+    assert relative_error(image, one.vis2dirty(vis, wgt)) <= bound
+    assert relative_error(predicted, one.dirty2vis(dirty, wgt)) <= bound
+    assert not np.any(predicted[mask == 0])
+    fixed = [clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, tuning=tuning, deterministic=True, **kw)
+             for _ in range(2)]
+    runs = [(f.vis2dirty(vis, wgt), f.dirty2vis(dirty, wgt)) for f in fixed]
+    assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(*runs))
+
+
+def test_an_engine_refuses_direction_planes_outside_its_own():
+    from clgrid.imaging.engine import _direction_planes
+
+    held = range(3, 9)
+    assert _direction_planes(None, held) == {"vis2dirty": held, "dirty2vis": held}
+    assert _direction_planes({"dirty2vis": range(5, 9)}, held)["dirty2vis"] == range(5, 9)
+    assert _direction_planes({"vis2dirty": range(4, 4)}, held)["vis2dirty"] == range(4, 4)
+    for bad in ({"dirty2vis": range(2, 9)}, {"vis2dirty": range(3, 10)}, {"vis2dirty": (3, 9)},
+                {"vis2dirty": range(3, 9, 2)}):
+        with pytest.raises(ValueError, match="direction_planes"):
+            _direction_planes(bad, held)
+    with pytest.raises(ValueError, match="unknown direction"):
+        _direction_planes({"grid": held}, held)
+
+
 def test_progress_and_warnings_speak_for_the_whole_operator(rng):
     """Progress counts each plane once over the slabs; a device whose share has zero
     weight says nothing, and an image of nothing on every device warns once."""

@@ -42,6 +42,8 @@ def small_device(monkeypatch, memory: int):
     (dict(do_wgridding=True, center_x=0.01, flip_v=True), DEVICE),
     (dict(do_wgridding=True, flip_u=True, divide_by_n=False, tuning={"fft": "mapped"}), DEVICE),
     (dict(do_wgridding=True, precision="single", center_y=-0.02), [DEVICE, DEVICE]),
+    (dict(do_wgridding=True, center_x=-0.01,            # the two directions' slabs apart (test_devices)
+          tuning={"split_sample_weight": 0.02, "split_sample_weight_dirty2vis": 50.0}), [DEVICE, DEVICE, DEVICE]),
     (dict(do_wgridding=False, tuning={"spread": "bins"}), DEVICE),
 ])
 def test_points_beyond_the_device_are_streamed_and_agree_with_ducc0_and_the_kept_operator(rng, monkeypatch,

@@ -138,17 +138,24 @@ def on_devices(calls: list) -> list:
     return results
 
 
-def sample_weight(device=None, tuning=None) -> float:
+_WEIGHT_KEYS = {"vis2dirty": "split_sample_weight", "dirty2vis": "split_sample_weight_dirty2vis"}
+
+
+def sample_weight(device=None, tuning=None, direction: str = "vis2dirty") -> float:
     """How a planes split weighs a sample's taps against a plane's FFT on ``device`` (a
     name, Device, Context or CommandQueue, a list of them: the first; None: the default
-    device): the tuning table's ``[wgridding] split_sample_weight``, which ``tuning`` (a
-    dict or a tuple of items) may set (`clgrid.imaging.split.slab_bounds`)."""
+    device) in ``direction`` ("vis2dirty" or "dirty2vis"): the tuning table's
+    ``[wgridding] split_sample_weight`` or ``split_sample_weight_dirty2vis``, which
+    ``tuning`` (a dict or a tuple of items) may set (`clgrid.imaging.split.slab_bounds`)."""
+    if direction not in _WEIGHT_KEYS:
+        raise ValueError(f"direction must be one of {tuple(_WEIGHT_KEYS)}, got {direction!r}")
+    key = _WEIGHT_KEYS[direction]
     if isinstance(device, (list, tuple)):
         device = device[0] if device else None
     device = select_device(device)
     given = dict(tuning or {})
-    given = {"split_sample_weight": given["split_sample_weight"]} if "split_sample_weight" in given else {}
-    return float(resolve_tuning("wgridding", given, device_facts(device))["split_sample_weight"])
+    given = {key: given[key]} if key in given else {}
+    return float(resolve_tuning("wgridding", given, device_facts(device))[key])
 
 
 def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add: bool = True) -> int:

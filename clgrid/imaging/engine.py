@@ -125,7 +125,12 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
     keep : (nrow, nchan) bool, or None: the samples to image.
     signs : the flips, +1 or -1 per axis.
     geometry : the `ImageGeometry` every part of the operator shares.
-    planes : the w-planes this engine spreads, transforms and interpolates (a range).
+    planes : the w-planes this engine holds the samples of (a range): those with a tap on
+        them, spread, transformed and interpolated there.
+    direction_planes : None (every call's planes are ``planes``), or {"vis2dirty": range,
+        "dirty2vis": range}: the planes each direction's calls spread or interpolate, each
+        within ``planes`` (a device list whose directions balance at other slabs holds the
+        union on each device and leaves the rest of it to the others in each call).
     precision, divide_by_n, device, tuning, workers, deterministic : as `WGridder`'s.
     epsilon : the accuracy asked for (None: not known): where it allows, the "rows" spread
         keeps its kernel values in float (`clgrid.sources.accuracy.float_taps_allowed`).
@@ -135,10 +140,13 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def __init__(self, uvw, scale, keep, signs, geometry: ImageGeometry, planes: range, precision: str,
                  divide_by_n: bool, device=None, tuning: dict | None = None, workers: int = 1,
-                 deterministic: bool = False, epsilon: float | None = None, prefetch=None):
+                 deterministic: bool = False, epsilon: float | None = None, prefetch=None,
+                 direction_planes: dict | None = None):
         self.geometry = geometry
         self.epsilon = epsilon
         self.planes = planes
+        self.direction_planes = _direction_planes(direction_planes, planes)
+        self._call_planes = planes            # the planes of the call under way (`_active`)
         self.nrow, self.nchan = uvw.shape[0], scale.size
         check_samples(self.nchan)
         self.shape = (self.nrow, self.nchan)
@@ -338,7 +346,10 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         return self._parts[0].plan.planned_on
 
     def _active(self, plane: int) -> bool:
-        """Whether any point has a tap on ``plane``."""
+        """Whether ``plane`` is among the call's planes (``direction_planes``) and any point
+        has a tap on it."""
+        if plane not in self._call_planes:
+            return False
         if self._stream is not None:
             return bool(self._touch[plane])
         return any(self.spreader.active(part.points, plane - part.base)[1] for part in self._parts
@@ -501,6 +512,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         self._check_values("vis", vis, self.shape, complex_ok=True)
         wgt = self._checked_wgt(wgt)
         with self._lock:
+            self._call_planes = self.direction_planes["vis2dirty"]
             if out is None:
                 return self._vis2dirty(vis, wgt, progress)
             direct = self.device_fft is not None and self._stream is None
@@ -587,6 +599,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             raise ValueError("dirty has NaN or infinite entries")
         wgt = self._checked_wgt(wgt)
         with self._lock:
+            self._call_planes = self.direction_planes["dirty2vis"]
             return self._dirty2vis(dirty, wgt, out, after)
 
     def _dirty2vis(self, dirty, wgt, given=None, after=None):
@@ -643,3 +656,18 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities",
                             self.precision, double="a float64 image", inputs="the image or the weights")
         return out
+
+
+def _direction_planes(given, planes: range) -> dict:
+    """``ImagingEngine``'s ``direction_planes`` checked: each direction's planes a range
+    within ``planes`` (None: ``planes`` for both)."""
+    out = {"vis2dirty": planes, "dirty2vis": planes}
+    for direction, within in (given or {}).items():
+        if direction not in out:
+            raise ValueError(f"direction_planes: unknown direction {direction!r}; known: {sorted(out)}")
+        if not isinstance(within, range) or within.step != 1 or (
+                len(within) and (within.start < planes.start or within.stop > planes.stop)):
+            raise ValueError(f"direction_planes[{direction!r}] must be a range within the engine's planes "
+                             f"{planes}, got {within!r}")
+        out[direction] = within
+    return out

@@ -93,7 +93,7 @@ class PlanePasses:
                 grid.base.release(self.queue)
             self.pixels.advance(phase, step)
             self.pixels.advance_tilt(tilt)
-            if progress is not None:
+            if progress is not None and plane in self._call_planes:
                 progress(1)
         out = np.empty((g.npix_x, g.npix_y), self.real)
         not_finite = []
@@ -125,7 +125,7 @@ class PlanePasses:
                 self.device_fft.backward(self._grid, **self._region_of(plane))
                 launch(self._accumulate, q, (g.npix_y, g.npix_x), self._grid, self._image_acc, *self._pixel_args,
                        *self._plane_args(plane))
-            if progress is not None:
+            if progress is not None and plane in self._call_planes:
                 q.finish()
                 progress(1)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,

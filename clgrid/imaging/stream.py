@@ -266,7 +266,7 @@ class StreamedPoints:
         each group's values are added to; ``overflowed`` counts the sums those additions
         made non-finite, what a sample's shares of several slabs may overflow to though
         each is finite)."""
-        order = [(i, k) for i, slab in enumerate(self._stream) if any(self._touch[p] for p in slab.planes)
+        order = [(i, k) for i, slab in enumerate(self._stream) if any(self._active(p) for p in slab.planes)
                  for k in range(len(slab.groups))]
         worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clgrid-stream") if STREAM_OVERLAP \
             else _InTurn()

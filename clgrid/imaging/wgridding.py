@@ -235,7 +235,7 @@ class WGridder:
         if split == "planes" and not g.do_wgridding:
             raise ValueError("split='planes' needs do_wgridding=True: without w there is one plane to share")
         self.split = split
-        shares = []                                       # (device index, rows, keep, planes)
+        shares = []                     # (device index, rows, keep, planes held, kept, each direction's planes)
         if split == "planes":
             # the slabs balanced on a sample of the rows; each device's planning keeps,
             # exactly, the samples with a tap on its slab (plan_stacked's planes)
@@ -245,29 +245,33 @@ class WGridder:
             first = first_planes(uvw[sampled], engine["scale"], None if keep is None else keep[sampled], g)
             counts = plane_counts(first, g) * (self.nrow / taken)
             active = None if isinstance(sampled, slice) or w_range is None else active_planes(w_range, g)
-            bounds = slab_bounds(counts, g, len(queues), self.planes, sample_weight(queues[0], engine['tuning']),
-                                 active)
+            # each direction's slabs; a device holds the samples of both of its own and each
+            # call spreads or interpolates its direction's
+            bounds = {d: slab_bounds(counts, g, len(queues), self.planes, sample_weight(queues[0], engine["tuning"], d),
+                                     active) for d in ("vis2dirty", "dirty2vis")}
             del first
             planes = np.arange(g.num_planes)
-            for i, (lo, hi) in enumerate(bounds):
+            for i, slabs in enumerate(zip(bounds["vis2dirty"], bounds["dirty2vis"])):
+                lo, hi = _union(slabs)
                 if lo < hi:        # a slab the sample finds empty may still hold samples: kept
                     kept = int(counts[touching(planes, lo, hi, g.kernel.support)].sum())     # about
-                    shares.append((i, slice(None), keep, range(lo, hi), kept))
+                    calls = {d: range(*s) if s[0] < s[1] else range(lo, lo) for d, s in zip(bounds, slabs)}
+                    shares.append((i, slice(None), keep, range(lo, hi), kept, calls))
         else:
             for i, (a, b) in enumerate(row_bounds(keep, self.nrow, self.nchan, len(queues))):
                 part = None if keep is None else keep[a:b]
                 kept = (b - a) * self.nchan if part is None else int(np.count_nonzero(part))
                 if kept:
-                    shares.append((i, slice(a, b), part, self.planes, kept))
+                    shares.append((i, slice(a, b), part, self.planes, kept, None))
         if not shares:                                    # nothing kept: the first device says so when called
-            shares = [(0, slice(None), keep, self.planes, 0)]
+            shares = [(0, slice(None), keep, self.planes, 0, None)]
         needs = [None] * len(queues)
-        for i, rows, _, _, kept in shares:
+        for i, rows, _, _, kept, _ in shares:
             nrow = len(range(*rows.indices(self.nrow)))
             needs[i] = share_bytes(nrow * self.nchan, kept, g, engine["precision"])
         check_devices(queues, engine["precision"], needs)
         each = max(1, workers // len(shares))
-        self._rows = [rows for _, rows, _, _, _ in shares]
+        self._rows = [rows for _, rows, *_ in shares]
         # one call at a time: each device's engine lock is held while it waits for another
         # device of the same call, and vis2dirty and dirty2vis chain the devices in opposite
         # orders, so two calls at once could each hold the lock the other waits for
@@ -276,10 +280,10 @@ class WGridder:
         # samples (about: the engine makes sure), not to those whose values the host picks
         early = [None if prefetch is None or kept < SPARSE_SHARE * self.nchan * len(range(*rows.indices(self.nrow)))
                  else {k: None if a is None else a[rows] for k, a in prefetch.items()}
-                 for _, rows, _, _, kept in shares]
+                 for _, rows, _, _, kept, _ in shares]
         self.engines = on_devices([partial(ImagingEngine, uvw=uvw[rows], keep=part, planes=planes, device=queues[i],
-                                           workers=each, prefetch=p, **engine)
-                                   for (i, rows, part, planes, _), p in zip(shares, early)])
+                                           workers=each, prefetch=p, direction_planes=calls, **engine)
+                                   for (i, rows, part, planes, _, calls), p in zip(shares, early)])
 
     @property
     def devices(self) -> list:
@@ -433,6 +437,16 @@ def _in_order(count: int, share, step: int) -> None:
 
     order = range(count - 1, -1, -1) if step > 0 else range(count)
     on_devices([partial(run, k) for k in order])
+
+
+def _union(slabs) -> tuple:
+    """(lo, hi): the planes from the lowest to the highest that the slabs (lo, hi) cover,
+    the empty ones left out (one device's slabs of the two directions; planes between
+    them, if any, are held and left to the other devices in both)."""
+    taken = [(lo, hi) for lo, hi in slabs if lo < hi]
+    if not taken:
+        return slabs[0]
+    return min(lo for lo, _ in taken), max(hi for _, hi in taken)
 
 
 def _balance_rows(nrow: int, nchan: int):
