@@ -170,22 +170,37 @@ def test_the_sums_run_in_their_documented_order(rng, monkeypatch):
                                                         ("dirty2vis", 2, "adds")]
 
 
-def test_device_images_are_summed_as_they_come_down(rng, monkeypatch):
+@pytest.mark.parametrize("portable", [False, True])
+def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, portable):
     """Three queues, the device FFT path ("mapped") with pinned staging in 4 KiB pieces
-    (forced on this CPU device): each device's image is written (the last) or added into
-    one poisoned image as it comes down, in a fixed order; the image equals one device's
-    to 1e-6 and deterministic operators repeat their bits."""
+    (forced on this CPU device): the last device's image is written into one poisoned
+    image, and each device before it gets that sum sent up (through its staging, or
+    straight from the pinned image: ``pinned_across_contexts``) and adds it to its own as
+    it finishes, in a fixed order; the image equals one device's to 1e-6 call after call
+    (the image pinned from the second call on) and deterministic operators repeat their
+    bits."""
     from clgrid.device import transfer
-    from clgrid.imaging import engine as imaging_engine, wgridding as imaging_wgridding
+    from clgrid.imaging import engine as imaging_engine, plane_passes, wgridding as imaging_wgridding
 
     monkeypatch.setattr(imaging_engine, "shared_staging", lambda queue: transfer.Staging(queue, piece=4096))
     poison_results(monkeypatch, imaging_wgridding)
+    sent = []
+    real_upload = plane_passes.upload_pinned
+    monkeypatch.setattr(plane_passes, "upload_pinned",
+                        lambda queue, host, *args: (sent.append(transfer._pinned_block(host) is not None),
+                                                    real_upload(queue, host, *args))[1])
     uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="single", masked=0.1)
-    kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single",
+              tuning={"fft": "mapped", "pinned_across_contexts": portable}, **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
     op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", **kw)
     assert all(e.device_fft is not None and e.staging is not None for e in op.engines)
-    assert relative_error(op.vis2dirty(vis, wgt), one.vis2dirty(vis, wgt)) <= 1e-6
+    assert all(e.pinned_portable is portable for e in op.engines)
+    expected = one.vis2dirty(vis, wgt)
+    for call in range(3):
+        sent.clear()
+        assert relative_error(op.vis2dirty(vis, wgt), expected) <= 1e-6
+        assert len(sent) == 2 and (all(sent) or call == 0)    # two devices added the sum after them
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     assert relative_error(op.dirty2vis(dirty, wgt), one.dirty2vis(dirty, wgt)) <= 1e-6
     fixed = [clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", deterministic=True, **kw)

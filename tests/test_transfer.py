@@ -10,7 +10,8 @@ import pytest
 import clgrid
 from clgrid import reference
 from clgrid.errors import EmptyInputWarning
-from clgrid.device.transfer import Staging, download_add, host_empty
+from clgrid.device import transfer
+from clgrid.device.transfer import Staging, download, host_empty, upload_pinned
 
 from conftest import random_visibilities, relative_error
 
@@ -29,31 +30,37 @@ def test_staging_round_trips_every_byte(rng, queue, nbytes):
     np.testing.assert_array_equal(back, host)
 
 
-@pytest.mark.parametrize("through", ["staging", "direct"])
-@pytest.mark.parametrize("n", [1, 1023, 1024, 3 * 1024 + 5])
-def test_download_add_adds_every_value_once_and_counts_overflow(rng, queue, through, n):
-    """A device's values added into a host array (through 4 KiB pieces, or directly), only
-    after ``before`` returned, and the sums that overflowed counted."""
-    staging = Staging(queue, piece=4096) if through == "staging" else None
-    values = rng.normal(size=n).astype(np.float32)
-    values[n // 2] = 3e38
-    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=values)
-    host = rng.normal(size=n).astype(np.float32)
-    host[n // 2] = 3e38                                       # 6e38: inf in float32
-    with np.errstate(over="ignore"):
-        expected = host + values
-    original, seen = host.copy(), []
-    locked = []
-
-    def before():
-        seen.append(host.copy())
-        locked.append(staging is not None and staging._lock.locked())
-
-    count = download_add(queue, buffer, host, staging, before=before)
-    np.testing.assert_array_equal(seen[0], original)                  # nothing added before ``before``
-    assert locked == [False]              # (it may wait for another device: the staging stays free meanwhile)
-    np.testing.assert_array_equal(host, expected)
-    assert count == 1
+@pytest.mark.parametrize("portable", [False, True])
+def test_pinned_memory_goes_straight_across_where_the_platform_allows(rng, queue, monkeypatch, portable):
+    """`upload_pinned` and `download` copy a pinned block straight across (no staging
+    piece, the upload's event its completion) for their own context, and for another
+    context only with ``portable``; otherwise through the staging's pieces (the upload
+    done on return); every byte arrives either way."""
+    contexts = [cl.Context([queue.device]) for _ in range(2)]
+    stagings = [Staging(cl.CommandQueue(c), piece=4096) for c in contexts]
+    n = int(rng.integers(3000, 9000))
+    for staging in stagings:
+        host_empty(n, np.float32, staging)                            # the size asked once: pinned next
+    pieces = []
+    for name in ("_pieces_down", "upload"):
+        real = getattr(Staging, name)
+        monkeypatch.setattr(Staging, name, lambda self, *a, __real=real, __name=name, **kw:
+                            (pieces.append(__name), __real(self, *a, **kw))[1])
+    for own, other in ((0, 1), (1, 0)):
+        block = host_empty(n, np.float32, stagings[own])
+        assert transfer._pinned_block(block) is not None
+        for staging in (stagings[own], stagings[other]):
+            straight = staging is stagings[own] or portable
+            q = staging.queue
+            pieces.clear()
+            block[...] = rng.normal(size=n).astype(np.float32)
+            buffer = cl.Buffer(q.context, cl.mem_flags.READ_WRITE, block.nbytes)
+            upload_pinned(q, block, buffer, staging, portable).wait()
+            sent = block.copy()
+            block[...] = np.nan                                       # poisoned
+            download(q, buffer, block, staging, portable=portable)
+            np.testing.assert_array_equal(block, sent)
+            assert pieces == ([] if straight else ["upload", "_pieces_down"])
 
 
 def test_operators_through_staging_match_the_reference(rng, queue):
@@ -148,33 +155,6 @@ def test_host_empty_refuses_a_shape_np_empty_refuses(rng, queue, shape, error):
         n = int(rng.integers(1, 50))
         assert host_empty(np.int64(n), np.float32, given).shape == (n,)
         assert host_empty((np.int32(n), 2), np.complex64, given).shape == (n, 2)
-
-
-def test_a_pinned_block_goes_straight_across_only_on_its_own_context(rng, queue, monkeypatch):
-    """`Staging.download` copies into a pinned block of its own context in one copy; a block
-    pinned for another context (a device list's output, made on device 0) goes through the
-    staging's pieces, and both arrive intact."""
-    contexts = [cl.Context([queue.device]) for _ in range(2)]        # pools of their own
-    stagings = [Staging(cl.CommandQueue(c), piece=4096) for c in contexts]
-    shape = (int(rng.integers(3, 9)), 500)
-    for staging in stagings:
-        host_empty(shape, np.complex64, staging)                       # the size asked once: pinned next
-    pieces = []
-    real = Staging._pieces_down
-    monkeypatch.setattr(Staging, "_pieces_down",
-                        lambda self, *args, **kw: (pieces.append(self), real(self, *args, **kw))[1])
-    source = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
-    for own, other in ((0, 1), (1, 0)):
-        target = host_empty(shape, np.complex64, stagings[own])
-        assert target.base is not None and target.base.context.int_ptr == contexts[own].int_ptr
-        for staging in (stagings[own], stagings[other]):
-            pieces.clear()
-            target[...] = 7                                             # poisoned
-            buffer = cl.Buffer(staging.queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                               hostbuf=source)
-            staging.download(buffer, target)
-            np.testing.assert_array_equal(target, source)
-            assert pieces == ([] if staging is stagings[own] else [staging])
 
 
 def test_freed_pinned_blocks_are_capped_for_the_whole_process(rng, queue, monkeypatch):

@@ -135,9 +135,11 @@ __kernel void accumulate(__global const complex_t *restrict grid, __global real_
 
 /* out = image / the grid correction (the image made, or a dirty image to predict from,
    once per call); not_finite[0] counts the image's NaN and infinite pixels, not_finite[1]
-   the finite ones the division made infinite. */
+   the finite ones the division made infinite.  With `add`, out = that + out (the images
+   of the devices after this one in a device list, sent up), the scaled value rounded
+   first, as the host's sum would; not_finite[2] counts the sums that are not finite. */
 __kernel void finish(__global const real_t *restrict image, __global real_t *out, PIXEL_ARGS,
-                     const int npix_x, const int npix_y, __global int *restrict not_finite)
+                     const int npix_x, const int npix_y, __global int *restrict not_finite, const int add)
 {
     const int iy = get_global_id(0), ix = get_global_id(1);   /* neighbours along a row: coalesced */
     if (ix >= npix_x || iy >= npix_y)
@@ -149,7 +151,15 @@ __kernel void finish(__global const real_t *restrict image, __global real_t *out
         atomic_inc(not_finite);
     else if (!isfinite(scaled))
         atomic_inc(not_finite + 1);
-    out[i] = scaled;
+    if (add) {
+#pragma OPENCL FP_CONTRACT OFF
+        const real_t sum = scaled + out[i];
+        if (!isfinite(sum))
+            atomic_inc(not_finite + 2);
+        out[i] = sum;
+    } else {
+        out[i] = scaled;
+    }
 }
 
 /* The adjoint of accumulate: the grid (zeroed before) gets scaled * exp(+2 pi i c) at

@@ -30,9 +30,9 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .host_threads import add_counting, parallel_copy
+from .host_threads import parallel_copy
 
-__all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "download", "download_add",
+__all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "upload_pinned", "download",
            "host_empty"]
 
 # Freed pinned blocks the process keeps for reuse, every context's pool together (a device
@@ -56,11 +56,6 @@ def _parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
 
 def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
-
-
-def _parallel_add(dst: np.ndarray, src: np.ndarray) -> int:
-    """``dst += src`` on the host threads (at most 16); how many sums are inf or NaN."""
-    return add_counting(dst, src, min(16, os.cpu_count() or 1))
 
 
 class Staging:
@@ -99,36 +94,20 @@ class Staging:
                 if event is not None:
                     event.wait()
 
-    def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None) -> None:
+    def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None, portable: bool = False) -> None:
         """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done.
         Straight across the bus where ``host`` lies in a pinned block of this staging's
-        context (`host_empty`); another context's block (a device list's output) goes
-        through the staging's pieces, as pageable memory would: it need not be pinned for
-        this context."""
-        block = _pinned_block(host)
-        if block is not None and block.context.int_ptr == self.queue.context.int_ptr:
+        context (`host_empty`), or of any context with ``portable`` (the platform's pinned
+        memory serves every context: the tuning table's ``pinned_across_contexts``);
+        another context's block (a device list's output) otherwise goes through the
+        staging's pieces, as pageable memory would: it need not be pinned for this
+        context."""
+        if _pinned_for(host, self.queue, portable):
             cl.enqueue_copy(self.queue, host, buffer, wait_for=wait_for).wait()
             return
         dst = _bytes(host)
         self._pieces_down(buffer, dst.size, self.piece,
                           lambda at, piece: _parallel_copy(dst[at:at + piece.size], piece), wait_for)
-
-    def download_add(self, buffer: cl.Buffer, host: np.ndarray, before=None) -> int:
-        """``host += `` the start of ``buffer`` (C-contiguous, of ``host``'s dtype), piece by
-        piece as they cross (each piece added while the next crosses), once ``before()``
-        (None: at once) has returned; how many sums are inf or NaN.  ``before()`` runs
-        before the staging is taken: it may wait for another device, and the staging's lock
-        held meanwhile would stall every copy of this queue (and two device lists on the
-        same devices in other orders would each hold what the other waits for)."""
-        flat = host.reshape(-1)
-        size = flat.itemsize
-        if before is not None:
-            before()
-        counts = []
-        self._pieces_down(buffer, flat.nbytes, self.piece - self.piece % size,
-                          lambda at, piece: counts.append(_parallel_add(flat[at // size:(at + piece.size) // size],
-                                                                        piece.view(flat.dtype))))
-        return sum(counts)
 
     def _pieces_down(self, buffer: cl.Buffer, nbytes: int, step: int, use, wait_for=None) -> None:
         """The first ``nbytes`` of ``buffer`` brought down in pieces of ``step`` bytes through
@@ -206,6 +185,13 @@ def _free_total() -> int:
 _pools: dict = {}
 
 
+def _pinned_for(host: np.ndarray, queue: cl.CommandQueue, portable: bool) -> bool:
+    """Whether ``host`` lies in a pinned block that ``queue`` may copy straight to or from:
+    one of its context's, or any with ``portable``."""
+    block = _pinned_block(host)
+    return block is not None and (portable or block.context.int_ptr == queue.context.int_ptr)
+
+
 def _pinned_block(a: np.ndarray):
     base = a
     while isinstance(base, np.ndarray):
@@ -271,9 +257,26 @@ def upload(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None, 
     return cl.enqueue_marker(queue)
 
 
-def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None, wait_for=None) -> None:
+def upload_pinned(queue, host: np.ndarray, buffer: cl.Buffer, staging: Staging | None,
+                  portable: bool = False) -> cl.Event:
+    """Copy the C-contiguous ``host`` into the start of ``buffer``, without waiting where it
+    can: straight across the bus, the event's completion the copy's, where ``host`` lies in
+    a pinned block ``queue`` may copy from (`Staging.download`'s ``portable``) or there is
+    no staging; else as `upload` (done on return, the event a marker).  ``host`` must stay
+    as it is until the event completes."""
+    if staging is None or _pinned_for(host, queue, portable):
+        if not host.nbytes:
+            return cl.enqueue_marker(queue)
+        event = cl.enqueue_copy(queue, buffer, host, is_blocking=False)
+        queue.flush()
+        return event
+    return upload(queue, host, buffer, staging)
+
+
+def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None, wait_for=None,
+             portable: bool = False) -> None:
     """Copy the start of ``buffer`` into the C-contiguous ``host`` after ``wait_for``; returns
-    when done."""
+    when done (``portable``: as `Staging.download`'s)."""
     if not host.nbytes or buffer is None:     # nothing to copy (an empty device array has no buffer)
         if wait_for:
             cl.wait_for_events(wait_for)
@@ -281,26 +284,7 @@ def download(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None
     if staging is None:
         cl.enqueue_copy(queue, host, buffer, wait_for=wait_for).wait()
     else:
-        staging.download(buffer, host, wait_for=wait_for)
-
-
-def download_add(queue, buffer: cl.Buffer, host: np.ndarray, staging: Staging | None, before=None) -> int:
-    """``host += `` the start of ``buffer`` (``host``: C-contiguous, its dtype the buffer's),
-    the sum made once ``before()`` (None: at once) has returned: a device's share added to
-    what other devices put in ``host`` first.  Through ``staging`` the pieces are added as
-    they cross, so the sum costs about what the copy would.  Returns how many of the sums
-    are inf or NaN (real and imaginary parts apart)."""
-    if not host.nbytes:
-        if before is not None:
-            before()
-        return 0
-    if staging is not None:
-        return staging.download_add(buffer, host, before)
-    got = np.empty_like(host)
-    cl.enqueue_copy(queue, got, buffer).wait()
-    if before is not None:
-        before()
-    return _parallel_add(host.reshape(-1), got.reshape(-1))
+        staging.download(buffer, host, wait_for=wait_for, portable=portable)
 
 
 def to_device_array(queue, host: np.ndarray, staging: Staging | None) -> cla.Array:

@@ -178,6 +178,8 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             hint = f" ({self.spread_mode!r} is now {former!r})" if former else ""
             raise ValueError(f"tuning [wgridding] spread must be one of {tuple(SPREADS)}, got "
                              f"{self.spread_mode!r}{hint}")
+        # a device list's image, pinned for another device's context, copied straight across
+        self.pinned_portable = bool(wparams["pinned_across_contexts"])
         self.fft = HostFFT(self._workers, wparams["host_fft"])
         self.fft_mode = wparams["fft"]
         if self.fft_mode not in ("host", "mapped", "vkfft"):

@@ -19,11 +19,12 @@ import pyopencl as cl
 from ..device.codegen import build_program, launch, render
 from ..device.host_threads import in_slices
 from ..device.runtime import fill_zeros
-from ..device.transfer import download, download_add, host_empty, upload
+from ..device.transfer import download, host_empty, shared_staging, upload, upload_pinned
 from ..operators.checks import check_finite_result
 from ..strategies.base import read_only_buffer
 from .fft import clear_outside
 from .pixels import pixel_blocks
+from .prefetch import transfer_queue
 
 __all__ = ["PlanePasses"]
 
@@ -128,16 +129,23 @@ class PlanePasses:
             if progress is not None and plane in self._call_planes:
                 q.finish()
                 progress(1)
+        image, after = (host_empty((g.npix_x, g.npix_y), self.real, self.staging), None) if into is None else into
+        sent = None
+        if after is not None:
+            # the image of the devices after this one (in ``image`` once ``after()`` returns)
+            # goes up on the transfer queue while this device's planes run, and the finish
+            # adds it: one image comes down, the sum
+            after()
+            transfers = transfer_queue(q)
+            sent = upload_pinned(transfers, image, self._image_out, shared_staging(transfers), self.pinned_portable)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
-               np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+               np.int32(g.npix_x), np.int32(g.npix_y), self._tally, np.int32(sent is not None),
+               wait_for=None if sent is None else [sent])
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
-        image, after = (host_empty((g.npix_x, g.npix_y), self.real, self.staging), None) if into is None else into
-        if after is None:
-            download(self.queue, self._image_out, image, self.staging)
-            self._check_image(int(not_finite[0]) + int(not_finite[1]))
-        else:          # the sums: a pixel the tally counts is a non-finite sum too, counted once
-            self._check_image(download_add(self.queue, self._image_out, image, self.staging, after))
+        download(self.queue, self._image_out, image, self.staging, portable=self.pinned_portable)
+        # (summed: a pixel non-finite in this image or the sum's others is a non-finite sum)
+        self._check_image(int(not_finite[0]) + int(not_finite[1]) if sent is None else int(not_finite[2]))
         return image
 
     def _dirty2vis_device(self, dirty):
@@ -147,7 +155,7 @@ class PlanePasses:
         upload(self.queue, np.asarray(dirty, self.real), self._image_acc, self.staging)
         fill_zeros(q, self._tally, 12, np.int32)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
-               np.int32(g.npix_x), np.int32(g.npix_y), self._tally)
+               np.int32(g.npix_x), np.int32(g.npix_y), self._tally, np.int32(0))
         not_finite = np.empty(3, np.int32)
         cl.enqueue_copy(q, not_finite, self._tally)
         if not_finite[0]:        # NaN or inf in the caller's image, or beyond the precision's range

@@ -324,12 +324,14 @@ class WGridder:
         wgt = None if wgt is None else np.asarray(wgt)
         self._check("wgt", wgt, self.shape)
         reports = _progress_reports(progress, len(self.engines), self.split == "planes")
-        # one image: the last device writes its own, each one before it adds its own (as it
-        # comes down) once the one after it is done: a fixed order (last to first, so the
+        # one image: the last device writes its own, each one before it adds its own once
+        # the one after it is done (a device FFT: the sum so far sent up and added there as
+        # its image is finished; else on the host): a fixed order (last to first, so the
         # first device, which holds most samples of a planes split and ends last, adds as
-        # it ends), the same sum whichever ends first
-        last = self.engines[-1]
-        image = host_empty((self.npix_x, self.npix_y), last.real, last.staging)
+        # it ends), the same sum whichever ends first.  Pinned for the first device, which
+        # brings the whole sum down last.
+        first = self.engines[0]
+        image = host_empty((self.npix_x, self.npix_y), first.real, first.staging)
 
         def share(k, after):
             e, r = self.engines[k], self._rows[k]
