@@ -176,9 +176,8 @@ def install(force_staging: bool = False) -> str:
         after=k.get("after") is not None, staging=self.staging is not None, fft=self.device_fft is not None,
         stream=self._stream is not None))
     _wrap(transfer.Staging, "upload", "     staging.upload", lambda self, host, buf: nbytes(host))
-    _wrap(transfer.Staging, "download", "     staging.download", lambda self, buf, host, wait_for=None: nbytes(host))
-    _wrap(transfer.Staging, "download_add", "     staging.download_add",
-          lambda self, buf, host, before=None: nbytes(host))
+    _wrap(transfer.Staging, "download", "     staging.download",
+          lambda self, buf, host, wait_for=None, portable=False: nbytes(host))
     _facts["installed"] = True
     return "installed"
 

@@ -31,9 +31,9 @@ STEPS = {imaging_engine.ImagingEngine: ["dirty2vis", "vis2dirty", "_dirty2vis_de
                                         "_tally_counts", "_gather_values", "_held_values", "_scatter_parts",
                                         "__init__", "_make_part", "_setup_device"],
          imaging_engine: ["download", "count_nonfinite", "host_empty", "plan_arranged", "add_at"],
-         imaging_passes: ["download", "download_add", "host_empty"],
+         imaging_passes: ["download", "upload_pinned", "host_empty"],
          imaging_devices: ["add_at"],
-         transfer.Staging: ["upload", "download", "download_add", "_pieces_down"],
+         transfer.Staging: ["upload", "download", "_pieces_down"],
          imaging_wgridding: ["first_planes", "plane_counts", "slab_bounds", "check_devices", "queues_for",
                              "device_w_range", "abs_w_range", "choose_geometry", "on_devices", "host_empty"],
          imaging_wgridding.WGridder: ["__init__", "_setup_devices"]}
@@ -44,8 +44,7 @@ TIMELINE: list = []      # (thread, step, start, end) of every wrapped call, whe
 
 def wrap(times, timeline=False):
     if timeline:
-        for module, name in ((imaging_passes, "download"), (imaging_passes, "download_add"),
-                             (imaging_engine, "download")):
+        for module, name in ((imaging_passes, "download"), (imaging_engine, "download")):
             original = getattr(module, name)
 
             def waited(queue, *args, __original=original, **kwargs):
@@ -130,6 +129,7 @@ def main(argv=None) -> int:
         for name in ("vis2dirty", "dirty2vis"):
             phases = []
             for _ in range(a.repeats):
+                TIMELINE.clear()
                 t0 = time.perf_counter()
                 fresh = build()
                 t1 = time.perf_counter()
@@ -139,6 +139,8 @@ def main(argv=None) -> int:
                 phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
             build_s, call_s, drop_s = np.median(np.array(phases), axis=0)
             print(f"{len(devs)} device(s) one {name}: set-up {build_s:.4f} + call {call_s:.4f} + drop {drop_s:.4f} s")
+            if a.timeline:
+                print_timeline(t0)
         del op
     return 0
 
