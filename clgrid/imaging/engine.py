@@ -508,8 +508,9 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         ``out``: a C-contiguous (npix_x, npix_y) array of the image's dtype to write the
         image into (None: a new one), returned.  ``after``: None, or a function that
         returns once another device's image is in ``out``; then this engine's image is
-        added to it (after ``after()`` returned, as it comes down from the device) instead
-        of written: how a device list sums its devices' images in a fixed order."""
+        added to it (after ``after()`` returned: with a device FFT the image in ``out`` is
+        sent up and added on the device, and the sum comes down; else added on the host)
+        instead of written: how a device list sums its devices' images in a fixed order."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape, complex_ok=True)
         wgt = self._checked_wgt(wgt)

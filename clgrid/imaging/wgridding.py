@@ -96,7 +96,7 @@ class WGridder:
     w-gridding and ``"rows"`` without.  Each call drives the devices at once from host
     threads and sums their shares into one host array in a fixed order (`dirty2vis`: the
     first device writes, each next adds once the one before is done; `vis2dirty`: the
-    last writes, each one before adds as its image comes down), so the result does not
+    last writes, each one before adds its own to the sum so far), so the result does not
     depend on which finishes first.  A device given no share (more
     devices than slabs of planes with samples, or rows) is left out: ``devices`` lists
     those used.  A device that cannot do the precision or hold its share is refused,
