@@ -209,6 +209,48 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     assert np.array_equal(a, b)
 
 
+def test_a_device_issues_its_planes_before_it_waits_for_the_image_after_it(rng, monkeypatch):
+    """vis2dirty on a device list, the device FFT's path: a device that adds the image of
+    the devices after it flushes its queue after its last plane's kernels and before it
+    waits for that image, so its planes run meanwhile.  (OpenCL issues enqueued commands
+    at a flush or a wait: PoCL and Intel's runtime issue them at once, a GPU's driver may
+    hold them until then, and the devices would take turns.)"""
+    import pyopencl as cl
+
+    from clgrid.imaging import engine as imaging_engine, plane_passes
+
+    log = []
+    real_flush, real_launch = cl.CommandQueue.flush, plane_passes.launch
+    monkeypatch.setattr(cl.CommandQueue, "flush",
+                        lambda self: (log.append(("flush", self.int_ptr)), real_flush(self))[1])
+    monkeypatch.setattr(plane_passes, "launch", lambda kernel, queue, *args, **kw: (
+        log.append(("launch", queue.int_ptr)), real_launch(kernel, queue, *args, **kw))[1])
+    real_vis2dirty = imaging_engine.ImagingEngine.vis2dirty
+
+    def vis2dirty(self, vis, wgt=None, progress=None, out=None, after=None):
+        if after is not None:
+            waited, queue = after, self.queue.int_ptr
+
+            def after():
+                log.append(("after", queue))
+                waited()
+        return real_vis2dirty(self, vis, wgt, progress, out, after)
+
+    monkeypatch.setattr(imaging_engine.ImagingEngine, "vis2dirty", vis2dirty)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 600, precision="single")
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", epsilon=1e-5, do_wgridding=True,
+                         precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    assert all(e.device_fft is not None for e in op.engines)
+    op.vis2dirty(vis, wgt)
+    waits = [i for i, (what, _) in enumerate(log) if what == "after"]
+    assert len(waits) == 2
+    for at in waits:
+        queue = log[at][1]
+        mine = [(i, what) for i, (what, q) in enumerate(log[:at]) if q == queue]
+        planes = max(i for i, what in mine if what == "launch")        # the last plane's accumulate
+        assert any(what == "flush" and i > planes for i, what in mine), "waited with its planes unflushed"
+
+
 def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
     """Double precision, 4 queues, |w| in two bands with empty planes between, and points
     exactly on every plane's edge (channel 0 at c: metres are wavelengths there): the
