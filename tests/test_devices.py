@@ -183,12 +183,16 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     from clgrid.imaging import engine as imaging_engine, plane_passes, wgridding as imaging_wgridding
 
     monkeypatch.setattr(imaging_engine, "shared_staging", lambda queue: transfer.Staging(queue, piece=4096))
+    stagings = {}                                     # the transfer queues' (kept, as shared_staging's)
+    monkeypatch.setattr(plane_passes, "shared_staging",
+                        lambda queue: stagings.setdefault(queue.int_ptr, transfer.Staging(queue, piece=4096)))
     poison_results(monkeypatch, imaging_wgridding)
-    sent = []
+    sent = []                                         # (the sending context, pinned, straight across)
     real_upload = plane_passes.upload_pinned
-    monkeypatch.setattr(plane_passes, "upload_pinned",
-                        lambda queue, host, *args: (sent.append(transfer._pinned_block(host) is not None),
-                                                    real_upload(queue, host, *args))[1])
+    monkeypatch.setattr(plane_passes, "upload_pinned", lambda queue, host, buffer, staging, portable: (
+        sent.append((queue.context.int_ptr, transfer._pinned_block(host) is not None,
+                     staging is None or transfer._pinned_for(host, queue, portable))),
+        real_upload(queue, host, buffer, staging, portable))[1])
     uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single",
               tuning={"fft": "mapped", "pinned_across_contexts": portable}, **IMAGE)
@@ -200,7 +204,10 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     for call in range(3):
         sent.clear()
         assert relative_error(op.vis2dirty(vis, wgt), expected) <= 1e-6
-        assert len(sent) == 2 and (all(sent) or call == 0)    # two devices added the sum after them
+        assert len(sent) == 2                                   # two devices added the sum after them
+        for context, pinned, straight in sent:     # (pinned for the first device from the second call on)
+            assert pinned or call == 0
+            assert straight == (pinned and (portable or context == op.engines[0].queue.context.int_ptr))
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     assert relative_error(op.dirty2vis(dirty, wgt), one.dirty2vis(dirty, wgt)) <= 1e-6
     fixed = [clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", deterministic=True, **kw)
