@@ -216,6 +216,42 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     assert np.array_equal(a, b)
 
 
+def test_a_device_adds_the_image_after_it_only_once_it_is_up(rng, monkeypatch):
+    """The upload of the image of the devices after a device is held back a while on its
+    transfer queue (a user event, set from a timer): the device's finish waits for it, and
+    the image is one device's (a finish that did not wait would add whatever its output
+    buffer held: the last call's sum, or nothing written)."""
+    import threading
+
+    import pyopencl as cl
+
+    from clgrid.imaging import plane_passes
+
+    timers = []
+
+    def held_back(queue, host, buffer, staging, portable):
+        gate = cl.UserEvent(queue.context)
+        copy = cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=[gate])
+        queue.flush()
+        timers.append(threading.Timer(0.2, gate.set_status, (cl.command_execution_status.COMPLETE,)))
+        timers[-1].start()
+        return copy
+
+    monkeypatch.setattr(plane_passes, "upload_pinned", held_back)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 600, precision="single")
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 2, split="planes", **kw)
+    expected = one.vis2dirty(vis, wgt)
+    try:
+        for scale in (1, -3):                        # the second call's sum differs from the first's
+            assert relative_error(op.vis2dirty(vis * np.float32(scale), wgt), expected * scale) <= 1e-6
+    finally:
+        for timer in timers:
+            timer.join()
+    assert len(timers) == 2
+
+
 def test_a_device_issues_its_planes_before_it_waits_for_the_image_after_it(rng, monkeypatch):
     """vis2dirty on a device list, the device FFT's path: a device that adds the image of
     the devices after it flushes its queue after its last plane's kernels and before it
