@@ -631,6 +631,35 @@ def test_an_overflow_in_an_added_image_is_counted_once(rng, monkeypatch):
     assert bad > 0 and reported_count(error) == bad
 
 
+def test_two_finite_images_whose_sum_overflows_are_counted(rng, monkeypatch):
+    """Each device's image finite (up to 0.6 of float32's largest; one device's operator
+    on its rows makes it without complaint), their sum not: the device that adds counts
+    the non-finite sums (finish's tally[2]), not its own image's non-finite pixels (none
+    here), and the error names as many as the image holds.  A point source where the
+    grid correction is least (a corner: divided by the correction before the sum, the
+    image there is larger than on the device)."""
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    uvw, freq, _, _, _ = wide_field(rng, int(rng.integers(600, 900)), precision="single")
+    # (one plane: no partial sums of planes beyond the image's largest value)
+    kw = dict(epsilon=1e-5, do_wgridding=False, precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="rows", **kw)
+    assert len(op.engines) == 2 and all(e.device_fft is not None for e in op.engines)
+    source = np.zeros((IMAGE["npix_x"], IMAGE["npix_y"]), np.float32)
+    source[np.unravel_index(np.argmin(op.engine.pixels.correction_rows(slice(None))), source.shape)] = 1
+    vis = clgrid.WGridder(uvw, freq, device=DEVICE, **kw).dirty2vis(source)
+    alone = [clgrid.WGridder(uvw[rows], freq, device=DEVICE, **kw) for rows in op._rows]
+    largest = max(float(np.abs(a.vis2dirty(vis[rows])).max()) for a, rows in zip(alone, op._rows))
+    vis *= np.float32(0.6 * np.finfo(np.float32).max / largest)
+    for a, rows in zip(alone, op._rows):
+        assert np.all(np.isfinite(a.vis2dirty(vis[rows])))
+    made = recorded_results(monkeypatch, imaging_wgridding)
+    with pytest.raises(NonFiniteResultError, match="image") as error:
+        op.vis2dirty(vis)
+    bad = np.count_nonzero(~np.isfinite(made[0]))
+    assert bad > 0 and reported_count(error) == bad
+
+
 def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
     """Two device-list operators called at once from two threads, in the interleaving that
     broke the gathering through `warnings.catch_warnings` (process-wide state: A's gathering
