@@ -372,6 +372,26 @@ def test_directions_balanced_at_other_slabs_each_take_their_own(rng, precision):
     assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(*runs))
 
 
+def test_stage_seconds_times_the_direction_planes_of_a_device(rng):
+    """`ImagingEngine.stage_seconds` spreads (or interpolates) the planes the engine's
+    vis2dirty (or dirty2vis) calls take, not every plane it holds the samples of."""
+    uvw, freq, vis, wgt, _ = wide_field(rng, 600, precision="single")
+    tuning = {"split_sample_weight": 0.02, "split_sample_weight_dirty2vis": 50.0}
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, tuning=tuning, epsilon=1e-5, do_wgridding=True,
+                         precision="single", **IMAGE)
+    op.vis2dirty(vis, wgt)
+    for e in op.engines:
+        for direction, name, call in (("grid", "grid", "vis2dirty"), ("degrid", "degrid", "dirty2vis")):
+            strategy = e.spreader if direction == "grid" else e.interpolator
+            seen, real = [], getattr(strategy, name)
+            setattr(strategy, name, lambda *args, plane, **kw: (seen.append(plane), real(*args, plane=plane, **kw))[1])
+            try:
+                e.stage_seconds(direction)
+            finally:
+                delattr(strategy, name)
+            assert sorted(set(seen)) == [p for p in e.direction_planes[call]], (direction, e.planes)
+
+
 def test_an_engine_refuses_direction_planes_outside_its_own():
     from clgrid.imaging.engine import _direction_planes
 

@@ -458,10 +458,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def stage_seconds(self, direction: str) -> float:
         """Device seconds of spreading (``direction="grid"``) or interpolating ("degrid") every
-        active plane once, with the values of the last call (for tuning and benchmarks)."""
+        plane of that direction's calls (``direction_planes``) once, with the values of the
+        last call (for tuning and benchmarks)."""
         events = []
         with self._lock:
-            for plane in self.planes:
+            for plane in self.direction_planes["vis2dirty" if direction == "grid" else "dirty2vis"]:
                 for part in self._parts:
                     if plane not in part.planes:
                         continue
