@@ -428,6 +428,15 @@ def test_progress_and_warnings_speak_for_the_whole_operator(rng):
                              **IMAGE)
     planes.vis2dirty(vis, progress=calls.append)
     assert len(calls) == planes.geometry.num_planes
+    # the second slab's samples all of zero weight: that device images nothing, and still
+    # counts its planes (it returned without a word of them, and progress stopped short)
+    g, last = planes.geometry, planes.engines[-1]
+    first = imaging_split.first_planes(uvw, freq / C, None, g)
+    weights = np.ones_like(wgt)
+    weights[imaging_split.touching(first, last.planes.start, last.planes.stop, g.kernel.support)] = 0
+    calls.clear()
+    planes.vis2dirty(vis, weights, progress=calls.append)
+    assert len(calls) == g.num_planes
 
 
 def test_device_lists_refuse_what_cannot_work_naming_the_device(rng, monkeypatch):
