@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import mmap
-import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor

@@ -49,7 +49,7 @@ class _FpgaStacked(StackedStrategy):
         ``extra["run_start"][g]`` (host) where first plane g's runs begin."""
         self.stable = True
         points = super().arrange(plan, npol)
-        layout, k = self.layout(), self.kernels
+        layout = self.layout()
         num_planes = points.plane_start.size - 1       # the plan's stack (a slab's, where it has one)
         starts = np.empty(num_planes * layout.keys_per_plane + 1, np.int32)
         cl.enqueue_copy(self.queue, starts, points.starts)
