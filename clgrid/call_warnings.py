@@ -100,16 +100,17 @@ class said_once:
 
     Parameters
     ----------
-    stacklevel : int
+    stacklevel : int or None
         Where they are said, as `warnings.warn`'s: 1 is the line of the ``with``, 2 the
-        call of the function that holds it, ...
+        call of the function that holds it, ...; None: the first frame outside clgrid
+        (`caller_level`).
     leaving_out : callable, optional
         ``leaving_out(message, category)`` true for a warning not to say (its caller says
         it, or it is no news there).
     """
 
-    def __init__(self, stacklevel: int = 1, leaving_out=None):
-        self.stacklevel = int(stacklevel)
+    def __init__(self, stacklevel: int | None = 1, leaving_out=None):
+        self.stacklevel = None if stacklevel is None else int(stacklevel)
         self.leaving_out = leaving_out
         self.sink: list = []
         self._gathering = None
@@ -122,5 +123,6 @@ class said_once:
         self._gathering.__exit__(*exc)
         kept = [(message, category) for message, category in self.sink
                 if self.leaving_out is None or not self.leaving_out(message, category)]
-        say_gathered([kept], stacklevel=self.stacklevel + 1)      # counted from the with's frame
+        level = None if self.stacklevel is None else self.stacklevel + 1      # counted from the with's frame
+        say_gathered([kept], stacklevel=level)
         return False

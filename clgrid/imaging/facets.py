@@ -390,7 +390,7 @@ class FacetedImager:
 
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
         image = np.empty(self.shape, self.real)
-        with said_once(stacklevel=3):         # each facet's warnings once, from the WGridder call
+        with said_once(stacklevel=None):      # each facet's warnings once, from the caller's line
             for facet, op in self.operators():
                 image[facet.rows, facet.cols] = op.vis2dirty(vis, wgt, progress)
         return image
@@ -400,7 +400,7 @@ class FacetedImager:
         if dirty.shape != self.shape:
             raise ValueError(f"dirty must have shape {self.shape}, got {dirty.shape}")
         total = None
-        with said_once(stacklevel=3):         # each facet's warnings once, from the WGridder call
+        with said_once(stacklevel=None):      # each facet's warnings once, from the caller's line
             for facet, op in self.operators():
                 part = op.dirty2vis(np.ascontiguousarray(dirty[facet.rows, facet.cols]), wgt)
                 if total is None:
