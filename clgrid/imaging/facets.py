@@ -364,7 +364,8 @@ class FacetedImager:
         self.shape = (int(npix_x), int(npix_y))
         self.real = np.dtype(real_dtype)
         self.keep = bool(keep)
-        self._operators = [make(i) for i in range(len(self.facets))] if self.keep else None
+        with said_once(stacklevel=None):      # the kept operators' set-up warnings once, from the caller's line
+            self._operators = [make(i) for i in range(len(self.facets))] if self.keep else None
 
     @property
     def queue(self):
