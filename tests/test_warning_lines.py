@@ -12,7 +12,6 @@ its pool threads, named concurrent/futures/thread.py, once per device.
 """
 
 import os
-import re
 import sys
 import warnings
 
@@ -25,7 +24,7 @@ from clgrid.errors import EmptyInputWarning, KernelBuildError
 from clgrid.imaging import engine as engine_module
 from clgrid.strategies import base as strategy_base
 from clgrid.strategies import texture as texture_module
-from conftest import random_visibilities, wide_field
+from conftest import random_visibilities, warning_places, wide_field
 
 DEVICE = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
 IMAGE = dict(npix_x=64, npix_y=48, pixsize_x=4e-3, pixsize_y=5e-3)
@@ -36,15 +35,6 @@ LAYOUTS = {"one device": dict(device=DEVICE), "device list": dict(device=[DEVICE
            "facets": dict(device=DEVICE, facets=(2, 2))}
 
 
-def said_by(call, category, match: str) -> list:
-    """``call()`` with every warning recorded ("always"): the (file, line) of each of
-    ``category`` whose message matches ``match``."""
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        call()
-    return [(w.filename, w.lineno) for w in said if issubclass(w.category, category) and re.search(match, str(w.message))]
-
-
 def line_of(call) -> tuple:
     """(this file, the line) of a one-line lambda: where a warning of its call should point."""
     return (__file__, call.__code__.co_firstlineno)
@@ -53,7 +43,7 @@ def line_of(call) -> tuple:
 def assert_each_at_its_line(calls: dict, category, match: str, once: bool = True) -> None:
     """Each of ``calls`` (name: one-line lambda) says the warning at its own line: once,
     or (not ``once``: each device's message its own) at least once."""
-    said = {name: said_by(call, category, match) for name, call in calls.items()}
+    said = {name: warning_places(call, category, match) for name, call in calls.items()}
     wrong = {name: got for name, got in said.items()
              if (got != [line_of(calls[name])] if once else set(got) != {line_of(calls[name])})}
     assert not wrong, f"expected each once at its own line in {__file__}: {wrong}"
@@ -223,7 +213,7 @@ def test_gridder_and_degridder_empty_input_warnings_name_the_callers_line(queue,
     streaming = clgrid.Degridder(N, CELL, stack, device=queue)
     streaming.chunk_samples = len(uvw) // 3 + 1             # streamed: each chunk of rows says it
     call = lambda: streaming.degrid(model, uvw, flags=flagged)  # noqa: E731
-    assert set(said_by(call, EmptyInputWarning, "no visibility was degridded")) == {line_of(call)}
+    assert set(warning_places(call, EmptyInputWarning, "no visibility was degridded")) == {line_of(call)}
 
 
 def test_dropped_visibilities_warning_names_the_callers_line(queue, stack, rng):
