@@ -2,8 +2,8 @@
 the process's warning state.
 
 A call that runs several operators says their warnings once for the whole call: a
-device list (`clgrid.imaging.wgridding.WGridder`) its engines', run on host threads, a
-device's "nothing to image" only where every device said it; facets
+device list (`clgrid.imaging.wgridding.WGridder`) its engines', set up and run on host
+threads, a device's "nothing to image" only where every device said it; facets
 (`clgrid.imaging.facets.FacetedImager`) their operators', one after another; a Dask task
 (`clgrid.dask`) records its operator's for the client, or leaves out those the client
 says for the whole set.  `warnings.catch_warnings` would gather them by swapping the
@@ -20,7 +20,7 @@ Where a warning is said, ``stacklevel`` as `warnings.warn`'s names the line it p
 at; ``stacklevel=None`` names the first frame outside clgrid (`caller_level`): the
 caller's own line, however many of the library's calls lie between (a warning of the
 engine said from a call of `clgrid.vis2dirty`, of `WGridder.vis2dirty`, or of its set-up,
-each at its own depth).
+each at its own depth).  clgrid's operators say theirs so (tests/test_warning_lines.py).
 """
 
 from __future__ import annotations
