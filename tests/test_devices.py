@@ -183,12 +183,16 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     from clgrid.imaging import engine as imaging_engine, plane_passes, wgridding as imaging_wgridding
 
     monkeypatch.setattr(imaging_engine, "shared_staging", lambda queue: transfer.Staging(queue, piece=4096))
+    stagings = {}                                     # the transfer queues' (kept, as shared_staging's)
+    monkeypatch.setattr(plane_passes, "shared_staging",
+                        lambda queue: stagings.setdefault(queue.int_ptr, transfer.Staging(queue, piece=4096)))
     poison_results(monkeypatch, imaging_wgridding)
-    sent = []
+    sent = []                                         # (the sending context, pinned, straight across)
     real_upload = plane_passes.upload_pinned
-    monkeypatch.setattr(plane_passes, "upload_pinned",
-                        lambda queue, host, *args: (sent.append(transfer._pinned_block(host) is not None),
-                                                    real_upload(queue, host, *args))[1])
+    monkeypatch.setattr(plane_passes, "upload_pinned", lambda queue, host, buffer, staging, portable: (
+        sent.append((queue.context.int_ptr, transfer._pinned_block(host) is not None,
+                     staging is None or transfer._pinned_for(host, queue, portable))),
+        real_upload(queue, host, buffer, staging, portable))[1])
     uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single",
               tuning={"fft": "mapped", "pinned_across_contexts": portable}, **IMAGE)
@@ -200,13 +204,94 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     for call in range(3):
         sent.clear()
         assert relative_error(op.vis2dirty(vis, wgt), expected) <= 1e-6
-        assert len(sent) == 2 and (all(sent) or call == 0)    # two devices added the sum after them
+        assert len(sent) == 2                                   # two devices added the sum after them
+        for context, pinned, straight in sent:     # (pinned for the first device from the second call on)
+            assert pinned or call == 0
+            assert straight == (pinned and (portable or context == op.engines[0].queue.context.int_ptr))
     dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     assert relative_error(op.dirty2vis(dirty, wgt), one.dirty2vis(dirty, wgt)) <= 1e-6
     fixed = [clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", deterministic=True, **kw)
              for _ in range(2)]
     a, b = (f.vis2dirty(vis, wgt).view(np.uint32) for f in fixed)
     assert np.array_equal(a, b)
+
+
+def test_a_device_adds_the_image_after_it_only_once_it_is_up(rng, monkeypatch):
+    """The upload of the image of the devices after a device is held back a while on its
+    transfer queue (a user event, set from a timer): the device's finish waits for it, and
+    the image is one device's (a finish that did not wait would add whatever its output
+    buffer held: the last call's sum, or nothing written)."""
+    import threading
+
+    import pyopencl as cl
+
+    from clgrid.imaging import plane_passes
+
+    timers = []
+
+    def held_back(queue, host, buffer, staging, portable):
+        gate = cl.UserEvent(queue.context)
+        copy = cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=[gate])
+        queue.flush()
+        timers.append(threading.Timer(0.2, gate.set_status, (cl.command_execution_status.COMPLETE,)))
+        timers[-1].start()
+        return copy
+
+    monkeypatch.setattr(plane_passes, "upload_pinned", held_back)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 600, precision="single")
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 2, split="planes", **kw)
+    expected = one.vis2dirty(vis, wgt)
+    try:
+        for scale in (1, -3):                        # the second call's sum differs from the first's
+            assert relative_error(op.vis2dirty(vis * np.float32(scale), wgt), expected * scale) <= 1e-6
+    finally:
+        for timer in timers:
+            timer.join()
+    assert len(timers) == 2
+
+
+def test_a_device_issues_its_planes_before_it_waits_for_the_image_after_it(rng, monkeypatch):
+    """vis2dirty on a device list, the device FFT's path: a device that adds the image of
+    the devices after it flushes its queue after its last plane's kernels and before it
+    waits for that image, so its planes run meanwhile.  (OpenCL issues enqueued commands
+    at a flush or a wait: PoCL and Intel's runtime issue them at once, a GPU's driver may
+    hold them until then, and the devices would take turns.)"""
+    import pyopencl as cl
+
+    from clgrid.imaging import engine as imaging_engine, plane_passes
+
+    log = []
+    real_flush, real_launch = cl.CommandQueue.flush, plane_passes.launch
+    monkeypatch.setattr(cl.CommandQueue, "flush",
+                        lambda self: (log.append(("flush", self.int_ptr)), real_flush(self))[1])
+    monkeypatch.setattr(plane_passes, "launch", lambda kernel, queue, *args, **kw: (
+        log.append(("launch", queue.int_ptr)), real_launch(kernel, queue, *args, **kw))[1])
+    real_vis2dirty = imaging_engine.ImagingEngine.vis2dirty
+
+    def vis2dirty(self, vis, wgt=None, progress=None, out=None, after=None):
+        if after is not None:
+            waited, queue = after, self.queue.int_ptr
+
+            def after():
+                log.append(("after", queue))
+                waited()
+        return real_vis2dirty(self, vis, wgt, progress, out, after)
+
+    monkeypatch.setattr(imaging_engine.ImagingEngine, "vis2dirty", vis2dirty)
+    uvw, freq, vis, wgt, _ = wide_field(rng, 600, precision="single")
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", epsilon=1e-5, do_wgridding=True,
+                         precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    assert all(e.device_fft is not None for e in op.engines)
+    op.vis2dirty(vis, wgt)
+    waits = [i for i, (what, _) in enumerate(log) if what == "after"]
+    assert len(waits) == 2
+    for at in waits:
+        queue = log[at][1]
+        mine = [(i, what) for i, (what, q) in enumerate(log[:at]) if q == queue]
+        planes = max(i for i, what in mine if what == "launch")        # the last plane's accumulate
+        assert any(what == "flush" and i > planes for i, what in mine), "waited with its planes unflushed"
 
 
 def test_slabs_take_exactly_the_samples_with_a_tap_on_their_planes(rng):
@@ -287,6 +372,26 @@ def test_directions_balanced_at_other_slabs_each_take_their_own(rng, precision):
     assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(*runs))
 
 
+def test_stage_seconds_times_the_direction_planes_of_a_device(rng):
+    """`ImagingEngine.stage_seconds` spreads (or interpolates) the planes the engine's
+    vis2dirty (or dirty2vis) calls take, not every plane it holds the samples of."""
+    uvw, freq, vis, wgt, _ = wide_field(rng, 600, precision="single")
+    tuning = {"split_sample_weight": 0.02, "split_sample_weight_dirty2vis": 50.0}
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, tuning=tuning, epsilon=1e-5, do_wgridding=True,
+                         precision="single", **IMAGE)
+    op.vis2dirty(vis, wgt)
+    for e in op.engines:
+        for direction, name, call in (("grid", "grid", "vis2dirty"), ("degrid", "degrid", "dirty2vis")):
+            strategy = e.spreader if direction == "grid" else e.interpolator
+            seen, real = [], getattr(strategy, name)
+            setattr(strategy, name, lambda *args, plane, **kw: (seen.append(plane), real(*args, plane=plane, **kw))[1])
+            try:
+                e.stage_seconds(direction)
+            finally:
+                delattr(strategy, name)
+            assert sorted(set(seen)) == [p for p in e.direction_planes[call]], (direction, e.planes)
+
+
 def test_an_engine_refuses_direction_planes_outside_its_own():
     from clgrid.imaging.engine import _direction_planes
 
@@ -323,6 +428,15 @@ def test_progress_and_warnings_speak_for_the_whole_operator(rng):
                              **IMAGE)
     planes.vis2dirty(vis, progress=calls.append)
     assert len(calls) == planes.geometry.num_planes
+    # the second slab's samples all of zero weight: that device images nothing, and still
+    # counts its planes (it returned without a word of them, and progress stopped short)
+    g, last = planes.geometry, planes.engines[-1]
+    first = imaging_split.first_planes(uvw, freq / C, None, g)
+    weights = np.ones_like(wgt)
+    weights[imaging_split.touching(first, last.planes.start, last.planes.stop, g.kernel.support)] = 0
+    calls.clear()
+    planes.vis2dirty(vis, weights, progress=calls.append)
+    assert len(calls) == g.num_planes
 
 
 def test_device_lists_refuse_what_cannot_work_naming_the_device(rng, monkeypatch):
@@ -542,6 +656,35 @@ def test_an_overflow_in_an_added_image_is_counted_once(rng, monkeypatch):
     made = recorded_results(monkeypatch, imaging_wgridding)
     with pytest.raises(NonFiniteResultError, match="image") as error:
         op.vis2dirty(vis, wgt)
+    bad = np.count_nonzero(~np.isfinite(made[0]))
+    assert bad > 0 and reported_count(error) == bad
+
+
+def test_two_finite_images_whose_sum_overflows_are_counted(rng, monkeypatch):
+    """Each device's image finite (up to 0.6 of float32's largest; one device's operator
+    on its rows makes it without complaint), their sum not: the device that adds counts
+    the non-finite sums (finish's tally[2]), not its own image's non-finite pixels (none
+    here), and the error names as many as the image holds.  A point source where the
+    grid correction is least (a corner: divided by the correction before the sum, the
+    image there is larger than on the device)."""
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    uvw, freq, _, _, _ = wide_field(rng, int(rng.integers(600, 900)), precision="single")
+    # (one plane: no partial sums of planes beyond the image's largest value)
+    kw = dict(epsilon=1e-5, do_wgridding=False, precision="single", tuning={"fft": "mapped"}, **IMAGE)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="rows", **kw)
+    assert len(op.engines) == 2 and all(e.device_fft is not None for e in op.engines)
+    source = np.zeros((IMAGE["npix_x"], IMAGE["npix_y"]), np.float32)
+    source[np.unravel_index(np.argmin(op.engine.pixels.correction_rows(slice(None))), source.shape)] = 1
+    vis = clgrid.WGridder(uvw, freq, device=DEVICE, **kw).dirty2vis(source)
+    alone = [clgrid.WGridder(uvw[rows], freq, device=DEVICE, **kw) for rows in op._rows]
+    largest = max(float(np.abs(a.vis2dirty(vis[rows])).max()) for a, rows in zip(alone, op._rows))
+    vis *= np.float32(0.6 * np.finfo(np.float32).max / largest)
+    for a, rows in zip(alone, op._rows):
+        assert np.all(np.isfinite(a.vis2dirty(vis[rows])))
+    made = recorded_results(monkeypatch, imaging_wgridding)
+    with pytest.raises(NonFiniteResultError, match="image") as error:
+        op.vis2dirty(vis)
     bad = np.count_nonzero(~np.isfinite(made[0]))
     assert bad > 0 and reported_count(error) == bad
 

@@ -458,10 +458,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def stage_seconds(self, direction: str) -> float:
         """Device seconds of spreading (``direction="grid"``) or interpolating ("degrid") every
-        active plane once, with the values of the last call (for tuning and benchmarks)."""
+        plane of that direction's calls (``direction_planes``) once, with the values of the
+        last call (for tuning and benchmarks)."""
         events = []
         with self._lock:
-            for plane in self.planes:
+            for plane in self.direction_planes["vis2dirty" if direction == "grid" else "dirty2vis"]:
                 for part in self._parts:
                     if plane not in part.planes:
                         continue
@@ -533,6 +534,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         g = self.geometry
         if self.num_kept == 0:
             self._zero_data_warning("the image")
+            self._planes_skipped(progress)
             return np.zeros((g.npix_x, g.npix_y), self.real)
         if self._stream is not None:
             return self._vis2dirty_streamed(vis, wgt, progress)
@@ -542,10 +544,18 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         self._check_gathered(bad_vis, bad_wgt)
         if nonzero == 0:
             self._zero_data_warning("the image", kept=True)
+            self._planes_skipped(progress)
             return np.zeros((g.npix_x, g.npix_y), self.real)
         if self.device_fft is not None:
             return self._vis2dirty_device(progress, into)
         return self._vis2dirty_host(progress)
+
+    def _planes_skipped(self, progress) -> None:
+        """``progress`` told of the call's planes where the call images nothing (a device
+        list's other devices count theirs: the count must reach every plane)."""
+        if progress is not None:
+            for _ in self._call_planes:
+                progress(1)
 
     def _check_gathered(self, bad_vis, bad_wgt) -> None:
         if bad_vis:

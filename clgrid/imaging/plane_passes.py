@@ -134,7 +134,9 @@ class PlanePasses:
         if after is not None:
             # the image of the devices after this one (in ``image`` once ``after()`` returns)
             # goes up on the transfer queue while this device's planes run, and the finish
-            # adds it: one image comes down, the sum
+            # adds it: one image comes down, the sum.  The planes issued first: OpenCL may
+            # hold enqueued commands until a flush, and they must run during the wait
+            q.flush()
             after()
             transfers = transfer_queue(q)
             sent = upload_pinned(transfers, image, self._image_out, shared_staging(transfers), self.pinned_portable)
