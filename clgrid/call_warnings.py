@@ -2,8 +2,8 @@
 the process's warning state.
 
 A call that runs several operators says their warnings once for the whole call: a
-device list (`clgrid.imaging.wgridding.WGridder`) its engines', run on host threads, a
-device's "nothing to image" only where every device said it; facets
+device list (`clgrid.imaging.wgridding.WGridder`) its engines', set up and run on host
+threads, a device's "nothing to image" only where every device said it; facets
 (`clgrid.imaging.facets.FacetedImager`) their operators', one after another; a Dask task
 (`clgrid.dask`) records its operator's for the client, or leaves out those the client
 says for the whole set.  `warnings.catch_warnings` would gather them by swapping the
@@ -20,7 +20,7 @@ Where a warning is said, ``stacklevel`` as `warnings.warn`'s names the line it p
 at; ``stacklevel=None`` names the first frame outside clgrid (`caller_level`): the
 caller's own line, however many of the library's calls lie between (a warning of the
 engine said from a call of `clgrid.vis2dirty`, of `WGridder.vis2dirty`, or of its set-up,
-each at its own depth).
+each at its own depth).  clgrid's operators say theirs so (tests/test_warning_lines.py).
 """
 
 from __future__ import annotations
@@ -100,16 +100,17 @@ class said_once:
 
     Parameters
     ----------
-    stacklevel : int
+    stacklevel : int or None
         Where they are said, as `warnings.warn`'s: 1 is the line of the ``with``, 2 the
-        call of the function that holds it, ...
+        call of the function that holds it, ...; None: the first frame outside clgrid
+        (`caller_level`).
     leaving_out : callable, optional
         ``leaving_out(message, category)`` true for a warning not to say (its caller says
         it, or it is no news there).
     """
 
-    def __init__(self, stacklevel: int = 1, leaving_out=None):
-        self.stacklevel = int(stacklevel)
+    def __init__(self, stacklevel: int | None = 1, leaving_out=None):
+        self.stacklevel = None if stacklevel is None else int(stacklevel)
         self.leaving_out = leaving_out
         self.sink: list = []
         self._gathering = None
@@ -122,5 +123,6 @@ class said_once:
         self._gathering.__exit__(*exc)
         kept = [(message, category) for message, category in self.sink
                 if self.leaving_out is None or not self.leaving_out(message, category)]
-        say_gathered([kept], stacklevel=self.stacklevel + 1)      # counted from the with's frame
+        level = None if self.stacklevel is None else self.stacklevel + 1      # counted from the with's frame
+        say_gathered([kept], stacklevel=level)
         return False

@@ -209,3 +209,16 @@ def warnings_of_two_threads(first, second, timeout: float = 120.0) -> list:
         for t in threads:
             t.join(timeout)
     return said
+
+
+def warning_places(call, category, match: str) -> list:
+    """``call()`` with every warning recorded (``warnings.simplefilter("always")``): the
+    ``(filename, lineno)`` of each of ``category`` whose message ``re.search``-es
+    ``match``, in the order said: how tests check that a warning names the caller's line
+    (tests/test_warning_lines.py)."""
+    import re
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        call()
+    return [(w.filename, w.lineno) for w in said if issubclass(w.category, category) and re.search(match, str(w.message))]

@@ -18,8 +18,8 @@ import pytest
 
 import clgrid
 from clgrid.planning.host import SPEED_OF_LIGHT
-from conftest import held_until, optional, random_visibilities, relative_error, warnings_of_two_threads, \
-    wide_field
+from conftest import held_until, optional, random_visibilities, relative_error, warning_places, \
+    warnings_of_two_threads, wide_field
 
 dask = optional("dask", "dask")
 distributed = optional("distributed", "dask")
@@ -187,8 +187,10 @@ def test_assign_devices_gives_each_worker_a_device_by_index(client, queue, kerne
     device = os.environ.get("CLGRID_TEST_DEVICE", "pocl")
     count = len(clgrid.device.runtime.matching_devices(device))
     try:
-        with pytest.warns(UserWarning, match="workers share") if count < 2 else contextlib.nullcontext():
+        with pytest.warns(UserWarning, match="workers share") if count < 2 else contextlib.nullcontext() as said:
             assigned = cd.assign_devices(client, device)
+        if count < 2:                                     # at the caller's line
+            assert [w.filename for w in said if "workers share" in str(w.message)] == [__file__]
         assert sorted(spec for spec, _ in assigned.values()) == [f"{device} #{k % count}" for k in range(2)]
         environment = client.run(lambda: os.environ.get("CLGRID_DEVICE"))
         assert set(environment.values()) == {spec for spec, _ in assigned.values()}
@@ -1141,3 +1143,28 @@ def test_two_gridding_tasks_on_one_worker_leave_the_empty_grid_warning_to_the_ca
     assert all(report["gridded"] == 0 and not np.any(grid) for grid, report in results.values())
     assert not said, [str(w.message) for w in said]
     assert after == before
+
+
+def test_client_warnings_name_the_callers_line(client, kernels, rng):
+    """The warnings `clgrid.dask` says in the client (for the whole set: nothing gridded,
+    visibilities dropped; an image that is zero) name the caller's line, as
+    `clgrid.vis2dirty`'s do (tests/test_warning_lines.py), each once.  (The workers'
+    warnings that the client says for a call, its operators' calls', have no public way
+    to be made here; an operator's set-up warnings are said on its worker.)"""
+
+    def line_of(call):
+        return [(__file__, call.__code__.co_firstlineno)]
+
+    uvw, vis, _, flags = observation(rng, npol=1)
+    far = uvw.copy()
+    far[: ROWS // 2, 0] *= 50                                       # half of them far off the grid
+    common = dict(grid_size=N, cell_size=CELL, kernels=kernels)
+    empty = lambda: cd.grid(chunked(uvw), chunked(vis), None, chunked(np.ones_like(flags)), FREQS, **common)  # noqa: E731
+    assert warning_places(empty, clgrid.errors.EmptyInputWarning, "no visibility was gridded") == line_of(empty)
+    dropped = lambda: cd.grid(chunked(far), chunked(vis), None, None, FREQS, **common)  # noqa: E731
+    assert warning_places(dropped, UserWarning, "not gridded") == line_of(dropped)
+
+    uvw, _, vis, wgt, _ = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single")
+    imaging = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, epsilon=1e-4, do_wgridding=True, **IMAGE)
+    zero = lambda: cd.vis2dirty(vis=blocks(0 * vis), **imaging)  # noqa: E731
+    assert warning_places(zero, UserWarning, "the image is zero") == line_of(zero)

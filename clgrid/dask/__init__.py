@@ -58,7 +58,7 @@ from .watch import compute
 from .tasks import cached_wgridders
 from .wgridding import clear_wgridders, dirty2vis, vis2dirty
 from .weighting import imaging_weights
-from ..call_warnings import said_once
+from ..call_warnings import caller_level, said_once
 from ..operators.checks import check_finite_result
 from ..operators.degridder import Degridder
 from ..errors import DeviceCapabilityError, EmptyInputWarning
@@ -185,7 +185,7 @@ def assign_devices(client, device: str = "gpu") -> dict:
             assigned[address] = (spec, name)
         if len(addresses) > count:
             warnings.warn(f"{host}: {len(addresses)} workers share {count} device(s) matching {device!r}",
-                          stacklevel=2)
+                          stacklevel=caller_level())
     return assigned
 
 
@@ -393,13 +393,13 @@ def _warn_left_out(report: dict, on_dropped: str, done: str) -> None:
     dropped = report["off_grid"] + report["beyond_kernel_stack"]
     if dropped and on_dropped == "warn":
         warnings.warn(f"{dropped} of {report['samples']} visibilities not {done}: {report['off_grid']} off "
-                      f"the grid, {report['beyond_kernel_stack']} beyond the last w-plane", stacklevel=3)
+                      f"the grid, {report['beyond_kernel_stack']} beyond the last w-plane", stacklevel=caller_level())
     if report[done] == 0:
         warnings.warn(f"no visibility was {done} ({report['samples']} samples: {report['flagged']} flagged, "
-                      f"{dropped} dropped): the result is zero", EmptyInputWarning, stacklevel=3)
+                      f"{dropped} dropped): the result is zero", EmptyInputWarning, stacklevel=caller_level())
     elif done == "gridded" and np.any(np.asarray(report["norm"]) == 0):
         warnings.warn("the weights of some polarisation are all zero (or flagged): that grid is zero and its "
-                      "norm 0", EmptyInputWarning, stacklevel=3)
+                      "norm 0", EmptyInputWarning, stacklevel=caller_level())
 
 
 def degrid(grid, uvw, flags=None, freqs=None, *, grid_size: int, cell_size: float, kernels: KernelStack,

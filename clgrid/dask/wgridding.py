@@ -88,6 +88,7 @@ from .images import facet_count, summed
 from .planes_split import chunk_pieces, first_pass, forget_layouts, slab_images, slab_vis
 from .rows_split import rows_images, rows_vis
 from .tasks import forget_operators
+from ..call_warnings import caller_level
 from ..device.host_threads import count_not_finite
 from ..operators.checks import check_apart, check_finite_result, check_output, precision_of
 
@@ -312,10 +313,10 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     check_finite_result(bad, f"the {image.dtype} image (the sum of the parts)",
                         precision, double="complex128 visibilities")     # each part was finite
     for message in sorted(said):
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, stacklevel=caller_level())
     if not nonzero:
         warnings.warn("clgrid.dask: the image is zero: no chunk has an unmasked, non-zero visibility with "
-                      "non-zero weight", stacklevel=2)
+                      "non-zero weight", stacklevel=caller_level())
     if dirty is not None:
         if image is not dirty:
             dirty[...] = image

@@ -247,7 +247,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             try:
                 self.device_fft = DeviceFFT(self.queue, g.nu, g.nv, self.complex)
             except ImportError as exc:
-                warn(f"clgrid: {exc}; using the host FFT", stacklevel=3)
+                warn(f"clgrid: {exc}; using the host FFT", stacklevel=None)
                 self.fft_mode = "host"
         if self.device_fft is not None:
             self._setup_planes(facts)
@@ -498,7 +498,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         `clgrid.call_warnings.warn`: a device list gathers it)."""
         reason = ("every unmasked visibility times its weight is zero" if kept
                   else "no visibility is unmasked with non-zero weight")
-        warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=3)
+        warn(f"clgrid: {reason}; {what} is zero", EmptyInputWarning, stacklevel=None)
 
     # -- the operator ---------------------------------------------------------------------
     def vis2dirty(self, vis, wgt=None, progress=None, out=None, after=None) -> np.ndarray:

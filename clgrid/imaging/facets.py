@@ -364,7 +364,8 @@ class FacetedImager:
         self.shape = (int(npix_x), int(npix_y))
         self.real = np.dtype(real_dtype)
         self.keep = bool(keep)
-        self._operators = [make(i) for i in range(len(self.facets))] if self.keep else None
+        with said_once(stacklevel=None):      # the kept operators' set-up warnings once, from the caller's line
+            self._operators = [make(i) for i in range(len(self.facets))] if self.keep else None
 
     @property
     def queue(self):
@@ -390,7 +391,7 @@ class FacetedImager:
 
     def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
         image = np.empty(self.shape, self.real)
-        with said_once(stacklevel=3):         # each facet's warnings once, from the WGridder call
+        with said_once(stacklevel=None):      # each facet's warnings once, from the caller's line
             for facet, op in self.operators():
                 image[facet.rows, facet.cols] = op.vis2dirty(vis, wgt, progress)
         return image
@@ -400,7 +401,7 @@ class FacetedImager:
         if dirty.shape != self.shape:
             raise ValueError(f"dirty must have shape {self.shape}, got {dirty.shape}")
         total = None
-        with said_once(stacklevel=3):         # each facet's warnings once, from the WGridder call
+        with said_once(stacklevel=None):      # each facet's warnings once, from the caller's line
             for facet, op in self.operators():
                 part = op.dirty2vis(np.ascontiguousarray(dirty[facet.rows, facet.cols]), wgt)
                 if total is None:

@@ -65,7 +65,7 @@ def dirty_image(grid: np.ndarray, kernels: KernelSource, norm) -> np.ndarray:
     empty = norm == 0
     if np.any(empty):
         warn(f"norm is 0 for polarisations {np.flatnonzero(empty).tolist()} (all flagged or of zero "
-             f"weight): their images are zero", EmptyInputWarning, stacklevel=2)
+             f"weight): their images are zero", EmptyInputWarning, stacklevel=None)
     image = grid_to_image(grid).real.copy()
     real = image.dtype
     scale = np.where(empty, 0.0, 1.0 / np.where(empty, 1.0, norm)).astype(real)

@@ -243,7 +243,7 @@ class StreamedPoints:
             f"clgrid: {self.nrow * self.nchan} samples' points need about {_size(every)} on the "
             f"device; {facts.name} has {_size(facts.global_memory)}: they are streamed through it in "
             f"{len(slabs)} slab(s) of w-planes ({groups} group(s) of rows), planned again every call",
-            StreamedWarning, stacklevel=5)        # the WGridder call
+            StreamedWarning, stacklevel=None)     # the caller's line
 
     def _preparer(self, deterministic) -> SimpleNamespace:
         """What a streaming engine plans its next group with while the current one is spread:

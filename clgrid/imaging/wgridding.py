@@ -281,9 +281,12 @@ class WGridder:
         early = [None if prefetch is None or kept < SPARSE_SHARE * self.nchan * len(range(*rows.indices(self.nrow)))
                  else {k: None if a is None else a[rows] for k, a in prefetch.items()}
                  for _, rows, _, _, kept, _ in shares]
-        self.engines = on_devices([partial(ImagingEngine, uvw=uvw[rows], keep=part, planes=planes, device=queues[i],
-                                           workers=each, prefetch=p, direction_planes=calls, **engine)
-                                   for (i, rows, part, planes, _, calls), p in zip(shares, early)])
+        said = [[] for _ in shares]        # each engine's set-up warnings, said once from the caller's line
+        self.engines = on_devices(_gathered(said, [
+            partial(ImagingEngine, uvw=uvw[rows], keep=part, planes=planes, device=queues[i], workers=each, prefetch=p,
+                    direction_planes=calls, **engine)
+            for (i, rows, part, planes, _, calls), p in zip(shares, early)]))
+        say_gathered(said, stacklevel=None)
 
     @property
     def devices(self) -> list:
@@ -399,6 +402,15 @@ class WGridder:
         with self._one_call:
             _in_order(len(self.engines), gathered, step)
         say_gathered(said, stacklevel=None)
+
+
+def _gathered(sinks: list, calls: list) -> list:
+    """``calls`` (for `on_devices`), each saying its warnings into its own of ``sinks``
+    (`clgrid.call_warnings.gathering`, on the thread it runs on)."""
+    def gathering_into(sink, call):
+        with gathering(sink):
+            return call()
+    return [partial(gathering_into, sink, call) for sink, call in zip(sinks, calls)]
 
 
 class _ShareAbandoned(Exception):

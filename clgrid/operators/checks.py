@@ -183,11 +183,11 @@ def check_gridded(operation, grid_buffer: cl.Buffer, npol: int, report: dict, bo
     norm = np.asarray(report["norm"])
     if report["gridded"] == 0:
         warn(f"no visibility was gridded ({_left_out(report)}): the grid is zero", EmptyInputWarning,
-             stacklevel=3)
+             stacklevel=None)
     elif np.any(norm == 0):
         pols = "every polarisation" if np.all(norm == 0) else f"polarisations {np.flatnonzero(norm == 0).tolist()}"
         warn(f"the weights of {pols} are all zero (or flagged): that grid is zero and its norm 0",
-             EmptyInputWarning, stacklevel=3)
+             EmptyInputWarning, stacklevel=None)
 
 
 def check_degridded(operation, vis_buffer, num_values: int, report: dict, wait_for=None) -> None:
@@ -197,7 +197,7 @@ def check_degridded(operation, vis_buffer, num_values: int, report: dict, wait_f
     check_finite_result(bad, "the degridded visibilities", operation.precision)
     if report["degridded"] == 0:
         warn(f"no visibility was degridded ({_left_out(report)}): every value is zero",
-             EmptyInputWarning, stacklevel=3)
+             EmptyInputWarning, stacklevel=None)
 
 
 def _left_out(report: dict) -> str:

@@ -376,13 +376,14 @@ def plan_visibilities(samples: Samples, grid_size: int, cell_size: float, kernel
                 num_samples=samples.uvw.shape[0], num_flagged=int((~samples.usable).sum()),
                 num_off_grid=num_off, num_beyond_stack=num_beyond, norm=norm, position=position,
                      weight_sum=np.asarray(sums, np.float64))
-    report_dropped(num_off, num_beyond, plan.num_samples, grid_size, kernels, on_dropped, done, stacklevel=4)
+    report_dropped(num_off, num_beyond, plan.num_samples, grid_size, kernels, on_dropped, done, stacklevel=None)
     return plan
 
 
 def report_dropped(num_off: int, num_beyond: int, num_samples: int, grid_size: int, kernels: KernelStack,
-                   on_dropped: str, done: str, stacklevel: int) -> None:
-    """Warn (or raise) about samples that cannot be gridded, as `on_dropped` says."""
+                   on_dropped: str, done: str, stacklevel: int | None = None) -> None:
+    """Warn (or raise) about samples that cannot be gridded, as `on_dropped` says (the
+    warning at ``stacklevel``, `clgrid.call_warnings.warn`'s: None, the caller's line)."""
     if not (num_off + num_beyond) or on_dropped == "ignore":
         return
     msg = (f"{num_off + num_beyond} of {num_samples} visibilities not {done}: "

@@ -327,7 +327,7 @@ def make_plan(queue, geometry: GridGeometry, uvw, freqs=None, flags=None, on_dro
     else:
         plan = _plan_on_device(queue, geometry, uvw, freqs, usable, leading, nchan, nsample, pol_flags, staging)
     report_dropped(plan.counts["off_grid"], plan.counts["beyond_kernel_stack"], plan.num_samples,
-                   geometry.grid_size, geometry.kernels, on_dropped, done, stacklevel=4)
+                   geometry.grid_size, geometry.kernels, on_dropped, done, stacklevel=None)
     return plan
 
 

@@ -249,7 +249,7 @@ class Strategy:
             if path not in ATOMIC_PATHS:
                 raise TuningTableError(why)
             warn(f"atomic path {path!r} unavailable on {self.facts.name}: {why}; using 'cas'",
-                 stacklevel=4)
+                 stacklevel=None)
             self.tuning["atomic"] = "cas"
 
     def _source(self, npol: int) -> tuple[str, dict]:
@@ -284,7 +284,7 @@ class Strategy:
                 if self.tuning.get("atomic", "cas") == "cas":
                     raise
                 warn(f"atomic path {self.tuning['atomic']!r} failed to build on "
-                     f"{self.facts.name}; using 'cas'\n{str(exc)[:500]}", stacklevel=3)
+                     f"{self.facts.name}; using 'cas'\n{str(exc)[:500]}", stacklevel=None)
                 self.tuning["atomic"] = "cas"
                 self._kernels.clear()
                 program = self._build(npol)

@@ -70,7 +70,7 @@ class MovingWindowGridding(Strategy):
         if t["flush"] == "plain":
             warn("moving_window with flush='plain' adds to the grid without atomics: "
                  "results are wrong where work-groups meet; use it only to time the flush",
-                 stacklevel=3)
+                 stacklevel=None)
         window = 32 if self.interpolation == "linear" else 16    # window indices (+ position)
         staged = t["batch"] * (window + 4 * np.dtype(self.complex_dtype).itemsize)   # + 4 pols
         self.check_local_memory(staged, f"batch {t['batch']} stages that much; lower batch")

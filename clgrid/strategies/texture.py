@@ -91,7 +91,7 @@ class TextureSampling:
                                                        self.cube_shape)
             if self.image_format is None:
                 warn(f"{self.name}: sampler 'image' unavailable on {self.facts.name}: {why}; "
-                     f"using 'software'", stacklevel=4)
+                     f"using 'software'", stacklevel=None)
                 self.tuning["sampler"] = "software"
 
     @property
