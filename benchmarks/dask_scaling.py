@@ -17,7 +17,8 @@ What is timed (wall clock on the client, median of --repeats after a warm-up):
   ``--slab-samples`` too (default: the library's, as many as a chunk holds, which cuts
   the slabs with most samples into groups of chunks, each repeating their FFTs).  The
   workers start without Dask's MALLOC_TRIM_THRESHOLD_ (docs/user-guide/dask.md),
-  unless ``--dask-malloc-trim``.
+  unless ``--dask-malloc-trim``; ``--dask-profile off`` turns off the workers' statistical
+  profiler (`distributed.worker.profile.enabled`: on by default, as in Dask).
 The workers share the same cores whatever their number (1 x 16 threads ... 8 x 2), so the
 ideal is T(n workers) = T(1 worker): ``speedup`` = T(1) / T(n) (1.0: nothing lost to the
 split; above 1: the split's processes use the cores better than one process's threads).
@@ -178,6 +179,12 @@ def slabs(n: int, data: dict, common: dict, precision: str) -> list:
              "taps_on_planes": int(taps[lo:hi].sum())} for lo, hi in bounds]
 
 
+def profile_config(profile: str) -> dict:
+    """Dask configuration for the workers' statistical profiler: "on" leaves Dask's default
+    (every thread's stack sampled each 10 ms), "off" turns it off."""
+    return {} if profile == "on" else {"distributed.worker.profile.enabled": False}
+
+
 def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
     """One cluster of ``n`` workers: load, warm up, time both variants."""
     import dask
@@ -194,6 +201,7 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
     # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes every large
     # temporary fresh pages (the host FFT allocates per call): unset unless --dask-malloc-trim
     trim = {} if a.dask_malloc_trim else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+    trim.update(profile_config(a.dask_profile))
     with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                              dashboard_address=None, env=env, memory_limit=0) as cluster, \
             Client(cluster) as client:
@@ -247,6 +255,8 @@ def main(argv=None):
                    help="clgrid.dask's slab_samples (default: as many as a chunk holds)")
     p.add_argument("--dask-malloc-trim", action="store_true",
                    help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers (slows the host FFT)")
+    p.add_argument("--dask-profile", default="on", choices=("on", "off"),
+                   help="the workers' statistical profiler (Dask's distributed.worker.profile.enabled)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-ducc0", action="store_true")
     p.add_argument("--quick", action="store_true", help="a small run (rows 20000, 2 channels, 256^2, 1-2 workers)")
@@ -275,6 +285,7 @@ def main(argv=None):
            "chunks_per_worker": a.chunks_per_worker, "channel_chunks": a.channel_chunks, "split": a.split,
            "slab_samples": a.slab_samples,
            "workers_malloc_trim_threshold": "dask's 65536" if a.dask_malloc_trim else "unset",
+           "workers_profile": a.dask_profile,
            "command": " ".join(sys.argv)}
     print(f"{res['num_vis']:,} visibilities ({len(uvw):,} rows x {a.nchan} channels), {a.npix}^2, "
           f"epsilon {a.epsilon}, {res['precision']}, {a.cores} cores, device {res['device_name']}", flush=True)

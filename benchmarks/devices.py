@@ -55,6 +55,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in os.environ.get("
 import clgrid  # noqa: E402
 from report import report  # noqa: E402
 from timing import interleaved, timed  # noqa: E402,F401  (timed: also split_sweep's)
+from dask_scaling import profile_config  # noqa: E402
 
 SPEED_OF_LIGHT = 299792458.0
 SETS = {"large": (4_000_000, 16, 8192), "small": (250_000, 16, 4096), "medium": (100_000, 16, 1024),
@@ -237,7 +238,9 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
         # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (every large temporary
         # fresh pages): unset unless --dask-malloc-trim (docs/user-guide/dask.md)
         trim = {} if a.dask_malloc_trim else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+        trim.update(profile_config(a.dask_profile))
         row["workers_malloc_trim_threshold"] = "dask's 65536" if a.dask_malloc_trim else "unset"
+        row["workers_profile"] = a.dask_profile
         with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                                  dashboard_address=None, memory_limit=0) as cluster, \
                 Client(cluster) as client:
@@ -342,7 +345,7 @@ def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
         argv = ["--rows", str(rows), "--nchan", str(nchan), "--npix", str(npix), "--freq", str(BAND[0]),
                 str(BAND[1]), "--epsilon", str(a.epsilon), "--cores", str(a.cores), "--device", a.cpu_device,
                 "--workers", *map(str, a.cpu_workers), "--repeats", str(a.cpu_repeats),
-                "--slab-samples", str(rows * nchan), "--json", path]
+                "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path]
         if a.no_ducc0:
             argv.append("--no-ducc0")
         dask_scaling.main(argv)
@@ -369,6 +372,8 @@ def main(argv=None):
                         "reader's tasks give them), or the arrays as the graph carried them (earlier runs)")
     p.add_argument("--dask-malloc-trim", action="store_true",
                    help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers")
+    p.add_argument("--dask-profile", default="on", choices=("on", "off"),
+                   help="the workers' statistical profiler (Dask's distributed.worker.profile.enabled)")
     p.add_argument("--oracle", action="store_true", help="ducc0 at 1e-12 (double) as reference, small sets")
     p.add_argument("--no-ducc0", action="store_true")
     p.add_argument("--cpu-device", default="pocl")
