@@ -112,7 +112,10 @@ class WGridder:
     outside add nothing.  Any number of samples: more than one part's 32-bit counts
     (2^31 - 1) go through in parts of rows onto one grid (a row of more channels is refused).
     ``deterministic``: the same image bits from run to run, for a
-    price: the points planned on the host and spread by rows (no atomics).
+    price: the points planned on the host and spread by rows (no atomics).  A device
+    list repeats its own bits (its shares summed in a fixed order), which are not one
+    device's: the planes' images are summed in another order (1e-6 relative apart in
+    single precision).
 
     ``prefetch``: None, or ``{"vis": vis, "wgt": wgt or None}``, the values the first
     `vis2dirty` call will be given (as `clgrid.vis2dirty` gives them for its one call): on a
