@@ -392,6 +392,37 @@ def test_stage_seconds_times_the_direction_planes_of_a_device(rng):
             assert sorted(set(seen)) == [p for p in e.direction_planes[call]], (direction, e.planes)
 
 
+def test_a_device_without_planes_in_a_direction_sits_its_calls_out(rng, monkeypatch):
+    """Sixteen queues and weights far apart: some devices hold samples for one direction's
+    slab only (the other's is empty); that direction's calls leave them out of the chain
+    (no values sent, no image moved, no zeros added), and the image, visibilities and
+    progress are still one device's."""
+    from clgrid.imaging import engine as imaging_engine
+
+    uvw, freq, vis, wgt, mask = wide_field(np.random.default_rng(5), 1200, precision="single", masked=0.1)
+    kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 16, **kw,
+                         tuning={"split_sample_weight": 1e-3, "split_sample_weight_dirty2vis": 1e3})
+    idle = {d: {id(e) for e in op.engines if not len(e.direction_planes[d])} for d in ("vis2dirty", "dirty2vis")}
+    assert idle["dirty2vis"] and not idle["vis2dirty"]
+    called = {"vis2dirty": [], "dirty2vis": []}
+    for name in called:
+        real = getattr(imaging_engine.ImagingEngine, name)
+        monkeypatch.setattr(imaging_engine.ImagingEngine, name,
+                            lambda self, *a, __real=real, __name=name, **k: (called[__name].append(id(self)),
+                                                                             __real(self, *a, **k))[1])
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    steps = []
+    image, predicted = op.vis2dirty(vis, wgt, progress=steps.append), op.dirty2vis(dirty, wgt)
+    assert len(called["vis2dirty"]) == len(op.engines)
+    assert sorted(called["dirty2vis"]) == sorted(id(e) for e in op.engines if id(e) not in idle["dirty2vis"])
+    assert len(steps) == op.geometry.num_planes
+    assert relative_error(image, one.vis2dirty(vis, wgt)) <= 1e-6
+    assert relative_error(predicted, one.dirty2vis(dirty, wgt)) <= 1e-6
+    assert not np.any(predicted[mask == 0])
+
+
 def test_an_engine_refuses_direction_planes_outside_its_own():
     from clgrid.imaging.engine import _direction_planes
 

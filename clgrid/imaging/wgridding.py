@@ -343,7 +343,7 @@ class WGridder:
             e, r = self.engines[k], self._rows[k]
             e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image, after=after)
 
-        self._on_each_device(share, +1)
+        self._on_each_device(share, +1, "vis2dirty")
         return image
 
     def dirty2vis(self, dirty, wgt=None, out=None) -> np.ndarray:
@@ -387,23 +387,28 @@ class WGridder:
             for r in self._rows:
                 taken[r] = True
             out[~taken] = 0
-        self._on_each_device(share, -1 if ordered else 0)
+        self._on_each_device(share, -1 if ordered else 0, "dirty2vis")
         return out
 
-    def _on_each_device(self, share, step: int) -> None:
-        """One call of a device list: ``share(k, after)`` on every device in `_in_order`'s
-        chain (``step``), one call at a time, each device's warnings gathered on its
-        thread and said once for the call (`clgrid.call_warnings`), from the caller's line
-        (the first frame outside clgrid: the caller of `vis2dirty` / `dirty2vis`, or of
-        `clgrid.vis2dirty`)."""
+    def _on_each_device(self, share, step: int, direction: str) -> None:
+        """One call of a device list: ``share(k, after)`` on every device k with planes in
+        ``direction``'s calls (a planes split's device whose slab of that direction is
+        empty sits the call out: it holds samples for the other direction only), in
+        `_in_order`'s chain (``step``), one call at a time, each device's warnings gathered
+        on its thread and said once for the call (`clgrid.call_warnings`), from the
+        caller's line (the first frame outside clgrid: the caller of `vis2dirty` /
+        `dirty2vis`, or of `clgrid.vis2dirty`)."""
+        taking = [k for k, e in enumerate(self.engines)
+                  if self.split != "planes" or len(e.direction_planes[direction])]
         said = [[] for _ in self.engines]
 
-        def gathered(k, after):
+        def gathered(i, after):
+            k = taking[i]
             with gathering(said[k]):
                 share(k, after)
 
         with self._one_call:
-            _in_order(len(self.engines), gathered, step)
+            _in_order(len(taking), gathered, step)
         say_gathered(said, stacklevel=None)
 
 
