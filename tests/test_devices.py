@@ -177,10 +177,12 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     image, and each device before it gets that sum sent up (through its staging, or
     straight from the pinned image: ``pinned_across_contexts``) and adds it to its own as
     it finishes, in a fixed order; the image equals one device's to 1e-6 call after call
-    (the image pinned from the second call on) and deterministic operators repeat their
-    bits."""
+    (the image pinned from the second call on) and ducc0's at 1e-12 to epsilon, and
+    deterministic operators repeat their bits."""
     from clgrid.device import transfer
     from clgrid.imaging import engine as imaging_engine, plane_passes, wgridding as imaging_wgridding
+
+    wgridder = optional("ducc0.wgridder", "test")
 
     monkeypatch.setattr(imaging_engine, "shared_staging", lambda queue: transfer.Staging(queue, piece=4096))
     stagings = {}                                     # the transfer queues' (kept, as shared_staging's)
@@ -201,9 +203,14 @@ def test_device_images_are_summed_on_the_devices_in_order(rng, monkeypatch, port
     assert all(e.device_fft is not None and e.staging is not None for e in op.engines)
     assert all(e.pinned_portable is portable for e in op.engines)
     expected = one.vis2dirty(vis, wgt)
+    oracle = wgridder.vis2dirty(uvw=uvw, freq=freq, vis=vis.astype(np.complex128), wgt=wgt.astype(np.float64),
+                                mask=mask, epsilon=1e-12, do_wgridding=True, npix_x=IMAGE["npix_x"],
+                                npix_y=IMAGE["npix_y"], pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
     for call in range(3):
         sent.clear()
-        assert relative_error(op.vis2dirty(vis, wgt), expected) <= 1e-6
+        image = op.vis2dirty(vis, wgt)
+        assert relative_error(image, expected) <= 1e-6
+        assert relative_error(image, oracle) <= 1e-5
         assert len(sent) == 2                                   # two devices added the sum after them
         for context, pinned, straight in sent:     # (pinned for the first device from the second call on)
             assert pinned or call == 0
