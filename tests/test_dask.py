@@ -427,13 +427,12 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
-def test_a_facet_sum_adds_in_cache_blocks_in_the_trees_order(rng, tmp_path, count):
+def test_a_facet_sum_adds_in_place_in_the_trees_order(rng, tmp_path, count):
     """`clgrid.dask.tasks.sum_facet`: the parts (arrays, `Shared` regions of files, the
-    first one the client's box itself or a whole task output) added block by block, the
+    first one the client's box itself or a whole task output) added on two threads, the
     same bits as the tree of `add_images` (`tree_sum`), written into the box at the
     facet's rows without touching the others, or returned where the box is elsewhere;
-    non-finite pixels and non-zero ones counted (a block boundary inside the facet: rows
-    of 4000 bytes, blocks of 65 rows, 300 rows)."""
+    non-finite pixels and non-zero ones counted (all zero, and summing to zero)."""
     from clgrid.dask import delivery, exchange, tasks
     from clgrid.dask.chunks import tree_sum
 
@@ -466,6 +465,9 @@ def test_a_facet_sum_adds_in_cache_blocks_in_the_trees_order(rng, tmp_path, coun
         assert np.array_equal(got, expected, equal_nan=True) and nonzero
         zeros = [np.zeros((rows, cols), np.float32)] * count
         assert tasks.sum_facet(elsewhere, start, 2, 0, *zeros)[1:] == (0, False)
+        cancelling = np.zeros((rows, cols), np.float32)
+        cancelling[5, :2] = (1.0, -1.0)                       # a non-zero image whose sum is zero
+        assert tasks.sum_facet(elsewhere, start, 2, 0, *([cancelling] + zeros[1:]))[1:] == (0, True)
     finally:
         delivery.discard(box)
 

@@ -22,7 +22,7 @@ straight into a kept file of its own.  The client returns the box's mapping itse
 (`clgrid.dask.delivery.collect`), so a reused call copies no image on the host but the
 sum's.  Where every image goes to shared memory, each task's result is a few bytes
 (`Shared` facets), and the sums and the warnings take it whole: no node per facet on
-the way.  Otherwise each task's facets are picked on its own worker (`items`), so a
+the way; so too on a cluster of one worker, where nothing moves.  Otherwise each task's facets are picked on its own worker (`items`), so a
 facet summed there never leaves it (tested).
 """
 
@@ -65,11 +65,12 @@ def image_place(shared, box: DropBox | None, task: int, first: bool):
     return exchange.place(shared, f"i{task}")
 
 
-def outputs_of(task, facets: int, shared):
+def outputs_of(task, facets: int, shared, workers):
     """What the sums take from an imaging task (a Dask node of ``facets`` facets and the
     warnings): the task whole where ``shared`` (its facets are a few bytes each in shared
-    memory), else its entries picked on its worker (`items`)."""
-    return task if shared is not None else items(task, facets)
+    memory) or on a cluster of one worker (nothing moves), else its entries picked on its
+    worker (`items`)."""
+    return task if shared is not None or (workers is not None and len(workers) == 1) else items(task, facets)
 
 
 def items(task, facets: int) -> tuple:

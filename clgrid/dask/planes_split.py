@@ -212,7 +212,7 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
                 points[t], slab_layout.geometry, slab, options, keep, facets,
                 image_place(shared, box, t, not outputs),
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
-            outputs.append(outputs_of(task, facets, shared))
+            outputs.append(outputs_of(task, facets, shared, workers))
     return outputs
 
 

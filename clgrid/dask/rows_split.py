@@ -40,7 +40,7 @@ def rows_images(token, layout: ChunkLayout, uvw, freq, vis, wgt, mask, options: 
             task = dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
                 token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
                 image_place(shared, box, chunk.index, not outputs))
-            outputs.append(outputs_of(task, facets, shared))
+            outputs.append(outputs_of(task, facets, shared, workers))
     return outputs
 
 

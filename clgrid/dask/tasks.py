@@ -280,19 +280,17 @@ def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, 
         return parts + (said,)
 
 
-BLOCK_BYTES = 256 << 10      # a facet sum's block: its parts, sum and counts stay in cache
-
-
 def sum_facet(box, start: int, threads: int, facet: int, *parts) -> tuple:
     """One facet of the image: the imaging tasks' parts of it (arrays, or `Shared`; or an
     imaging task's whole output, of which entry ``facet`` is taken) added pairwise by
     task number (`clgrid.dask.chunks.tree_sum`'s order: the same bits as its tree of
-    `add_images`), on ``threads`` host threads, block by block in cache, written into the
+    `add_images`), on ``threads`` host threads, written into the
     client's ``box`` at row ``start`` where this host has it (then None), else returned;
     with how many of its pixels are not finite, and whether any is non-zero (counted as
     they are written, so the client need not pass over the image again).  The first
     part may be the box's own rows (the first imaging task wrote its image there): the
-    others are added to it in place."""
+    others are added to it in place.  (Each thread takes one range of rows whole: in
+    cache-sized blocks the threads' many small calls queue for the GIL.)"""
     parts = [p[facet] if isinstance(p, tuple) else p for p in parts]
     arrays = [exchange.read(p) for p in parts]
     out = region(box, start, arrays[0].shape)
@@ -302,29 +300,34 @@ def sum_facet(box, start: int, threads: int, facet: int, *parts) -> tuple:
                                f"summed at row {start}")
         arrays[0] = out                          # (in place: the box holds the first part)
     target = out if out is not None else np.empty(arrays[0].shape, arrays[0].dtype)
-    step = max(1, BLOCK_BYTES // max(1, target[:1].nbytes))
     bad, nonzero, lock = [0], [False], threading.Lock()
 
     def rows(r):
-        found, some = 0, False
-        for a in range(r.start, r.stop, step):
-            b = slice(a, min(a + step, r.stop))
-            level = [x[b] for x in arrays]
-            while len(level) > 2:                # (temporaries only for more than two parts)
-                level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i]
-                         for i in range(0, len(level), 2)]
-            if len(level) == 2:
-                np.add(level[0], level[1], out=target[b])
-            elif arrays[0] is not target:
-                np.copyto(target[b], level[0])
-            found += not_finite(target[b])
-            some = some or bool(np.any(target[b]))
+        level = [a[r] for a in arrays]
+        while len(level) > 2:                    # (temporaries only for more than two parts)
+            level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+        if len(level) == 2:
+            np.add(level[0], level[1], out=target[r])
+        elif arrays[0] is not target:
+            np.copyto(target[r], level[0])
+        found, some = _counted(target[r])
         with lock:
             bad[0] += found
             nonzero[0] = nonzero[0] or some
 
     in_slices(exchange.copy_threads(target.nbytes * len(arrays), threads), target.shape[0], rows)
     return None if out is not None else target, bad[0], nonzero[0]
+
+
+def _counted(a: np.ndarray) -> tuple:
+    """(how many entries of ``a`` are not finite, whether any is non-zero): from one sum
+    over it where that sum is finite and non-zero (`not_finite`'s own first pass), else
+    with a count and a look for a non-zero entry."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(a, axis=None)
+    if np.isfinite(total):
+        return 0, bool(total != 0) or bool(np.any(a))
+    return not_finite(a), bool(np.any(a))
 
 
 def _joined(values: list, threads: int) -> np.ndarray:
