@@ -130,6 +130,7 @@ def breakdown(stream: list, start: float, stop: float) -> dict:
             "prepare_compute_s": prepare, "image_compute_s": sum(per_worker.values()),
             "image_compute_busiest_worker_s": max(per_worker.values(), default=0.0),
             "image_tasks_s": sorted(tasks, reverse=True),
+            "image_by_worker_s": {w: round(v, 4) for w, v in sorted(per_worker.items())},
             "reduction_compute_s": add, "transfer_s": transfer, "tasks": names, "timeline": timeline}
 
 
@@ -304,7 +305,7 @@ def main(argv=None):
     g = operator.geometry
     res["kernel"] = {"support": g.kernel.support, "sigma": g.kernel.sigma, "grid": [g.nu, g.nv],
                      "planes": g.num_planes}
-    del operator
+    operator = None                  # (its device memory freed before the workers start)
     print(f"clgrid.vis2dirty, one process: {res['single_call_s']:.3f} s (operator reused: "
           f"{res['single_reused_s']:.3f} s)", flush=True)
 

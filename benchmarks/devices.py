@@ -319,6 +319,11 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                 times["dirty2vis"].append(end - begin)
                 model_streams.append((end - begin, breakdown(stream.data, begin, end)))
                 moved.append(transferred(logs, client.run(transfer_logs)))
+            # every call's timeline in brief (the median's alone hides what the slow ones spent)
+            keys = ("wall_s", "startup_s", "prepare_s", "images_s", "reduction_tail_s", "gather_s",
+                    "image_by_worker_s")
+            row["vis2dirty_reused_calls"] = [{k: split[k] for k in keys} for _, split in streams]
+            row["dirty2vis_reused_calls"] = [{k: split[k] for k in keys} for _, split in model_streams]
             for what, t in times.items():
                 row[f"{what}_reused_s"] = float(np.median(t))
                 row[f"{what}_reused_times_s"] = t
