@@ -450,6 +450,41 @@ def test_a_prediction_whose_image_a_later_call_replaced_is_refused(client, rng):
         first.compute()
 
 
+def _inputs_by_name(array, name: str) -> list:
+    """For each node of ``array``'s graph named ``name``, the names of the nodes it takes."""
+    from dask.utils import key_split
+
+    graph = array.__dask_graph__()
+    dependencies = graph.get_all_dependencies()
+    return [sorted(key_split(d) for d in dependencies[k]) for k in graph if key_split(k) == name]
+
+
+def test_chunks_take_the_slab_predictions_from_shared_memory_without_a_task_between(client, rng):
+    """A reused dirty2vis, planes split, workers on the client's host: each chunk's
+    `chunk_assemble` takes the slab tasks' whole outputs (a `Shared` per chunk) and picks
+    its own, with no getitem node between (one scheduler hop per chunk fewer); without
+    shared memory (``keep_operators=0``) each chunk's share is still picked where its
+    slab's task ran (a getitem), so only it travels.  Both predict what one process does."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm: the shares are arrays, picked by getitem nodes by design")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, split="planes", slab_samples=vis.size, pixsize_x=IMAGE["pixsize_x"],
+                  pixsize_y=IMAGE["pixsize_y"])
+    model = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    expected = clgrid.dirty2vis(dirty=model, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
+                                do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    cd.dirty2vis(dirty=model, **points).compute()                     # points selected and kept
+    reused = cd.dirty2vis(dirty=model, **points)
+    taken = _inputs_by_name(reused, "chunk_assemble")
+    assert len(taken) == 6 and all("vis_slab" in t and "getitem" not in t for t in taken), taken
+    assert relative_error(reused.compute(), expected) <= 1e-6
+    apart = cd.dirty2vis(dirty=model, keep_operators=0, **points)
+    taken = _inputs_by_name(apart, "chunk_assemble")
+    assert len(taken) == 6 and all("getitem" in t and "vis_slab" not in t for t in taken), taken
+    assert relative_error(apart.compute(), expected) <= 1e-6
+
+
 def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng):
     """Where no file can be made in /dev/shm (full, or too small a tmpfs), the values,
     facets, image and model go through Dask as before, with the same results."""

@@ -222,20 +222,26 @@ def slab_vis(slab_layout: SlabLayout, pieces, dirty, wgt_pieces, options: dict, 
     chunk without any unmasked visibility: zeros).  ``shared`` as for `slab_images`."""
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
     image = sent(dirty, shared, COPY_THREADS)
+    whole = isinstance(image, exchange.Published)      # the shares written into shared memory
     count = len(slab_layout.bounds)
-    shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
+    shares = {}                                         # (slab, chunk) -> (that chunk's share, its pick)
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
         a, b = slab.chunks
-        place = exchange.place(shared, f"s{t}") if isinstance(image, exchange.Published) else None
+        place = exchange.place(shared, f"s{t}") if whole else None
         with prefer_worker(t, workers):
             out = dask.delayed(worker_tasks.vis_slab, pure=False, nout=b - a)(
                 image, points[t], slab_layout.geometry, slab, options, keep, place)
-        shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
+        # through shared memory the slab task returns a few bytes per chunk (`Shared`):
+        # each chunk's task takes its whole result and picks its own (no getitem task on
+        # the way, a scheduler hop per chunk); arrays are picked where the slab's task
+        # ran (a getitem, no worker annotation), so only the chunk's share travels
+        shares.update(((slab.index, i), (out, i - a) if whole else (out[i - a], None)) for i in range(a, b))
     out = []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
-        task = task_of(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m,
-                                                    dtype, max(1, options["nthreads"]))
+        mine = [shares.get((s, i), (None, None)) for s in range(count)]
+        task = task_of(worker_tasks.chunk_assemble)(chunk, taken, w, m, dtype, max(1, options["nthreads"]),
+                                                    tuple(p for _, p in mine), *[s for s, _ in mine])
         out.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
     return out
