@@ -60,7 +60,7 @@ try:
 except ImportError:                  # (not POSIX: no shared memory either, `prefix` is None)
     fcntl = None
 
-from ..device.host_threads import parallel_copy
+from ..device.host_threads import in_slices, not_finite, parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
            "write_into", "share", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove", "host_identity",
@@ -300,10 +300,18 @@ class Published:
 STAMP = 16                   # bytes of the stamp at the head of a published file
 
 
-def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1) -> Published | None:
+CHECK_BLOCK = 512 << 10      # bytes `publish` copies and checks at once, in cache
+
+
+def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1,
+            refuse: str | None = None) -> Published | None:
     """On the client: ``array`` written into the kept file ``name`` of ``call_prefix``
     behind a fresh stamp (cleared while it is written); None without a prefix or where the
-    file cannot be made."""
+    file cannot be made.  With ``refuse`` (a message), the array's NaN and infinite
+    entries are counted as it is copied (block by block, each while it is in cache: no
+    pass over the array of its own), and where there is any, ValueError(``refuse``) is
+    raised and the file left without a stamp: nothing is published, and the tasks of an
+    earlier array in the file, not yet computed, refuse (`taken`) as once it is replaced."""
     path = place(call_prefix, name)
     if path is None:
         return None
@@ -314,9 +322,33 @@ def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int 
         return None
     stamp = uuid.uuid4().bytes
     room[:STAMP] = 0
-    _copy(room[STAMP:].view(array.dtype).reshape(array.shape), array, threads)
+    out = room[STAMP:].view(array.dtype).reshape(array.shape)
+    if refuse is None:
+        _copy(out, array, threads)
+    elif _copy_counting(out, array, threads):
+        raise ValueError(refuse)
     room[:STAMP] = np.frombuffer(stamp, np.uint8)
     return Published(path, stamp, tuple(array.shape), array.dtype.str)
+
+
+def _copy_counting(out: np.ndarray, array: np.ndarray, threads: int, block: int | None = None) -> int:
+    """`_copy`, and how many of the entries copied are NaN or infinite (a complex one
+    once), each block of ``block`` entries (None: ``CHECK_BLOCK`` bytes) counted in
+    ``out`` right after it is written, while it is in cache."""
+    flat_out, flat_in = out.reshape(-1), np.ascontiguousarray(array).reshape(-1)
+    step = max(1, CHECK_BLOCK // max(1, flat_out.itemsize) if block is None else int(block))
+    counts = []
+
+    def copy(r):
+        found = 0
+        for a in range(r.start, r.stop, step):
+            part = flat_out[a:min(a + step, r.stop)]
+            np.copyto(part, flat_in[a:a + part.size])
+            found += not_finite(part)
+        counts.append(found)
+
+    in_slices(copy_threads(flat_out.nbytes, threads), flat_out.size, copy)
+    return sum(counts)
 
 
 @contextlib.contextmanager
