@@ -493,7 +493,8 @@ def _inputs_by_name(array, name: str) -> list:
 def test_chunks_take_the_slab_predictions_from_shared_memory_without_a_task_between(client, rng):
     """A reused dirty2vis, planes split, workers on the client's host: each chunk's
     `chunk_assemble` takes the slab tasks' whole outputs (a `Shared` per chunk) and picks
-    its own, with no getitem node between (one scheduler hop per chunk fewer); without
+    its own, with no getitem node between (one scheduler hop per chunk fewer), and its
+    task is the result's block itself (no alias after it, optimized or not); without
     shared memory (``keep_operators=0``) each chunk's share is still picked where its
     slab's task ran (a getitem), so only it travels.  Both predict what one process does."""
     if not os.path.isdir("/dev/shm"):
@@ -502,6 +503,9 @@ def test_chunks_take_the_slab_predictions_from_shared_memory_without_a_task_betw
     points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, split="planes", slab_samples=vis.size, pixsize_x=IMAGE["pixsize_x"],
                   pixsize_y=IMAGE["pixsize_y"])
+    from dask.core import flatten
+    from dask.utils import key_split
+
     model = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
     expected = clgrid.dirty2vis(dirty=model, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
                                 do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
@@ -509,7 +513,12 @@ def test_chunks_take_the_slab_predictions_from_shared_memory_without_a_task_betw
     reused = cd.dirty2vis(dirty=model, **points)
     taken = _inputs_by_name(reused, "chunk_assemble")
     assert len(taken) == 6 and all("vis_slab" in t and "getitem" not in t for t in taken), taken
+    # the array's blocks are the chunks' tasks: no alias (from_delayed, concatenate) after them
+    (optimized,) = dask.optimize(reused)
+    assert {key_split(k) for k in flatten(optimized.__dask_keys__())} == {"chunk_assemble"}
+    assert not {key_split(k) for k in optimized.__dask_graph__()} & {"concatenate", "from-value", "getitem"}
     assert relative_error(reused.compute(), expected) <= 1e-6
+    assert relative_error(reused[::3, 1:].sum().compute(), expected[::3, 1:].sum()) <= 1e-5
     apart = cd.dirty2vis(dirty=model, keep_operators=0, **points)
     taken = _inputs_by_name(apart, "chunk_assemble")
     assert len(taken) == 6 and all("getitem" in t and "vis_slab" not in t for t in taken), taken

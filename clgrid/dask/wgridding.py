@@ -394,12 +394,12 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
                 raise ValueError(NOT_FINITE_IMAGE)
             image = dirty
         if split == "rows":
-            pieces = rows_vis(token, layout, image, uvw, freq, wgt, mask, options, keep, workers, dtype, shared)
+            result = layout.assemble(rows_vis(token, layout, image, uvw, freq, wgt, mask, options, keep, workers,
+                                              dtype, shared), channel_axis=1)
         else:
             slab_layout = first_pass(token, chunks, options, count, cap, keep, stall_timeout)
-            pieces = slab_vis(slab_layout, chunks, image, layout.pieces(wgt), options, keep, workers, dtype,
+            result = slab_vis(slab_layout, layout, chunks, image, layout.pieces(wgt), options, keep, workers, dtype,
                               shared)
-    result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = compute(result, stall_timeout=stall_timeout)[0]
         return vis
