@@ -591,7 +591,8 @@ def test_an_image_is_checked_as_it_is_published(rng, tmp_path):
         out = np.empty_like(flat)
         flat[bad[:3]] = np.nan
         flat[bad[3:]] = -np.inf if dtype != np.complex64 else complex(1, np.inf)
-        for threads, block, n in ((1, 1, 3000), (1, None, flat.size), (3, 1000, flat.size), (16, 4097, flat.size)):
+        for threads, block, n in ((1, 1, 3000), (1, None, flat.size), (3, 1000, flat.size), (16, 4097, flat.size),
+                                  (4, 0, flat.size)):
             bad_here = np.count_nonzero(~np.isfinite(flat[:n]))
             assert exchange._copy_counting(out[:n], flat[:n], threads, block) == bad_here
             assert np.array_equal(out[:n], flat[:n], equal_nan=True)

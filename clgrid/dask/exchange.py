@@ -300,7 +300,7 @@ class Published:
 STAMP = 16                   # bytes of the stamp at the head of a published file
 
 
-CHECK_BLOCK = 512 << 10      # bytes `publish` copies and checks at once, in cache
+CHECK_BLOCK = 512 << 10      # bytes `publish` copies and checks at once, in cache (0: each thread's share)
 
 
 def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1,
@@ -333,10 +333,11 @@ def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int 
 
 def _copy_counting(out: np.ndarray, array: np.ndarray, threads: int, block: int | None = None) -> int:
     """`_copy`, and how many of the entries copied are NaN or infinite (a complex one
-    once), each block of ``block`` entries (None: ``CHECK_BLOCK`` bytes) counted in
-    ``out`` right after it is written, while it is in cache."""
+    once), each block of ``block`` entries (None: ``CHECK_BLOCK`` bytes; 0: each thread's
+    whole share) counted in ``out`` right after it is written, while it is in cache."""
     flat_out, flat_in = out.reshape(-1), np.ascontiguousarray(array).reshape(-1)
-    step = max(1, CHECK_BLOCK // max(1, flat_out.itemsize) if block is None else int(block))
+    step = CHECK_BLOCK // flat_out.itemsize if block is None else int(block)
+    step = step if step > 0 else max(1, flat_out.size)
     counts = []
 
     def copy(r):

@@ -315,7 +315,10 @@ def split(predicted: np.ndarray, parts: list) -> tuple:
     return tuple(np.split(predicted, edges))
 
 
-ASSEMBLE_BLOCK = 512 << 10      # bytes of a chunk's visibilities `assemble` finishes at once, in cache (L2)
+# bytes of a chunk's visibilities `assemble` finishes at once, in cache (0: each thread's
+# whole range at once, one pass over it per step); each block costs every thread a few
+# numpy calls, each a turn of the GIL (docs/benchmarks/dask.md: measure on many threads)
+ASSEMBLE_BLOCK = 512 << 10
 
 
 def _blocks(r: slice, step: int) -> np.ndarray:
@@ -329,7 +332,7 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
     order (onto zeros, or, where the first slab takes the chunk whole, onto its share as
     it is), then weighted; zero where masked.  On ``threads`` host threads, each over its
     own range of the chunk's samples, in blocks of ``block`` samples (None: about
-    ``ASSEMBLE_BLOCK`` bytes of them), each finished (written, its shares added, weighted,
+    ``ASSEMBLE_BLOCK`` bytes of them; 0: the whole range at once), each finished (written, its shares added, weighted,
     its non-finite values counted) before the next, while it is in cache: one pass over
     the chunk's memory, not one per step.  Each selection is ascending, so a block's
     samples are a slice of it.  The same operations on each sample in the same order
@@ -340,7 +343,8 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
     real = out.real.dtype
     kept = None if wgt is None else _kept(mask)
     weights = None if wgt is None else np.asarray(wgt).reshape(-1)
-    step = max(1, ASSEMBLE_BLOCK // out.itemsize if block is None else int(block))
+    step = ASSEMBLE_BLOCK // out.itemsize if block is None else int(block)
+    step = step if step > 0 else max(1, n)
     bad, lock = [0, 0], threading.Lock()
 
     def share_range(r):
