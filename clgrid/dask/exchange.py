@@ -29,7 +29,9 @@ shared) unless the client and every worker share the host (the same boot of the 
 machine, asked once per set of workers).
 
 `dirty2vis` returns a lazy array, computed after the call: its image is written once
-by the client (`publish`) and each slab's prediction for its chunks by the slab's task
+by the client (`publish`, which also counts its NaN and inf pixels block by block as it
+copies them, so the client passes over the image once, and refuses a bad one before
+stamping it) and each slab's prediction for its chunks by the slab's task
 (straight into `stamped_room`, then `stamped_shares`), both behind a stamp that the
 readers check before and after reading (`taken`, `reading`), so a prediction computed
 after a later call on the same points rewrote the files refuses instead of reading the
