@@ -143,13 +143,12 @@ def install(force_staging: bool = False) -> str:
     _wrap(tasks, "_chunk_operator", "  operator lookup")
     _wrap(exchange, "readable", "  values mapped")
     _wrap(tasks, "_imaged", "  imaged", faults=True)
-    _wrap(tasks, "_shared_facets", "  facets shared")
     _wrap(tasks, "sum_facet", "sum_facet", faults=True)
 
     def remember(image_slab_real=tasks._imaged):
-        def imaged(operator, lock, vis, wgt):
+        def imaged(operator, lock, vis, wgt, *rest):
             _facts["last"] = (operator, vis)          # for the direct calls
-            return image_slab_real(operator, lock, vis, wgt)
+            return image_slab_real(operator, lock, vis, wgt, *rest)
         imaged._probe = True
         return imaged
 

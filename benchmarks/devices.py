@@ -231,10 +231,14 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
         if "1n" in a.dask_configs:
             configs.append((f"1 worker, {len(devices)} devices", [devices]))
     out = {"set": name, "num_vis": int(vis.size), "npix": npix, "configs": []}
-    for label, assignment in configs:
+    weighed = [(label + ("" if w is None else f", split_sample_weight {w}"), assignment, w)
+               for label, assignment in configs
+               for w in ((a.dask_weights or [None]) if len(assignment) > 1 else [None])]
+    for label, assignment, weight in weighed:
         n = len(assignment)
         threads = max(1, a.nthreads // n)
-        row = {"config": label, "workers": n, "devices": assignment, "threads_per_worker": threads}
+        row = {"config": label, "workers": n, "devices": assignment, "threads_per_worker": threads,
+               "split_sample_weight": weight}
         # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (every large temporary
         # fresh pages): unset unless --dask-malloc-trim (docs/user-guide/dask.md)
         trim = {} if a.dask_malloc_trim else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
@@ -261,7 +265,8 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
             row["load"] = a.dask_load
             row["load_s"] = time.perf_counter() - start
             common = dict(uvw=duvw, freq=freq, pixsize_x=pix, pixsize_y=pix, epsilon=a.epsilon, do_wgridding=True,
-                          nthreads=threads, slab_samples=int(vis.size))
+                          nthreads=threads, slab_samples=int(vis.size),
+                          tuning=None if weight is None else {"split_sample_weight": weight})
 
             def image():
                 return cd.vis2dirty(vis=dvis, npix_x=npix, npix_y=npix, **common)
@@ -372,6 +377,9 @@ def main(argv=None):
                         "reader's tasks give them), or the arrays as the graph carried them (earlier runs)")
     p.add_argument("--dask-malloc-trim", action="store_true",
                    help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers")
+    p.add_argument("--dask-weights", type=float, nargs="+", default=None,
+                   help="the Dask configurations again with each of these split_sample_weight (the planes "
+                        "split's slabs for both directions; default: the tuning table's)")
     p.add_argument("--dask-profile", default="on", choices=("on", "off"),
                    help="the workers' statistical profiler (Dask's distributed.worker.profile.enabled)")
     p.add_argument("--oracle", action="store_true", help="ducc0 at 1e-12 (double) as reference, small sets")

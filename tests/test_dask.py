@@ -11,6 +11,7 @@ devices, and every call passes ``device=None``.
 
 import concurrent.futures
 import contextlib
+import gc
 import os
 
 import numpy as np
@@ -341,8 +342,14 @@ def test_a_major_cycle_moves_only_values_and_rebuilds_lost_operators_from_kept_p
     dirty = first + np.std(first) * rng.normal(size=first.shape).astype(first.dtype)
     with get_task_stream(client) as stream:
         second = cd.vis2dirty(vis=blocks(2 * vis), **points, **size)
+    imaging = {key_split(t["key"]) for t in stream.data}
+    if os.path.isdir("/dev/shm"):
+        # every image in shared memory: the sums take the imaging tasks' outputs whole (no
+        # node per facet), and the first task's image is written straight into the result
+        assert imaging - {"array"} == {"chunk_values", "image_slab", "sum_facet", "warnings_union"}, imaging
+    with get_task_stream(client) as stream:
         predicted = cd.dirty2vis(dirty=dirty, **points).compute()
-    names = {key_split(t["key"]) for t in stream.data}
+    names = imaging | {key_split(t["key"]) for t in stream.data}
     assert not names & {"chunk_extent", "chunk_counts", "geometry_of", "chunk_selection", "chunk_parts",
                         "slab_points"}, names
     assert {"chunk_values", "image_slab", "vis_slab"} <= names and any("chunk_assemble" in n for n in names), names
@@ -387,11 +394,27 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
                                                       wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True,
                                                       **IMAGE)) <= 1e-6
         assert relative_error(image, expected) <= 1e-6                    # the first image is the caller's
-        boxes = [box.path for free in delivery._boxes.values() for box in free]
-        assert boxes and all(os.path.exists(path) for path in boxes)      # the client's box, kept
+        # each result is the mapping of a kept box of the client's: none is free while the
+        # caller holds both; dropping one frees its box, which the next call takes (its
+        # image, not the one still held, written there)
+        def free() -> list:
+            return [box.path for boxes in delivery._boxes.values() for box in boxes]
+
+        held = set(delivery._made)
+        assert len(held) >= 2 and all(os.path.exists(path) for path in held) and not free()
+        del again
+        gc.collect()
+        assert len(free()) == 1 and set(free()) <= held
+        third = cd.vis2dirty(vis=blocks(2 * vis), **common)
+        assert not free() and set(delivery._made) == held
+        assert relative_error(third, 2 * expected) <= 1e-6 and relative_error(image, expected) <= 1e-6
         client.run(cd.clear_cache)
         cd.clear_cache()
-        assert not ours() and not any(os.path.exists(path) for path in boxes)
+        assert not ours() and not any(os.path.exists(path) for path in held)
+        assert relative_error(image, expected) <= 1e-6 and relative_error(third, 2 * expected) <= 1e-6
+        del third
+        gc.collect()
+        assert not free()                    # (its file removed: not given back)
     whole = rng.normal(size=(10, 4)).astype(np.float32)
     box = delivery.open_box(whole.shape, whole.dtype)
     if box is None:
@@ -401,6 +424,52 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     rows = delivery.deliver(whole[6:], elsewhere, 6)
     assert rows is not None
     assert np.array_equal(delivery.collect(box, [None, rows], [0, 6]), whole) and not os.path.exists(box.path)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_a_facet_sum_adds_in_place_in_the_trees_order(rng, tmp_path, count):
+    """`clgrid.dask.tasks.sum_facet`: the parts (arrays, `Shared` regions of files, the
+    first one the client's box itself or a whole task output) added on two threads, the
+    same bits as the tree of `add_images` (`tree_sum`), written into the box at the
+    facet's rows without touching the others, or returned where the box is elsewhere;
+    non-finite pixels and non-zero ones counted (all zero, and summing to zero)."""
+    from clgrid.dask import delivery, exchange, tasks
+    from clgrid.dask.chunks import tree_sum
+
+    rows, cols, start = 300, 1000, 100
+    parts = [rng.normal(size=(rows, cols)).astype(np.float32) for _ in range(count)]
+    parts[-1][7, 3], parts[0][299, 999] = np.inf, np.nan
+    expected = tree_sum(parts, tasks.add_images)
+    box = delivery.kept_box((rows + 150, cols), np.float32)
+    if box is None:
+        pytest.skip("no room in /dev/shm for a box")
+    try:
+        whole = delivery.region(box, 0, (rows + 150, cols))
+        whole[...] = -1
+        whole[start:start + rows] = parts[0]                  # the first task wrote its image there
+        given = [exchange.Shared(box.path, start * cols, rows * cols, "<f4", (rows, cols))]
+        for i, p in enumerate(parts[1:]):
+            path = str(tmp_path / f"part{i}")
+            room = exchange.room_of(path, p.shape, p.dtype)
+            room[...] = p
+            given.append((None, exchange.Shared(path, 0, p.size, "<f4", p.shape)) if i % 2 else
+                         exchange.Shared(path, 0, p.size, "<f4", p.shape))
+        facet = 1
+        given = [(None, g) if not isinstance(g, tuple) and k == 0 else g for k, g in enumerate(given)]
+        got, bad, nonzero = tasks.sum_facet(box, start, 2, facet, *given)
+        assert got is None and nonzero and bad == 2
+        assert np.array_equal(whole[start:start + rows], expected, equal_nan=True)
+        assert np.all(whole[:start] == -1) and np.all(whole[start + rows:] == -1)
+        elsewhere = delivery.DropBox(str(tmp_path / "on-another-host"), box.shape, box.dtype)
+        got, bad, nonzero = tasks.sum_facet(elsewhere, start, 2, 0, *parts)
+        assert np.array_equal(got, expected, equal_nan=True) and nonzero
+        zeros = [np.zeros((rows, cols), np.float32)] * count
+        assert tasks.sum_facet(elsewhere, start, 2, 0, *zeros)[1:] == (0, False)
+        cancelling = np.zeros((rows, cols), np.float32)
+        cancelling[5, :2] = (1.0, -1.0)                       # a non-zero image whose sum is zero
+        assert tasks.sum_facet(elsewhere, start, 2, 0, *([cancelling] + zeros[1:]))[1:] == (0, True)
+    finally:
+        delivery.discard(box)
 
 
 def test_changed_points_are_imaged_anew_and_deterministic_calls_repeat_their_bits(client, rng):

@@ -225,6 +225,52 @@ def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatc
     assert np.all(wrong == 7)
 
 
+@pytest.mark.parametrize("devices", ["one", "list", "facets"])
+def test_wgridder_vis2dirty_writes_its_out(rng, device_name, devices, monkeypatch):
+    """`WGridder.vis2dirty(out=)`: a poisoned C-contiguous out handed to the engines (one
+    device, a device list: the first device's image, or the sum, is written there, not
+    into an array copied there after; facets through a copy), a strided or big-endian
+    one through a copy; each the array returned, equal to the call without ``out`` and
+    within epsilon of ducc0 at 1e-12; a wrong dtype or one sharing memory with ``vis``
+    refused naming ``out``, before it is written."""
+    from clgrid.imaging import engine as engine_module
+    from clgrid.imaging.wgridding import WGridder
+
+    given = []
+    real = engine_module.ImagingEngine.vis2dirty
+
+    def spy(self, vis, wgt=None, progress=None, out=None, after=None):
+        given.append(out)
+        return real(self, vis, wgt, progress, out=out, after=after)
+
+    monkeypatch.setattr(engine_module.ImagingEngine, "vis2dirty", spy)
+    ducc0 = optional("ducc0.wgridder", "compare")
+    uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
+    freq = np.array([1.0e8, 1.2e8])
+    kw = dict(device=[device_name, device_name]) if devices == "list" else dict(device=device_name)
+    if devices == "facets":
+        kw["facets"] = (2, 1)
+    op = WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, **kw)
+    vis = rng.normal(size=(300, 2)) + 1j * rng.normal(size=(300, 2))
+    fresh = op.vis2dirty(vis)
+    assert relative_error(fresh, ducc0.vis2dirty(uvw=uvw, freq=freq, vis=vis, npix_x=32, npix_y=32, pixsize_x=2e-3,
+                                                 pixsize_y=2e-3, epsilon=1e-12, do_wgridding=True)) < 1e-9
+    for out in (np.full((32, 32), np.nan), np.full((32, 32), np.nan).T, np.full((32, 32), np.nan, ">f8")):
+        given.clear()
+        assert op.vis2dirty(vis, out=out) is out
+        assert relative_error(out, fresh) < 1e-14
+        direct = out.flags.c_contiguous and out.dtype.isnative and devices != "facets"
+        assert given and all((g is not None and np.shares_memory(g, out)) == direct for g in given)
+    for wrong, error, match in ((np.full((32, 32), 7, np.float32), TypeError, r"out must be a float64 array"),
+                                (np.full((32, 31), 7.0), ValueError, r"out must be a float64 array of shape \(32, 32\)")):
+        with pytest.raises(error, match=match):
+            op.vis2dirty(vis, out=wrong)
+        assert np.all(wrong == 7)
+    shared = np.zeros(1200)
+    with pytest.raises(ValueError, match=r"out"):
+        op.vis2dirty(shared.view(complex).reshape(300, 2), out=shared[:1024].reshape(32, 32))
+
+
 def test_check_output_is_the_one_check(queue):
     """The function each operator calls: its errors name the argument and the expectation."""
     from clgrid.operators.checks import check_output

@@ -9,9 +9,16 @@ each task writes its rows into that file where it finds it (a file of a fresh ra
 name exists only on the client's host) and returns None, and the client's array is the
 file's mapping (no copy); the file's name is removed once the call is over, its memory
 freed with the array.  A task on another host, or any failure to make the file, falls
-back to returning its rows as usual.  A call's box may be kept (`kept_box`): its file
-and the mappings on both sides are made once (a fresh file's pages cost more than the
-copy out of it), and the client copies the result out of it into the caller's array.
+back to returning its rows as usual.
+
+A call's box may be kept (`kept_box`): its file and the mappings on both sides are made
+once (a fresh file's pages cost more than a copy out of it), and recycled as
+`clgrid.device.transfer.host_empty` recycles pinned blocks.  The result the client
+returns is the box's mapping itself (no copy); when the caller drops that array (every
+view of it), the box goes back to a pool for a later call's tasks to write, and a call
+that finds none free (the caller still holds the earlier results) makes another.  Given
+the caller's own array (``out``), the client copies the result into it and the box goes
+back at once.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import atexit
 import os
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +39,9 @@ __all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region
 
 SHARED_MEMORY = "/dev/shm"
 COPY_THREADS = 16            # host threads of the client's copies into and out of shared memory
-KEPT_BOXES = 2               # kept boxes per shape and dtype
+KEPT_BOXES = 2               # free kept boxes per shape and dtype
 _boxes: dict = {}            # on the client: (shape, dtype) -> free kept boxes
+_made: set = set()           # on the client: the paths of every kept box not yet removed
 _lock = threading.Lock()
 
 
@@ -70,32 +79,56 @@ def open_box(shape: tuple, dtype) -> DropBox | None:
 def kept_box(shape: tuple, dtype) -> DropBox | None:
     """A box for a result of ``shape`` and ``dtype`` that the client keeps for later calls
     (its file and both sides' mappings made once: a fresh file's pages cost more than the
-    copy out of it); given back by `collect`.  None as `open_box`."""
+    copy out of it): a free one, else a new one; given back by `collect` (when the
+    caller drops the array it returns) or `discard`.  None as `open_box`."""
     key = (tuple(int(n) for n in shape), np.dtype(dtype).str)
     with _lock:
         free = _boxes.get(key)
         if free:
             return free.pop()
     box = open_box(shape, dtype)
-    return None if box is None else DropBox(box.path, box.shape, box.dtype, kept=True)
+    if box is None:
+        return None
+    with _lock:
+        _made.add(box.path)
+    return DropBox(box.path, box.shape, box.dtype, kept=True)
 
 
 def forget_boxes() -> None:
-    """On the client: remove the kept boxes' files."""
+    """On the client: remove every kept box's file, free or holding a result the caller
+    has (its memory stays with that array; the box is not given back)."""
     with _lock:
-        boxes = [box for free in _boxes.values() for box in free]
+        paths = list(_made)
+        _made.clear()
         _boxes.clear()
-    for box in boxes:
-        discard(DropBox(box.path, box.shape, box.dtype))      # (not kept: removed)
+    for path in paths:
+        discard(DropBox(path, (), "u1"))      # (not kept: removed)
 
 
 def _give_back(box: DropBox) -> None:
     with _lock:
-        free = _boxes.setdefault((box.shape, box.dtype), [])
-        if len(free) < KEPT_BOXES:
-            free.append(box)
-            return
+        if box.path in _made:
+            free = _boxes.setdefault((box.shape, box.dtype), [])
+            if box in free:                   # (given back twice: a failing call's handlers)
+                return
+            if len(free) < KEPT_BOXES:
+                free.append(box)
+                return
+            _made.discard(box.path)
     discard(DropBox(box.path, box.shape, box.dtype))
+
+
+class _BoxResult:
+    """A kept box's mapping on the client as the memory of the result `collect` returns
+    (numpy's ``__array_interface__``): the base of that array and its views, so it lives
+    while any of them does; when it dies the box is given back for a later call."""
+
+    def __init__(self, box: DropBox, mapped: np.ndarray):
+        self.__array_interface__ = {"data": (mapped.ctypes.data, False), "shape": box.shape,
+                                    "typestr": box.dtype, "version": 3}
+        self.mapped = mapped
+        back = weakref.finalize(self, _give_back, box)
+        back.atexit = False
 
 
 def region(box: DropBox | None, start: int, shape: tuple):
@@ -124,18 +157,32 @@ def deliver(rows: np.ndarray, box: DropBox | None, start: int):
 
 def collect(box: DropBox | None, parts: list, starts: list, out: np.ndarray | None = None) -> np.ndarray:
     """On the client: the result, from the file (rows delivered there) and the rows that
-    came back.  A box of `open_box`: the file's name removed, the result its mapping (no
-    copy); a kept box (`kept_box`): copied into ``out`` (or a new array) and given back.
-    Without a box, the rows joined."""
+    came back, into ``out`` where given.  A box of `open_box`: the file's name removed,
+    the result its mapping (no copy); a kept box (`kept_box`): the result its mapping too
+    (`_BoxResult`: the box given back when the array is dropped), or, with ``out``,
+    copied there and the box given back.  Without a box, the rows joined."""
     if box is None:
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        result = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        if out is not None:
+            out[...] = result
+            return out
+        return result
     if box.kept:
+        nbytes = int(np.prod(box.shape)) * np.dtype(box.dtype).itemsize
         try:
-            result = out if out is not None else np.empty(box.shape, np.dtype(box.dtype))
-            mapped = exchange.read(exchange.Shared(box.path, 0, int(np.prod(box.shape)), box.dtype, box.shape))
-            parallel_copy(result, mapped, exchange.copy_threads(result.nbytes, COPY_THREADS))
-        finally:
+            mapped = exchange.region_of(box.path, 0, nbytes)
+        except BaseException:
             _give_back(box)
+            raise
+        if out is None:
+            result = np.asarray(_BoxResult(box, mapped))
+        else:
+            try:
+                result = out
+                parallel_copy(result, mapped.view(np.dtype(box.dtype)).reshape(box.shape),
+                              exchange.copy_threads(result.nbytes, COPY_THREADS))
+            finally:
+                _give_back(box)
     else:
         try:
             result = np.memmap(box.path, dtype=np.dtype(box.dtype), mode="r+", shape=box.shape)
@@ -144,6 +191,9 @@ def collect(box: DropBox | None, parts: list, starts: list, out: np.ndarray | No
     for part, start in zip(parts, starts):
         if part is not None:
             result[start:start + part.shape[0]] = part
+    if out is not None and result is not out:
+        out[...] = result
+        return out
     return result if box.kept else np.asarray(result)   # a plain array over the mapping (kept alive by it)
 
 

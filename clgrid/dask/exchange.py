@@ -65,7 +65,7 @@ except ImportError:                  # (not POSIX: no shared memory either, `pre
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
-           "write_into", "share", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove", "host_identity",
+           "write_into", "room_of", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove", "host_identity",
            "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
@@ -236,17 +236,18 @@ def write_into(path: str | None, offset: int, shape: tuple, dtype, fill):
     return out
 
 
-def share(path: str | None, array: np.ndarray, threads: int = 1):
-    """``array`` copied into the file ``path`` (on ``threads`` host threads): its `Shared`;
-    without ``path``, or where the file cannot be made, the array itself (no copy)."""
-    if path is None or array.size == 0:
-        return array
+def room_of(path: str | None, shape: tuple, dtype) -> np.ndarray | None:
+    """The file ``path`` (made where it is not) as a writable array of ``shape`` and
+    ``dtype`` over a kept mapping, for a task to write its result straight into; None
+    without ``path``, or where the file cannot be made."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    if path is None or count == 0:
+        return None
     try:
-        room = _region(path, 0, array.nbytes, True)
+        return _region(path, 0, count * dtype.itemsize, True).view(dtype).reshape(shape)
     except (OSError, ValueError):
-        return array
-    _copy(room.view(array.dtype).reshape(array.shape), array, threads)
-    return Shared(path, 0, int(array.size), np.dtype(array.dtype).str, tuple(int(n) for n in array.shape))
+        return None
 
 
 def copy_threads(nbytes: int, threads: int) -> int:

@@ -12,9 +12,18 @@ task (`clgrid.dask.tasks.sum_facet`) that takes the parts (from shared memory wh
 can), writes the sum into the client's box and counts its non-finite and non-zero
 pixels, so the client receives one image and does not pass over it again; with Dask's
 local schedulers, a tree of additions.  Each worker so sends and receives about one
-image per call, not log2(n) of them; with shared memory, a reused call passes only a few
-hundred bytes per task through Dask (each task's facets are picked on its own worker,
-`items`, so the facet it keeps for its own sum never leaves it: tested).
+image per call, not log2(n) of them.
+
+Where the images go (`image_place`).  With a box (`clgrid.dask.delivery.kept_box`), the
+first imaging task writes its image straight into it (its device's image comes down
+there), and the facet sums add the others to it in place; with shared memory (every
+worker on the client's host, `clgrid.dask.exchange`), each other task writes its image
+straight into a kept file of its own.  The client returns the box's mapping itself
+(`clgrid.dask.delivery.collect`), so a reused call copies no image on the host but the
+sum's.  Where every image goes to shared memory, each task's result is a few bytes
+(`Shared` facets), and the sums and the warnings take it whole: no node per facet on
+the way; so too on a cluster of one worker, where nothing moves.  Otherwise each task's facets are picked on its own worker (`items`), so a
+facet summed there never leaves it (tested).
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .chunks import prefer_worker, task_of, tree_sum
-from .delivery import collect, deliver, discard, kept_box
+from .delivery import DropBox, collect, deliver, discard, kept_box
 from .watch import compute
 
 try:
@@ -31,7 +40,7 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["facet_count", "places", "items", "summed", "sent"]
+__all__ = ["facet_count", "result_box", "image_place", "outputs_of", "items", "summed", "sent"]
 
 
 def facet_count(workers, options: dict) -> int:
@@ -40,13 +49,28 @@ def facet_count(workers, options: dict) -> int:
     return max(1, min(len(workers or [None]), options["npix_x"]))
 
 
-def places(shared, task: int, facets: int, workers) -> tuple | None:
-    """Where imaging task ``task`` leaves each facet in shared memory: a file for a facet
-    summed on another worker than the task's (by `prefer_worker`), None for its own."""
-    if shared is None:
-        return None
-    n = len(workers)
-    return tuple(None if task % n == f % n else exchange.place(shared, f"i{task}-{f}") for f in range(facets))
+def result_box(workers, shape: tuple, dtype) -> DropBox | None:
+    """The client's box for the call's image (`clgrid.dask.delivery.kept_box`) on a
+    distributed cluster; None otherwise (or without room in shared memory)."""
+    return kept_box(shape, dtype) if workers else None
+
+
+def image_place(shared, box: DropBox | None, task: int, first: bool):
+    """Where imaging task ``task`` writes its whole image: the ``first`` of the call's
+    tasks (the first of the sums' parts) into the client's ``box``, every other one into
+    a file of its own under the call's ``shared`` prefix; None (a new array on its
+    worker) without either."""
+    if first and box is not None:
+        return box
+    return exchange.place(shared, f"i{task}")
+
+
+def outputs_of(task, facets: int, shared, workers):
+    """What the sums take from an imaging task (a Dask node of ``facets`` facets and the
+    warnings): the task whole where ``shared`` (its facets are a few bytes each in shared
+    memory) or on a cluster of one worker (nothing moves), else its entries picked on its
+    worker (`items`)."""
+    return task if shared is not None or (workers is not None and len(workers) == 1) else items(task, facets)
 
 
 def items(task, facets: int) -> tuple:
@@ -60,31 +84,38 @@ def items(task, facets: int) -> tuple:
 
 
 def summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeout=None, shared=None,
-           threads: int = 1, out=None) -> tuple:
+           threads: int = 1, out=None, box: DropBox | None = None) -> tuple:
     """The image (``shape``, ``dtype``; into ``out`` where given) from the imaging tasks'
-    outputs (``facets`` facets and the warnings each): facet f summed pairwise by task
-    number on worker f, and handed to the client through shared memory where worker f
-    is on its host (`clgrid.dask.delivery`, a box kept for later calls), else gathered;
-    all facets at once.  On a distributed cluster each facet is one task
-    (`clgrid.dask.tasks.sum_facet`: the tree's order, the same bits) that takes the parts
-    (from shared memory where ``shared``, the call's `clgrid.dask.exchange` prefix: every
-    worker on the client's host), adds them into the client's box and counts what the
-    client would check; without one (Dask's local schedulers), a tree of additions."""
+    outputs (`outputs_of`: ``facets`` facets and the warnings each, whole or picked):
+    facet f summed pairwise by task number on worker f, and handed to the client through
+    ``box`` (`result_box`, whose memory the result is) where worker f is on its host
+    (`clgrid.dask.delivery`), else gathered; all facets at once.  On a distributed
+    cluster each facet is one task (`clgrid.dask.tasks.sum_facet`: the tree's order, the
+    same bits) that takes the parts (from shared memory where ``shared``, the call's
+    `clgrid.dask.exchange` prefix: every worker on the client's host; the first task's
+    from the box itself), adds them into the box and counts what the client would check;
+    without one (Dask's local schedulers), a tree of additions.  The box is given back
+    (or becomes the result) whatever happens."""
     if not outputs:
+        discard(box)
         return None, frozenset(), None
-    box = kept_box(shape, dtype) if workers else None
     starts = [int(s) for s in np.cumsum([0] + [len(r) for r in np.array_split(np.arange(shape[0]), facets)])[:-1]]
     sums = []
     whole = shared is not None or workers is not None
-    for f in range(facets):
-        with prefer_worker(f, workers):
-            if whole:
-                sums.append(task_of(worker_tasks.sum_facet)(box, starts[f], threads, *[out[f] for out in outputs]))
-                continue
-            total = tree_sum([out[f] for out in outputs], task_of(worker_tasks.add_images))
-            sums.append(task_of(deliver)(total, box, starts[f]) if box is not None else total)
+
+    def entry(output, f):
+        return output[f] if isinstance(output, tuple) else output
+
     try:
-        *parts, said = compute(*sums, task_of(worker_tasks.warnings_union)(*[out[facets] for out in outputs]),
+        for f in range(facets):
+            with prefer_worker(f, workers):
+                if whole:
+                    sums.append(task_of(worker_tasks.sum_facet)(box, starts[f], threads, f,
+                                                                *[entry(o, f) for o in outputs]))
+                    continue
+                total = tree_sum([o[f] for o in outputs], task_of(worker_tasks.add_images))
+                sums.append(task_of(deliver)(total, box, starts[f]) if box is not None else total)
+        *parts, said = compute(*sums, task_of(worker_tasks.warnings_union)(*[entry(o, facets) for o in outputs]),
                                stall_timeout=stall_timeout)
     except BaseException:
         discard(box)

@@ -42,7 +42,7 @@ import numpy as np
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .chunks import ChunkLayout, prefer_worker, task_of
 from .delivery import COPY_THREADS
-from .images import items, places, sent
+from .images import image_place, outputs_of, sent
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
 from .watch import compute
 
@@ -181,13 +181,15 @@ def _value_targets(slab_layout: SlabLayout, shared) -> list | None:
 
 
 def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options: dict, keep: int, workers,
-                facets: int, shared=None) -> list:
+                facets: int, shared=None, box=None) -> list:
     """`vis2dirty`'s imaging tasks, one per slab task of ``slab_layout`` with samples (in
-    slab then group order): each one's ``facets`` facets and warnings as separate nodes
-    (`clgrid.dask.images.items`), for `clgrid.dask.images.summed`.  Each chunk's task
+    slab then group order): each one's ``facets`` facets and warnings
+    (`clgrid.dask.images.outputs_of`), for `clgrid.dask.images.summed`.  Each chunk's task
     picks its weighted values for every slab (``vis_pieces``, ``wgt_pieces``: the
     chunk's blocks) with its selection; ``shared`` is the call's `clgrid.dask.exchange`
-    prefix (the values and the facets summed elsewhere go through shared memory) or None."""
+    prefix (the values and the images go through shared memory) or None; ``box`` the
+    client's box for the image (`clgrid.dask.images.result_box`: the first task writes
+    its image there) or None."""
     selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces)
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
@@ -207,9 +209,10 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
             # the slab's task takes the chunk's whole result and picks its own (one task
             # fewer on the way, `image_slab`)
             task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
-                points[t], slab_layout.geometry, slab, options, keep, facets, places(shared, t, facets, workers),
+                points[t], slab_layout.geometry, slab, options, keep, facets,
+                image_place(shared, box, t, not outputs),
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
-            outputs.append(items(task, facets))
+            outputs.append(outputs_of(task, facets, shared, workers))
     return outputs
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import tasks as worker_tasks
 from .chunks import ChunkLayout, prefer_worker, task_of
 from .delivery import COPY_THREADS
-from .images import items, places, sent
+from .images import image_place, outputs_of, sent
 
 try:
     import dask
@@ -26,19 +26,21 @@ __all__ = ["rows_images", "rows_vis"]
 
 
 def rows_images(token, layout: ChunkLayout, uvw, freq, vis, wgt, mask, options: dict, keep: int, workers,
-                facets: int, shared=None) -> list:
+                facets: int, shared=None, box=None) -> list:
     """`vis2dirty`'s imaging tasks, one per chunk of ``layout`` (in chunk order): each one's
-    ``facets`` facets and warnings as separate nodes (`clgrid.dask.images.items`), for
+    ``facets`` facets and warnings (`clgrid.dask.images.outputs_of`), for
     `clgrid.dask.images.summed`.  ``token`` keys the workers' kept operators; ``shared``
-    is the call's `clgrid.dask.exchange` prefix (facets summed elsewhere go through shared
-    memory) or None."""
+    is the call's `clgrid.dask.exchange` prefix (the images go through shared memory) or
+    None; ``box`` the client's box for the image (the first chunk's task writes its image
+    there) or None."""
     outputs = []
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            outputs.append(items(dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
+            task = dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
                 token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
-                places(shared, chunk.index, facets, workers)), facets))
+                image_place(shared, box, chunk.index, not outputs))
+            outputs.append(outputs_of(task, facets, shared, workers))
     return outputs
 
 

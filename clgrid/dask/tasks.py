@@ -20,7 +20,7 @@ import numpy as np
 
 from . import exchange
 from .chunks import naming
-from .delivery import region
+from .delivery import DropBox, region
 from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, selection, split, takes_whole,
                     values_at)
 from ..call_warnings import gathering
@@ -126,39 +126,56 @@ def _facets(image: np.ndarray, count: int) -> tuple:
     return tuple(np.array_split(image, count, axis=0))
 
 
-def _imaged(operator, lock, vis, wgt) -> tuple:
-    """The operator's image of ``vis`` and the messages of the warnings its call gave (a
-    frozenset, for the client to say; none where the image is zero: a part without data
-    is no news, the caller warns for the set).  The warnings are those said through
+def _room(place, shape: tuple, dtype):
+    """Where an imaging task writes its image (`clgrid.dask.images.image_place`): (the
+    file's path, a writable array over it) for the client's box (a `DropBox`, where this
+    host has it) or a file of the call in shared memory; (None, None) for neither."""
+    if isinstance(place, DropBox):
+        room = region(place, 0, shape)
+        return (None, None) if room is None else (place.path, room)
+    room = exchange.room_of(place, shape, dtype)
+    return (None, None) if room is None else (place, room)
+
+
+def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1) -> tuple:
+    """The operator's image of ``vis`` in ``facets`` facets and the messages of the
+    warnings its call gave (a frozenset, for the client to say; none where the image is
+    zero: a part without data is no news, the caller warns for the set).  Where
+    ``place`` gives room (`_room`), the image is written straight there and its facets
+    are `clgrid.dask.exchange.Shared` s over that file (a few bytes each through Dask);
+    else views of a new image.  The warnings are those said through
     `clgrid.call_warnings.warn` on this thread, gathered there, not through the
     process's warning state: the tasks a worker runs at once on its threads each keep
     their own."""
+    path, room = None, None
+    if place is not None:
+        path, room = _room(place, (operator.npix_x, operator.npix_y),
+                           np.float64 if operator.precision == "double" else np.float32)
     gathered = []
     with lock, gathering(gathered):
-        image = operator.vis2dirty(vis, wgt)
+        image = operator.vis2dirty(vis, wgt) if room is None else operator.vis2dirty(vis, wgt, out=room)
     said = frozenset(message for message, _ in gathered)
-    return image, said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
+    said = said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
+    parts = _facets(image, facets)
+    if path is not None:
+        columns, start, shared = image.shape[1], 0, []
+        for part in parts:
+            shared.append(exchange.Shared(path, start * columns, int(part.size), image.dtype.str,
+                                          tuple(int(n) for n in part.shape)))
+            start += part.shape[0]
+        parts = tuple(shared)
+    return parts, said
 
 
-def image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets, places=None):
+def image_chunk(token, uvw, freq, vis, wgt, mask, chunk, options, keep, facets, place=None):
     """One task of the rows split: the dirty image of one chunk, in facets, and its
-    warnings (``places`` as for `image_slab`)."""
+    warnings (``place`` as for `image_slab`)."""
     with naming(chunk):
         if _all_masked(mask):                # nothing to image: no operator, no warning
             return _facets(zeros_image(options), facets) + (frozenset(),)
         operator, lock = _chunk_operator(token, chunk, uvw, freq, mask, options, keep)
-        image, said = _imaged(operator, lock, vis, wgt)
-        return _shared_facets(image, facets, places, options) + (said,)
-
-
-def _shared_facets(image: np.ndarray, facets: int, places, options) -> tuple:
-    """``image``'s facets, those with a place in shared memory written there (`Shared` in
-    their stead)."""
-    parts = _facets(image, facets)
-    if places is None:
-        return parts
-    threads = max(1, options["nthreads"])
-    return tuple(exchange.share(path, part, threads) for path, part in zip(places, parts))
+        parts, said = _imaged(operator, lock, vis, wgt, place, facets)
+        return parts + (said,)
 
 
 def vis_chunk(token, dirty, uvw, freq, wgt, mask, chunk, options, keep):
@@ -245,13 +262,13 @@ def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
                      slab.planes)
 
 
-def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, places, *values):
+def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, place, *values):
     """One task of the planes split: the image of the taps on one slab's planes, from its
     samples of its group of chunks (values: one array, or `clgrid.dask.exchange.Shared`,
     per chunk, as arguments: `slab_points` says why; or a chunk's whole `chunk_values`
-    tuple, of which this slab's entry is taken), in facets, and its warnings.  With
-    ``places`` (per facet: a file in shared memory or None), a facet summed on another
-    worker is written there and its `Shared` returned in its stead."""
+    tuple, of which this slab's entry is taken), in facets, and its warnings.  With a
+    ``place`` (`clgrid.dask.images.image_place`: the client's box, or a file in shared
+    memory), the image is written straight there and its facets are `Shared` s."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
         threads = max(1, options["nthreads"])
@@ -259,19 +276,29 @@ def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, 
         joined = exchange.readable(values)
         if joined is None:
             joined = _joined([exchange.read(v) for v in values], threads)
-        image, said = _imaged(operator, lock, joined[:, None], None)
-        return _shared_facets(image, facets, places, options) + (said,)
+        parts, said = _imaged(operator, lock, joined[:, None], None, place, facets)
+        return parts + (said,)
 
 
-def sum_facet(box, start: int, threads: int, *parts) -> tuple:
-    """One facet of the image: the imaging tasks' parts of it (arrays, or `Shared`) added
-    pairwise by task number (`clgrid.dask.chunks.tree_sum`'s order: the same bits as its
-    tree of `add_images`), on ``threads`` host threads, written into the client's
-    ``box`` at row ``start`` where this host has it (then None), else returned; with how
-    many of its pixels are not finite, and whether any is non-zero (counted as they are
-    written, so the client need not pass over the image again)."""
+def sum_facet(box, start: int, threads: int, facet: int, *parts) -> tuple:
+    """One facet of the image: the imaging tasks' parts of it (arrays, or `Shared`; or an
+    imaging task's whole output, of which entry ``facet`` is taken) added pairwise by
+    task number (`clgrid.dask.chunks.tree_sum`'s order: the same bits as its tree of
+    `add_images`), on ``threads`` host threads, written into the
+    client's ``box`` at row ``start`` where this host has it (then None), else returned;
+    with how many of its pixels are not finite, and whether any is non-zero (counted as
+    they are written, so the client need not pass over the image again).  The first
+    part may be the box's own rows (the first imaging task wrote its image there): the
+    others are added to it in place.  (Each thread takes one range of rows whole: in
+    cache-sized blocks the threads' many small calls queue for the GIL.)"""
+    parts = [p[facet] if isinstance(p, tuple) else p for p in parts]
     arrays = [exchange.read(p) for p in parts]
     out = region(box, start, arrays[0].shape)
+    if out is not None and isinstance(parts[0], exchange.Shared) and parts[0].path == box.path:
+        if parts[0].offset != start * int(np.prod(arrays[0].shape[1:])):
+            raise RuntimeError(f"clgrid.dask: internal error: a facet at element {parts[0].offset} of the box "
+                               f"summed at row {start}")
+        arrays[0] = out                          # (in place: the box holds the first part)
     target = out if out is not None else np.empty(arrays[0].shape, arrays[0].dtype)
     bad, nonzero, lock = [0], [False], threading.Lock()
 
@@ -281,15 +308,26 @@ def sum_facet(box, start: int, threads: int, *parts) -> tuple:
             level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
         if len(level) == 2:
             np.add(level[0], level[1], out=target[r])
-        else:
+        elif arrays[0] is not target:
             np.copyto(target[r], level[0])
-        found, some = not_finite(target[r]), bool(np.any(target[r]))
+        found, some = _counted(target[r])
         with lock:
             bad[0] += found
             nonzero[0] = nonzero[0] or some
 
     in_slices(exchange.copy_threads(target.nbytes * len(arrays), threads), target.shape[0], rows)
     return None if out is not None else target, bad[0], nonzero[0]
+
+
+def _counted(a: np.ndarray) -> tuple:
+    """(how many entries of ``a`` are not finite, whether any is non-zero): from one sum
+    over it where that sum is finite and non-zero (`not_finite`'s own first pass), else
+    with a count and a look for a non-zero entry."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(a, axis=None)
+    if np.isfinite(total):
+        return 0, bool(total != 0) or bool(np.any(a))
+    return not_finite(a), bool(np.any(a))
 
 
 def _joined(values: list, threads: int) -> np.ndarray:
@@ -350,7 +388,9 @@ def add_images(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def warnings_union(*sets) -> frozenset:
-    return frozenset().union(*sets)
+    """The union of the imaging tasks' warnings (each a frozenset, or a task's whole
+    output, whose last entry it is)."""
+    return frozenset().union(*(s[-1] if isinstance(s, tuple) else s for s in sets))
 
 
 

@@ -55,7 +55,8 @@ docs/benchmarks/dask.md):
   client, not scattered to each worker, behind a stamp: a prediction computed after a
   later `dirty2vis` on the same points replaced it refuses, `exchange.taken`) and through
   which each slab's prediction reaches its chunks (behind the same stamp); and the
-  client's box for the image (`clgrid.dask.delivery`).  Fresh pages cost more than the copies, so the files and
+  client's boxes for the image (`clgrid.dask.delivery`: the image `vis2dirty` returns
+  is a box's mapping, given back to a pool when the caller drops it).  Fresh pages cost more than the copies, so the files and
   the mappings are kept, and removed with the points' record (the last
   ``exchange.KEPT_PREFIXES``) or by `clear_cache`.  Elsewhere (workers on other hosts)
   the same values go through Dask.
@@ -83,8 +84,8 @@ import numpy as np
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .watch import compute, stall_seconds
 from .chunks import ChunkLayout, check_device, chunk_sizes, workers_to_prefer
-from .delivery import COPY_THREADS, forget_boxes
-from .images import facet_count, summed
+from .delivery import COPY_THREADS, discard, forget_boxes
+from .images import facet_count, result_box, summed
 from .planes_split import chunk_pieces, first_pass, forget_layouts, slab_images, slab_vis
 from .rows_split import rows_images, rows_vis
 from .tasks import forget_operators
@@ -298,16 +299,23 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     # files in shared memory kept for these points (`clgrid.dask.exchange`)
     shared = (exchange.prefix(chunking.client(), workers, f"{token}-{facets}")
               if workers and len(workers) > 1 and keep > 0 else None)
+    real = np.float64 if options["precision"] == "double" else np.float32
+    shape = (options["npix_x"], options["npix_y"])
     with exchange.using(shared):
-        if split == "rows":
-            outputs = rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets, shared)
-        else:
-            slab_layout = first_pass(token, pieces, options, count, cap, keep, stall_timeout)
-            outputs = slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
-                                  workers, facets, shared)
-        real = np.float64 if options["precision"] == "double" else np.float32
-        image, said, counts = summed(outputs, facets, workers, (options["npix_x"], options["npix_y"]), real,
-                                     stall_timeout, shared, max(1, options["nthreads"]), dirty)
+        box = result_box(workers, shape, real)      # (given back, or the result, by `summed`)
+        try:
+            if split == "rows":
+                outputs = rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets,
+                                      shared, box)
+            else:
+                slab_layout = first_pass(token, pieces, options, count, cap, keep, stall_timeout)
+                outputs = slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
+                                      workers, facets, shared, box)
+        except BaseException:
+            discard(box)
+            raise
+        image, said, counts = summed(outputs, facets, workers, shape, real, stall_timeout, shared,
+                                     max(1, options["nthreads"]), dirty, box)
     if image is None:
         image = worker_tasks.zeros_image(options)
     bad, nonzero = counts if counts is not None else (np.count_nonzero(~np.isfinite(image)), np.any(image))

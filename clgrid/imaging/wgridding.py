@@ -316,15 +316,30 @@ class WGridder:
         if a is not None and np.shape(a) != shape:
             raise ValueError(f"{name} must have shape {shape}, got {np.shape(a)}")
 
-    def vis2dirty(self, vis, wgt=None, progress=None) -> np.ndarray:
+    def vis2dirty(self, vis, wgt=None, progress=None, out=None) -> np.ndarray:
         """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
         ``update``); there are ``len(planes)`` of them (split by rows: as the device furthest on
-        gets through them)."""
+        gets through them).
+
+        ``out``: None (a new array), or a writeable (npix_x, npix_y) array of the image's
+        dtype (float32 in single precision, float64 in double) to write it into, returned
+        (a C-contiguous one in native byte order is written directly, without a copy: a
+        file mapping in shared memory, a pinned block; any other, or any with facets,
+        through one).  Checked before any work (refused where it shares memory with
+        ``vis`` or ``wgt``, `clgrid.operators.checks.check_apart`); a call refused later
+        (a NaN visibility, counted on the device) may leave it partly written."""
+        if out is not None:
+            check_output(out, "out", (self.npix_x, self.npix_y), np.float64 if self.precision == "double"
+                         else np.float32)
+            check_apart(out, "out", {"vis": vis, "wgt": wgt})
+            if not (out.flags.c_contiguous and out.dtype.isnative) or self.faceted is not None:
+                out[...] = self.vis2dirty(vis, wgt, progress)
+                return out
         if self.faceted is not None:
             return self.faceted.vis2dirty(vis, wgt, progress)
         if self.split is None:
-            return self.engines[0].vis2dirty(vis, wgt, progress)
+            return self.engines[0].vis2dirty(vis, wgt, progress, out=out)
         vis = np.asarray(vis)
         self._check("vis", vis, self.shape)
         wgt = None if wgt is None else np.asarray(wgt)
@@ -337,7 +352,7 @@ class WGridder:
         # it ends), the same sum whichever ends first.  Pinned for the first device, which
         # brings the whole sum down last.
         first = self.engines[0]
-        image = host_empty((self.npix_x, self.npix_y), first.real, first.staging)
+        image = host_empty((self.npix_x, self.npix_y), first.real, first.staging) if out is None else out
 
         def share(k, after):
             e, r = self.engines[k], self._rows[k]
@@ -560,11 +575,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
                   prefetch={"vis": vis, "wgt": wgt} if np.shape(vis) == (np.shape(uvw)[0], np.size(freq)) else None)
     if dirty is not None:
         check_output(dirty, "dirty", (op.npix_x, op.npix_y), vis.real.dtype.newbyteorder("="))
-    image = op.vis2dirty(vis, wgt)
-    if dirty is not None:
-        dirty[...] = image
-        return dirty
-    return image
+    return op.vis2dirty(vis, wgt, out=dirty)
 
 
 def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, epsilon,
