@@ -1,12 +1,13 @@
 """The host passes of a reused `clgrid.dask.dirty2vis` (planes split, shared memory), alone:
 a chunk's assembly from its slabs' shares (`clgrid.dask.slabs.assemble`) over whole thread
-ranges (one pass over the chunk per step: ``--blocks`` 0) against blocks of several sizes,
+ranges (``--blocks`` 0) against blocks of several sizes and against another revision's
+(``--baseline``: 6ffb5c4 passed over the whole chunk again to count its non-finite values),
 and the client's check of the image before publishing it (`count_not_finite`, then
 `exchange.publish`: two passes) against the check made while it is copied
 (``publish(refuse=...)``).  Medians of ``--repeats`` after a warm-up; every variant's bits
 checked against the whole-range one.
 
-    python3 benchmarks/dirty2vis_host.py --samples 33554432 --threads 16 --processes 1 2 --json x.json
+    python3 benchmarks/dirty2vis_host.py --samples 33554432 --threads 16 --processes 1 2 --baseline 6ffb5c4 --json x.json
 
 The chunk: ``--samples`` complex64 visibilities (the benchmark's: 2 M rows x 16 channels),
 the first slab taking it whole, a second ``--sparse`` of its samples at random ascending
@@ -18,11 +19,14 @@ as in the benchmark's call).  The image: ``--npix``² float32 into a file in /de
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
 import platform
 import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -41,11 +45,29 @@ def chunk(samples: int, sparse: float, seed: int) -> tuple:
     return shape, [None, picks], [dense, share], rng.uniform(0.5, 2.0, shape).astype(np.float32)
 
 
+def baseline_assemble(revision: str):
+    """`clgrid.dask.slabs.assemble` as it was at the git ``revision`` (loaded beside this one)."""
+    source = subprocess.run(["git", "show", f"{revision}:clgrid/dask/slabs.py"], capture_output=True, text=True,
+                            check=True).stdout
+    path = os.path.join(tempfile.mkdtemp(), "slabs_baseline.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("clgrid.dask._slabs_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.assemble
+
+
 def assembly_runs(a, shape, taken, shares, weights) -> dict:
     runs = {}
+    before = baseline_assemble(a.baseline) if a.baseline else None
     for weighted in (False, True):
         w = weights if weighted else None
         for t in a.threads:
+            if before is not None:
+                runs[f"assemble, {'weights' if weighted else 'no weights'}, {t} threads, as at {a.baseline}"] = (
+                    lambda t=t, w=w: before(shape, taken, shares, w, None, np.complex64, t), (weighted, t))
             for b in a.blocks:
                 name = (f"assemble, {'weights' if weighted else 'no weights'}, {t} threads, "
                         + ("whole ranges" if b == 0 else f"blocks of {b} samples ({b * 8 >> 10} KiB)"))
@@ -74,7 +96,7 @@ def _worker(a, seed, barrier, results):
         barrier.wait()
         medians[name], out = timed(fn, a.repeats, barrier)
         if key not in reference:
-            reference[key] = out                       # the whole-range run comes first
+            reference[key] = out                       # the baseline's run, or the whole ranges', comes first
         elif not np.array_equal(out.view(np.uint64), reference[key].view(np.uint64)):
             raise SystemExit(f"{name}: other bits than the whole ranges'")
     results.put(medians)
@@ -109,6 +131,8 @@ def publishing(a) -> dict:
                 return exchange.publish(prefix, "d", image, t)
 
             out[f"publish, {t} threads, counted first (two passes)"] = timed(two_passes, a.repeats)[0]
+            out[f"publish, {t} threads, not counted (the copy alone)"] = timed(
+                lambda t=t: exchange.publish(prefix, "d", image, t), a.repeats)[0]
             for b in a.image_blocks:
                 saved, exchange.CHECK_BLOCK = exchange.CHECK_BLOCK, b
                 what = f"blocks of {b >> 10} KiB" if b else "each thread's share at once"
@@ -129,12 +153,14 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=32 << 20)
     p.add_argument("--sparse", type=float, default=0.02)
     p.add_argument("--threads", type=int, nargs="+", default=[16])
-    p.add_argument("--blocks", type=int, nargs="+", default=[0, 1 << 15, 1 << 16, 1 << 17, 1 << 18],
+    p.add_argument("--blocks", type=int, nargs="+", default=[0, 1 << 15, 1 << 16, 1 << 17, 1 << 19],
                    help="samples per block (0: whole ranges, the first run, against which the bits are checked)")
     p.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     p.add_argument("--npix", type=int, default=8192)
-    p.add_argument("--image-blocks", type=int, nargs="+", default=[0, 256 << 10, 512 << 10, 1 << 20],
+    p.add_argument("--image-blocks", type=int, nargs="+", default=[0, 256 << 10, 512 << 10, 1 << 20, 4 << 20],
                    help="bytes per block of the image's check (0: each thread's share at once)")
+    p.add_argument("--baseline", default=None, help="a git revision whose assemble runs first, for comparison")
+    p.add_argument("--parts", nargs="+", default=["assembly", "publish"], choices=("assembly", "publish"))
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
@@ -145,12 +171,12 @@ def main(argv=None) -> int:
     out = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "host": platform.node(), "cpus": os.cpu_count(),
            "cpu": platform.processor(), "samples": a.samples, "sparse": a.sparse, "npix": a.npix,
            "repeats": a.repeats, "runs": {}}
-    for n in a.processes:
+    for n in a.processes if "assembly" in a.parts else []:
         for name, seconds in assembly(a, n).items():
             key = f"{name}, {n} process{'es' if n > 1 else ''} at once"
             out["runs"][key] = seconds
             print(f"{key}: {1e3 * seconds:.1f} ms", flush=True)
-    if os.path.isdir(exchange.SHARED_MEMORY):
+    if "publish" in a.parts and os.path.isdir(exchange.SHARED_MEMORY):
         for name, seconds in publishing(a).items():
             out["runs"][name] = seconds
             print(f"{name}: {1e3 * seconds:.1f} ms", flush=True)

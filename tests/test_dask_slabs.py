@@ -229,6 +229,42 @@ def test_predictions_assembled_in_blocks_have_the_bits_of_one_pass(rng, dtype):
         dask_slabs.assemble(shape, taken, bad, None, None, dtype, 3, block=100)
 
 
+@pytest.mark.parametrize("block", [0, 333])
+def test_sums_and_weights_that_overflow_are_counted_once_per_sample(rng, block):
+    """The shares are finite (their operators refuse others): `assemble` counts what its
+    sums and weights make non-finite, each sample once however many later shares add to
+    it (an inf stays inf, or becomes NaN), whether the shares meet only at picks (where
+    only the picks are looked at again), a whole share is added to another, or weights
+    overflow a finite sum."""
+    shape, dtype = (70_000, 1), np.complex64
+    n = shape[0]
+    big = np.float32(3e38)
+    whole = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(dtype)
+    picks = [np.sort(rng.choice(n, n // 10, replace=False)) for _ in range(2)]
+    common = np.intersect1d(*picks)[:4]                    # samples both later slabs add to
+    shares = [p.astype(np.float32).astype(dtype) for p in picks]
+    whole[common] = big
+    for p, s in zip(picks, shares):
+        s[np.searchsorted(p, common)] = big                # 3e38 + 3e38: inf, then inf + 3e38: inf
+    alone = np.setdiff1d(picks[0], picks[1])[:2]           # samples only the first later slab adds to
+    whole[alone] = big + 1j * big
+    shares[0][np.searchsorted(picks[0], alone)] = big * 1j     # the imaginary part overflows
+    with pytest.raises(NonFiniteResultError, match=r"^6 values"):
+        dask_slabs.assemble(shape, [None] + picks, [whole] + shares, None, None, dtype, 4, block=block)
+    with pytest.raises(NonFiniteResultError, match=r"^6 values"):       # a whole share added: every value
+        dask_slabs.assemble(shape, [None, None] + picks, [np.zeros(n, dtype), whole] + shares, None, None, dtype,
+                            4, block=block)
+    finite = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(dtype)
+    finite[:5] = 1e38
+    wgt = np.ones(shape, np.float32)
+    wgt[:7] = 10                                            # the first 5 overflow, the next 2 do not
+    with pytest.raises(NonFiniteResultError, match=r"^5 values"):
+        dask_slabs.assemble(shape, [None], [finite], wgt, None, dtype, 4, block=block)
+    ok = dask_slabs.assemble(shape, [None] + picks, [finite] + [s * 0 for s in shares], None, None, dtype, 4,
+                             block=block)
+    np.testing.assert_array_equal(ok.reshape(-1), finite)
+
+
 def test_values_are_picked_on_threads_with_the_bits_of_one_pass(rng):
     """`values_at` on threads: the values (selected or all, weighted or not, float64
     weights rounded as astype would) have the bits of numpy's one pass, into ``out`` or a

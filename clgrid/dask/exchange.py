@@ -29,9 +29,8 @@ shared) unless the client and every worker share the host (the same boot of the 
 machine, asked once per set of workers).
 
 `dirty2vis` returns a lazy array, computed after the call: its image is written once
-by the client (`publish`, which also counts its NaN and inf pixels block by block as it
-copies them, so the client passes over the image once, and refuses a bad one before
-stamping it) and each slab's prediction for its chunks by the slab's task
+by the client (`publish`, whose threads also count its NaN and inf pixels as they copy
+them, and refuse a bad image before stamping it) and each slab's prediction for its chunks by the slab's task
 (straight into `stamped_room`, then `stamped_shares`), both behind a stamp that the
 readers check before and after reading (`taken`, `reading`), so a prediction computed
 after a later call on the same points rewrote the files refuses instead of reading the
@@ -303,7 +302,10 @@ class Published:
 STAMP = 16                   # bytes of the stamp at the head of a published file
 
 
-CHECK_BLOCK = 512 << 10      # bytes `publish` copies and checks at once, in cache (0: each thread's share)
+# bytes `publish` copies and checks at once, in cache (0: each thread's share copied, then
+# counted).  0 by default: in blocks, each thread's many small numpy calls queue for the GIL
+# on many threads (docs/benchmarks/dask.md, d2v-38)
+CHECK_BLOCK = 0
 
 
 def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1,
@@ -311,8 +313,8 @@ def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int 
     """On the client: ``array`` written into the kept file ``name`` of ``call_prefix``
     behind a fresh stamp (cleared while it is written); None without a prefix or where the
     file cannot be made.  With ``refuse`` (a message), the array's NaN and infinite
-    entries are counted as it is copied (block by block, each while it is in cache: no
-    pass over the array of its own), and where there is any, ValueError(``refuse``) is
+    entries are counted by the threads that copy it, each its own share, right after
+    copying it (`_copy_counting`), and where there is any, ValueError(``refuse``) is
     raised and the file left without a stamp: nothing is published, and the tasks of an
     earlier array in the file, not yet computed, refuse (`taken`) as once it is replaced."""
     path = place(call_prefix, name)

@@ -315,10 +315,10 @@ def split(predicted: np.ndarray, parts: list) -> tuple:
     return tuple(np.split(predicted, edges))
 
 
-# bytes of a chunk's visibilities `assemble` finishes at once, in cache (0: each thread's
-# whole range at once, one pass over it per step); each block costs every thread a few
-# numpy calls, each a turn of the GIL (docs/benchmarks/dask.md: measure on many threads)
-ASSEMBLE_BLOCK = 512 << 10
+# bytes of samples `assemble` finishes at once, in cache (0: each thread's whole range at
+# once).  0 by default: in blocks, each thread's many small numpy calls
+# queue for the GIL on many threads (docs/benchmarks/dask.md, d2v-38)
+ASSEMBLE_BLOCK = 0
 
 
 def _blocks(r: slice, step: int) -> np.ndarray:
@@ -326,23 +326,41 @@ def _blocks(r: slice, step: int) -> np.ndarray:
     return np.append(np.arange(r.start, r.stop, step), r.stop)
 
 
+def _sums_every_sample(taken: list, shares: list) -> bool:
+    """Whether some slab's share is added to every sample of the chunk (a slab taking it
+    whole after another slab's share is in it), not only at picks."""
+    seen = False
+    for flat, share in zip(taken, shares):
+        if flat is None and share.size and seen:
+            return True
+        seen = seen or flat is not None or bool(share.size)
+    return False
+
+
 def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads: int = 1,
              block: int | None = None) -> np.ndarray:
     """One chunk's visibilities (shape): each slab's share added at its samples, in slab
     order (onto zeros, or, where the first slab takes the chunk whole, onto its share as
     it is), then weighted; zero where masked.  On ``threads`` host threads, each over its
-    own range of the chunk's samples, in blocks of ``block`` samples (None: about
-    ``ASSEMBLE_BLOCK`` bytes of them; 0: the whole range at once), each finished (written, its shares added, weighted,
-    its non-finite values counted) before the next, while it is in cache: one pass over
-    the chunk's memory, not one per step.  Each selection is ascending, so a block's
-    samples are a slice of it.  The same operations on each sample in the same order
-    whatever the threads and blocks, so the same bits; the output's fresh pages are first
-    touched in parallel."""
+    own range of the chunk's samples (each selection is ascending, so a range's samples
+    are a slice of it), in blocks of ``block`` samples (None: ``ASSEMBLE_BLOCK`` bytes
+    of them; 0: the whole range at once), each finished (written, its shares added,
+    weighted, counted) before the next.  The same operations on each sample in the same
+    order whatever the threads and blocks, so the same bits; the output's fresh pages
+    are first touched in parallel.
+
+    The shares are finite: each slab's operator refuses a prediction with an inf or NaN
+    (`clgrid.imaging.engine.ImagingEngine.dirty2vis`).  So what is counted, and refused,
+    is what the sums and the weights make of them: without weights, where the shares are
+    added only at picks, the samples that an addition made non-finite (an inf or NaN
+    stays so under further sums), and a share copied whole is not passed over again;
+    with weights, or where a share is added to every sample, every value at the end."""
     n = shape[0] * shape[1]
     out = np.empty(n, dtype)
     real = out.real.dtype
     kept = None if wgt is None else _kept(mask)
     weights = None if wgt is None else np.asarray(wgt).reshape(-1)
+    every = weights is not None or _sums_every_sample(taken, shares)
     step = ASSEMBLE_BLOCK // out.itemsize if block is None else int(block)
     step = step if step > 0 else max(1, n)
     bad, lock = [0, 0], threading.Lock()
@@ -369,8 +387,17 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
                         part[...] = 0
                         written = True
                     a, b = cut[j], cut[j + 1]
-                    if b > a:
-                        out[flat[a:b]] += share[a:b]          # (within the block) a slab takes a sample at most once
+                    if b == a:
+                        continue
+                    at = flat[a:b]                # (within the block) a slab takes a sample at most once
+                    if every:
+                        out[at] += share[a:b]
+                        continue
+                    values = out[at]              # (as ``out[at] += share[a:b]`` does it)
+                    before = not_finite(values)
+                    values += share[a:b]
+                    out[at] = values
+                    found[0] += not_finite(values) - before
                 if not written:
                     part[...] = 0
                 if weights is not None:
@@ -383,7 +410,8 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
                         w = weights[kept[a:b]].astype(real)
                         found[1] += not_finite(w)
                         out[kept[a:b]] *= w
-                found[0] += not_finite(part)
+                if every:
+                    found[0] += not_finite(part)
         with lock:
             bad[0] += found[0]
             bad[1] += found[1]
