@@ -215,6 +215,24 @@ def _set_device(spec):
     return spec
 
 
+def task_seconds(stream: list, begin: float) -> dict:
+    """Per task name in a Dask task stream: how many ran, their compute seconds summed,
+    and when the first started and the last ended (seconds after ``begin``)."""
+    from dask.utils import key_split
+
+    out = {}
+    for task in stream:
+        name = key_split(task["key"]).split("-from-value")[0]
+        row = out.setdefault(name, {"count": 0, "compute_s": 0.0, "from_s": float("inf"), "to_s": 0.0})
+        row["count"] += 1
+        for part in task["startstops"]:
+            if part["action"] == "compute":
+                row["compute_s"] += part["stop"] - part["start"]
+                row["from_s"] = min(row["from_s"], part["start"] - begin)
+                row["to_s"] = max(row["to_s"], part["stop"] - begin)
+    return out
+
+
 def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: dict, a) -> dict:
     import dask
     import dask.array as da
@@ -276,7 +294,10 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                 wait(predicted)
                 return predicted
 
-            row["vis2dirty_first_s"], first = timed(image)
+            with get_task_stream(client) as stream:
+                begin = time.time()
+                row["vis2dirty_first_s"], first = timed(image)
+            row["vis2dirty_first_tasks"] = task_seconds(stream.data, begin)
             row["dirty2vis_first_s"], predicted = timed(model)
             streams, model_streams, times, moved = [], [], {"vis2dirty": [], "dirty2vis": []}, []
             for _ in range(a.dask_repeats):
@@ -329,6 +350,10 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
               f"{[(k['key'], k['mb']) for k in m['largest'][:3]]}; reused dirty2vis: "
               f"{d['between_workers_bytes'] / 1e6:.3f} MB between workers, {d['to_client_bytes'] / 1e6:.3f} MB to the "
               f"client", flush=True)
+        spent = sorted(row["vis2dirty_first_tasks"].items(), key=lambda kv: -kv[1]["compute_s"])[:6]
+        print("    first vis2dirty's tasks (name: count, compute summed, span from the call's start): "
+              + "; ".join(f"{k}: {v['count']}, {v['compute_s']:.2f} s, {v['from_s']:.2f}-{v['to_s']:.2f}"
+                          for k, v in spent), flush=True)
         first_tasks = [f"{t['task']}@{t['worker']} {t['action']} {t['start_s']:.3f}-{t['stop_s']:.3f}"
                        for t in b["timeline"][:6]]
         print(f"    first task entries of the median reused vis2dirty: {'; '.join(first_tasks)}", flush=True)

@@ -42,7 +42,8 @@ COPY_THREADS = 16            # host threads of the client's copies into and out 
 KEPT_BOXES = 2               # free kept boxes per shape and dtype
 _boxes: dict = {}            # on the client: (shape, dtype) -> free kept boxes
 _made: set = set()           # on the client: the paths of every kept box not yet removed
-_lock = threading.Lock()
+# reentrant: a result dropped by the collector inside a locked block gives its box back there
+_lock = threading.RLock()
 
 
 @dataclass(frozen=True)
