@@ -7,7 +7,7 @@ and the client's check of the image before publishing it (`count_not_finite`, th
 (``publish(refuse=...)``).  Medians of ``--repeats`` after a warm-up; every variant's bits
 checked against the whole-range one.
 
-    python3 benchmarks/dirty2vis_host.py --samples 33554432 --threads 16 --processes 1 2 --baseline 6ffb5c4 --json x.json
+    python3 benchmarks/dirty2vis_host.py --threads 16 --processes 1 2 --baseline 6ffb5c4 --json x.json
 
 The chunk: ``--samples`` complex64 visibilities (the benchmark's: 2 M rows x 16 channels),
 the first slab taking it whole, a second ``--sparse`` of its samples at random ascending

@@ -30,11 +30,11 @@ machine, asked once per set of workers).
 
 `dirty2vis` returns a lazy array, computed after the call: its image is written once
 by the client (`publish`, whose threads also count its NaN and inf pixels as they copy
-them, and refuse a bad image before stamping it) and each slab's prediction for its chunks by the slab's task
-(straight into `stamped_room`, then `stamped_shares`), both behind a stamp that the
-readers check before and after reading (`taken`, `reading`), so a prediction computed
-after a later call on the same points rewrote the files refuses instead of reading the
-other call's arrays.  A slab's file is written by one task at a time (a lock on the file,
+them, a bad image refused before it is stamped) and each slab's prediction for its
+chunks by the slab's task (straight into `stamped_room`, then `stamped_shares`), both
+behind a stamp that the readers check before and after reading (`taken`, `reading`), so
+a prediction computed after a later call on the same points rewrote the files refuses
+instead of reading the other call's arrays.  A slab's file is written by one task at a time (a lock on the file,
 held from the stamp's clearing to the new stamp) and each write gets a stamp of its own:
 the same prediction computed twice at once (a lazy result computed from two threads, a
 task run again) is read from one write or refused, never mixed from two.
@@ -338,8 +338,8 @@ def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int 
 
 def _copy_counting(out: np.ndarray, array: np.ndarray, threads: int, block: int | None = None) -> int:
     """`_copy`, and how many of the entries copied are NaN or infinite (a complex one
-    once), each block of ``block`` entries (None: ``CHECK_BLOCK`` bytes; 0: each thread's
-    whole share) counted in ``out`` right after it is written, while it is in cache."""
+    once), each thread counting in ``out`` what it has just written, in blocks of
+    ``block`` entries (None: ``CHECK_BLOCK`` bytes' worth; 0: its whole share at once)."""
     flat_out, flat_in = out.reshape(-1), np.ascontiguousarray(array).reshape(-1)
     step = CHECK_BLOCK // flat_out.itemsize if block is None else int(block)
     step = step if step > 0 else max(1, flat_out.size)

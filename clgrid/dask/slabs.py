@@ -316,8 +316,8 @@ def split(predicted: np.ndarray, parts: list) -> tuple:
 
 
 # bytes of samples `assemble` finishes at once, in cache (0: each thread's whole range at
-# once).  0 by default: in blocks, each thread's many small numpy calls
-# queue for the GIL on many threads (docs/benchmarks/dask.md, d2v-38)
+# once).  0 by default: in blocks, each thread's many small numpy calls queue for the GIL
+# on many threads (docs/benchmarks/dask.md, d2v-38)
 ASSEMBLE_BLOCK = 0
 
 
