@@ -519,6 +519,81 @@ def test_a_prediction_whose_image_a_later_call_replaced_is_refused(client, rng):
         first.compute()
 
 
+def test_a_nan_image_is_refused_as_it_is_published_and_left_unstamped(client, rng):
+    """dirty2vis's image is checked for NaN and inf as the client writes it into shared
+    memory (one pass, `clgrid.dask.exchange.publish`): a NaN or infinite entry anywhere
+    is refused with the single process's message, and the file is left without a stamp
+    (nothing published: a prediction of the image written there before refuses, as once
+    a later call replaced it); without shared memory (``keep_operators=0``) the client
+    counts them as before.  A finite image is then predicted as one process does."""
+    from clgrid.dask import exchange
+
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    model = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    earlier = cd.dirty2vis(dirty=model, **points)
+    for where, value in (((0, 0), np.nan), ((IMAGE["npix_x"] - 1, 7), -np.inf), ((31, 20), np.nan)):
+        bad = model.copy()
+        bad[where] = value
+        for keep in ({"keep_operators": 0}, {}):
+            with pytest.raises(ValueError, match="^dirty has NaN or infinite entries$"):
+                cd.dirty2vis(dirty=bad, **keep, **points)
+    if os.path.isdir("/dev/shm"):
+        path = exchange.place(next(reversed(exchange._prefixes)), "d")        # this call's points' file
+        with open(path, "rb") as f:
+            assert f.read(exchange.STAMP) == bytes(exchange.STAMP)            # refused before it is stamped
+        with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+            earlier.compute()
+    expected = clgrid.dirty2vis(dirty=model, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
+                                do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    assert relative_error(cd.dirty2vis(dirty=model, **points).compute(), expected) <= 1e-6
+
+
+def _inputs_by_name(array, name: str) -> list:
+    """For each node of ``array``'s graph named ``name``, the names of the nodes it takes."""
+    from dask.utils import key_split
+
+    graph = array.__dask_graph__()
+    dependencies = graph.get_all_dependencies()
+    return [sorted(key_split(d) for d in dependencies[k]) for k in graph if key_split(k) == name]
+
+
+def test_chunks_take_the_slab_predictions_from_shared_memory_without_a_task_between(client, rng):
+    """A reused dirty2vis, planes split, workers on the client's host: each chunk's
+    `chunk_assemble` takes the slab tasks' whole outputs (a `Shared` per chunk) and picks
+    its own, with no getitem node between (one scheduler hop per chunk fewer), and its
+    task is the result's block itself (no alias after it, optimized or not); without
+    shared memory (``keep_operators=0``) each chunk's share is still picked where its
+    slab's task ran (a getitem), so only it travels.  Both predict what one process does."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm: the shares are arrays, picked by getitem nodes by design")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, split="planes", slab_samples=vis.size, pixsize_x=IMAGE["pixsize_x"],
+                  pixsize_y=IMAGE["pixsize_y"])
+    from dask.core import flatten
+    from dask.utils import key_split
+
+    model = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    expected = clgrid.dirty2vis(dirty=model, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
+                                do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    cd.dirty2vis(dirty=model, **points).compute()                     # points selected and kept
+    reused = cd.dirty2vis(dirty=model, **points)
+    taken = _inputs_by_name(reused, "chunk_assemble")
+    assert len(taken) == 6 and all("vis_slab" in t and "getitem" not in t for t in taken), taken
+    # the array's blocks are the chunks' tasks: no alias (from_delayed, concatenate) after them
+    (optimized,) = dask.optimize(reused)
+    assert {key_split(k) for k in flatten(optimized.__dask_keys__())} == {"chunk_assemble"}
+    assert not {key_split(k) for k in optimized.__dask_graph__()} & {"concatenate", "from-value", "getitem"}
+    assert relative_error(reused.compute(), expected) <= 1e-6
+    assert relative_error(reused[::3, 1:].sum().compute(), expected[::3, 1:].sum()) <= 1e-5
+    apart = cd.dirty2vis(dirty=model, keep_operators=0, **points)
+    taken = _inputs_by_name(apart, "chunk_assemble")
+    assert len(taken) == 6 and all("getitem" in t and "vis_slab" not in t for t in taken), taken
+    assert relative_error(apart.compute(), expected) <= 1e-6
+
+
 def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng):
     """Where no file can be made in /dev/shm (full, or too small a tmpfs), the values,
     facets, image and model go through Dask as before, with the same results."""
@@ -564,6 +639,38 @@ def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng)
     single = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True, **pixels)
     assert relative_error(image, clgrid.vis2dirty(vis=vis, **single, **image_size)) <= 1e-6
     assert relative_error(predicted, clgrid.dirty2vis(dirty=image, **single)) <= 1e-6
+
+
+def test_an_image_is_checked_as_it_is_published(rng, tmp_path):
+    """`clgrid.dask.exchange.publish` with ``refuse``: the image copied block by block on
+    threads (block edges anywhere, C- or Fortran-ordered, float or complex) is the
+    caller's, its NaN and inf entries counted exactly over every block, and a file with
+    any is left unstamped, its earlier image's readers refusing."""
+    from clgrid.dask import exchange
+
+    prefix = str(tmp_path / "calls")                # any file system: the mapping is the same
+    for dtype in (np.float32, np.float64, np.complex64):
+        image = rng.normal(size=(300, 257)).astype(dtype)
+        for order in ("C", "F"):
+            published = exchange.publish(prefix, "d", np.asarray(image, order=order), 16, refuse="no")
+            with exchange.taken(published) as got:
+                assert np.array_equal(got, image)
+        flat = rng.normal(size=(exchange.THREADED_BYTES // 4) + 999).astype(dtype)      # (on threads)
+        bad = rng.choice(flat.size, 5, replace=False)
+        out = np.empty_like(flat)
+        flat[bad[:3]] = np.nan
+        flat[bad[3:]] = -np.inf if dtype != np.complex64 else complex(1, np.inf)
+        for threads, block, n in ((1, 1, 3000), (1, None, flat.size), (3, 1000, flat.size), (16, 4097, flat.size),
+                                  (4, 0, flat.size)):
+            bad_here = np.count_nonzero(~np.isfinite(flat[:n]))
+            assert exchange._copy_counting(out[:n], flat[:n], threads, block) == bad_here
+            assert np.array_equal(out[:n], flat[:n], equal_nan=True)
+        image.reshape(-1)[[7, -1]] = np.nan
+        with pytest.raises(ValueError, match="^a NaN$"):
+            exchange.publish(prefix, "d", image, 16, refuse="a NaN")
+        with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+            with exchange.taken(published):
+                pass
 
 
 def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(rng, tmp_path):

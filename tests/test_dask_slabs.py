@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("dask", reason="clgrid.dask needs dask (pip install 'clgrid[dask]')")
 
+from clgrid.errors import NonFiniteResultError  # noqa: E402
 from clgrid.dask import slabs as dask_slabs  # noqa: E402
 
 from clgrid.planning.host import stacked_positions  # noqa: E402
@@ -172,6 +173,96 @@ def test_predictions_assembled_on_threads_have_one_threads_bits(rng):
     wgt[np.unravel_index(kept[7], shape)] = np.inf
     with pytest.raises(ValueError, match=r"wgt has NaN or infinite entries where not masked \(1\)"):
         dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype, threads=4)
+
+
+def _assembled_simply(n, taken, shares, wgt, kept, dtype) -> np.ndarray:
+    """`assemble`'s contract, one whole array at a time: the shares added at their samples
+    in slab order (the first whole one copied), then the kept samples weighted."""
+    out = None
+    for flat, share in zip(taken, shares):
+        if flat is None:
+            out = share.copy() if out is None else out + share
+            continue
+        out = np.zeros(n, dtype) if out is None else out
+        out[flat] += share
+    out = np.zeros(n, dtype) if out is None else out
+    if wgt is not None:
+        w = wgt.reshape(-1)
+        if kept is None:
+            out *= w.astype(out.real.dtype)
+        else:
+            out[kept] *= w[kept].astype(out.real.dtype)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_predictions_assembled_in_blocks_have_the_bits_of_one_pass(rng, dtype):
+    """`assemble` walks each thread's range in blocks (each finished in cache before the
+    next): for blocks of any size (odd sizes whose edges fall inside every selection,
+    the whole range: 0), on one thread or several, random ascending selections,
+    a slab taking the chunk whole first or none, with and without weights and a mask,
+    the same bits as the shares added and weighted one whole array at a time; a
+    non-finite value counted over all blocks is reported with its count."""
+    shape = (8_200, 8)                      # (at least 2**16 samples: on threads)
+    n = shape[0] * shape[1]
+    for case in range(6):
+        masked, weighted, whole = case % 3 == 0, case % 2 == 0, case >= 3 and case % 3 != 0
+        mask = (rng.random(shape) > 0.15).astype(np.uint8) if masked else None
+        kept = np.flatnonzero(mask.reshape(-1)) if masked else np.arange(n)
+        wgt = rng.uniform(0.5, 2.0, shape) if weighted else None             # float64: rounded per sample
+        if weighted and masked:
+            wgt[mask == 0] = np.nan                                           # masked: never read
+        taken = [np.sort(rng.choice(kept, int(len(kept) * f), replace=False)).astype(np.intp)
+                 for f in (0.6, 0.02, 0.3)]
+        if whole:
+            taken[0] = None
+        shares = [(rng.normal(size=n if t is None else len(t)) + 1j * rng.normal(size=n if t is None else len(t)))
+                  .astype(dtype) for t in taken]
+        expected = _assembled_simply(n, taken, shares, wgt, kept if masked else None, dtype)
+        for threads, block in ((1, None), (1, 7 if case == 0 else 501), (3, 1021), (4, 4096), (5, 0)):
+            got = dask_slabs.assemble(shape, taken, shares, wgt, mask, dtype, threads, block=block)
+            np.testing.assert_array_equal(got.reshape(-1).view(np.uint8), expected.view(np.uint8),
+                                          err_msg=f"case {case}, threads {threads}, block {block}")
+    bad = [s.copy() for s in shares]
+    bad[-1][[3, len(bad[-1]) // 2, -1]] = np.inf
+    with pytest.raises(NonFiniteResultError, match=r"^3 values"):
+        dask_slabs.assemble(shape, taken, bad, None, None, dtype, 3, block=100)
+
+
+@pytest.mark.parametrize("block", [0, 333])
+def test_sums_and_weights_that_overflow_are_counted_once_per_sample(rng, block):
+    """The shares are finite (their operators refuse others): `assemble` counts what its
+    sums and weights make non-finite, each sample once however many later shares add to
+    it (an inf stays inf, or becomes NaN), whether the shares meet only at picks (where
+    only the picks are looked at again), a whole share is added to another, or weights
+    overflow a finite sum."""
+    shape, dtype = (70_000, 1), np.complex64
+    n = shape[0]
+    big = np.float32(3e38)
+    whole = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(dtype)
+    picks = [np.sort(rng.choice(n, n // 10, replace=False)) for _ in range(2)]
+    common = np.intersect1d(*picks)[:4]                    # samples both later slabs add to
+    shares = [p.astype(np.float32).astype(dtype) for p in picks]
+    whole[common] = big
+    for p, s in zip(picks, shares):
+        s[np.searchsorted(p, common)] = big                # 3e38 + 3e38: inf, then inf + 3e38: inf
+    alone = np.setdiff1d(picks[0], picks[1])[:2]           # samples only the first later slab adds to
+    whole[alone] = big + 1j * big
+    shares[0][np.searchsorted(picks[0], alone)] = big * 1j     # the imaginary part overflows
+    with pytest.raises(NonFiniteResultError, match=r"^6 values"):
+        dask_slabs.assemble(shape, [None] + picks, [whole] + shares, None, None, dtype, 4, block=block)
+    with pytest.raises(NonFiniteResultError, match=r"^6 values"):       # a whole share added: every value
+        dask_slabs.assemble(shape, [None, None] + picks, [np.zeros(n, dtype), whole] + shares, None, None, dtype,
+                            4, block=block)
+    finite = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(dtype)
+    finite[:5] = 1e38
+    wgt = np.ones(shape, np.float32)
+    wgt[:7] = 10                                            # the first 5 overflow, the next 2 do not
+    with pytest.raises(NonFiniteResultError, match=r"^5 values"):
+        dask_slabs.assemble(shape, [None], [finite], wgt, None, dtype, 4, block=block)
+    ok = dask_slabs.assemble(shape, [None] + picks, [finite] + [s * 0 for s in shares], None, None, dtype, 4,
+                             block=block)
+    np.testing.assert_array_equal(ok.reshape(-1), finite)
 
 
 def test_values_are_picked_on_threads_with_the_bits_of_one_pass(rng):

@@ -23,6 +23,7 @@ import numpy as np
 try:
     import dask
     import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
@@ -156,6 +157,32 @@ class ChunkLayout:
                     index[channel_axis] = j
                 out.append(blocks[tuple(index)])
         return out
+
+    def block_key(self, name: str, chunk: Chunk) -> tuple:
+        """The key of ``chunk``'s block in the Dask array ``name`` of `array_of` (data of
+        shape (rows, channels), or (rows,) without a channel axis)."""
+        i, j = divmod(chunk.index, self.shape[1])
+        return (name, i, j) if self.channels is not None else (name, i)
+
+    def array_of(self, name: str, tasks: list, dtype):
+        """Per-chunk `dask.delayed` tasks (in `chunks` order, each made with
+        ``dask_key_name=self.block_key(name, chunk)``, none under a worker annotation) as
+        one Dask array ``name`` of shape (rows, channels) whose blocks are those tasks'
+        results themselves.  `assemble` over `dask.array.from_delayed` pieces ends each
+        block in an alias task (a scheduler hop per block after its task, computed or
+        persisted); here the tasks' layers are made the array's own layer."""
+        if self.leading != 1:
+            raise ValueError("array_of: data of (rows[, channels]) only")
+        merged = HighLevelGraph.merge(*[t.__dask_graph__() for t in tasks])
+        layers, dependencies = dict(merged.layers), dict(merged.dependencies)
+        own, needs = {}, set()
+        for task in tasks:
+            for layer in task.__dask_layers__():
+                own.update(layers.pop(layer))
+                needs |= dependencies.pop(layer)
+        layers[name], dependencies[name] = MaterializedLayer(own), needs
+        chunks = (self.rows,) if self.channels is None else (self.rows, self.channels)
+        return da.Array(HighLevelGraph(layers, dependencies), name, chunks, dtype=dtype)
 
     def assemble(self, pieces: list, channel_axis: int | None = None):
         """Per-chunk dask arrays (in `chunks` order) joined into one: channel blocks along

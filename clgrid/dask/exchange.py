@@ -29,11 +29,12 @@ shared) unless the client and every worker share the host (the same boot of the 
 machine, asked once per set of workers).
 
 `dirty2vis` returns a lazy array, computed after the call: its image is written once
-by the client (`publish`) and each slab's prediction for its chunks by the slab's task
-(straight into `stamped_room`, then `stamped_shares`), both behind a stamp that the
-readers check before and after reading (`taken`, `reading`), so a prediction computed
-after a later call on the same points rewrote the files refuses instead of reading the
-other call's arrays.  A slab's file is written by one task at a time (a lock on the file,
+by the client (`publish`, whose threads also count its NaN and inf pixels as they copy
+them, a bad image refused before it is stamped) and each slab's prediction for its
+chunks by the slab's task (straight into `stamped_room`, then `stamped_shares`), both
+behind a stamp that the readers check before and after reading (`taken`, `reading`), so
+a prediction computed after a later call on the same points rewrote the files refuses
+instead of reading the other call's arrays.  A slab's file is written by one task at a time (a lock on the file,
 held from the stamp's clearing to the new stamp) and each write gets a stamp of its own:
 the same prediction computed twice at once (a lazy result computed from two threads, a
 task run again) is read from one write or refused, never mixed from two.
@@ -60,7 +61,7 @@ try:
 except ImportError:                  # (not POSIX: no shared memory either, `prefix` is None)
     fcntl = None
 
-from ..device.host_threads import parallel_copy
+from ..device.host_threads import in_slices, not_finite, parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
            "write_into", "room_of", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove", "host_identity",
@@ -301,10 +302,21 @@ class Published:
 STAMP = 16                   # bytes of the stamp at the head of a published file
 
 
-def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1) -> Published | None:
+# bytes `publish` copies and checks at once, in cache (0: each thread's share copied, then
+# counted).  0 by default: in blocks, each thread's many small numpy calls queue for the GIL
+# on many threads (docs/benchmarks/dask.md, d2v-38)
+CHECK_BLOCK = 0
+
+
+def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1,
+            refuse: str | None = None) -> Published | None:
     """On the client: ``array`` written into the kept file ``name`` of ``call_prefix``
     behind a fresh stamp (cleared while it is written); None without a prefix or where the
-    file cannot be made."""
+    file cannot be made.  With ``refuse`` (a message), the array's NaN and infinite
+    entries are counted by the threads that copy it, each its own share, right after
+    copying it (`_copy_counting`), and where there is any, ValueError(``refuse``) is
+    raised and the file left without a stamp: nothing is published, and the tasks of an
+    earlier array in the file, not yet computed, refuse (`taken`) as once it is replaced."""
     path = place(call_prefix, name)
     if path is None:
         return None
@@ -315,9 +327,34 @@ def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int 
         return None
     stamp = uuid.uuid4().bytes
     room[:STAMP] = 0
-    _copy(room[STAMP:].view(array.dtype).reshape(array.shape), array, threads)
+    out = room[STAMP:].view(array.dtype).reshape(array.shape)
+    if refuse is None:
+        _copy(out, array, threads)
+    elif _copy_counting(out, array, threads):
+        raise ValueError(refuse)
     room[:STAMP] = np.frombuffer(stamp, np.uint8)
     return Published(path, stamp, tuple(array.shape), array.dtype.str)
+
+
+def _copy_counting(out: np.ndarray, array: np.ndarray, threads: int, block: int | None = None) -> int:
+    """`_copy`, and how many of the entries copied are NaN or infinite (a complex one
+    once), each thread counting in ``out`` what it has just written, in blocks of
+    ``block`` entries (None: ``CHECK_BLOCK`` bytes' worth; 0: its whole share at once)."""
+    flat_out, flat_in = out.reshape(-1), np.ascontiguousarray(array).reshape(-1)
+    step = CHECK_BLOCK // flat_out.itemsize if block is None else int(block)
+    step = step if step > 0 else max(1, flat_out.size)
+    counts = []
+
+    def copy(r):
+        found = 0
+        for a in range(r.start, r.stop, step):
+            part = flat_out[a:min(a + step, r.stop)]
+            np.copyto(part, flat_in[a:a + part.size])
+            found += not_finite(part)
+        counts.append(found)
+
+    in_slices(copy_threads(flat_out.nbytes, threads), flat_out.size, copy)
+    return sum(counts)
 
 
 @contextlib.contextmanager

@@ -131,7 +131,10 @@ def sent(dirty: np.ndarray, shared: str | None = None, threads: int = 1):
     """The image as one dependency of every task: written once into a kept file in shared
     memory where ``shared`` (`clgrid.dask.exchange.publish`: every worker on this host),
     else `clgrid.dask.chunks.shared` (scattered to every worker once, sent as the graph
-    that uses it is built: the scheduler may drop replicas that no task waits for yet)."""
+    that uses it is built: the scheduler may drop replicas that no task waits for yet).  An
+    image the caller published already (`clgrid.dask.exchange.Published`) as it is."""
+    if isinstance(dirty, exchange.Published):
+        return dirty
     published = exchange.publish(shared, "d", dirty, threads)
     if published is not None:
         return published

@@ -33,6 +33,7 @@ from its kept points), so nothing is planned, selected or tokenised again.  The 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -47,7 +48,6 @@ from .watch import compute
 
 try:
     import dask
-    import dask.array as da
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
@@ -216,29 +216,36 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
     return outputs
 
 
-def slab_vis(slab_layout: SlabLayout, pieces, dirty, wgt_pieces, options: dict, keep: int, workers, dtype,
-             shared=None) -> list:
-    """`dirty2vis`'s predictions, one lazy Dask array (the chunk's shape, ``dtype``) per
-    chunk, in chunk order, for `clgrid.dask.chunks.ChunkLayout.assemble`: each slab task
-    predicts its samples from the image ``dirty`` (sent to the workers once,
-    `clgrid.dask.images.sent`), and each chunk adds its slabs' shares in slab order (a
-    chunk without any unmasked visibility: zeros).  ``shared`` as for `slab_images`."""
+def slab_vis(slab_layout: SlabLayout, layout: ChunkLayout, pieces, dirty, wgt_pieces, options: dict, keep: int,
+             workers, dtype, shared=None):
+    """`dirty2vis`'s predictions, one lazy Dask array (rows, channels) of ``dtype`` whose
+    blocks are the chunks' tasks (`clgrid.dask.chunks.ChunkLayout.array_of`: no task
+    after them): each slab task predicts its samples from the image ``dirty`` (sent to
+    the workers once, `clgrid.dask.images.sent`), and each chunk of ``layout`` adds its
+    slabs' shares in slab order (a chunk without any unmasked visibility: zeros).
+    ``shared`` as for `slab_images`."""
     selections, points = _slab_state(slab_layout, pieces, keep, workers)
     image = sent(dirty, shared, COPY_THREADS)
+    whole = isinstance(image, exchange.Published)      # the shares written into shared memory
     count = len(slab_layout.bounds)
-    shares = {}                                         # (slab, chunk) -> that chunk's share from the slab
+    shares = {}                                         # (slab, chunk) -> (that chunk's share, its pick)
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
         a, b = slab.chunks
-        place = exchange.place(shared, f"s{t}") if isinstance(image, exchange.Published) else None
+        place = exchange.place(shared, f"s{t}") if whole else None
         with prefer_worker(t, workers):
             out = dask.delayed(worker_tasks.vis_slab, pure=False, nout=b - a)(
                 image, points[t], slab_layout.geometry, slab, options, keep, place)
-        shares.update(((slab.index, i), out[i - a]) for i in range(a, b))
-    out = []
+        # through shared memory the slab task returns a few bytes per chunk (`Shared`):
+        # each chunk's task takes its whole result and picks its own (no getitem task on
+        # the way, a scheduler hop per chunk); arrays are picked where the slab's task
+        # ran (a getitem, no worker annotation), so only the chunk's share travels
+        shares.update(((slab.index, i), (out, i - a) if whole else (out[i - a], None)) for i in range(a, b))
+    name, tasks = f"chunk_assemble-{uuid.uuid4().hex}", []
     for i, ((chunk, _, _, m), w, taken) in enumerate(zip(pieces, wgt_pieces, selections)):
-        task = task_of(worker_tasks.chunk_assemble)(chunk, taken, [shares.get((s, i)) for s in range(count)], w, m,
-                                                    dtype, max(1, options["nthreads"]))
-        out.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
-    return out
+        mine = [shares.get((s, i), (None, None)) for s in range(count)]
+        tasks.append(task_of(worker_tasks.chunk_assemble)(chunk, taken, w, m, dtype, max(1, options["nthreads"]),
+                                                          tuple(p for _, p in mine), *[s for s, _ in mine],
+                                                          dask_key_name=layout.block_key(name, chunk)))
+    return layout.array_of(name, tasks, dtype)

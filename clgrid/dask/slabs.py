@@ -315,55 +315,103 @@ def split(predicted: np.ndarray, parts: list) -> tuple:
     return tuple(np.split(predicted, edges))
 
 
-def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads: int = 1) -> np.ndarray:
+# bytes of samples `assemble` finishes at once, in cache (0: each thread's whole range at
+# once).  0 by default: in blocks, each thread's many small numpy calls queue for the GIL
+# on many threads (docs/benchmarks/dask.md, d2v-38)
+ASSEMBLE_BLOCK = 0
+
+
+def _blocks(r: slice, step: int) -> np.ndarray:
+    """The edges of ``r``'s blocks of ``step`` samples (the last one shorter)."""
+    return np.append(np.arange(r.start, r.stop, step), r.stop)
+
+
+def _sums_every_sample(taken: list, shares: list) -> bool:
+    """Whether some slab's share is added to every sample of the chunk (a slab taking it
+    whole after another slab's share is in it), not only at picks."""
+    seen = False
+    for flat, share in zip(taken, shares):
+        if flat is None and share.size and seen:
+            return True
+        seen = seen or flat is not None or bool(share.size)
+    return False
+
+
+def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads: int = 1,
+             block: int | None = None) -> np.ndarray:
     """One chunk's visibilities (shape): each slab's share added at its samples, in slab
     order (onto zeros, or, where the first slab takes the chunk whole, onto its share as
     it is), then weighted; zero where masked.  On ``threads`` host threads, each over its
     own range of the chunk's samples (each selection is ascending, so a range's samples
-    are a slice of it): the same operations on each sample in the same order as on one
-    thread, so the same bits, and the output's fresh pages first touched in parallel."""
+    are a slice of it), in blocks of ``block`` samples (None: ``ASSEMBLE_BLOCK`` bytes
+    of them; 0: the whole range at once), each finished (written, its shares added,
+    weighted, counted) before the next.  The same operations on each sample in the same
+    order whatever the threads and blocks, so the same bits; the output's fresh pages
+    are first touched in parallel.
+
+    The shares are finite: each slab's operator refuses a prediction with an inf or NaN
+    (`clgrid.imaging.engine.ImagingEngine.dirty2vis`).  So what is counted, and refused,
+    is what the sums and the weights make of them: without weights, where the shares are
+    added only at picks, the samples that an addition made non-finite (an inf or NaN
+    stays so under further sums), and a share copied whole is not passed over again;
+    with weights, or where a share is added to every sample, every value at the end."""
     n = shape[0] * shape[1]
     out = np.empty(n, dtype)
     real = out.real.dtype
     kept = None if wgt is None else _kept(mask)
     weights = None if wgt is None else np.asarray(wgt).reshape(-1)
+    every = weights is not None or _sums_every_sample(taken, shares)
+    step = ASSEMBLE_BLOCK // out.itemsize if block is None else int(block)
+    step = step if step > 0 else max(1, n)
     bad, lock = [0, 0], threading.Lock()
 
-    def cut(flat, r):
-        return np.searchsorted(flat, (r.start, r.stop)) if flat is not None else None
-
     def share_range(r):
-        part, written = out[r], False
+        edges = _blocks(r, step)
+        cuts = [None if flat is None else np.searchsorted(flat, edges) for flat in taken]
+        kept_cuts = None if weights is None or kept is None else np.searchsorted(kept, edges)
+        found = [0, 0]
         with np.errstate(over="ignore", invalid="ignore"):      # counted below
-            for flat, share in zip(taken, shares):
-                if flat is None:                  # (the chunk whole: every sample)
-                    if share.size:
-                        if written:
-                            part += share[r]
-                        else:                     # the first share copied, not added to zeros
-                            np.copyto(part, share[r])
-                            written = True
-                    continue
+            for j in range(len(edges) - 1):
+                lo, hi = int(edges[j]), int(edges[j + 1])
+                part, written = out[lo:hi], False
+                for flat, share, cut in zip(taken, shares, cuts):
+                    if flat is None:              # (the chunk whole: every sample)
+                        if share.size:
+                            if written:
+                                part += share[lo:hi]
+                            else:                 # the first share copied, not added to zeros
+                                np.copyto(part, share[lo:hi])
+                                written = True
+                        continue
+                    if not written:
+                        part[...] = 0
+                        written = True
+                    a, b = cut[j], cut[j + 1]
+                    if b == a:
+                        continue
+                    at = flat[a:b]                # (within the block) a slab takes a sample at most once
+                    if every:
+                        out[at] += share[a:b]
+                        continue
+                    values = out[at]              # (as ``out[at] += share[a:b]`` does it)
+                    before = not_finite(values)
+                    values += share[a:b]
+                    out[at] = values
+                    found[0] += not_finite(values) - before
                 if not written:
                     part[...] = 0
-                    written = True
-                a, b = cut(flat, r)
-                if b > a:
-                    out[flat[a:b]] += share[a:b]          # (within r) a slab takes a sample at most once
-            if not written:
-                part[...] = 0
-            found = [0, 0]
-            if weights is not None:
-                if kept is None:
-                    w = weights[r].astype(real)
-                    found[1] = not_finite(w)
-                    part *= w
-                else:
-                    a, b = cut(kept, r)
-                    w = weights[kept[a:b]].astype(real)
-                    found[1] = not_finite(w)
-                    out[kept[a:b]] *= w
-            found[0] = not_finite(part)
+                if weights is not None:
+                    if kept is None:
+                        w = weights[lo:hi].astype(real)
+                        found[1] += not_finite(w)
+                        part *= w
+                    else:
+                        a, b = kept_cuts[j], kept_cuts[j + 1]
+                        w = weights[kept[a:b]].astype(real)
+                        found[1] += not_finite(w)
+                        out[kept[a:b]] *= w
+                if every:
+                    found[0] += not_finite(part)
         with lock:
             bad[0] += found[0]
             bad[1] += found[1]

@@ -368,9 +368,16 @@ def vis_slab(dirty, points: SlabPoints, geometry, slab: Slab, options, keep, pla
         return split(predicted, points.parts)
 
 
-def chunk_assemble(chunk, taken, shares, wgt, mask, dtype, threads: int = 1):
-    """A chunk's visibilities: each slab's share (None: the slab takes nothing from it)
-    added at its samples in slab order, then weighted (on ``threads`` host threads)."""
+def chunk_assemble(chunk, taken, wgt, mask, dtype, threads: int, picks: tuple, *shares):
+    """A chunk's visibilities: each slab's share added at its samples in slab order, then
+    weighted (on ``threads`` host threads).  ``shares``: one argument per slab, in slab
+    order (as arguments, not in a list: `slab_points` says why): None where the slab
+    takes nothing from the chunk, else the chunk's share (an array, or
+    `clgrid.dask.exchange.Shared`), or, where ``picks`` (per slab) holds a number, the
+    slab task's whole `vis_slab` output (a tuple of `Shared`, a few bytes each), of which
+    entry ``picks[s]`` is the chunk's: no task in between to pick it
+    (`clgrid.dask.planes_split.slab_vis`)."""
+    shares = [share if pick is None else share[pick] for share, pick in zip(shares, picks)]
     with naming(chunk), exchange.reading(shares) as arrays:
         arrays = [np.zeros(0, dtype) if share is None else share for share in arrays]
         return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype, threads)

@@ -106,6 +106,7 @@ SPLITS = ("auto", "planes", "rows")
 
 # keywords of ducc0.wgridder accepted and without effect, as clgrid.vis2dirty takes them
 ACCEPTED_WITHOUT_EFFECT = ("allow_nshift", "double_precision_accumulation")
+NOT_FINITE_IMAGE = "dirty has NaN or infinite entries"
 
 
 def clear_wgridders() -> int:
@@ -368,8 +369,6 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     for name, n, have in (("npix_x", npix_x, dirty.shape[0]), ("npix_y", npix_y, dirty.shape[1])):
         if n and n != have:
             raise ValueError(f"{name}={n} does not match dirty's shape {dirty.shape}")
-    if count_not_finite(dirty, exchange.copy_threads(dirty.nbytes, COPY_THREADS)):
-        raise ValueError("dirty has NaN or infinite entries")
     _check_wgt(wgt)
     freq, freq_chunks = _frequencies(freq)
     layout = _layout(uvw, freq, (("uvw", uvw), ("wgt", wgt), ("mask", mask)), (("wgt", wgt), ("mask", mask)),
@@ -395,13 +394,20 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     # memory, written once (`clgrid.dask.exchange.publish`), not scattered to each worker
     shared = exchange.prefix(chunking.client(), workers, f"{token}-dirty2vis") if workers and keep > 0 else None
     with exchange.using(shared):
+        # the image checked as it is written there (one pass over it, not two; a NaN one
+        # refused before it is stamped), else checked here
+        image = exchange.publish(shared, "d", dirty, COPY_THREADS, refuse=NOT_FINITE_IMAGE)
+        if image is None:
+            if count_not_finite(dirty, exchange.copy_threads(dirty.nbytes, COPY_THREADS)):
+                raise ValueError(NOT_FINITE_IMAGE)
+            image = dirty
         if split == "rows":
-            pieces = rows_vis(token, layout, dirty, uvw, freq, wgt, mask, options, keep, workers, dtype, shared)
+            result = layout.assemble(rows_vis(token, layout, image, uvw, freq, wgt, mask, options, keep, workers,
+                                              dtype, shared), channel_axis=1)
         else:
             slab_layout = first_pass(token, chunks, options, count, cap, keep, stall_timeout)
-            pieces = slab_vis(slab_layout, chunks, dirty, layout.pieces(wgt), options, keep, workers, dtype,
+            result = slab_vis(slab_layout, layout, chunks, image, layout.pieces(wgt), options, keep, workers, dtype,
                               shared)
-    result = layout.assemble(pieces, channel_axis=1)
     if vis is not None:
         vis[...] = compute(result, stall_timeout=stall_timeout)[0]
         return vis
