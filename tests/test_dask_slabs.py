@@ -380,3 +380,20 @@ def test_a_slab_takes_a_chunk_whole_where_it_holds_most_of_its_samples(rng, mask
             else:
                 assert len(flat) == n == size and (masked == "some" or n < SPARSE_SHARE * total)
     assert wholes == (0 if masked == "some" else len(rows))
+
+
+def test_dask_is_told_what_a_slabs_points_weigh(rng):
+    """`dask.sizeof` of a chunk's `Part` s and of a slab task's kept points is their arrays'
+    bytes, not an object header's: Dask's scheduler weighs moving a slab task by it (told a
+    few bytes, its work stealing ran slab tasks away from their points, where the slab's
+    operator was built again)."""
+    from dask.sizeof import sizeof
+    from clgrid.dask.tasks import SlabPoints
+
+    uvw, freq, vis, wgt, mask = wide_field(rng, 400, np.array([1.0e8, 1.1e8, 1.2e8]), precision="single", masked=0.2)
+    flat = [np.flatnonzero(mask.reshape(-1))[::2], np.flatnonzero(mask.reshape(-1))[1::3]]
+    parts = dask_slabs.parts_at(uvw, freq, flat, [dask_slabs.values_at(vis, wgt, f) for f in flat])
+    arrays = [sum(a.nbytes for a in (p.uvw, p.row, p.chan, p.scale, p.values)) for p in parts]
+    assert all(sizeof(p) >= n > 1000 for p, n in zip(parts, arrays))
+    assert sizeof(SlabPoints(parts)) >= sum(arrays)
+    assert sizeof(SlabPoints(parts)) < sum(arrays) + 4096

@@ -214,6 +214,11 @@ class Part:
     def __len__(self) -> int:
         return len(self.row)
 
+    def __sizeof__(self) -> int:
+        """Its arrays' bytes (what Dask weighs moving it by, `dask.sizeof`)."""
+        return object.__sizeof__(self) + sum(a.nbytes for a in (self.uvw, self.row, self.chan, self.scale, self.values)
+                                             if a is not None)
+
     def points(self) -> np.ndarray:
         """u, v, w in wavelengths (k, 3): the products the chunk's operator would form."""
         return self.uvw[self.row] * self.scale[self.chan, None]
