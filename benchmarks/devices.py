@@ -110,15 +110,22 @@ def process_part(name: str, data: dict, devices: list, a) -> dict:
     setup, one = timed(lambda: clgrid.WGridder(uvw, freq, device=devices[0], **keywords))
     operators["1"] = one
     out["runs"]["1"] = {"devices": devices[:1], "setup_s": setup}
+    variants = [(f"@{i}", json.loads(v)) for i, v in enumerate(a.variants or [])]
+    for suffix, tuning in variants:                   # the one device again under each variant
+        key = "1" + suffix
+        setup, operators[key] = timed(lambda t=tuning: clgrid.WGridder(uvw, freq, device=devices[0], tuning=t,
+                                                                         **keywords))
+        out["runs"][key] = {"devices": devices[:1], "setup_s": setup, "tuning": tuning}
     for k in counts:
         for split in a.splits:
-            key = f"{k}_{split}"
-            setup, op = timed(lambda k=k, split=split: clgrid.WGridder(uvw, freq, device=devices[:k], split=split,
-                                                                       **keywords))
-            operators[key] = op
-            out["runs"][key] = {"devices": devices[:k], "split": split, "setup_s": setup,
-                                "shares": [{"planes": [e.planes.start, e.planes.stop], "samples": e.num_kept,
-                                            "device": e.queue.device.name.strip()} for e in op.engines]}
+            for suffix, tuning in [("", None)] + variants:
+                key = f"{k}_{split}{suffix}"
+                setup, op = timed(lambda k=k, split=split, t=tuning: clgrid.WGridder(
+                    uvw, freq, device=devices[:k], split=split, tuning=t, **keywords))
+                operators[key] = op
+                out["runs"][key] = {"devices": devices[:k], "split": split, "setup_s": setup, "tuning": tuning,
+                                    "shares": [{"planes": [e.planes.start, e.planes.stop], "samples": e.num_kept,
+                                                "device": e.queue.device.name.strip()} for e in op.engines]}
     g = one.geometry
     out["geometry"] = {"grid": [g.nu, g.nv], "support": g.kernel.support, "planes": g.num_planes,
                        "sigma": g.kernel.sigma}
@@ -249,14 +256,16 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
         if "1n" in a.dask_configs:
             configs.append((f"1 worker, {len(devices)} devices", [devices]))
     out = {"set": name, "num_vis": int(vis.size), "npix": npix, "configs": []}
-    weighed = [(label + ("" if w is None else f", split_sample_weight {w}"), assignment, w)
+    tunings = [None] + [json.loads(v) for v in a.variants or []]
+    weighed = [(label + ("" if w is None else f", split_sample_weight {w}") + ("" if t is None else f", tuning {t}"),
+                assignment, w, t)
                for label, assignment in configs
-               for w in ((a.dask_weights or [None]) if len(assignment) > 1 else [None])]
-    for label, assignment, weight in weighed:
+               for w in ((a.dask_weights or [None]) if len(assignment) > 1 else [None]) for t in tunings]
+    for label, assignment, weight, variant in weighed:
         n = len(assignment)
         threads = max(1, a.nthreads // n)
         row = {"config": label, "workers": n, "devices": assignment, "threads_per_worker": threads,
-               "split_sample_weight": weight}
+               "split_sample_weight": weight, "tuning": variant}
         # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (every large temporary
         # fresh pages): unset unless --dask-malloc-trim (docs/user-guide/dask.md)
         trim = {} if a.dask_malloc_trim else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
@@ -284,7 +293,8 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
             row["load_s"] = time.perf_counter() - start
             common = dict(uvw=duvw, freq=freq, pixsize_x=pix, pixsize_y=pix, epsilon=a.epsilon, do_wgridding=True,
                           nthreads=threads, slab_samples=int(vis.size),
-                          tuning=None if weight is None else {"split_sample_weight": weight})
+                          tuning=None if weight is None and variant is None else
+                          dict(variant or {}, **({} if weight is None else {"split_sample_weight": weight})))
 
             def image():
                 return cd.vis2dirty(vis=dvis, npix_x=npix, npix_y=npix, **common)
@@ -407,6 +417,9 @@ def main(argv=None):
                         "reader's tasks give them), or the arrays as the graph carried them (earlier runs)")
     p.add_argument("--dask-malloc-trim", action="store_true",
                    help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers")
+    p.add_argument("--variants", nargs="+", default=None,
+                   help="tuning overrides as JSON ('{\"planes_in_flight\": 0}'): the process part's operators "
+                        "(keys with @i) and the Dask configurations again under each")
     p.add_argument("--dask-weights", type=float, nargs="+", default=None,
                    help="the Dask configurations again with each of these split_sample_weight (the planes "
                         "split's slabs for both directions; default: the tuning table's)")
