@@ -1344,3 +1344,28 @@ def test_client_warnings_name_the_callers_line(client, kernels, rng):
     imaging = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, epsilon=1e-4, do_wgridding=True, **IMAGE)
     zero = lambda: cd.vis2dirty(vis=blocks(0 * vis), **imaging)  # noqa: E731
     assert warning_places(zero, UserWarning, "the image is zero") == line_of(zero)
+
+
+def test_dirty2vis_predictions_stay_on_their_operators_workers_call_after_call(client, rng):
+    """A major cycle's dirty2vis calls (results held, so the scheduler keeps their tasks and
+    each call's group of prediction tasks grows) run every slab's prediction on the worker
+    that keeps its operator: no operator is built again (before, the predictions' worker
+    preferences were lost in the dask array's optimization, and within a few calls the
+    scheduler ran them on the other worker, which built the slab's operator anew)."""
+    from distributed import wait
+
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, slab_samples=vis.size, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    cd.clear_cache()
+    client.run(cd.clear_cache)
+    image = cd.vis2dirty(vis=blocks(vis), npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"], **points)
+    made = sum(c["made"] for c in client.run(cd.cached_wgridders).values())
+    held = []
+    for _ in range(8):
+        held.append(cd.dirty2vis(dirty=image, **points).persist())
+        cd.vis2dirty(vis=blocks(vis), npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"], **points)
+    wait(held)
+    counts = client.run(cd.cached_wgridders)
+    assert sum(c["made"] for c in counts.values()) == made, counts
+    assert relative_error(held[-1].compute(), held[0].compute()) <= 1e-6

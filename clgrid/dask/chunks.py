@@ -228,6 +228,23 @@ def client():
         return None
 
 
+def started(tasks: list) -> list:
+    """``tasks`` (Dask delayed objects) submitted now on a distributed cluster, their
+    worker preferences (`prefer_worker`) with them; as they are (lazy) without one.
+
+    For tasks a dask array is built on: Dask's array optimization merges the graph's
+    layers into one and drops their annotations, and a task without its preference is
+    placed by where its inputs are, or, once its task group outgrows the cluster (a
+    major cycle's calls each add theirs), wherever a thread is free, so a slab's task
+    ran on another worker than its kept operator's, which built the operator again
+    (seconds: docs/benchmarks/dask.md).  Submitted as delayed objects, unoptimised, they
+    keep it."""
+    current = client()
+    if current is None or not tasks:
+        return list(tasks)
+    return list(current.persist(list(tasks), optimize_graph=False))
+
+
 def shared(name: str, value, keep: bool = False):
     """``value`` as one dependency of every task: scattered to every worker once on a
     distributed cluster, else one node of the graph (not copied into each task).  With

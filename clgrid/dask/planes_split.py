@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
-from .chunks import ChunkLayout, prefer_worker, task_of
+from .chunks import ChunkLayout, prefer_worker, started, task_of
 from .delivery import COPY_THREADS
 from .images import image_place, outputs_of, sent
 from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
@@ -229,14 +229,17 @@ def slab_vis(slab_layout: SlabLayout, layout: ChunkLayout, pieces, dirty, wgt_pi
     whole = isinstance(image, exchange.Published)      # the shares written into shared memory
     count = len(slab_layout.bounds)
     shares = {}                                         # (slab, chunk) -> (that chunk's share, its pick)
-    for t, slab in enumerate(slab_layout.tasks):
-        if points[t] is None:
-            continue
-        a, b = slab.chunks
+    busy = [(t, slab) for t, slab in enumerate(slab_layout.tasks) if points[t] is not None]
+    predictions = []
+    for t, slab in busy:
         place = exchange.place(shared, f"s{t}") if whole else None
         with prefer_worker(t, workers):
-            out = dask.delayed(worker_tasks.vis_slab, pure=False, nout=b - a)(
-                image, points[t], slab_layout.geometry, slab, options, keep, place)
+            predictions.append(dask.delayed(worker_tasks.vis_slab, pure=False, nout=slab.chunks[1] - slab.chunks[0])(
+                image, points[t], slab_layout.geometry, slab, options, keep, place))
+    # started now, each on its slab's worker (where its operator is kept): in the array
+    # below, Dask's optimization would drop the preference (`clgrid.dask.chunks.started`)
+    for (t, slab), out in zip(busy, started(predictions)):
+        a, b = slab.chunks
         # through shared memory the slab task returns a few bytes per chunk (`Shared`):
         # each chunk's task takes its whole result and picks its own (no getitem task on
         # the way, a scheduler hop per chunk); arrays are picked where the slab's task

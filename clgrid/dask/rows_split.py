@@ -12,7 +12,7 @@ images go to `clgrid.dask.images.summed`.
 from __future__ import annotations
 
 from . import tasks as worker_tasks
-from .chunks import ChunkLayout, prefer_worker, task_of
+from .chunks import ChunkLayout, prefer_worker, started, task_of
 from .delivery import COPY_THREADS
 from .images import image_place, outputs_of, sent
 
@@ -50,11 +50,12 @@ def rows_vis(token, layout: ChunkLayout, dirty, uvw, freq, wgt, mask, options: d
     chunk of ``layout``, in chunk order, for `clgrid.dask.chunks.ChunkLayout.assemble`;
     the image ``dirty`` goes to the workers once (`clgrid.dask.images.sent`, through
     shared memory where ``shared``)."""
-    image, pieces = sent(dirty, shared, COPY_THREADS), []
+    image, tasks = sent(dirty, shared, COPY_THREADS), []
     for chunk, u, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(wgt),
                               layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
-            task = task_of(worker_tasks.vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk,
-                                                   options, keep)
-        pieces.append(da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype))
-    return pieces
+            tasks.append(task_of(worker_tasks.vis_chunk)(token, image, u, freq[slice(*chunk.channels)], w, m, chunk,
+                                                         options, keep))
+    # started now, each on its chunk's worker (`clgrid.dask.chunks.started`)
+    return [da.from_delayed(task, shape=worker_tasks.chunk_shape(chunk), dtype=dtype)
+            for chunk, task in zip(layout.chunks(), started(tasks))]

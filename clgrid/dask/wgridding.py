@@ -340,7 +340,11 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
               keep_operators=KEEP_OPERATORS, split="auto", slabs=None, slab_samples=None, deterministic=False,
               stall_timeout=None, **ignored):
     """`clgrid.dirty2vis` over Dask: the visibilities (nrow, nchan) of the image ``dirty``,
-    as a lazy dask array chunked along rows and channels as the data are.
+    as a dask array chunked along rows and channels as the data are.  On a distributed
+    cluster the predictions (each slab's, or each chunk's with the rows split) start on
+    the workers when called, each on its worker (`clgrid.dask.chunks.started`), and the
+    array's tasks, which assemble each chunk from them, are lazy; with Dask's local
+    schedulers all of it is lazy.
 
     Keywords and meaning as `clgrid.dirty2vis` (ducc0.wgridder's); ``dirty``'s dtype
     (float32 or float64, numpy or a dask array) sets the precision.  Chunks as for
@@ -348,8 +352,8 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     among uvw, wgt, mask along rows, and among wgt, mask (or ``freq``) along channels;
     ``split``, ``slabs``, ``slab_samples``, ``keep_operators``, ``deterministic`` and
     ``stall_timeout`` as there (with the planes split, uvw and mask are read once when
-    called, for the slabs and groups; the result is lazy: compute it with
-    `clgrid.dask.compute` to have it watched too).  The image is
+    called, for the slabs and groups; compute the result with `clgrid.dask.compute`
+    to have it watched too).  The image is
     sent to every worker once (scattered on a distributed cluster, one node of the graph
     otherwise), not once per task.  With the planes split, each slab's task (one per
     group of chunks) predicts its samples' share and each chunk adds its slabs' shares in
