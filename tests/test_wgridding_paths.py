@@ -307,38 +307,3 @@ def test_sparse_masks_send_only_the_kept_values(rng):
     got = sparse.dirty2vis(dirty, wgt)
     assert np.all(got[~keep] == 0)
     assert relative_error(got, dense.dirty2vis(dirty, zeroed)) < 1e-8
-
-
-def test_planes_in_flight_bounds_the_queue_without_changing_a_bit(rng, monkeypatch):
-    """``[wgridding] planes_in_flight``: with a device FFT (the mapped host FFT here) the
-    host keeps at most that many planes enqueued ahead, waiting for the oldest (its
-    queue of markers never longer), and the image and visibilities are the same bits as
-    without a bound (deterministic operators: a GPU's atomic adds differ from run to
-    run); a value that is not a non-negative integer is refused by name."""
-    from clgrid.imaging import plane_passes
-
-    longest = []
-    real = plane_passes._InFlight.plane_enqueued
-
-    def watched(self):
-        real(self)
-        longest.append((self.depth, len(self.pending)))
-
-    monkeypatch.setattr(plane_passes._InFlight, "plane_enqueued", watched)
-    uvw, freq, vis, wgt, _ = wide_field(rng, 600)
-    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
-    results = {}
-    for depth in (0, 1, 3):
-        op = clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE, deterministic=True,
-                             tuning={"fft": "mapped", "planes_in_flight": depth})
-        assert op.engine.planes_in_flight == depth and op.engine.geometry.num_planes > 3
-        longest.clear()
-        results[depth] = (op.vis2dirty(vis, wgt), op.dirty2vis(dirty, wgt))
-        assert longest and all(n <= d for d, n in longest if d) and all(n == 0 for d, n in longest if not d)
-        assert depth == 0 or max(n for _, n in longest) == depth
-    for depth in (1, 3):
-        assert all(np.array_equal(a, b) for a, b in zip(results[depth], results[0]))
-    for bad in (-1, 2.0, True, "4"):
-        with pytest.raises((ValueError, TypeError), match="planes_in_flight must be"):
-            clgrid.WGridder(uvw, freq, epsilon=1e-9, do_wgridding=True, device=DEVICE, **IMAGE,
-                            tuning={"fft": "mapped", "planes_in_flight": bad})

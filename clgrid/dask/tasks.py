@@ -56,10 +56,8 @@ class SlabPoints:
         return [len(p) for p in self.parts]
 
     def __sizeof__(self) -> int:
-        """Its arrays' bytes: what Dask weighs moving it by (`dask.sizeof`).  Told a few
-        bytes, its scheduler found a slab task cheap to move and its work stealing ran
-        slab tasks on other workers than their points', which then built the slab's
-        operator again (seconds)."""
+        """Its arrays' bytes: what Dask weighs moving it by (`dask.sizeof`; told an object
+        header's few bytes, the scheduler counts a slab task's points as free to move)."""
         return object.__sizeof__(self) + sum(p.__sizeof__() for p in self.parts)
 
 

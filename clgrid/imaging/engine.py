@@ -180,7 +180,6 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
                              f"{self.spread_mode!r}{hint}")
         # a device list's image, pinned for another device's context, copied straight across
         self.pinned_portable = bool(wparams["pinned_across_contexts"])
-        self.planes_in_flight = _planes_in_flight(wparams["planes_in_flight"])
         self.fft = HostFFT(self._workers, wparams["host_fft"])
         self.fft_mode = wparams["fft"]
         if self.fft_mode not in ("host", "mapped", "vkfft"):
@@ -670,14 +669,6 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         check_finite_result(int(not_finite), f"the {np.dtype(self.complex).name} visibilities",
                             self.precision, double="a float64 image", inputs="the image or the weights")
         return out
-
-
-def _planes_in_flight(value) -> int:
-    """The tuning table's ``[wgridding] planes_in_flight``, checked: a non-negative integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"tuning [wgridding] planes_in_flight must be a non-negative integer (0: no bound), "
-                         f"got {value!r}")
-    return value
 
 
 def _direction_planes(given, planes: range) -> dict:

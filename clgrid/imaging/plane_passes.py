@@ -13,8 +13,6 @@ interpolated (dirty2vis).  Two paths, as the tuning table's ``[wgridding] fft`` 
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 import pyopencl as cl
 
@@ -121,7 +119,6 @@ class PlanePasses:
         g, q = self.geometry, self.queue
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
         fill_zeros(q, self._tally, 12, np.int32)
-        ahead = _InFlight(q, self.planes_in_flight)
         for plane in self.planes:
             if self._active(plane):
                 zero = fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -129,7 +126,6 @@ class PlanePasses:
                 self.device_fft.backward(self._grid, **self._region_of(plane))
                 launch(self._accumulate, q, (g.npix_y, g.npix_x), self._grid, self._image_acc, *self._pixel_args,
                        *self._plane_args(plane))
-                ahead.plane_enqueued()
             if progress is not None and plane in self._call_planes:
                 q.finish()
                 progress(1)
@@ -171,7 +167,6 @@ class PlanePasses:
                                 double="a float64 image", inputs="the image")
         check_finite_result(int(not_finite[1]), "dirty divided by the grid correction", self.precision,
                             double="a float64 image", inputs="the image")
-        ahead = _InFlight(q, self.planes_in_flight)
         for plane in self.planes:
             if self._active(plane):
                 fill_zeros(q, self._grid, self._grid_bytes, self.real)
@@ -179,7 +174,6 @@ class PlanePasses:
                        *self._plane_args(plane))
                 self.device_fft.forward(self._grid, **self._region_of(plane))
                 self._launch_interp(plane)
-                ahead.plane_enqueued()
 
     def _dirty2vis_host(self, dirty):
         """Each plane made on the host, transformed there and sent to the device."""
@@ -237,23 +231,3 @@ class PlanePasses:
         grid, _ = cl.enqueue_map_buffer(self.queue, self._grid, cl.map_flags.READ | cl.map_flags.WRITE, 0,
                                         (g.nu, g.nv), self.complex, wait_for=wait_for, is_blocking=True)
         return grid
-
-
-class _InFlight:
-    """At most ``depth`` planes enqueued on ``queue`` ahead of the device (0: no bound): a
-    marker after each plane, and once more are pending, a wait for the oldest.  Enqueued
-    without a bound, a call's hundreds of kernels fill the driver's queue and the next
-    enqueue blocks inside the driver holding Python's GIL, so the process's other threads
-    (a Dask worker's event loop answering its peers, a device list's other devices) stop
-    until the device catches up; a wait on an event lets them run."""
-
-    def __init__(self, queue, depth: int):
-        self.queue, self.depth, self.pending = queue, depth, deque()
-
-    def plane_enqueued(self) -> None:
-        if not self.depth:
-            return
-        self.pending.append(cl.enqueue_marker(self.queue))
-        if len(self.pending) > self.depth:
-            self.queue.flush()
-            self.pending.popleft().wait()
