@@ -1369,3 +1369,70 @@ def test_dirty2vis_predictions_stay_on_their_operators_workers_call_after_call(c
     counts = client.run(cd.cached_wgridders)
     assert sum(c["made"] for c in counts.values()) == made, counts
     assert relative_error(held[-1].compute(), held[0].compute()) <= 1e-6
+
+
+def _box_elsewhere(enable: bool):
+    """In a worker: the client's boxes (``/dev/shm/clgrid-<hex>``, not the call's
+    ``clgrid-x-`` files) made unreadable here, as on another host (`enable`), or as
+    before."""
+    from clgrid.dask import exchange
+    original = getattr(exchange, "_original_region", None) or exchange._region
+    exchange._original_region = original
+
+    def region(path, *args, **kwargs):
+        name = os.path.basename(path)
+        if name.startswith("clgrid-") and not name.startswith("clgrid-x-"):
+            raise FileNotFoundError(path)
+        return original(path, *args, **kwargs)
+
+    exchange._region = region if enable else original
+    return enable
+
+
+def test_a_cluster_with_a_worker_on_another_host_sums_the_first_image_there(client, rng, monkeypatch):
+    """Some workers beside the client, one elsewhere (no shared prefix for the call): the
+    first imaging task must not leave its facets in the client's box, which the worker
+    elsewhere, summing facet 1, cannot read (before: FileNotFoundError from its sum)."""
+    from clgrid.dask import exchange
+
+    monkeypatch.setattr(exchange, "prefix", lambda *args, **kwargs: None)     # (not every worker here)
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    expected = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
+                                do_wgridding=True, **IMAGE)
+    client.run(_box_elsewhere, True, workers=[workers[1]])
+    try:
+        for split in ("planes", "rows"):
+            image = cd.vis2dirty(vis=blocks(vis), uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt),
+                                 mask=blocks(mask), epsilon=1e-4, do_wgridding=True, split=split, **IMAGE)
+            assert relative_error(image, expected) <= 1e-4, split
+    finally:
+        client.run(_box_elsewhere, False, workers=[workers[1]])
+
+
+def test_a_failed_call_does_not_give_its_box_to_a_later_call(client, rng):
+    """A call whose tasks fail may leave some running (Dask does not stop a running task):
+    the box they write is not given to a later call (whose result it would be), but
+    removed; the next call takes a fresh one and is right."""
+    from clgrid.dask import delivery
+
+    if not os.path.isdir(delivery.SHARED_MEMORY):
+        pytest.skip("no /dev/shm: no boxes")
+
+    def free() -> list:
+        return [box.path for boxes in delivery._boxes.values() for box in boxes]
+
+    uvw, _, vis, wgt, _ = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single")
+    common = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, epsilon=1e-4, do_wgridding=True, **IMAGE)
+    cd.clear_cache()
+    image = cd.vis2dirty(vis=blocks(vis), **common)
+    del image
+    gc.collect()
+    (box,) = free()                                   # the one box made, back in the pool
+    bad = vis.copy()
+    bad[ROW_CHUNK + 7, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        cd.vis2dirty(vis=blocks(bad), **common)
+    assert box not in free() and not os.path.exists(box) and box not in delivery._made
+    again = cd.vis2dirty(vis=blocks(vis), **common)
+    assert relative_error(again, clgrid.vis2dirty(vis=vis, **common)) <= 1e-4

@@ -35,7 +35,7 @@ import numpy as np
 from . import exchange
 from ..device.host_threads import parallel_copy
 
-__all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region", "collect", "discard"]
+__all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region", "collect", "discard", "retire"]
 
 SHARED_MEMORY = "/dev/shm"
 COPY_THREADS = 16            # host threads of the client's copies into and out of shared memory
@@ -209,6 +209,21 @@ def discard(box: DropBox | None) -> None:
             os.unlink(box.path)
         except FileNotFoundError:
             pass
+
+
+def retire(box: DropBox | None) -> None:
+    """Remove the file's name, a kept box's too, never given back: the box of a call that
+    failed, whose tasks may still be running (Dask does not stop a running task when
+    another fails, nor one the stall watch cancels) and would write into a later call's
+    result.  (Their mappings keep the memory until they end.)"""
+    if box is not None and box.kept:
+        with _lock:
+            _made.discard(box.path)
+            free = _boxes.get((box.shape, box.dtype), [])
+            if box in free:
+                free.remove(box)
+        box = DropBox(box.path, box.shape, box.dtype)
+    discard(box)
 
 
 atexit.register(forget_boxes)

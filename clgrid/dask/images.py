@@ -14,9 +14,10 @@ pixels, so the client receives one image and does not pass over it again; with D
 local schedulers, a tree of additions.  Each worker so sends and receives about one
 image per call, not log2(n) of them.
 
-Where the images go (`image_place`).  With a box (`clgrid.dask.delivery.kept_box`), the
-first imaging task writes its image straight into it (its device's image comes down
-there), and the facet sums add the others to it in place; with shared memory (every
+Where the images go (`image_place`).  With a box (`clgrid.dask.delivery.kept_box`) that
+every summing worker can read (shared memory, or one worker), the first imaging task
+writes its image straight into it (its device's image comes down there), and the facet
+sums add the others to it in place; with shared memory (every
 worker on the client's host, `clgrid.dask.exchange`), each other task writes its image
 straight into a kept file of its own.  The client returns the box's mapping itself
 (`clgrid.dask.delivery.collect`), so a reused call copies no image on the host but the
@@ -32,7 +33,7 @@ import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
 from .chunks import prefer_worker, task_of, tree_sum
-from .delivery import DropBox, collect, deliver, discard, kept_box
+from .delivery import DropBox, collect, deliver, discard, kept_box, retire
 from .watch import compute
 
 try:
@@ -55,12 +56,14 @@ def result_box(workers, shape: tuple, dtype) -> DropBox | None:
     return kept_box(shape, dtype) if workers else None
 
 
-def image_place(shared, box: DropBox | None, task: int, first: bool):
+def image_place(shared, box: DropBox | None, task: int, first: bool, workers=None):
     """Where imaging task ``task`` writes its whole image: the ``first`` of the call's
-    tasks (the first of the sums' parts) into the client's ``box``, every other one into
-    a file of its own under the call's ``shared`` prefix; None (a new array on its
-    worker) without either."""
-    if first and box is not None:
+    tasks (the first of the sums' parts) into the client's ``box`` where every summing
+    worker can read it there (``shared``: all on the client's host; or one worker, which
+    sums what it imaged), every other one into a file of its own under the call's
+    ``shared`` prefix; None (a new array on its worker) without either.  (A worker on
+    another host than the client's, summing a facet, could not read the box.)"""
+    if first and box is not None and (shared is not None or (workers is not None and len(workers) == 1)):
         return box
     return exchange.place(shared, f"i{task}")
 
@@ -94,8 +97,9 @@ def summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeo
     same bits) that takes the parts (from shared memory where ``shared``, the call's
     `clgrid.dask.exchange` prefix: every worker on the client's host; the first task's
     from the box itself), adds them into the box and counts what the client would check;
-    without one (Dask's local schedulers), a tree of additions.  The box is given back
-    (or becomes the result) whatever happens."""
+    without one (Dask's local schedulers), a tree of additions.  The box becomes the
+    result, or is given back; where the tasks failed it is removed instead
+    (`clgrid.dask.delivery.retire`: some may still be writing it)."""
     if not outputs:
         discard(box)
         return None, frozenset(), None
@@ -118,7 +122,7 @@ def summed(outputs: list, facets: int, workers, shape: tuple, dtype, stall_timeo
         *parts, said = compute(*sums, task_of(worker_tasks.warnings_union)(*[entry(o, facets) for o in outputs]),
                                stall_timeout=stall_timeout)
     except BaseException:
-        discard(box)
+        retire(box)
         raise
     counts = None
     if whole:                                # (rows or None, non-finite pixels, any non-zero) per facet

@@ -210,7 +210,7 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
             # fewer on the way, `image_slab`)
             task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
                 points[t], slab_layout.geometry, slab, options, keep, facets,
-                image_place(shared, box, t, not outputs),
+                image_place(shared, box, t, not outputs, workers),
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
             outputs.append(outputs_of(task, facets, shared, workers))
     return outputs

@@ -39,7 +39,7 @@ def rows_images(token, layout: ChunkLayout, uvw, freq, vis, wgt, mask, options: 
         with prefer_worker(chunk.index, workers):
             task = dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
                 token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
-                image_place(shared, box, chunk.index, not outputs))
+                image_place(shared, box, chunk.index, not outputs, workers))
             outputs.append(outputs_of(task, facets, shared, workers))
     return outputs
 
