@@ -501,21 +501,35 @@ def test_changed_points_are_imaged_anew_and_deterministic_calls_repeat_their_bit
 
 
 def test_a_prediction_whose_image_a_later_call_replaced_is_refused(client, rng):
-    """dirty2vis's image goes to the workers through one kept file per set of points: a
-    second prediction made on the same points before the first was computed replaces it,
-    and the first then refuses to compute (naming why) instead of predicting the second
-    image; the second equals the single process's."""
+    """dirty2vis's image goes to the workers through one kept file per set of points, and
+    each slab's prediction to its chunks through another: a second prediction made on the
+    same points before the first was computed replaces them, and the first then refuses
+    to compute (naming why) instead of predicting the second image; the second equals the
+    single process's.  The first's predictions start at its call (`chunks.started`): they
+    may read its image before the second call replaces it, or not (the first refuses for
+    its image replaced); once they have (waited for here), the first refuses for its
+    slabs' predictions written again."""
+    from distributed import futures_of, wait
+
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm: the image is scattered, each call its own")
     uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
     models = [rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32) for _ in range(2)]
-    first, second = (cd.dirty2vis(dirty=m, **points) for m in models)
     expected = clgrid.dirty2vis(dirty=models[1], uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
                                 do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    first, second = (cd.dirty2vis(dirty=m, **points) for m in models)
     assert relative_error(second.compute(), expected) <= 1e-6
-    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
+    with pytest.raises(RuntimeError, match="replaced by a later dirty2vis|written again by another dirty2vis"):
+        first.compute()
+    first = cd.dirty2vis(dirty=models[0], **points)
+    predictions = futures_of(first)
+    assert predictions                                  # started at the call
+    wait(predictions)
+    second = cd.dirty2vis(dirty=models[1], **points)
+    assert relative_error(second.compute(), expected) <= 1e-6
+    with pytest.raises(RuntimeError, match="written again by another dirty2vis"):
         first.compute()
 
 
