@@ -1450,3 +1450,20 @@ def test_a_failed_call_does_not_give_its_box_to_a_later_call(client, rng):
     assert box not in free() and not os.path.exists(box) and box not in delivery._made
     again = cd.vis2dirty(vis=blocks(vis), **common)
     assert relative_error(again, clgrid.vis2dirty(vis=vis, **common)) <= 1e-4
+
+
+def test_the_first_imaging_task_gets_the_box_only_where_its_summers_read_it():
+    """`clgrid.dask.images.image_place`: the client's box goes to the first imaging task
+    with shared memory (every worker on the client's host) or on one worker, never to a
+    task after the first, nor where a worker may be on another host (no shared prefix, two
+    workers); the others write files of the call's prefix, or nothing without one."""
+    from clgrid.dask import delivery
+    from clgrid.dask.images import image_place
+
+    box = delivery.DropBox("/dev/shm/clgrid-box", (4, 4), "<f4", kept=True)
+    two, one = ["tcp://a:1", "tcp://b:1"], ["tcp://a:1"]
+    assert image_place("/dev/shm/clgrid-x-1-p", box, 0, True, two) is box
+    assert image_place(None, box, 0, True, one) is box
+    assert image_place(None, box, 0, True, two) is None
+    assert image_place("/dev/shm/clgrid-x-1-p", box, 3, False, two) == "/dev/shm/clgrid-x-1-p-i3"
+    assert image_place(None, None, 0, True, one) is None
