@@ -397,3 +397,46 @@ def test_dask_is_told_what_a_slabs_points_weigh(rng):
     assert all(sizeof(p) >= n > 1000 for p, n in zip(parts, arrays))
     assert sizeof(SlabPoints(parts)) >= sum(arrays)
     assert sizeof(SlabPoints(parts)) < sum(arrays) + 4096
+
+
+@pytest.mark.parametrize("masked", [None, 0.3])
+def test_threads_and_whole_chunks_give_the_same_selection_parts_and_points(rng, masked):
+    """The first pass on several host threads (a share of rows each: counts, selections,
+    the slab's points) gives what one thread gives, index for index and bit for bit; a
+    chunk taken whole is the `Part` that every flat index makes; a NaN uvw row is refused
+    where kept (counting its samples) and ignored where masked."""
+    freq = FREQS
+    uvw, _, _, _, mask = wide_field(rng, 3001, freq, weights=None, masked=masked or 0.0)
+    mask = None if masked is None else mask
+    geometry = geometry_for(uvw, mask if mask is not None else np.ones((len(uvw), freq.size), bool))
+    counts = dask_slabs.plane_counts(uvw, freq, mask, geometry)
+    np.testing.assert_array_equal(dask_slabs.plane_counts(uvw, freq, mask, geometry, threads=3), counts)
+    bounds = dask_slabs.slab_bounds([counts], geometry, 4)
+    one = dask_slabs.selection(uvw, freq, mask, geometry, bounds)
+    three = dask_slabs.selection(uvw, freq, mask, geometry, bounds, threads=3)
+    assert all(a.dtype == b.dtype == np.intp and np.array_equal(a, b) for a, b in zip(one, three))
+    parts = dask_slabs.parts_at(uvw, freq, one)
+    np.testing.assert_array_equal(dask_slabs.points_of(parts, threads=3), dask_slabs.points_of(parts))
+    every = np.arange(uvw.shape[0] * freq.size)
+    whole, = dask_slabs.parts_at(uvw, freq, [None])
+    picked = dask_slabs._part(uvw, freq / SPEED_OF_LIGHT, every, None)
+    for name in ("uvw", "row", "chan", "scale"):
+        a, b = getattr(whole, name), getattr(picked, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert whole.whole and not picked.whole
+    for threads in (1, 3):                      # a whole chunk's points by rows: the same products
+        np.testing.assert_array_equal(dask_slabs.points_of([parts[0], whole, parts[1]], threads),
+                                      np.concatenate([parts[0].points(), picked.points(), parts[1].points()]))
+    bad = uvw.copy()
+    bad[17, 1] = np.nan
+    if mask is None:
+        with pytest.raises(ValueError, match=rf"uvw has NaN or infinite entries where not masked \({freq.size} samples\)"):
+            dask_slabs.selection(bad, freq, mask, geometry, bounds, threads=3)
+    else:
+        quiet = mask.copy()
+        quiet[17] = False
+        dask_slabs.selection(bad, freq, quiet, geometry, bounds, threads=3)
+        loud = mask.copy()
+        loud[17, :2] = True
+        with pytest.raises(ValueError, match=r"where not masked \(\d+ samples\)"):
+            dask_slabs.plane_counts(bad, freq, loud, geometry, threads=3)

@@ -164,6 +164,19 @@ def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng
     assert relative_error(out, ducc0.dirty2vis(epsilon=1e-12, **d2v)) < 1e-9
 
 
+def _small_wgridder(rng, device_name, devices):
+    """(uvw, freq, a `WGridder` of 300 rows × 2 channels into 32², epsilon 1e-9, with w)
+    on one device, a list of the device twice, or two facets (``devices``)."""
+    from clgrid.imaging.wgridding import WGridder
+
+    uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
+    freq = np.array([1.0e8, 1.2e8])
+    kw = dict(device=[device_name, device_name]) if devices == "list" else dict(device=device_name)
+    if devices == "facets":
+        kw["facets"] = (2, 1)
+    return uvw, freq, WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, **kw)
+
+
 @pytest.mark.parametrize("devices", ["one", "list", "facets"])
 def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatch):
     """`WGridder.dirty2vis(out=)`: a poisoned C-contiguous out written directly (one
@@ -175,7 +188,6 @@ def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatc
     engine, the output made afresh and copied into ``out``, downloads nothing into
     ``out`` and copies into it: both are counted.)"""
     from clgrid.imaging import engine as engine_module
-    from clgrid.imaging.wgridding import WGridder
 
     given, downloads, copies = [], [], []
     real = engine_module.ImagingEngine.dirty2vis
@@ -198,12 +210,7 @@ def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatc
     monkeypatch.setattr(engine_module, "parallel_copy", copying)
 
     ducc0 = optional("ducc0.wgridder", "compare")
-    uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
-    freq = np.array([1.0e8, 1.2e8])
-    kw = dict(device=[device_name, device_name]) if devices == "list" else dict(device=device_name)
-    if devices == "facets":
-        kw["facets"] = (2, 1)
-    op = WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, **kw)
+    uvw, freq, op = _small_wgridder(rng, device_name, devices)
     image = rng.normal(size=(32, 32))
     fresh = op.dirty2vis(image)
     assert relative_error(fresh, ducc0.dirty2vis(uvw=uvw, freq=freq, dirty=image, pixsize_x=2e-3, pixsize_y=2e-3,
@@ -234,7 +241,6 @@ def test_wgridder_vis2dirty_writes_its_out(rng, device_name, devices, monkeypatc
     within epsilon of ducc0 at 1e-12; a wrong dtype or one sharing memory with ``vis``
     refused naming ``out``, before it is written."""
     from clgrid.imaging import engine as engine_module
-    from clgrid.imaging.wgridding import WGridder
 
     given = []
     real = engine_module.ImagingEngine.vis2dirty
@@ -245,12 +251,7 @@ def test_wgridder_vis2dirty_writes_its_out(rng, device_name, devices, monkeypatc
 
     monkeypatch.setattr(engine_module.ImagingEngine, "vis2dirty", spy)
     ducc0 = optional("ducc0.wgridder", "compare")
-    uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
-    freq = np.array([1.0e8, 1.2e8])
-    kw = dict(device=[device_name, device_name]) if devices == "list" else dict(device=device_name)
-    if devices == "facets":
-        kw["facets"] = (2, 1)
-    op = WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, **kw)
+    uvw, freq, op = _small_wgridder(rng, device_name, devices)
     vis = rng.normal(size=(300, 2)) + 1j * rng.normal(size=(300, 2))
     fresh = op.vis2dirty(vis)
     assert relative_error(fresh, ducc0.vis2dirty(uvw=uvw, freq=freq, vis=vis, npix_x=32, npix_y=32, pixsize_x=2e-3,

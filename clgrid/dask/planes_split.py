@@ -109,8 +109,9 @@ def first_pass(token, pieces, options: dict, count, cap: int, keep: int, stall_t
             _layouts.move_to_end(key)
             return found
     reduced = task_of(geometry_of)([task_of(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
+    threads = max(1, options["nthreads"])
     geometry, weight, *counts = compute(reduced, task_of(worker_tasks.split_weight)(options),
-                                        *[task_of(worker_tasks.chunk_counts)(*piece, reduced) for piece in pieces],
+                                        *[task_of(worker_tasks.chunk_counts)(*piece, reduced, threads) for piece in pieces],
                                         stall_timeout=stall_timeout)
     bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count,
                          sample_weight=weight)
@@ -132,7 +133,7 @@ def _busy(layout: SlabLayout, slab: Slab) -> bool:
     return any(layout.sizes[i][slab.index] for i in range(*slab.chunks))
 
 
-def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None) -> tuple:
+def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None, threads: int = 1) -> tuple:
     """Each chunk's selection and each busy slab task's points (None for the others): the
     ones persisted on the workers by an earlier call with these points, else made now
     (and persisted where operators are kept: the selections where the chunks' vis blocks
@@ -144,7 +145,7 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None)
         return layout.selections, layout.points
     g, count = layout.geometry, len(layout.bounds)
     near = vis_pieces if vis_pieces is not None else [None] * len(pieces)
-    selections = [task_of(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v)
+    selections = [task_of(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v, threads)
                   for (chunk, u, f, m), v in zip(pieces, near)]
     parts = [dask.delayed(worker_tasks.chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
              for (chunk, u, f, _), taken in zip(pieces, selections)]
@@ -190,7 +191,7 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
     prefix (the values and the images go through shared memory) or None; ``box`` the
     client's box for the image (`clgrid.dask.images.result_box`: the first task writes
     its image there) or None."""
-    selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces)
+    selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces, max(1, options["nthreads"]))
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
     targets = _value_targets(slab_layout, shared) or [None] * len(pieces)
@@ -224,7 +225,7 @@ def slab_vis(slab_layout: SlabLayout, layout: ChunkLayout, pieces, dirty, wgt_pi
     the workers once, `clgrid.dask.images.sent`), and each chunk of ``layout`` adds its
     slabs' shares in slab order (a chunk without any unmasked visibility: zeros).
     ``shared`` as for `slab_images`."""
-    selections, points = _slab_state(slab_layout, pieces, keep, workers)
+    selections, points = _slab_state(slab_layout, pieces, keep, workers, threads=max(1, options["nthreads"]))
     image = sent(dirty, shared, COPY_THREADS)
     whole = isinstance(image, exchange.Published)      # the shares written into shared memory
     count = len(slab_layout.bounds)

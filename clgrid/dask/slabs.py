@@ -72,7 +72,8 @@ from ..device.host_threads import in_slices, not_finite, pick
 from ..operators.checks import check_finite_result
 from ..imaging.engine import SPARSE_SHARE
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
-from ..imaging.split import fill, slab_bounds, touching  # noqa: F401  (slab_bounds: part of this module's API)
+from ..imaging.split import fill, first_planes, slab_bounds, touching  # noqa: F401  (slab_bounds: this module's API)
+from ..imaging.split import plane_counts as counts_of_planes
 from ..imaging.wgridding import RECENTRE
 from ..planning.host import SPEED_OF_LIGHT
 
@@ -130,27 +131,25 @@ def geometry_of(extents: list, options: dict) -> ImageGeometry:
                            o["center_y"], o["sigma_min"], o["sigma_max"], o["precision"], RECENTRE)
 
 
-def _abs_w(uvw: np.ndarray, scale: np.ndarray, flat) -> np.ndarray:
-    """|w| in wavelengths of the samples ``flat`` (None: all): |uvw's w| times freq / c,
-    the product the operator's planning forms and folds (flips are signs, exact either
-    side of it).  Refuses rows with NaN or infinite uvw where a sample is kept."""
+def _first_planes(uvw, freq, mask, geometry: ImageGeometry, threads: int = 1) -> np.ndarray:
+    """Each of one chunk's samples' first w-plane (nrow, nchan), -1 where masked: the
+    planning's own arithmetic on |w| times freq / c (`clgrid.imaging.split.first_planes`,
+    as the device list's split, on ``threads`` host threads).  Refuses rows with NaN or
+    infinite uvw where a sample is kept."""
+    uvw, scale = np.asarray(uvw, np.float64), _scale(freq)
+    keep = None if mask is None else np.asarray(mask) != 0
     bad_rows = ~np.all(np.isfinite(uvw), axis=1)
-    if flat is None:
-        bad = np.count_nonzero(bad_rows) * scale.size
-        aw = (np.abs(uvw[:, 2])[:, None] * scale[None, :]).reshape(-1)
-    else:
-        rows, chans = np.divmod(flat, scale.size)
-        bad = np.count_nonzero(bad_rows[rows])
-        aw = np.abs(uvw[rows, 2]) * scale[chans]
-    if bad:
-        raise ValueError(f"uvw has NaN or infinite entries where not masked ({bad} samples)")
-    return aw
+    if bad_rows.any():
+        bad = np.count_nonzero(bad_rows) * scale.size if keep is None else int(np.count_nonzero(keep[bad_rows]))
+        if bad:
+            raise ValueError(f"uvw has NaN or infinite entries where not masked ({bad} samples)")
+    return first_planes(uvw, scale, keep, geometry, threads)
 
 
-def plane_counts(uvw, freq, mask, geometry: ImageGeometry) -> np.ndarray:
-    """How many of one chunk's kept samples have each first plane (num_planes,)."""
-    first = geometry.first_planes(_abs_w(np.asarray(uvw, np.float64), _scale(freq), _kept(mask)))
-    return np.bincount(first.astype(np.int64), minlength=geometry.num_planes)
+def plane_counts(uvw, freq, mask, geometry: ImageGeometry, threads: int = 1) -> np.ndarray:
+    """How many of one chunk's kept samples have each first plane (num_planes,), on
+    ``threads`` host threads."""
+    return counts_of_planes(_first_planes(uvw, freq, mask, geometry, threads), geometry, threads)
 
 
 def _touching(first: np.ndarray, lo: int, hi: int, support: int) -> np.ndarray:
@@ -203,13 +202,15 @@ class Part:
     (``uvw``, metres), each sample's row among them and channel, the chunk's freq / c,
     and the samples' weighted visibilities (None for `dirty2vis`).  Rows rather than
     u, v, w per sample: a row's channels mostly go to the same slabs, and 14 bytes per
-    sample move instead of 32 (single precision)."""
+    sample move instead of 32 (single precision).  ``whole``: every sample of the chunk,
+    each row's channels in order (`_whole_part`)."""
 
     uvw: np.ndarray
     row: np.ndarray
     chan: np.ndarray
     scale: np.ndarray
     values: np.ndarray | None
+    whole: bool = False
 
     def __len__(self) -> int:
         return len(self.row)
@@ -224,6 +225,14 @@ class Part:
         return self.uvw[self.row] * self.scale[self.chan, None]
 
 
+def _whole_part(uvw, scale, values) -> Part:
+    """Every sample of a chunk as a `Part`: what `_part` makes of every flat index, made
+    directly (each row, its channels in order)."""
+    nrow, nchan = uvw.shape[0], scale.size
+    return Part(uvw, np.repeat(np.arange(nrow, dtype=np.int32), nchan),
+                np.tile(np.arange(nchan, dtype=np.min_scalar_type(nchan - 1)), nrow), scale, values, whole=True)
+
+
 def _part(uvw, scale, flat, values) -> Part:
     """The samples ``flat`` (ascending) of a chunk as a `Part`."""
     rows, chans = np.divmod(flat, scale.size)
@@ -233,18 +242,27 @@ def _part(uvw, scale, flat, values) -> Part:
                 chans.astype(np.min_scalar_type(scale.size - 1)), scale, values)
 
 
-def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list) -> list:
+def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list, threads: int = 1) -> list:
     """One chunk's samples for each slab of ``bounds``: the flat indices (row * nchan +
     channel, ascending; numpy's index type, which picks convert to otherwise, a
-    temporary every call) of those kept with a tap on its planes
-    (`_touching`).  Refuses rows with NaN or infinite uvw where a sample is kept."""
-    uvw, scale, flat = np.asarray(uvw, np.float64), _scale(freq), _kept(mask)
-    first = geometry.first_planes(_abs_w(uvw, scale, flat))
-    taken = []
-    for lo, hi in bounds:
-        take = np.flatnonzero(_touching(first, lo, hi, geometry.kernel.support))
-        taken.append((take if flat is None else flat[take]).astype(np.intp))
-    return taken
+    temporary every call) of those kept with a tap on its planes (`_touching`), found on
+    ``threads`` host threads, a share of rows each.  Refuses rows with NaN or infinite
+    uvw where a sample is kept."""
+    first = _first_planes(uvw, freq, mask, geometry, threads)
+    nchan, found, lock = first.shape[1], {}, threading.Lock()
+
+    def rows(r):
+        share = first[r]
+        kept = share >= 0                            # (-1: masked)
+        mine = [np.flatnonzero(_touching(share, lo, hi, geometry.kernel.support) & kept) + r.start * nchan
+                for lo, hi in bounds]
+        with lock:
+            found[r.start] = mine
+
+    in_slices(threads, first.shape[0], rows)
+    ordered = [found[start] for start in sorted(found)]
+    return [np.concatenate([mine[s] for mine in ordered]).astype(np.intp, copy=False) if ordered
+            else np.zeros(0, np.intp) for s in range(len(bounds))]
 
 
 def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -> np.ndarray:
@@ -286,10 +304,10 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
 
 
 def parts_at(uvw, freq, taken: list, values: list | None = None) -> list:
-    """The `Part` of each slab's samples ``taken`` (from `selection`), with their values."""
+    """The `Part` of each slab's samples ``taken`` (from `selection`; None: every sample),
+    with their values."""
     uvw, scale = np.asarray(uvw, np.float64), _scale(freq)
-    every = np.arange(uvw.shape[0] * scale.size)                # a selection of None: every sample
-    return [_part(uvw, scale, every if flat is None else flat, None if values is None else v)
+    return [_whole_part(uvw, scale, v) if flat is None else _part(uvw, scale, flat, v)
             for flat, v in zip(taken, values if values is not None else [None] * len(taken))]
 
 
@@ -308,10 +326,27 @@ def select(uvw, freq, vis, wgt, mask, geometry: ImageGeometry, bounds: list, ind
     return tuple(parts + taken) if indices else tuple(parts)
 
 
-def points_of(parts: list) -> np.ndarray:
+def points_of(parts: list, threads: int = 1) -> np.ndarray:
     """A slab task's samples (its parts from its chunks, in order) as u, v, w in
-    wavelengths (k, 3)."""
-    return np.concatenate([p.points() for p in parts]) if parts else np.zeros((0, 3))
+    wavelengths (k, 3), formed on ``threads`` host threads (`Part.points`' products)."""
+    out = np.empty((sum(len(p) for p in parts), 3))
+    start = 0
+    for p in parts:
+        nchan = p.scale.size
+
+        def products(r, p=p, at=start):
+            np.multiply(p.uvw[p.row[r]], p.scale[p.chan[r], None], out=out[at + r.start:at + r.stop])
+
+        def rows(r, p=p, at=start, nchan=nchan):         # a whole chunk: each row times each channel's scale
+            np.multiply(p.uvw[r, None, :], p.scale[None, :, None],
+                        out=out[at + r.start * nchan:at + r.stop * nchan].reshape(-1, nchan, 3))
+
+        if p.whole:
+            in_slices(threads, len(p.uvw), rows)
+        else:
+            in_slices(threads, len(p), products)
+        start += len(p)
+    return out
 
 
 def split(predicted: np.ndarray, parts: list) -> tuple:

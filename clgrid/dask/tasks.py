@@ -205,19 +205,21 @@ def split_weight(options) -> float:
     return sample_weight(list(device) if isinstance(device, tuple) else device, options["tuning"])
 
 
-def chunk_counts(chunk, uvw, freq, mask, geometry):
+def chunk_counts(chunk, uvw, freq, mask, geometry, threads: int = 1):
+    """How many of a chunk's samples have each first plane (on ``threads`` host threads)."""
     with naming(chunk):
-        return plane_counts(uvw, freq, mask, geometry)
+        return plane_counts(uvw, freq, mask, geometry, threads)
 
 
-def chunk_selection(chunk, uvw, freq, mask, geometry, bounds, near=None) -> list:
-    """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`), or
-    None where a slab takes the chunk whole (`clgrid.dask.slabs.takes_whole`: then
-    nothing is kept, and its values are the chunk's vis as they are: no picks, and no
-    copy where unweighted).  ``near`` (the chunk's vis block, unused) only makes Dask run
-    it, and keep it, where that block is: every later call's `chunk_values` needs both."""
+def chunk_selection(chunk, uvw, freq, mask, geometry, bounds, near=None, threads: int = 1) -> list:
+    """A chunk's samples for each slab: flat indices (`clgrid.dask.slabs.selection`, on
+    ``threads`` host threads), or None where a slab takes the chunk whole
+    (`clgrid.dask.slabs.takes_whole`: then nothing is kept, and its values are the
+    chunk's vis as they are: no picks, and no copy where unweighted).  ``near`` (the
+    chunk's vis block, unused) only makes Dask run it, and keep it, where that block is:
+    every later call's `chunk_values` needs both."""
     with naming(chunk):
-        taken = selection(uvw, freq, mask, geometry, bounds)
+        taken = selection(uvw, freq, mask, geometry, bounds, threads)
         every = len(uvw) * len(freq)
         kept = every if mask is None else int(np.count_nonzero(mask))
         return [None if takes_whole(len(flat), kept, every) else flat for flat in taken]
@@ -263,8 +265,9 @@ def slab_points(*parts) -> SlabPoints:
 def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
     """The slab task's operator over its planes: kept under its points' key, else built
     from them (u, v, w in wavelengths: freq = c)."""
-    return _operator((points.key,), lambda: (points_of(points.parts), UNIT_FREQ, None), options, keep, geometry,
-                     slab.planes)
+    threads = max(1, options["nthreads"])
+    return _operator((points.key,), lambda: (points_of(points.parts, threads), UNIT_FREQ, None), options, keep,
+                     geometry, slab.planes)
 
 
 def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, place, *values):
