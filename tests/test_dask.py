@@ -427,12 +427,15 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
-def test_a_facet_sum_adds_in_place_in_the_trees_order(rng, tmp_path, count):
-    """`clgrid.dask.tasks.sum_facet`: the parts (arrays, `Shared` regions of files, the
-    first one the client's box itself or a whole task output) added on two threads, the
-    same bits as the tree of `add_images` (`tree_sum`), written into the box at the
-    facet's rows without touching the others, or returned where the box is elsewhere;
-    non-finite pixels and non-zero ones counted (all zero, and summing to zero)."""
+def test_a_facet_sum_writes_the_box_in_the_trees_order_and_again_the_same(rng, tmp_path, count):
+    """`clgrid.dask.tasks.sum_facet`: the parts (arrays, `Shared` regions of files, or a
+    whole task output) added on two threads, the same bits as the tree of `add_images`
+    (`tree_sum`), written into the box at the facet's rows without touching the others,
+    and the same when the sum runs again (as Dask runs a task again after its worker
+    died: nothing added in place); a single part may be the box's own rows (a call's only
+    imaging task wrote it there: counted only), never one of several; returned where the
+    box is elsewhere; non-finite pixels and non-zero ones counted (all zero, and summing
+    to zero)."""
     from clgrid.dask import delivery, exchange, tasks
     from clgrid.dask.chunks import tree_sum
 
@@ -446,20 +449,24 @@ def test_a_facet_sum_adds_in_place_in_the_trees_order(rng, tmp_path, count):
     try:
         whole = delivery.region(box, 0, (rows + 150, cols))
         whole[...] = -1
-        whole[start:start + rows] = parts[0]                  # the first task wrote its image there
-        given = [exchange.Shared(box.path, start * cols, rows * cols, "<f4", (rows, cols))]
-        for i, p in enumerate(parts[1:]):
+        in_box = exchange.Shared(box.path, start * cols, rows * cols, "<f4", (rows, cols))
+        given = []
+        for i, p in enumerate(parts):
             path = str(tmp_path / f"part{i}")
-            room = exchange.room_of(path, p.shape, p.dtype)
-            room[...] = p
-            given.append((None, exchange.Shared(path, 0, p.size, "<f4", p.shape)) if i % 2 else
-                         exchange.Shared(path, 0, p.size, "<f4", p.shape))
-        facet = 1
-        given = [(None, g) if not isinstance(g, tuple) and k == 0 else g for k, g in enumerate(given)]
-        got, bad, nonzero = tasks.sum_facet(box, start, 2, facet, *given)
-        assert got is None and nonzero and bad == 2
-        assert np.array_equal(whole[start:start + rows], expected, equal_nan=True)
-        assert np.all(whole[:start] == -1) and np.all(whole[start + rows:] == -1)
+            exchange.room_of(path, p.shape, p.dtype)[...] = p
+            shared = exchange.Shared(path, 0, p.size, "<f4", p.shape)
+            given.append((None, shared) if i % 2 else shared)            # a whole output, or the facet
+        if count == 1:
+            whole[start:start + rows] = parts[0]                          # the only task wrote the box
+            given = [in_box]
+        for _ in range(2):                                                # (run again: the same)
+            got, bad, nonzero = tasks.sum_facet(box, start, 2, 1, *given)
+            assert got is None and nonzero and bad == 2
+            assert np.array_equal(whole[start:start + rows], expected, equal_nan=True)
+            assert np.all(whole[:start] == -1) and np.all(whole[start + rows:] == -1)
+        if count > 1:
+            with pytest.raises(RuntimeError, match="internal error: a facet sum of"):
+                tasks.sum_facet(box, start, 2, 1, in_box, *given[1:])
         elsewhere = delivery.DropBox(str(tmp_path / "on-another-host"), box.shape, box.dtype)
         got, bad, nonzero = tasks.sum_facet(elsewhere, start, 2, 0, *parts)
         assert np.array_equal(got, expected, equal_nan=True) and nonzero
@@ -1452,10 +1459,11 @@ def test_a_failed_call_does_not_give_its_box_to_a_later_call(client, rng):
     assert relative_error(again, clgrid.vis2dirty(vis=vis, **common)) <= 1e-4
 
 
-def test_the_first_imaging_task_gets_the_box_only_where_its_summers_read_it():
-    """`clgrid.dask.images.image_place`: the client's box goes to the first imaging task
-    with shared memory (every worker on the client's host) or on one worker, never to a
-    task after the first, nor where a worker may be on another host (no shared prefix, two
+def test_only_a_calls_single_imaging_task_gets_the_box_and_only_where_it_reads_it():
+    """`clgrid.dask.images.image_place`: the client's box goes to a call's only imaging
+    task with shared memory (every worker on the client's host) or on one worker, never
+    where there are several (their sum would add into it in place, and add again if Dask
+    ran it twice), nor where a worker may be on another host (no shared prefix, two
     workers); the others write files of the call's prefix, or nothing without one."""
     from clgrid.dask import delivery
     from clgrid.dask.images import image_place
@@ -1465,5 +1473,6 @@ def test_the_first_imaging_task_gets_the_box_only_where_its_summers_read_it():
     assert image_place("/dev/shm/clgrid-x-1-p", box, 0, True, two) is box
     assert image_place(None, box, 0, True, one) is box
     assert image_place(None, box, 0, True, two) is None
+    assert image_place("/dev/shm/clgrid-x-1-p", box, 0, False, two) == "/dev/shm/clgrid-x-1-p-i0"
     assert image_place("/dev/shm/clgrid-x-1-p", box, 3, False, two) == "/dev/shm/clgrid-x-1-p-i3"
     assert image_place(None, None, 0, True, one) is None

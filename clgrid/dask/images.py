@@ -14,12 +14,15 @@ pixels, so the client receives one image and does not pass over it again; with D
 local schedulers, a tree of additions.  Each worker so sends and receives about one
 image per call, not log2(n) of them.
 
-Where the images go (`image_place`).  With a box (`clgrid.dask.delivery.kept_box`) that
-every summing worker can read (shared memory, or one worker), the first imaging task
-writes its image straight into it (its device's image comes down there), and the facet
-sums add the others to it in place; with shared memory (every
-worker on the client's host, `clgrid.dask.exchange`), each other task writes its image
-straight into a kept file of its own.  The client returns the box's mapping itself
+Where the images go (`image_place`).  With shared memory (every worker on the client's
+host, `clgrid.dask.exchange`) each imaging task writes its image straight into a kept
+file of its own (its device's image comes down there), and the facet sums read them and
+write the client's box (`clgrid.dask.delivery.kept_box`).  A call of one imaging task
+writes its image into the box itself where its worker can read it (shared memory, or one
+worker), and its sum only counts.  Never more in place than that: Dask runs a task again
+after its worker died, and a sum that had added into the box would add again, a first
+image written there again would undo the sums; reading parts and writing the box, a task
+run twice writes the same.  The client returns the box's mapping itself
 (`clgrid.dask.delivery.collect`), so a reused call copies no image on the host but the
 sum's.  Where every image goes to shared memory, each task's result is a few bytes
 (`Shared` facets), and the sums and the warnings take it whole: no node per facet on
@@ -56,14 +59,14 @@ def result_box(workers, shape: tuple, dtype) -> DropBox | None:
     return kept_box(shape, dtype) if workers else None
 
 
-def image_place(shared, box: DropBox | None, task: int, first: bool, workers=None):
-    """Where imaging task ``task`` writes its whole image: the ``first`` of the call's
-    tasks (the first of the sums' parts) into the client's ``box`` where every summing
-    worker can read it there (``shared``: all on the client's host; or one worker, which
-    sums what it imaged), every other one into a file of its own under the call's
-    ``shared`` prefix; None (a new array on its worker) without either.  (A worker on
-    another host than the client's, summing a facet, could not read the box.)"""
-    if first and box is not None and (shared is not None or (workers is not None and len(workers) == 1)):
+def image_place(shared, box: DropBox | None, task: int, alone: bool, workers=None):
+    """Where imaging task ``task`` writes its whole image: the client's ``box`` where it is
+    the call's only imaging task (``alone``: its sum then only counts, so either may run
+    twice) and its worker can read the box (``shared``: all on the client's host; or one
+    worker); else a file of its own under the call's ``shared`` prefix; None (a new array
+    on its worker) without either.  (A worker on another host than the client's could not
+    read the box.)"""
+    if alone and box is not None and (shared is not None or (workers is not None and len(workers) == 1)):
         return box
     return exchange.place(shared, f"i{task}")
 

@@ -189,8 +189,8 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
     picks its weighted values for every slab (``vis_pieces``, ``wgt_pieces``: the
     chunk's blocks) with its selection; ``shared`` is the call's `clgrid.dask.exchange`
     prefix (the values and the images go through shared memory) or None; ``box`` the
-    client's box for the image (`clgrid.dask.images.result_box`: the first task writes
-    its image there) or None."""
+    client's box for the image (`clgrid.dask.images.result_box`: a call's only imaging
+    task writes its image there) or None."""
     selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces, max(1, options["nthreads"]))
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
@@ -202,6 +202,7 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
         # runs a getitem where its input is), so only that slab's values travel
         values = [[chunk[s] for s in range(count)] for chunk in values]
     outputs = []
+    alone = sum(p is not None for p in points) == 1          # (one imaging task: its image into the box)
     for t, slab in enumerate(slab_layout.tasks):
         if points[t] is None:
             continue
@@ -211,7 +212,7 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
             # fewer on the way, `image_slab`)
             task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
                 points[t], slab_layout.geometry, slab, options, keep, facets,
-                image_place(shared, box, t, not outputs, workers),
+                image_place(shared, box, t, alone, workers),
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
             outputs.append(outputs_of(task, facets, shared, workers))
     return outputs

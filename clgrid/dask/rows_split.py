@@ -31,15 +31,15 @@ def rows_images(token, layout: ChunkLayout, uvw, freq, vis, wgt, mask, options: 
     ``facets`` facets and warnings (`clgrid.dask.images.outputs_of`), for
     `clgrid.dask.images.summed`.  ``token`` keys the workers' kept operators; ``shared``
     is the call's `clgrid.dask.exchange` prefix (the images go through shared memory) or
-    None; ``box`` the client's box for the image (the first chunk's task writes its image
+    None; ``box`` the client's box for the image (a call of one chunk writes its image
     there) or None."""
-    outputs = []
+    outputs, alone = [], len(layout.chunks()) == 1
     for chunk, u, v, w, m in zip(layout.chunks(), layout.pieces(uvw, channels=False), layout.pieces(vis),
                                  layout.pieces(wgt), layout.pieces(mask)):
         with prefer_worker(chunk.index, workers):
             task = dask.delayed(worker_tasks.image_chunk, pure=False, nout=facets + 1)(
                 token, u, freq[slice(*chunk.channels)], v, w, m, chunk, options, keep, facets,
-                image_place(shared, box, chunk.index, not outputs, workers))
+                image_place(shared, box, chunk.index, alone, workers))
             outputs.append(outputs_of(task, facets, shared, workers))
     return outputs
 

@@ -295,18 +295,19 @@ def sum_facet(box, start: int, threads: int, facet: int, *parts) -> tuple:
     `add_images`), on ``threads`` host threads, written into the
     client's ``box`` at row ``start`` where this host has it (then None), else returned;
     with how many of its pixels are not finite, and whether any is non-zero (counted as
-    they are written, so the client need not pass over the image again).  The first
-    part may be the box's own rows (the first imaging task wrote its image there): the
-    others are added to it in place.  (Each thread takes one range of rows whole: in
-    cache-sized blocks the threads' many small calls queue for the GIL.)"""
+    they are written, so the client need not pass over the image again).  A single part
+    may be the box's own rows (a call's only imaging task wrote its image there: then it
+    is only counted); nothing is ever added into the box in place, so a sum run again
+    writes the same.  (Each thread takes one range of rows whole: in cache-sized blocks
+    the threads' many small calls queue for the GIL.)"""
     parts = [p[facet] if isinstance(p, tuple) else p for p in parts]
     arrays = [exchange.read(p) for p in parts]
     out = region(box, start, arrays[0].shape)
-    if out is not None and isinstance(parts[0], exchange.Shared) and parts[0].path == box.path:
-        if parts[0].offset != start * int(np.prod(arrays[0].shape[1:])):
-            raise RuntimeError(f"clgrid.dask: internal error: a facet at element {parts[0].offset} of the box "
-                               f"summed at row {start}")
-        arrays[0] = out                          # (in place: the box holds the first part)
+    if out is not None and any(isinstance(p, exchange.Shared) and p.path == box.path for p in parts):
+        if len(parts) > 1 or parts[0].offset != start * int(np.prod(arrays[0].shape[1:])):
+            raise RuntimeError(f"clgrid.dask: internal error: a facet sum of {len(parts)} parts, one in the box "
+                               f"(element {parts[0].offset}), at row {start}")
+        arrays[0] = out                          # (the box holds the image: counted only)
     target = out if out is not None else np.empty(arrays[0].shape, arrays[0].dtype)
     bad, nonzero, lock = [0], [False], threading.Lock()
 
