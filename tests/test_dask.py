@@ -1476,3 +1476,34 @@ def test_only_a_calls_single_imaging_task_gets_the_box_and_only_where_it_reads_i
     assert image_place("/dev/shm/clgrid-x-1-p", box, 0, False, two) == "/dev/shm/clgrid-x-1-p-i0"
     assert image_place("/dev/shm/clgrid-x-1-p", box, 3, False, two) == "/dev/shm/clgrid-x-1-p-i3"
     assert image_place(None, None, 0, True, one) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork: POSIX only")
+def test_a_forked_child_leaves_its_parents_shared_files_at_exit(tmp_path):
+    """The exit handlers of `clgrid.dask.delivery` and `clgrid.dask.exchange` remove the
+    files of the process that made them: a child of a bare ``os.fork`` that exits
+    normally (running the parent's handlers) leaves the parent's kept box alone."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, sys
+        import numpy as np
+        from clgrid.dask import delivery
+        box = delivery.kept_box((4, 4), np.float32)
+        if box is None:
+            print("none"); sys.exit(0)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)                      # a normal exit: the atexit handlers run
+        os.waitpid(pid, 0)
+        print("kept" if os.path.exists(box.path) else "removed", box.path)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    word, *path = out.stdout.split()
+    if word == "none":
+        pytest.skip("no room in /dev/shm for a box")
+    assert word == "kept", out.stdout + out.stderr
+    assert not os.path.exists(path[0])                # and the parent's own exit removed it

@@ -226,4 +226,14 @@ def retire(box: DropBox | None) -> None:
     discard(box)
 
 
-atexit.register(forget_boxes)
+_PARENT = os.getpid()
+
+
+def _at_exit() -> None:
+    """The files go with the process that made them: a child of a bare ``os.fork`` that
+    exits normally runs this too, and leaves its parent's alone."""
+    if os.getpid() == _PARENT:
+        forget_boxes()
+
+
+atexit.register(_at_exit)

@@ -483,4 +483,14 @@ def remove(call_prefix: str | None) -> None:
             pass
 
 
-atexit.register(forget)
+_PARENT = os.getpid()
+
+
+def _at_exit() -> None:
+    """The files go with the process that made them: a child of a bare ``os.fork`` that
+    exits normally runs this too, and leaves its parent's alone."""
+    if os.getpid() == _PARENT:
+        forget()
+
+
+atexit.register(_at_exit)
