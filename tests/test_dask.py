@@ -1507,3 +1507,25 @@ def test_a_forked_child_leaves_its_parents_shared_files_at_exit(tmp_path):
         pytest.skip("no room in /dev/shm for a box")
     assert word == "kept", out.stdout + out.stderr
     assert not os.path.exists(path[0])                # and the parent's own exit removed it
+
+
+def test_a_local_scheduler_chosen_by_config_runs_everything_here(client, rng):
+    """With a distributed Client present, ``dask.config.set(scheduler="sync")`` (Dask's way
+    of choosing where ``compute`` runs) makes `clgrid.dask.vis2dirty` and `dirty2vis` run
+    on that scheduler: no task reaches the cluster (before, `dirty2vis` submitted its
+    predictions to the cluster and the images and values went through its files), and
+    the results equal the cluster's."""
+    import dask
+    from distributed import get_task_stream
+
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    size = dict(npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
+    on_cluster = cd.vis2dirty(vis=blocks(vis), **common, **size)
+    predicted = cd.dirty2vis(dirty=on_cluster, **common).compute()
+    with get_task_stream(client) as stream, dask.config.set(scheduler="sync"):
+        here = cd.vis2dirty(vis=blocks(vis), **common, **size)
+        here_predicted = cd.dirty2vis(dirty=on_cluster, **common).compute()
+    assert not stream.data, [t["key"] for t in stream.data][:5]
+    assert relative_error(here, on_cluster) <= 1e-6 and relative_error(here_predicted, predicted) <= 1e-6

@@ -27,7 +27,7 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "shared", "forget_shared", "task_of", "tree_sum",
+__all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "started", "shared", "forget_shared", "task_of", "tree_sum",
            "naming", "workers_to_prefer", "prefer_worker", "check_device"]
 
 KEPT_SCATTERED = 8          # scattered objects kept for later calls (kernel stacks)
@@ -220,7 +220,12 @@ def naming(chunk: Chunk):
 # -- on the client ---------------------------------------------------------------------
 
 def client():
-    """The distributed Client in use, or None (then dask's local scheduler runs the tasks)."""
+    """The distributed Client in use, or None (then dask's local scheduler runs the tasks):
+    None too where ``dask.config.set(scheduler=...)`` chose a local scheduler, as Dask's
+    own ``compute`` then runs there (so nothing is scattered or submitted to a cluster
+    that the call's graph will not run on)."""
+    if dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed"):
+        return None
     try:
         from distributed import get_client
         return get_client()

@@ -53,9 +53,8 @@ def compute(*collections, stall_timeout=None) -> tuple:
     a task to work on (module docstring).  Lazy results of `clgrid.dask.degrid` and
     `clgrid.dask.dirty2vis` can be computed through it (`clgrid.dask.compute`)."""
     seconds = stall_seconds(stall_timeout)
-    client = current_client()
-    elsewhere = dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed")
-    if client is None or elsewhere or math.isinf(seconds):      # dask.config.set(scheduler=...) still rules
+    client = current_client()               # (None where dask.config.set(scheduler=...) chose a local one)
+    if client is None or math.isinf(seconds):
         return dask.compute(*collections)
 
     from distributed import KilledWorker, wait
