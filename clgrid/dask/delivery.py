@@ -23,7 +23,6 @@ back at once.
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import uuid
@@ -226,14 +225,4 @@ def retire(box: DropBox | None) -> None:
     discard(box)
 
 
-_PARENT = os.getpid()
-
-
-def _at_exit() -> None:
-    """The files go with the process that made them: a child of a bare ``os.fork`` that
-    exits normally runs this too, and leaves its parent's alone."""
-    if os.getpid() == _PARENT:
-        forget_boxes()
-
-
-atexit.register(_at_exit)
+exchange.at_exit(forget_boxes)

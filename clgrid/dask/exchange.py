@@ -64,8 +64,8 @@ except ImportError:                  # (not POSIX: no shared memory either, `pre
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
-           "write_into", "room_of", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove", "host_identity",
-           "copy_threads"]
+           "write_into", "room_of", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove",
+           "at_exit", "host_identity", "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
 KEPT_PREFIXES = 8            # sets of points whose files the client keeps
@@ -483,14 +483,17 @@ def remove(call_prefix: str | None) -> None:
             pass
 
 
-_PARENT = os.getpid()
+def at_exit(cleanup) -> None:
+    """``cleanup()`` when this process exits, not in a child of a bare ``os.fork`` that
+    exits normally (which runs its parent's exit handlers too): the shared-memory files go
+    with the process that made them, and a child leaves its parent's alone."""
+    owner = os.getpid()
+
+    def run() -> None:
+        if os.getpid() == owner:
+            cleanup()
+
+    atexit.register(run)
 
 
-def _at_exit() -> None:
-    """The files go with the process that made them: a child of a bare ``os.fork`` that
-    exits normally runs this too, and leaves its parent's alone."""
-    if os.getpid() == _PARENT:
-        forget()
-
-
-atexit.register(_at_exit)
+at_exit(forget)
