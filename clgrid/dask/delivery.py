@@ -26,12 +26,12 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import exchange
+from ..device.host_blocks import LentBlock
 from ..device.host_threads import parallel_copy
 
 __all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region", "collect", "discard", "retire"]
@@ -118,19 +118,6 @@ def _give_back(box: DropBox) -> None:
     discard(DropBox(box.path, box.shape, box.dtype))
 
 
-class _BoxResult:
-    """A kept box's mapping on the client as the memory of the result `collect` returns
-    (numpy's ``__array_interface__``): the base of that array and its views, so it lives
-    while any of them does; when it dies the box is given back for a later call."""
-
-    def __init__(self, box: DropBox, mapped: np.ndarray):
-        self.__array_interface__ = {"data": (mapped.ctypes.data, False), "shape": box.shape,
-                                    "typestr": box.dtype, "version": 3}
-        self.mapped = mapped
-        back = weakref.finalize(self, _give_back, box)
-        back.atexit = False
-
-
 def region(box: DropBox | None, start: int, shape: tuple):
     """In a task: rows ``start`` onwards (``shape``) of the client's file, writable, where
     this host has it (over a mapping the process keeps: `clgrid.dask.exchange`); else None."""
@@ -159,7 +146,7 @@ def collect(box: DropBox | None, parts: list, starts: list, out: np.ndarray | No
     """On the client: the result, from the file (rows delivered there) and the rows that
     came back, into ``out`` where given.  A box of `open_box`: the file's name removed,
     the result its mapping (no copy); a kept box (`kept_box`): the result its mapping too
-    (`_BoxResult`: the box given back when the array is dropped), or, with ``out``,
+    (a `LentBlock`: the box given back when the array is dropped), or, with ``out``,
     copied there and the box given back.  Without a box, the rows joined."""
     if box is None:
         result = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
@@ -175,7 +162,7 @@ def collect(box: DropBox | None, parts: list, starts: list, out: np.ndarray | No
             _give_back(box)
             raise
         if out is None:
-            result = np.asarray(_BoxResult(box, mapped))
+            result = np.asarray(LentBlock(mapped, box.shape, box.dtype, _give_back, box))
         else:
             try:
                 result = out

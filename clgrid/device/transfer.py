@@ -24,12 +24,12 @@ from __future__ import annotations
 import operator
 import os
 import threading
-import weakref
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from .host_blocks import LentBlock
 from .host_threads import parallel_copy
 
 __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "upload_pinned", "download",
@@ -131,19 +131,14 @@ class Staging:
                 use(start, self._host[i % 2][:min(step, nbytes - start)])
 
 
-class _PinnedBlock:
-    """A pinned buffer seen as one array (numpy's ``__array_interface__``): the base of
-    every array `host_empty` returns, so it lives while any view of it does.  When it
-    dies its buffer goes back to the pool.  ``context``: the OpenCL context it is pinned
-    for (its buffer's)."""
+class _PinnedBlock(LentBlock):
+    """A pinned buffer seen as one array (`clgrid.device.host_blocks.LentBlock`): the base
+    of every array `host_empty` returns; when it dies its buffer goes back to the pool.
+    ``context``: the OpenCL context it is pinned for (its buffer's)."""
 
     def __init__(self, pool: "_PinnedPool", buffer: cl.Buffer, mapped: np.ndarray, shape, dtype):
+        super().__init__(mapped, shape, dtype, pool.release, buffer, mapped)
         self.context = buffer.context
-        self.__array_interface__ = {"data": (mapped.ctypes.data, False), "shape": tuple(shape),
-                                    "typestr": np.dtype(dtype).str, "version": 3}
-        self.mapped = mapped
-        release = weakref.finalize(self, pool.release, buffer, mapped)
-        release.atexit = False
 
 
 class _PinnedPool:
