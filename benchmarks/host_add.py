@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
+import sys
 
 import numpy as np
 
 from clgrid.device.host_threads import add_counting, in_slices, not_finite
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_time  # noqa: E402
 
 
 def fused(dst, src, parts: int, block: int) -> int:
@@ -97,14 +100,8 @@ def main(argv=None) -> int:
         runs.update(device_runs(a, dst, src))
     out = {"npix": a.npix, "bytes": int(dst.nbytes), "cpus": os.cpu_count(), "repeats": a.repeats, "runs": {}}
     for name, fn in runs.items():
-        fn()
-        times = []
-        for _ in range(a.repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        out["runs"][name] = float(np.median(times))
-        print(f"{name}: {1e3 * np.median(times):.2f} ms", flush=True)
+        out["runs"][name] = median_time(fn, a.repeats)
+        print(f"{name}: {1e3 * out['runs'][name]:.2f} ms", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
