@@ -1529,3 +1529,42 @@ def test_a_local_scheduler_chosen_by_config_runs_everything_here(client, rng):
         here_predicted = cd.dirty2vis(dirty=on_cluster, **common).compute()
     assert not stream.data, [t["key"] for t in stream.data][:5]
     assert relative_error(here, on_cluster) <= 1e-6 and relative_error(here_predicted, predicted) <= 1e-6
+
+
+def test_directions_that_balance_at_other_planes_each_take_their_own_slabs(client, rng, device_name):
+    """Weights that cut vis2dirty's and dirty2vis's slabs apart (the tuning table's
+    ``split_sample_weight`` and ``split_sample_weight_dirty2vis``): each slab task holds
+    the samples of both its slabs (`clgrid.imaging.split.direction_slabs`, as a device
+    list's devices do) and each call takes its own direction's planes; a dirty2vis after
+    the vis2dirty on the same points uses the same operators (none made), and image and
+    visibilities equal `clgrid.vis2dirty` / `dirty2vis` to rounding (double)."""
+    from clgrid.dask import planes_split
+
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, masked=0.1)
+    tuning = {"split_sample_weight": 0.02, "split_sample_weight_dirty2vis": 50.0}
+    points = dict(freq=WIDE_FREQS, mask=mask, epsilon=1e-9, do_wgridding=True, pixsize_x=IMAGE["pixsize_x"],
+                  pixsize_y=IMAGE["pixsize_y"], tuning=tuning)
+    split = dict(split="planes", slabs=3, slab_samples=vis.size)        # (a task per slab: all kept)
+    cd.clear_cache()
+    client.run(cd.clear_cache)
+    image = cd.vis2dirty(uvw=blocks(uvw), vis=blocks(vis), wgt=blocks(wgt), npix_x=IMAGE["npix_x"],
+                         npix_y=IMAGE["npix_y"], **dict(points, mask=blocks(mask)), **split)
+    made = sum(c["made"] for c in client.run(cd.cached_wgridders).values())
+    dirty = rng.normal(size=image.shape)
+    predicted = cd.dirty2vis(dirty=dirty, uvw=blocks(uvw), wgt=blocks(wgt), **dict(points, mask=blocks(mask)),
+                             **split).compute()
+    assert sum(c["made"] for c in client.run(cd.cached_wgridders).values()) == made
+    layout = next(reversed(planes_split._layouts.values()))
+    g, calls = layout.geometry, [dict(task.calls) for task in layout.tasks]
+    assert all(calls) and any(c["vis2dirty"] != c["dirty2vis"] for c in calls)
+    for direction in ("vis2dirty", "dirty2vis"):             # each direction's slabs cut the planes in order
+        taken = [c[direction] for c in calls if c[direction][0] < c[direction][1]]
+        assert taken[0][0] == 0 and taken[-1][1] == g.num_planes
+        assert all(a[1] == b[0] for a, b in zip(taken[:-1], taken[1:]))
+    for task, c in zip(layout.tasks, calls):
+        taken = [s for s in c.values() if s[0] < s[1]]
+        assert task.planes == (min(lo for lo, _ in taken), max(hi for _, hi in taken))
+    common = dict(points, uvw=uvw, npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"])
+    assert relative_error(image, clgrid.vis2dirty(vis=vis, wgt=wgt, device=device_name, **common)) <= 1e-12
+    shape = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
+    assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, wgt=wgt, device=device_name, **shape)) <= 1e-12

@@ -762,3 +762,72 @@ def test_two_operators_called_from_two_threads_say_their_own_warnings(rng):
     assert not np.any(results["a"]) and np.any(results["b"])
     assert [(w.category, w.filename, w.lineno) for w in said] == [(EmptyInputWarning, __file__, line[0])]
     assert "every unmasked visibility times its weight is zero" in str(said[0].message)
+
+
+def test_planes_per_direction_partitions_add_up_to_the_whole(rng):
+    """``WGridder(planes={"vis2dirty": .., "dirty2vis": ..})`` on one device: two operators
+    whose directions cut the planes at other places hold the samples of the union of
+    their planes, and each direction's two calls add up to the whole operator's (rounding,
+    in double); a part with no planes in a direction gives zeros there."""
+    uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="double", masked=0.1)
+    kw = dict(epsilon=1e-9, do_wgridding=True, mask=mask, center_x=0.01, precision="double", **IMAGE)
+    whole = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    g = whole.geometry
+    assert g.num_planes >= 6
+    a, b = g.num_planes // 3, 2 * g.num_planes // 3
+    low = clgrid.WGridder(uvw, freq, device=DEVICE, geometry=g, planes={"vis2dirty": (0, a), "dirty2vis": (0, b)}, **kw)
+    high = clgrid.WGridder(uvw, freq, device=DEVICE, geometry=g,
+                           planes={"vis2dirty": (a, g.num_planes), "dirty2vis": (b, g.num_planes)}, **kw)
+    assert (low.planes, high.planes) == (range(0, b), range(a, g.num_planes))
+    first = imaging_split.first_planes(uvw, freq / C, mask.astype(bool), g)
+    for op in (low, high):
+        held = imaging_split.touching(first, op.planes.start, op.planes.stop, g.kernel.support) & (first >= 0)
+        assert op.engine.num_kept == np.count_nonzero(held)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    assert relative_error(low.vis2dirty(vis, wgt) + high.vis2dirty(vis, wgt), whole.vis2dirty(vis, wgt)) <= 1e-12
+    assert relative_error(low.dirty2vis(dirty, wgt) + high.dirty2vis(dirty, wgt), whole.dirty2vis(dirty, wgt)) <= 1e-12
+    none = clgrid.WGridder(uvw, freq, device=DEVICE, geometry=g, planes={"vis2dirty": (a, a), "dirty2vis": (0, b)},
+                           **kw)
+    assert not np.any(none.vis2dirty(vis, wgt))
+    assert relative_error(none.dirty2vis(dirty, wgt), low.dirty2vis(dirty, wgt)) <= 1e-14
+
+
+@pytest.mark.parametrize("planes, match", [
+    ({"vis2dirty": (0, 2), "degrid": (0, 2)}, "keys"),
+    ({}, "keys"),
+    ({"vis2dirty": (2, 1)}, r"planes\['vis2dirty'\]"),
+    ({"dirty2vis": (0, 10 ** 6)}, r"planes\['dirty2vis'\]"),
+    ({"vis2dirty": (1, 1), "dirty2vis": (3, 3)}, "some direction a plane"),
+    ((3, 1), "planes must be"),
+])
+def test_bad_planes_per_direction_are_refused_by_name(rng, planes, match):
+    uvw, freq, _, _, _ = wide_field(rng, 200, precision="single")
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", **IMAGE)
+    g = clgrid.WGridder(uvw, freq, device=DEVICE, **kw).geometry
+    with pytest.raises(ValueError, match=match):
+        clgrid.WGridder(uvw, freq, device=DEVICE, geometry=g, planes=planes, **kw)
+
+
+def test_planes_per_direction_with_a_device_list_is_refused(rng):
+    uvw, freq, _, _, _ = wide_field(rng, 200, precision="single")
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", **IMAGE)
+    g = clgrid.WGridder(uvw, freq, device=DEVICE, **kw).geometry
+    with pytest.raises(ValueError, match="one device"):
+        clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], geometry=g, planes={"vis2dirty": (0, 2)}, **kw)
+
+
+def test_direction_slabs_are_each_directions_slab_bounds_paired(rng):
+    """`direction_slabs`: each direction's slabs are `slab_bounds` with its own weight, and
+    a slab holds from the lowest to the highest plane of its pair."""
+    uvw, freq, _, _, _ = wide_field(rng, 1500, precision="single")
+    g = clgrid.WGridder(uvw, freq, device=DEVICE, epsilon=1e-5, do_wgridding=True, precision="single",
+                        **IMAGE).geometry
+    counts = imaging_split.plane_counts(imaging_split.first_planes(uvw, freq / C, None, g), g)
+    weights = {"vis2dirty": 0.02, "dirty2vis": 50.0}
+    slabs = imaging_split.direction_slabs(counts, g, 3, weights)
+    for d in ("vis2dirty", "dirty2vis"):
+        assert [calls[d] for _, calls in slabs] == imaging_split.slab_bounds(counts, g, 3, sample_weight=weights[d])
+    assert any(calls["vis2dirty"] != calls["dirty2vis"] for _, calls in slabs)
+    for held, calls in slabs:
+        taken = [s for s in calls.values() if s[0] < s[1]]
+        assert held == (min(lo for lo, _ in taken), max(hi for _, hi in taken))

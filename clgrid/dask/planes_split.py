@@ -6,7 +6,10 @@ planes are cut; the tasks are `clgrid.dask.tasks`'.
 One geometry for all the data (the |w| range and number of samples reduced over the
 chunks first), the w-planes cut into ``slabs`` slabs of about equal work (default: one
 per worker), and each slab's task images the samples with a tap on its planes, taken
-from every chunk, with a `WGridder` over those planes only.  The FFTs and per-pixel work
+from every chunk, with a `WGridder` over those planes only.  Each direction has its own
+slabs (`clgrid.imaging.split.direction_slabs`, its own weight, as a device list's): a
+slab's tasks hold the samples of both of its slabs and each call takes its own
+direction's planes, so the two directions share one set of operators.  The FFTs and per-pixel work
 are the planes', once per slab (or group, below): n workers share them.  Samples crowd
 at small |w|, so a low slab may take most of the data: an imaging task takes at most
 ``slab_samples`` (default: as many as the largest chunk holds).  Where a slab's samples
@@ -43,8 +46,9 @@ from . import chunks as chunking, exchange, tasks as worker_tasks
 from .chunks import ChunkLayout, prefer_worker, started, task_of
 from .delivery import COPY_THREADS
 from .images import image_place, outputs_of, sent
-from .slabs import Slab, chunk_groups, geometry_of, slab_bounds, slab_sizes
+from .slabs import Slab, chunk_groups, geometry_of, slab_sizes
 from .watch import compute
+from ..imaging.split import direction_slabs
 
 try:
     import dask
@@ -110,13 +114,16 @@ def first_pass(token, pieces, options: dict, count, cap: int, keep: int, stall_t
             return found
     reduced = task_of(geometry_of)([task_of(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
     threads = max(1, options["nthreads"])
-    geometry, weight, *counts = compute(reduced, task_of(worker_tasks.split_weight)(options),
-                                        *[task_of(worker_tasks.chunk_counts)(*piece, reduced, threads) for piece in pieces],
-                                        stall_timeout=stall_timeout)
-    bounds = slab_bounds(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count,
-                         sample_weight=weight)
+    geometry, weights, *counts = compute(reduced, task_of(worker_tasks.split_weight)(options),
+                                         *[task_of(worker_tasks.chunk_counts)(*piece, reduced, threads)
+                                           for piece in pieces], stall_timeout=stall_timeout)
+    # each direction's slabs; a slab's tasks hold the samples of both and each call takes
+    # its own direction's planes (as a device list's devices do)
+    slabs = direction_slabs(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count, weights)
+    bounds = [held for held, _ in slabs]
+    calls = [() if len(set(each.values())) == 1 else tuple(each.items()) for _, each in slabs]
     totals = [int(np.prod(worker_tasks.chunk_shape(piece[0]))) for piece in pieces]
-    tasks = [Slab(s, planes, group)
+    tasks = [Slab(s, planes, group, calls[s])
              for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap, totals)))
              for group in groups]
     made = SlabLayout(geometry, bounds, tasks, [slab_sizes(c, geometry, bounds, t) for c, t in zip(counts, totals)])

@@ -83,17 +83,25 @@ __all__ = ["Slab", "Part", "extent", "geometry_of", "plane_counts", "slab_bounds
 
 @dataclass(frozen=True)
 class Slab:
-    """One imaging task of a slab: the slab's number, its w-planes ``lo:hi`` (empty where
-    lo == hi: more slabs than planes with work) and the chunks ``a:b`` whose samples the
-    task takes (`chunk_groups`)."""
+    """One imaging task of a slab: the slab's number, the w-planes ``lo:hi`` whose samples
+    it holds (empty where lo == hi: more slabs than planes with work), the chunks ``a:b``
+    whose samples the task takes (`chunk_groups`), and ``calls``: each direction's planes
+    within them, ((direction, (lo, hi)), ...), where the two directions balance at other
+    planes (`clgrid.imaging.split.direction_slabs`; empty: both take ``planes``)."""
 
     index: int
     planes: tuple
     chunks: tuple
+    calls: tuple = ()
+
+    def operator_planes(self):
+        """The slab operator's ``planes`` (`clgrid.WGridder`'s): (lo, hi), or one per direction."""
+        return dict(self.calls) if self.calls else self.planes
 
     def describe(self) -> str:
         """The note a failing slab task's error carries to the caller."""
-        return (f"clgrid.dask: w-plane slab {self.index}, planes {self.planes[0]}:{self.planes[1]}, "
+        calls = "".join(f", {d} {lo}:{hi}" for d, (lo, hi) in self.calls)
+        return (f"clgrid.dask: w-plane slab {self.index}, planes {self.planes[0]}:{self.planes[1]}{calls}, "
                 f"chunks {self.chunks[0]}:{self.chunks[1]}")
 
 

@@ -26,6 +26,7 @@ from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, s
 from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 from ..imaging.devices import sample_weight
+from ..imaging.geometry import DIRECTIONS
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
 
@@ -198,11 +199,13 @@ def chunk_extent(chunk, uvw, freq, mask):
         return extent(uvw, freq, mask)
 
 
-def split_weight(options) -> float:
-    """The planes split's sample weight for this worker's device (`clgrid.imaging.devices.sample_weight`:
-    the tuning table's, or the call's ``tuning``)."""
+def split_weight(options) -> dict:
+    """The planes split's sample weight in each direction for this worker's device,
+    {direction: weight} (`clgrid.imaging.devices.sample_weight`: the tuning table's, or the
+    call's ``tuning``)."""
     device = options["device"]
-    return sample_weight(list(device) if isinstance(device, tuple) else device, options["tuning"])
+    device = list(device) if isinstance(device, tuple) else device
+    return {d: sample_weight(device, options["tuning"], d) for d in DIRECTIONS}
 
 
 def chunk_counts(chunk, uvw, freq, mask, geometry, threads: int = 1):
@@ -267,7 +270,7 @@ def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
     from them (u, v, w in wavelengths: freq = c)."""
     threads = max(1, options["nthreads"])
     return _operator((points.key,), lambda: (points_of(points.parts, threads), UNIT_FREQ, None), options, keep,
-                     geometry, slab.planes)
+                     geometry, slab.operator_planes())
 
 
 def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, place, *values):

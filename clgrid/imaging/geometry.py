@@ -14,10 +14,11 @@ from ..device.host_threads import in_slices
 from ..sources.accuracy import KernelChoice, choose_kernel
 
 __all__ = ["ImageGeometry", "choose_geometry", "imaging_work", "image_fields", "flip_signs", "abs_w_range",
-           "check_geometry", "plane_range", "n_minus_one_range", "recentre_tilt", "MIN_NPIX",
-           "GRID_CELL_LIMIT"]
+           "check_geometry", "plane_ranges", "DIRECTIONS", "n_minus_one_range", "recentre_tilt",
+           "MIN_NPIX", "GRID_CELL_LIMIT"]
 
 MIN_NPIX = 16
+DIRECTIONS = ("vis2dirty", "dirty2vis")       # an operator's two calls
 
 
 # cells of a padded grid (and so pixels of an image) that the kernels index with 32-bit
@@ -270,7 +271,42 @@ def check_geometry(geometry: ImageGeometry, fields: dict, w_range: tuple | None)
                          f"{w_range[1]:.6g}] wavelengths, its w-planes [{geometry.w_min:.6g}, {covered:.6g}]")
 
 
-def plane_range(planes, geometry: ImageGeometry) -> range:
+def plane_ranges(planes, geometry: ImageGeometry) -> tuple:
+    """`WGridder`'s ``planes`` checked: None (every plane), (lo, hi), or one (lo, hi) per
+    direction, {"vis2dirty": (lo, hi), "dirty2vis": (lo, hi)} (lo == hi: none; a direction
+    left out takes every plane held).
+
+    Returns
+    -------
+    (held, calls): the range of planes whose samples the operator holds (from the lowest
+    to the highest of the directions' planes), and None (each call takes ``held``) or
+    {direction: range} (an empty range where a direction takes none)."""
+    if not isinstance(planes, dict):
+        return _plane_range(planes, geometry), None
+    unknown = sorted(set(map(str, planes)) - set(DIRECTIONS))
+    if unknown or not planes:
+        raise ValueError(f"planes given per direction takes the keys {DIRECTIONS}, got {sorted(map(str, planes))}")
+    given = {}
+    for direction, pair in planes.items():
+        try:
+            lo, hi = pair
+            ok = int(lo) == lo and int(hi) == hi and 0 <= lo <= hi <= geometry.num_planes
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"planes[{direction!r}] must be (lo, hi) with 0 <= lo <= hi <= {geometry.num_planes} "
+                             f"(the geometry's w-planes), got {pair!r}")
+        given[direction] = (int(lo), int(hi))
+    taken = [(lo, hi) for lo, hi in given.values() if lo < hi]
+    if not taken:
+        raise ValueError(f"planes given per direction must give some direction a plane, got {planes!r}")
+    held = range(min(lo for lo, _ in taken), max(hi for _, hi in taken))
+    calls = {d: range(*given[d]) if d in given and given[d][0] < given[d][1] else
+             (range(held.start, held.start) if d in given else held) for d in DIRECTIONS}
+    return held, calls
+
+
+def _plane_range(planes, geometry: ImageGeometry) -> range:
     if planes is None:
         return range(geometry.num_planes)
     try:

@@ -37,10 +37,10 @@ import threading
 import numpy as np
 
 from ..device.host_threads import in_slices
-from .geometry import ImageGeometry, imaging_work
+from .geometry import DIRECTIONS, ImageGeometry, imaging_work
 
-__all__ = ["SPLITS", "touching", "first_planes", "plane_counts", "active_planes", "slab_bounds", "fill",
-           "slab_masks", "row_bounds"]
+__all__ = ["SPLITS", "touching", "first_planes", "plane_counts", "active_planes", "slab_bounds",
+           "direction_slabs", "fill", "slab_masks", "row_bounds"]
 
 SPLITS = ("auto", "planes", "rows")
 BLOCK_SAMPLES = 1 << 15        # samples a host thread takes at a time in `first_planes`
@@ -136,6 +136,29 @@ def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | Non
     starts = fill(work, high)
     edges = [planes.start + s for s in starts] + [planes.stop] * (slabs - len(starts) + 1)
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def direction_slabs(counts, geometry: ImageGeometry, slabs: int, weights: dict, planes: range | None = None,
+                    active=None) -> list:
+    """Each direction's ``slabs`` slabs (`slab_bounds` with its own sample weight:
+    ``weights`` maps "vis2dirty" and "dirty2vis" to the tuning table's
+    ``split_sample_weight`` and ``split_sample_weight_dirty2vis``), paired slab by slab.
+    Where the two directions balance at other planes, the i-th part holds the samples of
+    both its slabs and each call spreads or interpolates its own direction's.
+
+    Returns
+    -------
+    list of (held, calls), one per slab in order: ``held`` = (lo, hi), the planes from the
+    lowest to the highest that the part's two slabs cover (empty slabs left out; planes
+    between them, if any, are held and left to the other parts in both directions), and
+    ``calls`` = {direction: (lo, hi)}, each direction's slab (lo == hi: none)."""
+    bounds = {d: slab_bounds(counts, geometry, slabs, planes, weights[d], active) for d in DIRECTIONS}
+    out = []
+    for pair in zip(*(bounds[d] for d in DIRECTIONS)):
+        taken = [(lo, hi) for lo, hi in pair if lo < hi]
+        held = (min(lo for lo, _ in taken), max(hi for _, hi in taken)) if taken else pair[0]
+        out.append((held, dict(zip(DIRECTIONS, pair))))
+    return out
 
 
 def fill(work, limit: float) -> list:

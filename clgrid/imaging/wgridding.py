@@ -54,9 +54,9 @@ from .devices import check_devices, sample_weight, device_list, on_devices, queu
 from .engine import SPARSE_SHARE, ImagingEngine, check_samples
 from ..call_warnings import gathering, say_gathered
 from .facets import faceted_operator
-from .geometry import ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, image_fields, \
-    plane_range
-from .split import SPLITS, active_planes, first_planes, plane_counts, row_bounds, slab_bounds, touching
+from .geometry import DIRECTIONS, ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, \
+    image_fields, plane_ranges
+from .split import SPLITS, active_planes, direction_slabs, first_planes, plane_counts, row_bounds, touching
 from ..device.runtime import get_queue
 from ..planning.device_points import abs_w_range as device_w_range, check_device_uvw, is_device_array
 
@@ -109,7 +109,11 @@ class WGridder:
     operator to w-planes lo..hi-1: it spreads, transforms and interpolates only the taps
     that fall on them, so over a partition of the planes the images add up to the whole
     image, and the visibilities to the whole visibilities; points whose taps all fall
-    outside add nothing.  Any number of samples: more than one part's 32-bit counts
+    outside add nothing.  ``planes`` = {"vis2dirty": (lo, hi), "dirty2vis": (lo, hi)}
+    (one device) gives each direction its own planes (lo == hi: none): the operator
+    holds the samples with a tap on either, and each call takes only its own direction's
+    planes (operators over two partitions, one per direction, whose directions balance
+    at other planes: `clgrid.imaging.split.direction_slabs`).  Any number of samples: more than one part's 32-bit counts
     (2^31 - 1) go through in parts of rows onto one grid (a row of more channels is refused).
     ``deterministic``: the same image bits from run to run, for a
     price: the points planned on the host and spread by rows (no atomics).  A device
@@ -140,7 +144,7 @@ class WGridder:
                  center_x: float = 0.0, center_y: float = 0.0, sigma_min: float = 1.1,
                  sigma_max: float = 2.6, precision: str = "double", device=None, nthreads: int = 0,
                  verbosity: int = 0, tuning: dict | None = None, geometry: ImageGeometry | None = None,
-                 planes: tuple | None = None, deterministic: bool = False, split: str = "auto",
+                 planes: tuple | dict | None = None, deterministic: bool = False, split: str = "auto",
                  facets=None, prefetch=None):
         if is_device_array(freq):
             freq = freq.get()                  # nchan numbers: the host chooses the geometry with them
@@ -190,7 +194,10 @@ class WGridder:
         else:
             check_geometry(geometry, fields, w_range)
         self.geometry = geometry
-        self.planes = plane_range(planes, geometry)
+        self.planes, calls = plane_ranges(planes, geometry)
+        if calls is not None and devices is not None:
+            raise ValueError("planes given per direction needs one device: a device list chooses each device's "
+                             "planes itself (split='planes')")
         # checked here, before facets: a faceted operator does not prefetch, but junk is refused
         prefetch = _checked_prefetch(prefetch, {"vis": self.shape, "wgt": self.shape})
         # an image whose grid does not fit the device (or facets= asked): facets (facets.py)
@@ -215,7 +222,7 @@ class WGridder:
             self.split = None
             self._rows = [slice(None)]
             self.engines = [ImagingEngine(uvw=uvw, keep=keep, planes=self.planes, device=device, workers=workers,
-                                          prefetch=prefetch, **engine)]
+                                          prefetch=prefetch, direction_planes=calls, **engine)]
         else:
             self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers, prefetch, w_range)
         self.engine = self.engines[0]
@@ -250,16 +257,14 @@ class WGridder:
             active = None if isinstance(sampled, slice) or w_range is None else active_planes(w_range, g)
             # each direction's slabs; a device holds the samples of both of its own and each
             # call spreads or interpolates its direction's
-            bounds = {d: slab_bounds(counts, g, len(queues), self.planes, sample_weight(queues[0], engine["tuning"], d),
-                                     active) for d in ("vis2dirty", "dirty2vis")}
+            weights = {d: sample_weight(queues[0], engine["tuning"], d) for d in DIRECTIONS}
             del first
             planes = np.arange(g.num_planes)
-            for i, slabs in enumerate(zip(bounds["vis2dirty"], bounds["dirty2vis"])):
-                lo, hi = _union(slabs)
+            for i, ((lo, hi), slabs) in enumerate(direction_slabs(counts, g, len(queues), weights, self.planes,
+                                                                  active)):
                 if lo < hi:        # a slab the sample finds empty may still hold samples: kept
                     kept = int(counts[touching(planes, lo, hi, g.kernel.support)].sum())     # about
-                    calls = {d: range(*s) if s[0] < s[1] else range(lo, lo) for d, s in zip(bounds, slabs)}
-                    shares.append((i, slice(None), keep, range(lo, hi), kept, calls))
+                    shares.append((i, slice(None), keep, range(lo, hi), kept, plane_ranges(slabs, g)[1]))
         else:
             for i, (a, b) in enumerate(row_bounds(keep, self.nrow, self.nchan, len(queues))):
                 part = None if keep is None else keep[a:b]
@@ -474,16 +479,6 @@ def _in_order(count: int, share, step: int) -> None:
 
     order = range(count - 1, -1, -1) if step > 0 else range(count)
     on_devices([partial(run, k) for k in order])
-
-
-def _union(slabs) -> tuple:
-    """(lo, hi): the planes from the lowest to the highest that the slabs (lo, hi) cover,
-    the empty ones left out (one device's slabs of the two directions; planes between
-    them, if any, are held and left to the other devices in both)."""
-    taken = [(lo, hi) for lo, hi in slabs if lo < hi]
-    if not taken:
-        return slabs[0]
-    return min(lo for lo, _ in taken), max(hi for _, hi in taken)
 
 
 def _balance_rows(nrow: int, nchan: int):
