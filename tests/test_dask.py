@@ -561,7 +561,8 @@ def test_a_nan_image_is_refused_as_it_is_published_and_left_unstamped(client, rn
             with pytest.raises(ValueError, match="^dirty has NaN or infinite entries$"):
                 cd.dirty2vis(dirty=bad, **keep, **points)
     if os.path.isdir("/dev/shm"):
-        path = exchange.place(next(reversed(exchange._prefixes)), "d")        # this call's points' file
+        with exchange.using(next(reversed(exchange._prefixes))) as files:   # this call's points' files
+            path = exchange.place(files, "d")
         with open(path, "rb") as f:
             assert f.read(exchange.STAMP) == bytes(exchange.STAMP)            # refused before it is stamped
         with pytest.raises(RuntimeError, match="replaced by a later dirty2vis"):
@@ -1457,6 +1458,105 @@ def test_a_failed_call_does_not_give_its_box_to_a_later_call(client, rng):
     assert box not in free() and not os.path.exists(box) and box not in delivery._made
     again = cd.vis2dirty(vis=blocks(vis), **common)
     assert relative_error(again, clgrid.vis2dirty(vis=vis, **common)) <= 1e-4
+
+
+def _straggler(files):
+    """In a worker: a task of a failed call, still running, that writes ones into the
+    files ``files`` ((path, bytes) each: the values' and images' files that call used)
+    right before this worker's tasks read theirs from shared memory (`exchange.readable`,
+    `exchange.read`), as `chunk_values` and `image_slab` write them (the file made where
+    it is gone); None: as before.  Returns how many times it wrote."""
+    from clgrid.dask import exchange
+    originals = getattr(exchange, "_unstraggled", None) or (exchange.readable, exchange.read)
+    exchange._unstraggled = originals
+    if files is None:
+        exchange.readable, exchange.read = originals
+        return exchange.__dict__.pop("_straggled", 0)
+    exchange._straggled = 0
+
+    def straggling(original):
+        def reader(*args):
+            for path, nbytes in files:
+                exchange.write_into(path, 0, (nbytes // 4,), np.float32, lambda room: room.fill(1.0))
+            exchange._straggled += 1
+            return original(*args)
+        return reader
+
+    exchange.readable, exchange.read = (straggling(f) for f in originals)
+    return 0
+
+
+def _kept_files() -> dict:
+    """This process's kept files in shared memory (``clgrid-x-<pid>-``, not another
+    process's: tests may run beside this one): name -> (inode, bytes)."""
+    mine = f"clgrid-x-{os.getpid()}-"
+    return {f.name: (f.inode(), f.stat().st_size) for f in os.scandir("/dev/shm") if f.name.startswith(mine)}
+
+
+def test_a_failed_calls_tasks_still_running_do_not_write_the_next_calls_files(client, rng):
+    """vis2dirty's values and partial images pass through files kept per set of points
+    (`clgrid.dask.exchange`): calls that succeed reuse the same files (the same inodes:
+    no fresh pages), but a call that fails may leave tasks running (Dask does not stop
+    them) that go on writing its files.  The next call on the same points must use files
+    they cannot write: here such a task writes ones into every file the failed call used
+    right before each of the next call's tasks reads its own (before: they were the same
+    files, and the image came out wrong without a word)."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm: nothing kept in shared memory")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    common = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True, **IMAGE)
+    expected = clgrid.vis2dirty(vis=vis, **common)
+    points = dict(common, uvw=blocks(uvw), wgt=blocks(wgt), mask=blocks(mask), split="planes")
+    cd.clear_cache()
+    try:
+        first = cd.vis2dirty(vis=blocks(vis), **points)
+        used = _kept_files()
+        assert any("-v" in name for name in used) and any("-i" in name for name in used), sorted(used)
+        assert relative_error(cd.vis2dirty(vis=blocks(vis), **points), first) <= 1e-6
+        assert _kept_files() == used                      # the same files again, not new ones
+        bad = vis.copy()
+        bad[np.flatnonzero(mask[ROW_CHUNK:, 3])[0] + ROW_CHUNK, 3] = np.nan      # (an unmasked sample)
+        with pytest.raises(ValueError, match="NaN"):
+            cd.vis2dirty(vis=blocks(bad), **points)
+        client.run(_straggler, [(os.path.join("/dev/shm", name), size) for name, (_, size) in used.items()])
+        try:
+            again = cd.vis2dirty(vis=blocks(vis), **points)
+        finally:
+            wrote = sum(client.run(_straggler, None).values())
+        assert wrote > 0                                  # (the straggler did write, before the reads)
+        assert relative_error(again, expected) <= 1e-4
+        assert relative_error(again, first) <= 1e-6
+    finally:
+        cd.clear_cache()
+
+
+def test_a_kept_prefix_renews_its_files_only_after_a_failed_call(tmp_path):
+    """`clgrid.dask.exchange.using`: the calls on a set of points get the same files until
+    one that renews fails (its files then removed); the next gets another generation, as
+    does the set of points dropped and kept again (never one a call before it had)."""
+    from clgrid.dask import exchange
+
+    prefix = str(tmp_path / "p")
+    try:
+        with exchange.using(prefix, renew=True) as first:
+            open(exchange.place(first, "v0"), "wb").close()
+        with exchange.using(prefix, renew=True) as files:
+            assert files == first
+        with pytest.raises(KeyError), exchange.using(prefix) as files:       # (not renewing)
+            raise KeyError
+        with exchange.using(prefix, renew=True) as files:
+            assert files == first and os.path.exists(exchange.place(first, "v0"))
+        with pytest.raises(KeyError), exchange.using(prefix, renew=True):
+            raise KeyError
+        assert not os.path.exists(exchange.place(first, "v0"))
+        with exchange.using(prefix, renew=True) as second:
+            assert second != first and second.startswith(prefix + "-")
+        exchange._prefixes.pop(prefix)                                        # dropped, kept again
+        with exchange.using(prefix) as third:
+            assert third not in (first, second)
+    finally:
+        exchange._prefixes.pop(prefix, None)
+        exchange.remove(prefix)
 
 
 def test_only_a_calls_single_imaging_task_gets_the_box_and_only_where_it_reads_it():

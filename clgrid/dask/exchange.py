@@ -23,8 +23,10 @@ the client removes a set's files when it drops it (`forget`, `clgrid.dask.clear_
 the client's exit), and each worker keeps its mappings (`_region`) until their file is
 gone or replaced (checked when it maps another), so their memory goes then.  Two calls
 on the same points at once would share the files: the client runs them one after the
-other (`using`).  A producer that cannot make its file (``/dev/shm`` full, absent)
-returns its array instead, and the consumers take either.  `prefix` is None (nothing
+other (`using`), and after a `vis2dirty` call that failed, whose tasks may still be
+running and writing its files (Dask does not stop them), the next takes new ones
+(`using`'s ``renew``).  A producer that cannot make its file (``/dev/shm`` full,
+absent) returns its array instead, and the consumers take either.  `prefix` is None (nothing
 shared) unless the client and every worker share the host (the same boot of the same
 machine, asked once per set of workers).
 
@@ -46,13 +48,14 @@ import atexit
 import contextlib
 import glob
 import hashlib
+import itertools
 import mmap
 import os
 import socket
 import threading
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,9 +75,21 @@ KEPT_PREFIXES = 8            # sets of points whose files the client keeps
 KEPT_MAPS = 256              # mappings each process keeps
 THREADED_BYTES = 4 << 20     # passes over fewer bytes run on one thread
 _hosts: dict = {}            # on the client: (client id, worker addresses) -> all on this host
-_prefixes: OrderedDict = OrderedDict()     # on the client: kept prefix -> the lock its calls take
+_prefixes: OrderedDict = OrderedDict()     # on the client: kept prefix -> its `_Kept`
 _maps: OrderedDict = OrderedDict()         # in any process: (path, offset, bytes, writable) -> (array, inode)
+_generations = itertools.count()           # on the client: the generations of kept files, never one twice
 _lock = threading.Lock()
+
+
+@dataclass
+class _Kept:
+    """On the client, a kept set of points: the lock its calls take (`using`) and the
+    generation of its files (a number no other generation had in this process, so a set
+    of points dropped and kept again never names the files of a call before; renewed
+    after a call that failed)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    generation: int = field(default_factory=lambda: next(_generations))
 
 
 @dataclass(frozen=True)
@@ -126,7 +141,8 @@ def prefix(client, workers: list | None, token: str) -> str | None:
     name = hashlib.sha1(f"{client.id}|{token}".encode()).hexdigest()[:24]
     path = os.path.join(SHARED_MEMORY, f"clgrid-x-{os.getpid()}-{name}")
     with _lock:
-        _prefixes.setdefault(path, threading.Lock())
+        if path not in _prefixes:
+            _prefixes[path] = _Kept()
         _prefixes.move_to_end(path)
         dropped = [_prefixes.popitem(last=False)[0] for _ in range(max(0, len(_prefixes) - KEPT_PREFIXES))]
     for old in dropped:
@@ -134,14 +150,32 @@ def prefix(client, workers: list | None, token: str) -> str | None:
     return path
 
 
-def using(call_prefix: str | None):
-    """On the client: a context in which one call uses the files of ``call_prefix`` (calls
-    on the same points wait for each other)."""
+@contextlib.contextmanager
+def using(call_prefix: str | None, renew: bool = False):
+    """On the client: ``with using(call_prefix, renew) as files``: one call on the points
+    of ``call_prefix``, whose files are named under ``files`` (`place`); calls on the same
+    points wait for each other.  ``files`` (None without a prefix) is the current
+    generation of the prefix's files: every call gets the same, unless one before it
+    failed with ``renew`` (an exception out of its block: its generation's files are then
+    removed, and the next call gets the next generation, which no task of the failed
+    call, still running, can name).  Every generation's files go with the prefix
+    (`remove`)."""
     if call_prefix is None:
-        return contextlib.nullcontext()
+        yield None
+        return
     with _lock:
-        lock = _prefixes.setdefault(call_prefix, threading.Lock())
-    return lock
+        kept = _prefixes.get(call_prefix)
+        if kept is None:
+            kept = _prefixes[call_prefix] = _Kept()
+    with kept.lock:
+        files = f"{call_prefix}-g{kept.generation}"
+        try:
+            yield files
+        except BaseException:
+            if renew:
+                kept.generation = next(_generations)
+                remove(files)
+            raise
 
 
 def forget() -> None:
@@ -472,8 +506,9 @@ def reading(parts: list):
 
 
 def remove(call_prefix: str | None) -> None:
-    """On the client: remove every file under ``call_prefix`` (their memory goes with the
-    last mapping: the workers drop theirs at their next use of shared memory)."""
+    """On the client: remove every file under ``call_prefix`` (a kept set of points', of
+    every generation; or one generation's, `using`), their memory going with the last
+    mapping: the workers drop theirs at their next use of shared memory."""
     if call_prefix is None:
         return
     for path in glob.glob(glob.escape(call_prefix) + "-*"):

@@ -297,11 +297,12 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
         token = _points_token(layout, [p[1] for p in pieces], [p[3] for p in pieces], freq, options, count, cap)
     # several workers, all on this host, operators kept: values and facets pass through
     # files in shared memory kept for these points (`clgrid.dask.exchange`)
-    shared = (exchange.prefix(chunking.client(), workers, f"{token}-{facets}")
-              if workers and len(workers) > 1 and keep > 0 else None)
+    kept = (exchange.prefix(chunking.client(), workers, f"{token}-{facets}")
+            if workers and len(workers) > 1 and keep > 0 else None)
     real = np.float64 if options["precision"] == "double" else np.float32
     shape = (options["npix_x"], options["npix_y"])
-    with exchange.using(shared):
+    # a call that fails leaves the next new files: its tasks may still be writing these
+    with exchange.using(kept, renew=True) as shared:
         box = result_box(workers, shape, real)      # (given back, or the result, by `summed`)
         try:
             if split == "rows":
@@ -396,8 +397,9 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
         token = _points_token(layout, [p[1] for p in chunks], [p[3] for p in chunks], freq, options, count, cap)
     # workers on this host, operators kept: the image goes through a kept file in shared
     # memory, written once (`clgrid.dask.exchange.publish`), not scattered to each worker
-    shared = exchange.prefix(chunking.client(), workers, f"{token}-dirty2vis") if workers and keep > 0 else None
-    with exchange.using(shared):
+    kept = exchange.prefix(chunking.client(), workers, f"{token}-dirty2vis") if workers and keep > 0 else None
+    # (its files are read behind stamps: a task of a failed call still writing one is refused, not read)
+    with exchange.using(kept) as shared:
         # the image checked as it is written there (one pass over it, not two; a NaN one
         # refused before it is stamped), else checked here
         image = exchange.publish(shared, "d", dirty, COPY_THREADS, refuse=NOT_FINITE_IMAGE)
