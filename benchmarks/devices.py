@@ -405,7 +405,7 @@ def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
         argv = ["--rows", str(rows), "--nchan", str(nchan), "--npix", str(npix), "--freq", str(BAND[0]),
                 str(BAND[1]), "--epsilon", str(a.epsilon), "--cores", str(a.cores), "--device", a.cpu_device,
                 "--workers", *map(str, a.cpu_workers), "--repeats", str(a.cpu_repeats),
-                "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path]
+                "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path, "--interleave"]
         if a.no_ducc0:
             argv.append("--no-ducc0")
         dask_scaling.main(argv)
