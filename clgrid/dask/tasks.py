@@ -201,11 +201,11 @@ def chunk_extent(chunk, uvw, freq, mask):
 
 def split_weight(options) -> dict:
     """The planes split's sample weight in each direction for this worker's device,
-    {direction: weight} (`clgrid.imaging.devices.sample_weight`: the tuning table's, or the
-    call's ``tuning``)."""
+    {direction: weight} (`clgrid.imaging.devices.sample_weight` over "dask": the tuning
+    table's, or the call's ``tuning``)."""
     device = options["device"]
     device = list(device) if isinstance(device, tuple) else device
-    return {d: sample_weight(device, options["tuning"], d) for d in DIRECTIONS}
+    return {d: sample_weight(device, options["tuning"], d, over="dask") for d in DIRECTIONS}
 
 
 def chunk_counts(chunk, uvw, freq, mask, geometry, threads: int = 1):
