@@ -852,6 +852,78 @@ def test_readers_of_a_slab_whose_new_prediction_failed_are_told_so(rng, tmp_path
         exchange.release()
 
 
+def test_a_prediction_that_read_a_later_nan_image_says_its_image_was_replaced(rng, tmp_path, monkeypatch,
+                                                                            device_name):
+    """A prediction's task checks its image's stamp, then its engine reads the image; a
+    later dirty2vis on the same points that publishes a NaN image in between (refused,
+    the file left unstamped) makes the engine fail on the NaN.  The task must refuse as
+    it would had the engine not failed (the image replaced by a later call, the engine's
+    error in a note), not say that its own image has NaN: it never had.  Forced: the later
+    image is published as the engine is entered, with and without the slab's file.  (Before,
+    the engine's "dirty has NaN" came out: `test_a_nan_image_is_refused_...`, 1 run in 8.)
+    An engine that fails with the image unchanged raises its own error
+    (`test_readers_of_a_slab_whose_new_prediction_failed_are_told_so`)."""
+    from clgrid.dask import exchange, tasks
+    from clgrid.dask.wgridding import NOT_FINITE_IMAGE
+    from clgrid.imaging.wgridding import WGridder
+
+    points, g, slab, options, prefix, place, _ = _slab_case(rng, tmp_path, device_name)
+    model = rng.normal(size=(32, 32)).astype(np.float32)
+    later = model.copy()
+    later[tuple(rng.integers(0, 32, 2))] = np.nan
+    real, entered = WGridder.dirty2vis, []
+
+    def later_call_publishes_first(self, dirty, wgt=None, out=None):
+        entered.append(True)
+        with pytest.raises(ValueError, match=NOT_FINITE_IMAGE):
+            exchange.publish(prefix, "d", later, refuse=NOT_FINITE_IMAGE)
+        return real(self, dirty, wgt, out=out)
+
+    monkeypatch.setattr(WGridder, "dirty2vis", later_call_publishes_first)
+    try:
+        for where in (place, None):               # written into the slab's file, or returned
+            image = exchange.publish(prefix, "d", model, refuse=NOT_FINITE_IMAGE)
+            with pytest.raises(RuntimeError, match="replaced by a later dirty2vis") as refused:
+                tasks.vis_slab(image, points, g, slab, options, 0, where)
+            assert entered.pop()                  # (refused after the engine read, not before)
+            assert isinstance(refused.value.__cause__, ValueError)
+            assert f"clgrid.dask: reading it failed first: ValueError: {NOT_FINITE_IMAGE}" in refused.value.__notes__
+    finally:
+        exchange.release()
+
+
+def test_a_reader_of_shares_whose_block_fails_says_why_where_they_were_written_again(rng, tmp_path):
+    """`clgrid.dask.exchange.reading`: a block that fails while another write of a slab's
+    file is under way (or done) refuses as it would have once the block ended, its own
+    error in a note; a block that fails with the stamps unchanged raises its own error."""
+    from clgrid.dask import exchange
+
+    predicted = (rng.normal(size=500) + 1j * rng.normal(size=500)).astype(np.complex64)
+    path = str(tmp_path / "shares")
+
+    def share(values):
+        with exchange.stamped_room(path, values.size, values.dtype) as room:
+            room[:] = values
+            return exchange.stamped_shares(path, [200, 300], values.dtype)
+
+    first = share(predicted)
+    try:
+        with pytest.raises(KeyError, match="its own"), exchange.reading(list(first)):
+            raise KeyError("its own")
+        with pytest.raises(RuntimeError, match="being written again") as refused:
+            with exchange.reading(list(first)), exchange.stamped_room(path, predicted.size, predicted.dtype):
+                raise KeyError("read while written")
+        assert refused.value.__notes__ == ["clgrid.dask: reading it failed first: KeyError: 'read while written'"]
+        first = share(predicted)
+        with pytest.raises(RuntimeError, match="written again by another dirty2vis") as refused:
+            with exchange.reading(list(first)):
+                share(2 * predicted)
+                raise KeyError("read after it was written")
+        assert isinstance(refused.value.__cause__, KeyError)
+    finally:
+        exchange.release()
+
+
 def test_one_slab_prediction_computed_twice_at_once_is_never_read_mixed(rng, tmp_path, monkeypatch, device_name):
     """The same slab task run twice at once (the same call's image: a lazy result computed
     from two threads, a task run again on another worker), the second write's values other
