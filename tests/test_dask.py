@@ -426,6 +426,45 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     assert np.array_equal(delivery.collect(box, [None, rows], [0, 6]), whole) and not os.path.exists(box.path)
 
 
+def test_a_result_its_caller_dropped_gives_its_box_back_at_once_however_long_the_call(client, rng, monkeypatch):
+    """A vis2dirty result is a kept box's mapping, given back to the pool when the caller
+    drops it (`clgrid.dask.delivery`): at once, with the garbage collector off, though
+    the call outlasted many polls of the stall watch (`clgrid.dask.watch`, every 1 ms
+    here).  Before, each poll's TimeoutError (``distributed.wait``'s) held the frames it
+    went through in a reference cycle, the caller's among them, and the result with its
+    box lived on until the collector ran: `test_images_come_back_...` then found the
+    boxes of the test before it given back in its middle."""
+    from clgrid.dask import delivery, watch
+
+    if not os.path.isdir(delivery.SHARED_MEMORY):
+        pytest.skip("no /dev/shm: no box")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, **IMAGE)
+    polls, check = [], watch._Watch.check
+    monkeypatch.setattr(watch, "POLL_SECONDS", 1e-3)
+    monkeypatch.setattr(watch._Watch, "check", lambda self: (polls.append(None), check(self))[1])
+
+    def free() -> set:
+        return {box.path for boxes in delivery._boxes.values() for box in boxes}
+
+    def caller() -> set:
+        image = cd.vis2dirty(vis=blocks(vis), **common)
+        assert np.any(image) and not free()
+        return set(delivery._made)                  # (its box alone: the pool was emptied)
+
+    cd.clear_cache()
+    gc.collect()
+    gc.disable()
+    try:
+        boxes = caller()
+        assert polls and len(boxes) == 1           # (the watch polled while the call ran)
+        assert free() == boxes, "the dropped result's box was not given back when its caller returned"
+    finally:
+        gc.enable()
+        cd.clear_cache()
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
 def test_a_facet_sum_writes_the_box_in_the_trees_order_and_again_the_same(rng, tmp_path, count):
     """`clgrid.dask.tasks.sum_facet`: the parts (arrays, `Shared` regions of files, or a
