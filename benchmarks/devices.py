@@ -283,11 +283,11 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
                 client.run(_set_device, ", ".join(devs), workers=[address])
             rows = -(-len(uvw) // n)
             start = time.perf_counter()
-            duvw = da.from_array(uvw, chunks=(rows, 3))
-            dvis = da.from_array(vis, chunks=(rows, freq.size))
-            if a.dask_load == "workers":       # each block the worker's own array, as a reader's task makes it
-                duvw, dvis = duvw.map_blocks(np.copy), dvis.map_blocks(np.copy)
-            duvw, dvis = client.persist([duvw, dvis])
+            if a.dask_load == "workers":       # block i on worker i, as a reader's task i makes it there
+                duvw, dvis = (_spread(client, x, rows, workers) for x in (uvw, vis))
+            else:
+                duvw, dvis = client.persist([da.from_array(uvw, chunks=(rows, 3)),
+                                             da.from_array(vis, chunks=(rows, freq.size))])
             wait([duvw, dvis])
             row["load"] = a.dask_load
             row["load_s"] = time.perf_counter() - start
@@ -380,6 +380,21 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
     return out
 
 
+def _spread(client, array: np.ndarray, rows: int, workers: list):
+    """``array`` as a dask array of blocks of ``rows`` rows, persisted with block i in
+    worker i mod n's memory (its own array, as a reader's task i run there makes it): left
+    to the scheduler, both blocks of a two-worker load could land on one worker."""
+    import dask
+    import dask.array as da
+
+    blocks = []
+    for i, lo in enumerate(range(0, len(array), rows)):
+        part = client.scatter(array[lo:lo + rows], workers=[workers[i % len(workers)]])
+        blocks.append(da.from_delayed(dask.delayed(np.copy)(part), shape=array[lo:lo + rows].shape,
+                                      dtype=array.dtype))
+    return client.persist(da.concatenate(blocks, axis=0))
+
+
 # -- CPU workers -------------------------------------------------------------------------
 
 def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
@@ -413,8 +428,9 @@ def main(argv=None):
     p.add_argument("--dask-configs", nargs="+", default=["1", "n", "1n"], choices=("1", "n", "1n"),
                    help="Dask clusters: 1 worker with d0; one worker per device; 1 worker with all devices")
     p.add_argument("--dask-load", default="workers", choices=("workers", "graph"),
-                   help="the data's blocks on the workers: copies each worker makes (as a Measurement Set "
-                        "reader's tasks give them), or the arrays as the graph carried them (earlier runs)")
+                   help="the data's blocks on the workers: block i made in worker i's memory (as a Measurement "
+                        "Set reader's task i run there gives it; before session 39 placed by the scheduler, which "
+                        "could put both on one worker), or the arrays as the graph carried them (earlier runs)")
     p.add_argument("--dask-malloc-trim", action="store_true",
                    help="keep Dask's MALLOC_TRIM_THRESHOLD_=65536 in the workers")
     p.add_argument("--variants", nargs="+", default=None,

@@ -1779,3 +1779,53 @@ def test_directions_that_balance_at_other_planes_each_take_their_own_slabs(clien
     assert relative_error(image, clgrid.vis2dirty(vis=vis, wgt=wgt, device=device_name, **common)) <= 1e-12
     shape = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
     assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, wgt=wgt, device=device_name, **shape)) <= 1e-12
+
+
+class _WhereTasksRan:
+    """A scheduler plugin that records, for the tasks whose key starts with one of
+    ``prefixes``, the workers they were restricted to (a preference) and where they ran."""
+
+    name = "clgrid-test-where-tasks-ran"
+
+    def __init__(self, prefixes):
+        self.prefixes, self.seen, self.scheduler = tuple(prefixes), {}, None
+
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish == "processing" and str(key).startswith(self.prefixes):
+            ts = self.scheduler.tasks[key]
+            self.seen[str(key)] = (sorted(ts.worker_restrictions or ()), ts.processing_on.address)
+
+
+def test_chunk_tasks_prefer_the_worker_that_holds_the_persisted_vis_block(client, rng):
+    """Both vis blocks persisted on one worker, the uvw blocks on the other: each chunk's
+    selection (first call) and values task (every call) prefer the worker that holds the
+    chunk's vis block and run there, so no call moves a vis block between workers (left to
+    the scheduler, a values task could run on the other, idle, worker and move its block:
+    on two GPU workers 256 MB, 85 ms, in some calls); the image is one process's."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    rows = 4000
+    uvw, freq, vis, _, _ = wide_field(rng, rows, WIDE_FREQS, precision="single", weights=None)
+    w0, w1 = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    dvis = client.persist(da.from_array(vis, chunks=(rows // 2, freq.size)), workers=[w0])
+    duvw = client.persist(da.from_array(uvw, chunks=(rows // 2, 3)), workers=[w1])
+    distributed.wait([dvis, duvw])
+    plugin = type("WhereTasksRan", (_WhereTasksRan, SchedulerPlugin), {})(("chunk_values", "chunk_selection"))
+    client.register_plugin(plugin)
+    try:
+        common = dict(uvw=duvw, freq=freq, pixsize_x=5e-3, pixsize_y=5e-3, epsilon=1e-4, do_wgridding=True,
+                      split="planes", slab_samples=vis.size, npix_x=128, npix_y=128)
+        cd.clear_cache()
+        images = [cd.vis2dirty(vis=dvis, **common) for _ in range(3)]
+        seen = client.run_on_scheduler(lambda dask_scheduler: dict(dask_scheduler.plugins[_WhereTasksRan.name].seen))
+    finally:
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.remove_plugin(name=_WhereTasksRan.name))
+    assert sum(k.startswith("chunk_selection") for k in seen) == 2
+    assert sum(k.startswith("chunk_values") for k in seen) == 6
+    assert all(restricted == [w0] and ran == w0 for restricted, ran in seen.values()), seen
+    single = clgrid.vis2dirty(uvw=uvw, vis=vis, **{k: v for k, v in common.items()
+                                                   if k not in ("uvw", "split", "slab_samples")})
+    assert all(relative_error(image, single) <= 1e-5 for image in images)

@@ -28,7 +28,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 __all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "started", "shared", "forget_shared", "task_of", "tree_sum",
-           "naming", "workers_to_prefer", "prefer_worker", "check_device"]
+           "naming", "workers_to_prefer", "prefer_worker", "prefer_address", "holders", "check_device"]
 
 KEPT_SCATTERED = 8          # scattered objects kept for later calls (kernel stacks)
 _scattered: dict = {}       # on the client: (client id, name) -> Future
@@ -304,6 +304,47 @@ def prefer_worker(index: int, workers: list | None):
     if not workers:
         return contextlib.nullcontext()
     return dask.annotate(workers=[workers[index % len(workers)]], allow_other_workers=True)
+
+
+def prefer_address(address: str | None):
+    """A task prefers the worker ``address`` (None: no preference): as `prefer_worker`, a
+    preference, not a restriction."""
+    if address is None:
+        return contextlib.nullcontext()
+    return dask.annotate(workers=[address], allow_other_workers=True)
+
+
+def holders(layout: "ChunkLayout", a) -> list:
+    """For each chunk of ``layout`` (in `ChunkLayout.chunks` order), the address of a
+    worker that holds the block of ``a`` the chunk lies in, where ``a`` is a persisted dask
+    array (its blocks in the workers' memory), else None; all None for anything else or
+    without a distributed client.  A round trip to the scheduler only where ``a``'s own
+    blocks are persisted."""
+    chunks = layout.chunks()
+    current = client()
+    if current is None or not isinstance(a, da.Array) or a.ndim < 2:
+        return [None] * len(chunks)
+    from distributed import futures_of
+
+    keys = a.__dask_keys__()
+    futures = {f.key: f for f in futures_of(a)}
+    if not any(isinstance(k, tuple) and k in futures for k in dask.core.flatten(keys)):
+        return [None] * len(chunks)            # (lazy: its blocks are made by the call's graph)
+    held = current.who_has(list(futures.values()))
+    edges = [np.cumsum((0,) + tuple(c)) for c in a.chunks[:2]]
+
+    def block(lo, hi, axis):
+        i = int(np.searchsorted(edges[axis], lo, side="right")) - 1
+        return i if 0 <= i < len(edges[axis]) - 1 and hi <= edges[axis][i + 1] else None
+
+    out = []
+    for chunk in chunks:
+        i, j = block(*chunk.rows, 0), block(*chunk.channels, 1)
+        key = None if i is None or j is None or any(len(c) > 1 for c in a.chunks[2:]) else keys[i][j]
+        while isinstance(key, list):          # (axes after the channels: one block each)
+            key = key[0]
+        out.append(next(iter(held.get(key) or ()), None) if key is not None else None)
+    return out
 
 
 def check_device(device):

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import chunks as chunking, exchange, tasks as worker_tasks
-from .chunks import ChunkLayout, prefer_worker, started, task_of
+from .chunks import ChunkLayout, prefer_address, prefer_worker, started, task_of
 from .delivery import COPY_THREADS
 from .images import image_place, outputs_of, sent
 from .slabs import Slab, chunk_groups, geometry_of, slab_sizes
@@ -140,7 +140,8 @@ def _busy(layout: SlabLayout, slab: Slab) -> bool:
     return any(layout.sizes[i][slab.index] for i in range(*slab.chunks))
 
 
-def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None, threads: int = 1) -> tuple:
+def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None, threads: int = 1,
+                homes=None) -> tuple:
     """Each chunk's selection and each busy slab task's points (None for the others): the
     ones persisted on the workers by an earlier call with these points, else made now
     (and persisted where operators are kept: the selections where the chunks' vis blocks
@@ -152,8 +153,10 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None,
         return layout.selections, layout.points
     g, count = layout.geometry, len(layout.bounds)
     near = vis_pieces if vis_pieces is not None else [None] * len(pieces)
-    selections = [task_of(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v, threads)
-                  for (chunk, u, f, m), v in zip(pieces, near)]
+    selections = []
+    for (chunk, u, f, m), v, home in zip(pieces, near, homes or [None] * len(pieces)):
+        with prefer_address(home):           # (where the vis block is, where that is known)
+            selections.append(task_of(worker_tasks.chunk_selection)(chunk, u, f, m, g, layout.bounds, v, threads))
     parts = [dask.delayed(worker_tasks.chunk_parts, pure=False, nout=count)(chunk, u, f, taken)
              for (chunk, u, f, _), taken in zip(pieces, selections)]
     points = []
@@ -189,7 +192,7 @@ def _value_targets(slab_layout: SlabLayout, shared) -> list | None:
 
 
 def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options: dict, keep: int, workers,
-                facets: int, shared=None, box=None) -> list:
+                facets: int, shared=None, box=None, homes=None) -> list:
     """`vis2dirty`'s imaging tasks, one per slab task of ``slab_layout`` with samples (in
     slab then group order): each one's ``facets`` facets and warnings
     (`clgrid.dask.images.outputs_of`), for `clgrid.dask.images.summed`.  Each chunk's task
@@ -197,13 +200,23 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
     chunk's blocks) with its selection; ``shared`` is the call's `clgrid.dask.exchange`
     prefix (the values and the images go through shared memory) or None; ``box`` the
     client's box for the image (`clgrid.dask.images.result_box`: a call's only imaging
-    task writes its image there) or None."""
-    selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces, max(1, options["nthreads"]))
+    task writes its image there) or None; ``homes`` (`clgrid.dask.chunks.holders`: by
+    chunk, the worker that holds its vis block, or None) where each chunk's selection and
+    values tasks go."""
+    selections, points = _slab_state(slab_layout, pieces, keep, workers, vis_pieces, max(1, options["nthreads"]),
+                                     homes)
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
     targets = _value_targets(slab_layout, shared) or [None] * len(pieces)
-    values = [dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken, threads, target)
-              for (chunk, _, _, _), v, w, taken, target in zip(pieces, vis_pieces, wgt_pieces, selections, targets)]
+    values = []
+    # each chunk's values task where its vis block is, where that is known (persisted):
+    # left to the scheduler, one could run on another worker while the block's own is busy
+    # and move the block there (on two GPU workers 256 MB, 85 ms, in some calls)
+    for (chunk, _, _, _), v, w, taken, target, home in zip(pieces, vis_pieces, wgt_pieces, selections, targets,
+                                                         homes or [None] * len(pieces)):
+        with prefer_address(home):
+            values.append(dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken,
+                                                                                          threads, target))
     if shared is None:
         # each slab's values picked where the chunk's task ran (no worker annotation: Dask
         # runs a getitem where its input is), so only that slab's values travel

@@ -311,7 +311,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
             else:
                 slab_layout = first_pass(token, pieces, options, count, cap, keep, stall_timeout)
                 outputs = slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
-                                      workers, facets, shared, box)
+                                      workers, facets, shared, box, chunking.holders(layout, vis))
         except BaseException:
             discard(box)
             raise
