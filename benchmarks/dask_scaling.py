@@ -186,8 +186,9 @@ def profile_config(profile: str) -> dict:
     return {} if profile == "on" else {"distributed.worker.profile.enabled": False}
 
 
-def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
-    """One cluster of ``n`` workers: load, warm up, time both variants."""
+def scale(n: int, a, data: dict, common: dict, chunks: dict, reference, single=None) -> dict:
+    """One cluster of ``n`` workers: load, warm up, time both variants; with ``single``
+    (the one-process reused call), the reused Dask call and it again, interleaved."""
     import dask
     import dask.array as da
     from distributed import Client, LocalCluster, get_task_stream, wait
@@ -233,6 +234,12 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference) -> dict:
             timed = sorted(runs[1:], key=lambda r: r[0])
             out[variant] = {"median_s": seconds, "times_s": times, "breakdown": timed[(len(timed) - 1) // 2][1],
                             "error_vs_single": float(np.linalg.norm(image - reference) / np.linalg.norm(reference))}
+        if single is not None:           # (this host's speed drifts between runs: the pair side by side)
+            from timing import interleaved
+
+            medians, times, _ = interleaved({"one_process": single, "dask": run}, a.repeats)
+            out["interleaved"] = {"one_process_s": medians["one_process"], "dask_s": medians["dask"],
+                                  "times_s": times, "speedup_vs_one_process": medians["one_process"] / medians["dask"]}
         client.run(cd.clear_cache)
     return out
 
@@ -259,6 +266,9 @@ def main(argv=None):
     p.add_argument("--dask-profile", default="on", choices=("on", "off"),
                    help="the workers' statistical profiler (Dask's distributed.worker.profile.enabled)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--interleave", action="store_true",
+                   help="keep the one-process operator and time its reused call again beside each cluster's, "
+                        "interleaved (the pair's ratio does not see the host's drift between runs)")
     p.add_argument("--no-ducc0", action="store_true")
     p.add_argument("--quick", action="store_true", help="a small run (rows 20000, 2 channels, 256^2, 1-2 workers)")
     p.add_argument("--json", default=None)
@@ -305,7 +315,9 @@ def main(argv=None):
     g = operator.geometry
     res["kernel"] = {"support": g.kernel.support, "sigma": g.kernel.sigma, "grid": [g.nu, g.nv],
                      "planes": g.num_planes}
-    operator = None                  # (its device memory freed before the workers start)
+    single = (lambda: operator.vis2dirty(vis)) if a.interleave else None
+    if not a.interleave:
+        operator = None              # (its device memory freed before the workers start)
     print(f"clgrid.vis2dirty, one process: {res['single_call_s']:.3f} s (operator reused: "
           f"{res['single_reused_s']:.3f} s)", flush=True)
 
@@ -313,7 +325,7 @@ def main(argv=None):
     chunks = {"channel": a.channel_chunks or a.nchan}
     res["dask"] = []
     for n in a.workers:
-        row = scale(n, a, data, common, chunks, reference)
+        row = scale(n, a, data, common, chunks, reference, single)
         if not a.no_w and a.split != "rows":
             row["slabs"] = slabs(n, data, common, res["precision"])
         res["dask"].append(row)
@@ -322,7 +334,10 @@ def main(argv=None):
                 json.dump(res, f, indent=1)
         print(f"{n} worker(s) x {row['threads_per_worker']} thread(s), {row['tasks']} tasks: "
               f"call {row['call']['median_s']:.3f} s, reused {row['reused']['median_s']:.3f} s "
-              f"(load {row['load_s']:.2f} s)", flush=True)
+              f"(load {row['load_s']:.2f} s)" + (
+                  f"; interleaved: one process {row['interleaved']['one_process_s']:.3f} s, Dask "
+                  f"{row['interleaved']['dask_s']:.3f} s ({row['interleaved']['speedup_vs_one_process']:.2f}x)"
+                  if "interleaved" in row else ""), flush=True)
     first = res["dask"][0]
     base = {v: first[v]["median_s"] * first["workers"] for v in ("call", "reused")}
     work = {v: first[v]["breakdown"]["image_compute_s"] for v in ("call", "reused")}

@@ -294,7 +294,7 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
             common = dict(uvw=duvw, freq=freq, pixsize_x=pix, pixsize_y=pix, epsilon=a.epsilon, do_wgridding=True,
                           nthreads=threads, slab_samples=int(vis.size),
                           tuning=None if weight is None and variant is None else
-                          dict(variant or {}, **({} if weight is None else {"split_sample_weight": weight})))
+                          dict(variant or {}, **({} if weight is None else {"dask_split_sample_weight": weight})))
 
             def image():
                 return cd.vis2dirty(vis=dvis, npix_x=npix, npix_y=npix, **common)
@@ -405,7 +405,7 @@ def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
         argv = ["--rows", str(rows), "--nchan", str(nchan), "--npix", str(npix), "--freq", str(BAND[0]),
                 str(BAND[1]), "--epsilon", str(a.epsilon), "--cores", str(a.cores), "--device", a.cpu_device,
                 "--workers", *map(str, a.cpu_workers), "--repeats", str(a.cpu_repeats),
-                "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path]
+                "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path, "--interleave"]
         if a.no_ducc0:
             argv.append("--no-ducc0")
         dask_scaling.main(argv)
@@ -437,8 +437,8 @@ def main(argv=None):
                    help="tuning overrides as JSON ('{\"planes_in_flight\": 0}'): the process part's operators "
                         "(keys with @i) and the Dask configurations again under each")
     p.add_argument("--dask-weights", type=float, nargs="+", default=None,
-                   help="the Dask configurations again with each of these split_sample_weight (the planes "
-                        "split's slabs for both directions; default: the tuning table's)")
+                   help="the Dask configurations again with each of these dask_split_sample_weight (vis2dirty's "
+                        "slabs of the planes split; default: the tuning table's)")
     p.add_argument("--dask-profile", default="on", choices=("on", "off"),
                    help="the workers' statistical profiler (Dask's distributed.worker.profile.enabled)")
     p.add_argument("--oracle", action="store_true", help="ducc0 at 1e-12 (double) as reference, small sets")

@@ -1151,9 +1151,9 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     seen = []                                 # (slab, chunks, samples per part) of each task
 
     def counted(function):
-        def task(*args):                      # (points, geometry, slab, ..., places, *values) or (image, points, ...)
+        def task(*args):                      # (points, geometry, slab, ..., place, chunks, *values) or (image, ...)
             slab = args[2] if function.__name__ == "image_slab" else args[3]
-            sizes = [len(v) for v in args[7:]] if function.__name__ == "image_slab" else args[1].lengths
+            sizes = [len(v) for v in args[8:]] if function.__name__ == "image_slab" else args[1].lengths
             seen.append((slab.index, slab.chunks, sizes))
             return function(*args)
         task.__name__ = function.__name__
@@ -1192,13 +1192,17 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
 
 
 @pytest.mark.parametrize("do_wgridding", [False, True])         # chunks of rows; slabs of planes
-def test_vis2dirty_failing_chunk_raises_in_the_caller(client, rng, do_wgridding):
+@pytest.mark.parametrize("weighted", [True, False])
+def test_vis2dirty_failing_chunk_raises_in_the_caller(client, rng, do_wgridding, weighted):
+    """An unmasked NaN: the call raises (not hangs), naming the chunk that holds it: with
+    weights refused as the chunk's values are weighted; without, counted by the slab's
+    operator on its device and then looked for in each chunk's values (planes split)."""
     uvw, _, vis, wgt, _ = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single")
     vis[ROW_CHUNK + 7, 3] = np.nan              # unmasked NaN in row block 1, channel block 1: chunk 3
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        call = pool.submit(cd.vis2dirty, uvw=uvw, freq=WIDE_FREQS, vis=blocks(vis), wgt=wgt, epsilon=1e-4,
-                           do_wgridding=do_wgridding, **IMAGE)
-        with pytest.raises(ValueError, match="NaN") as caught:
+        call = pool.submit(cd.vis2dirty, uvw=uvw, freq=WIDE_FREQS, vis=blocks(vis), wgt=wgt if weighted else None,
+                           epsilon=1e-4, do_wgridding=do_wgridding, **IMAGE)
+        with pytest.raises(ValueError, match=r"vis has NaN or infinite entries where not masked \(1\)") as caught:
             call.result(timeout=120)                              # raises, not hangs
     note = "".join(getattr(caught.value, "__notes__", []))
     assert f"chunk 3, rows {ROW_CHUNK}:{2 * ROW_CHUNK}, channels 2:4" in note

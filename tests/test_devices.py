@@ -831,3 +831,22 @@ def test_direction_slabs_are_each_directions_slab_bounds_paired(rng):
     for held, calls in slabs:
         taken = [s for s in calls.values() if s[0] < s[1]]
         assert held == (min(lo for lo, _ in taken), max(hi for _, hi in taken))
+
+
+def test_dask_slab_weights_fall_back_to_the_device_lists():
+    """`sample_weight` over "dask": ``tuning``'s Dask key, else its device-list key, else the
+    table's Dask key, where 0 (generic) means the device list's; over "devices" the Dask
+    keys are never read; bad values refused as any tuning override."""
+    from clgrid.device.tuning import TuningTableError
+
+    weight = imaging_devices.sample_weight
+    table = {d: weight(DEVICE, None, d) for d in ("vis2dirty", "dirty2vis")}
+    assert weight(DEVICE, None, "vis2dirty", over="dask") == table["vis2dirty"]        # generic: 0 -> the list's
+    assert weight(DEVICE, {"split_sample_weight": 2.5}, "vis2dirty", over="dask") == 2.5
+    assert weight(DEVICE, {"split_sample_weight": 2.5, "dask_split_sample_weight": 0.5}, over="dask") == 0.5
+    assert weight(DEVICE, {"dask_split_sample_weight_dirty2vis": 0.25}, "dirty2vis", over="dask") == 0.25
+    assert weight(DEVICE, {"dask_split_sample_weight": 0.5}, "vis2dirty") == table["vis2dirty"]
+    with pytest.raises(TuningTableError, match="dask_split_sample_weight"):
+        weight(DEVICE, {"dask_split_sample_weight": "heavy"}, over="dask")
+    with pytest.raises(ValueError, match="over one of"):
+        weight(DEVICE, None, over="threads")

@@ -339,7 +339,7 @@ def holders(layout: "ChunkLayout", a) -> list:
 
     out = []
     for chunk in chunks:
-        i, j = block(*chunk.rows, 0), block(*chunk.channels, 1)
+        i, j = block(*chunk.rows, 0), block(*(chunk.channels or (0, a.shape[1])), 1)
         key = None if i is None or j is None or any(len(c) > 1 for c in a.chunks[2:]) else keys[i][j]
         while isinstance(key, list):          # (axes after the channels: one block each)
             key = key[0]

@@ -232,7 +232,7 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
             # fewer on the way, `image_slab`)
             task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
                 points[t], slab_layout.geometry, slab, options, keep, facets,
-                image_place(shared, box, t, alone, workers),
+                image_place(shared, box, t, alone, workers), tuple(p[0] for p in pieces[slice(*slab.chunks)]),
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
             outputs.append(outputs_of(task, facets, shared, workers))
     return outputs

@@ -273,11 +273,13 @@ def selection(uvw, freq, mask, geometry: ImageGeometry, bounds: list, threads: i
             else np.zeros(0, np.intp) for s in range(len(bounds))]
 
 
-def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -> np.ndarray:
+def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None, check: bool = True) -> np.ndarray:
     """vis times wgt (None: 1) at the flat indices ``flat`` (None: all), refusing NaN or
-    infinite ones; a share of them on each of ``threads`` host threads, written into
-    ``out`` where given.  All of them without weights and without ``out``: ``vis`` itself,
-    flattened (a view where it is contiguous), once checked."""
+    infinite ones (with ``check``; without, and without weights, they are only copied or
+    picked: for an operator that counts them itself); a share of them on each of
+    ``threads`` host threads, written into ``out`` where given.  All of them without
+    weights and without ``out``: ``vis`` itself, flattened (a view where it is
+    contiguous), once checked."""
     vis = np.asarray(vis).reshape(-1)
     weights = None if wgt is None else np.asarray(wgt).reshape(-1)
     n = vis.size if flat is None else len(flat)
@@ -294,6 +296,8 @@ def values_at(vis, wgt, flat, threads: int = 1, out: np.ndarray | None = None) -
                 np.copyto(part, vis[r])
         else:
             pick(vis, flat[r], out=part)
+        if not check and weights is None:
+            return
         found = [not_finite(part), 0]
         if weights is not None:
             w = (weights[r] if flat is None else pick(weights, flat[r])).astype(vis.real.dtype)

@@ -201,11 +201,11 @@ def chunk_extent(chunk, uvw, freq, mask):
 
 def split_weight(options) -> dict:
     """The planes split's sample weight in each direction for this worker's device,
-    {direction: weight} (`clgrid.imaging.devices.sample_weight`: the tuning table's, or the
-    call's ``tuning``)."""
+    {direction: weight} (`clgrid.imaging.devices.sample_weight` over "dask": the tuning
+    table's, or the call's ``tuning``)."""
     device = options["device"]
     device = list(device) if isinstance(device, tuple) else device
-    return {d: sample_weight(device, options["tuning"], d) for d in DIRECTIONS}
+    return {d: sample_weight(device, options["tuning"], d, over="dask") for d in DIRECTIONS}
 
 
 def chunk_counts(chunk, uvw, freq, mask, geometry, threads: int = 1):
@@ -230,16 +230,19 @@ def chunk_selection(chunk, uvw, freq, mask, geometry, bounds, near=None, threads
 
 def chunk_values(chunk, vis, wgt, taken, threads: int, targets=None) -> tuple:
     """A chunk's weighted values for each slab, at its kept selection (on ``threads``
-    host threads); non-finite ones refused here, where the chunk is known.  With
-    ``targets`` (per slab: None, or (file, element offset, count) in shared memory), a
-    slab's values are written there (its task's file, at this chunk's place in it) and
-    their `clgrid.dask.exchange.Shared` returned instead."""
+    host threads).  With weights, non-finite values or weights are refused here, where
+    the chunk is known; without, the values are only copied or picked, and the slab's
+    operator counts them as it takes them on its device (`image_slab` then names the
+    chunks that hold them): no pass over them here.  With ``targets`` (per slab: None,
+    or (file, element offset, count) in shared memory), a slab's values are written
+    there (its task's file, at this chunk's place in it) and their
+    `clgrid.dask.exchange.Shared` returned instead."""
     with naming(chunk):
-        out = []
+        out, check = [], wgt is not None
         for s, flat in enumerate(taken):
             target = None if targets is None else targets[s]
             if target is None:
-                out.append(values_at(vis, wgt, flat, threads))
+                out.append(values_at(vis, wgt, flat, threads, check=check))
                 continue
             path, offset, count = target
             n = np.size(vis) if flat is None else len(flat)
@@ -247,7 +250,8 @@ def chunk_values(chunk, vis, wgt, taken, threads: int, targets=None) -> tuple:
                 raise RuntimeError(f"clgrid.dask: internal error: {n} samples selected for slab {s}, {count} "
                                    f"counted from the first pass")
             out.append(exchange.write_into(path, offset, (n,), np.asarray(vis).dtype,
-                                           lambda room, flat=flat: values_at(vis, wgt, flat, threads, out=room)))
+                                           lambda room, flat=flat: values_at(vis, wgt, flat, threads, out=room,
+                                                                             check=check)))
         return tuple(out)
 
 
@@ -273,13 +277,15 @@ def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
                      geometry, slab.operator_planes())
 
 
-def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, place, *values):
+def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, place, chunks, *values):
     """One task of the planes split: the image of the taps on one slab's planes, from its
-    samples of its group of chunks (values: one array, or `clgrid.dask.exchange.Shared`,
-    per chunk, as arguments: `slab_points` says why; or a chunk's whole `chunk_values`
-    tuple, of which this slab's entry is taken), in facets, and its warnings.  With a
-    ``place`` (`clgrid.dask.images.image_place`: the client's box, or a file in shared
-    memory), the image is written straight there and its facets are `Shared` s."""
+    samples of its group of chunks (``chunks``, their `Chunk` s; values: one array, or
+    `clgrid.dask.exchange.Shared`, per chunk, as arguments: `slab_points` says why; or a
+    chunk's whole `chunk_values` tuple, of which this slab's entry is taken), in facets,
+    and its warnings.  With a ``place`` (`clgrid.dask.images.image_place`: the client's
+    box, or a file in shared memory), the image is written straight there and its facets
+    are `Shared` s.  Values the operator refuses as not finite are looked for, then only,
+    in each chunk's, and the error names the chunks that hold them."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
         threads = max(1, options["nthreads"])
@@ -287,7 +293,15 @@ def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, 
         joined = exchange.readable(values)
         if joined is None:
             joined = _joined([exchange.read(v) for v in values], threads)
-        parts, said = _imaged(operator, lock, joined[:, None], None, place, facets)
+        try:
+            parts, said = _imaged(operator, lock, joined[:, None], None, place, facets)
+        except ValueError as error:
+            if str(error).startswith("vis has NaN") and hasattr(error, "add_note"):
+                for chunk, v in zip(chunks, values):
+                    bad = not_finite(np.asarray(exchange.read(v)))
+                    if bad:
+                        error.add_note(f"{chunk.describe()}: {bad} of its values for this slab")
+            raise
         return parts + (said,)
 
 

@@ -138,24 +138,35 @@ def on_devices(calls: list) -> list:
     return results
 
 
-_WEIGHT_KEYS = {"vis2dirty": "split_sample_weight", "dirty2vis": "split_sample_weight_dirty2vis"}
+_WEIGHT_KEYS = {("devices", "vis2dirty"): "split_sample_weight",
+                ("devices", "dirty2vis"): "split_sample_weight_dirty2vis",
+                ("dask", "vis2dirty"): "dask_split_sample_weight",
+                ("dask", "dirty2vis"): "dask_split_sample_weight_dirty2vis"}
 
 
-def sample_weight(device=None, tuning=None, direction: str = "vis2dirty") -> float:
+def sample_weight(device=None, tuning=None, direction: str = "vis2dirty", over: str = "devices") -> float:
     """How a planes split weighs a sample's taps against a plane's FFT on ``device`` (a
     name, Device, Context or CommandQueue, a list of them: the first; None: the default
-    device) in ``direction`` ("vis2dirty" or "dirty2vis"): the tuning table's
-    ``[wgridding] split_sample_weight`` or ``split_sample_weight_dirty2vis``, which
-    ``tuning`` (a dict or a tuple of items) may set (`clgrid.imaging.split.slab_bounds`)."""
-    if direction not in _WEIGHT_KEYS:
-        raise ValueError(f"direction must be one of {tuple(_WEIGHT_KEYS)}, got {direction!r}")
-    key = _WEIGHT_KEYS[direction]
+    device) in ``direction`` ("vis2dirty" or "dirty2vis"), for the parts it is split
+    ``over``: "devices" (a device list's: the tuning table's ``[wgridding]
+    split_sample_weight`` or ``split_sample_weight_dirty2vis``) or "dask" (the slab
+    tasks of `clgrid.dask`'s planes split: ``dask_split_sample_weight`` or
+    ``dask_split_sample_weight_dirty2vis``, where 0 takes the device list's), which
+    ``tuning`` (a dict or a tuple of items) may set (`clgrid.imaging.split.slab_bounds`);
+    over "dask", a device list's key in ``tuning`` serves where the Dask key is not given."""
+    if (over, direction) not in _WEIGHT_KEYS:
+        raise ValueError(f"direction must be one of ('vis2dirty', 'dirty2vis') and over one of ('devices', "
+                         f"'dask'), got {direction!r}, {over!r}")
     if isinstance(device, (list, tuple)):
         device = device[0] if device else None
     device = select_device(device)
     given = dict(tuning or {})
-    given = {key: given[key]} if key in given else {}
-    return float(resolve_tuning("wgridding", given, device_facts(device))[key])
+    own, lists = _WEIGHT_KEYS[(over, direction)], _WEIGHT_KEYS[("devices", direction)]
+    params = resolve_tuning("wgridding", {k: given[k] for k in (own, lists) if k in given}, device_facts(device))
+    for key in (own, lists):          # ``tuning``'s first (checked above), then the table's
+        if key in given:
+            return float(params[key])
+    return float(params[own] or params[lists])
 
 
 def add_at(target: np.ndarray, values: np.ndarray, index, workers: int = 1, add: bool = True) -> int:
