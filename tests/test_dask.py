@@ -426,6 +426,45 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
     assert np.array_equal(delivery.collect(box, [None, rows], [0, 6]), whole) and not os.path.exists(box.path)
 
 
+def test_a_result_its_caller_dropped_gives_its_box_back_at_once_however_long_the_call(client, rng, monkeypatch):
+    """A vis2dirty result is a kept box's mapping, given back to the pool when the caller
+    drops it (`clgrid.dask.delivery`): at once, with the garbage collector off, though
+    the call outlasted many polls of the stall watch (`clgrid.dask.watch`, every 1 ms
+    here).  Before, each poll's TimeoutError (``distributed.wait``'s) held the frames it
+    went through in a reference cycle, the caller's among them, and the result with its
+    box lived on until the collector ran: `test_images_come_back_...` then found the
+    boxes of the test before it given back in its middle."""
+    from clgrid.dask import delivery, watch
+
+    if not os.path.isdir(delivery.SHARED_MEMORY):
+        pytest.skip("no /dev/shm: no box")
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, **IMAGE)
+    polls, check = [], watch._Watch.check
+    monkeypatch.setattr(watch, "POLL_SECONDS", 1e-3)
+    monkeypatch.setattr(watch._Watch, "check", lambda self: (polls.append(None), check(self))[1])
+
+    def free() -> set:
+        return {box.path for boxes in delivery._boxes.values() for box in boxes}
+
+    def caller() -> set:
+        image = cd.vis2dirty(vis=blocks(vis), **common)
+        assert np.any(image) and not free()
+        return set(delivery._made)                  # (its box alone: the pool was emptied)
+
+    cd.clear_cache()
+    gc.collect()
+    gc.disable()
+    try:
+        boxes = caller()
+        assert polls and len(boxes) == 1           # (the watch polled while the call ran)
+        assert free() == boxes, "the dropped result's box was not given back when its caller returned"
+    finally:
+        gc.enable()
+        cd.clear_cache()
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
 def test_a_facet_sum_writes_the_box_in_the_trees_order_and_again_the_same(rng, tmp_path, count):
     """`clgrid.dask.tasks.sum_facet`: the parts (arrays, `Shared` regions of files, or a
@@ -848,6 +887,78 @@ def test_readers_of_a_slab_whose_new_prediction_failed_are_told_so(rng, tmp_path
                 pass
         assert "left unfinished by a prediction that failed" in str(refused.value)
         assert "replaced" not in str(refused.value)
+    finally:
+        exchange.release()
+
+
+def test_a_prediction_that_read_a_later_nan_image_says_its_image_was_replaced(rng, tmp_path, monkeypatch,
+                                                                            device_name):
+    """A prediction's task checks its image's stamp, then its engine reads the image; a
+    later dirty2vis on the same points that publishes a NaN image in between (refused,
+    the file left unstamped) makes the engine fail on the NaN.  The task must refuse as
+    it would had the engine not failed (the image replaced by a later call, the engine's
+    error in a note), not say that its own image has NaN: it never had.  Forced: the later
+    image is published as the engine is entered, with and without the slab's file.  (Before,
+    the engine's "dirty has NaN" came out: `test_a_nan_image_is_refused_...`, 1 run in 8.)
+    An engine that fails with the image unchanged raises its own error
+    (`test_readers_of_a_slab_whose_new_prediction_failed_are_told_so`)."""
+    from clgrid.dask import exchange, tasks
+    from clgrid.dask.wgridding import NOT_FINITE_IMAGE
+    from clgrid.imaging.wgridding import WGridder
+
+    points, g, slab, options, prefix, place, _ = _slab_case(rng, tmp_path, device_name)
+    model = rng.normal(size=(32, 32)).astype(np.float32)
+    later = model.copy()
+    later[tuple(rng.integers(0, 32, 2))] = np.nan
+    real, entered = WGridder.dirty2vis, []
+
+    def later_call_publishes_first(self, dirty, wgt=None, out=None):
+        entered.append(True)
+        with pytest.raises(ValueError, match=NOT_FINITE_IMAGE):
+            exchange.publish(prefix, "d", later, refuse=NOT_FINITE_IMAGE)
+        return real(self, dirty, wgt, out=out)
+
+    monkeypatch.setattr(WGridder, "dirty2vis", later_call_publishes_first)
+    try:
+        for where in (place, None):               # written into the slab's file, or returned
+            image = exchange.publish(prefix, "d", model, refuse=NOT_FINITE_IMAGE)
+            with pytest.raises(RuntimeError, match="replaced by a later dirty2vis") as refused:
+                tasks.vis_slab(image, points, g, slab, options, 0, where)
+            assert entered.pop()                  # (refused after the engine read, not before)
+            assert isinstance(refused.value.__cause__, ValueError)
+            assert f"clgrid.dask: reading it failed first: ValueError: {NOT_FINITE_IMAGE}" in refused.value.__notes__
+    finally:
+        exchange.release()
+
+
+def test_a_reader_of_shares_whose_block_fails_says_why_where_they_were_written_again(rng, tmp_path):
+    """`clgrid.dask.exchange.reading`: a block that fails while another write of a slab's
+    file is under way (or done) refuses as it would have once the block ended, its own
+    error in a note; a block that fails with the stamps unchanged raises its own error."""
+    from clgrid.dask import exchange
+
+    predicted = (rng.normal(size=500) + 1j * rng.normal(size=500)).astype(np.complex64)
+    path = str(tmp_path / "shares")
+
+    def share(values):
+        with exchange.stamped_room(path, values.size, values.dtype) as room:
+            room[:] = values
+            return exchange.stamped_shares(path, [200, 300], values.dtype)
+
+    first = share(predicted)
+    try:
+        with pytest.raises(KeyError, match="its own"), exchange.reading(list(first)):
+            raise KeyError("its own")
+        with pytest.raises(RuntimeError, match="being written again") as refused:
+            with exchange.reading(list(first)), exchange.stamped_room(path, predicted.size, predicted.dtype):
+                raise KeyError("read while written")
+        assert refused.value.__notes__ == ["clgrid.dask: reading it failed first: KeyError: 'read while written'"]
+        first = share(predicted)
+        with pytest.raises(RuntimeError, match="written again by another dirty2vis") as refused:
+            with exchange.reading(list(first)):
+                share(2 * predicted)
+                raise KeyError("read after it was written")
+        assert isinstance(refused.value.__cause__, KeyError)
     finally:
         exchange.release()
 

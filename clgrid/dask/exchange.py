@@ -34,9 +34,10 @@ machine, asked once per set of workers).
 by the client (`publish`, whose threads also count its NaN and inf pixels as they copy
 them, a bad image refused before it is stamped) and each slab's prediction for its
 chunks by the slab's task (straight into `stamped_room`, then `stamped_shares`), both
-behind a stamp that the readers check before and after reading (`taken`, `reading`), so
-a prediction computed after a later call on the same points rewrote the files refuses
-instead of reading the other call's arrays.  A slab's file is written by one task at a time (a lock on the file,
+behind a stamp that the readers check before and after reading, and where reading fails
+(`taken`, `reading`), so a prediction computed after a later call on the same points
+rewrote the files refuses instead of reading the other call's arrays, or failing on
+them with an error that is not its own.  A slab's file is written by one task at a time (a lock on the file,
 held from the stamp's clearing to the new stamp) and each write gets a stamp of its own:
 the same prediction computed twice at once (a lazy result computed from two threads, a
 task run again) is read from one write or refused, never mixed from two.
@@ -394,7 +395,12 @@ def _copy_counting(out: np.ndarray, array: np.ndarray, threads: int, block: int 
 @contextlib.contextmanager
 def taken(published):
     """In a task: the published array (over the kept mapping), its stamp checked before
-    and after the block; anything else as it is."""
+    and after the block, and where the block fails too: a block that failed while a
+    later call replaced the array (a prediction of this image whose engine found the
+    later image's NaN: `publish` clears the stamp before it writes, so a reader that saw
+    any of the later array finds the stamp changed) refuses as a block that ended would
+    (``REPLACED``), its own error named in a note and as the cause, rather than
+    complain of an array that was never its own.  Anything else as it is."""
     if not isinstance(published, Published):
         yield published
         return
@@ -405,8 +411,23 @@ def taken(published):
     except FileNotFoundError:
         room = None
     _check_stamp(room, published)
-    yield room[STAMP:].view(dtype).reshape(published.shape)
+    try:
+        yield room[STAMP:].view(dtype).reshape(published.shape)
+    except Exception as error:
+        _refused_after(error, lambda: _check_stamp(room, published))
+        raise
     _check_stamp(room, published)
+
+
+def _refused_after(error: Exception, check) -> None:
+    """A reader's block failed with ``error``: ``check()`` (a stamp check), whose refusal,
+    where it refuses, is raised instead, from ``error`` and with a note naming it (a
+    note, unlike the cause, goes with the refusal through Dask's pickling)."""
+    try:
+        check()
+    except RuntimeError as refused:
+        refused.add_note(f"clgrid.dask: reading it failed first: {type(error).__name__}: {error}")
+        raise refused from error
 
 
 REPLACED = ("clgrid.dask: the image of this dirty2vis was replaced by a later dirty2vis call on the same points "
@@ -487,7 +508,8 @@ def stamped_shares(path: str, lengths: list, dtype) -> tuple:
 @contextlib.contextmanager
 def reading(parts: list):
     """In a task: ``parts`` (arrays, `Shared`) as arrays, the stamps of stamped ones
-    (`stamped_shares`) checked before and after the block."""
+    (`stamped_shares`) checked before and after the block, and where the block fails too
+    (a stamp changed meanwhile: the refusal is raised instead, as in `taken`)."""
     stamped = [p for p in parts if isinstance(p, Shared) and p.stamp is not None]
 
     def check():
@@ -501,7 +523,11 @@ def reading(parts: list):
                 raise RuntimeError(REWRITTEN.format(how=how))
 
     check()
-    yield [read(p) if p is not None else None for p in parts]
+    try:
+        yield [read(p) if p is not None else None for p in parts]
+    except Exception as error:
+        _refused_after(error, check)
+        raise
     check()
 
 

@@ -19,6 +19,7 @@ local schedulers) there is nothing to watch and `compute` is `dask.compute`.
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 try:
@@ -57,17 +58,14 @@ def compute(*collections, stall_timeout=None) -> tuple:
     if client is None or math.isinf(seconds):
         return dask.compute(*collections)
 
-    from distributed import KilledWorker, wait
+    from distributed import KilledWorker
 
     futures = client.compute(list(collections))
     watch = _Watch(client, seconds)
     try:
-        while True:
-            try:
-                wait(futures, timeout=POLL_SECONDS)
-                break
-            except TimeoutError:
-                watch.check()
+        done = _all_done(futures)
+        while not done.wait(POLL_SECONDS) and not all(f.done() for f in futures):
+            watch.check()
         return tuple(client.gather(futures))
     except KilledWorker as error:
         error.add_note("clgrid.dask: the workers running this task died; where the nanny killed them for memory "
@@ -78,6 +76,28 @@ def compute(*collections, stall_timeout=None) -> tuple:
     except BaseException:
         client.cancel(futures)
         raise
+
+
+def _all_done(futures: list) -> threading.Event:
+    """An event set, by the futures' done callbacks, once every one of ``futures`` is done
+    (finished, failed or cancelled), for `compute` to wait on a second at a time without
+    an exception: ``distributed.wait(timeout=)`` raises TimeoutError, which distributed's
+    ``sync`` holds in a reference cycle with the frames it went through, so the caller's
+    frame and every array in it (a result whose box `clgrid.dask.delivery` pools) would
+    outlive the caller until the garbage collector runs (docs/design/architecture.md)."""
+    done, lock, left = threading.Event(), threading.Lock(), [len(futures)]
+
+    def finished(_) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0] <= 0:
+                done.set()
+
+    if not futures:
+        done.set()
+    for future in futures:
+        future.add_done_callback(finished)
+    return done
 
 
 class _Watch:
