@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import gc
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -1408,8 +1409,26 @@ def test_two_imaging_tasks_on_one_worker_keep_their_own_warnings():
 
     said = warnings_of_two_threads(lambda: task("A", a), lambda: task("B", b, a_calling))
     assert sorted(results) == ["A", "B"]
-    assert results["A"][1] == {"operator A warns"} and results["B"][1] == {"operator B warns"}, results
+    assert results["A"][1] == {("operator A warns", RuntimeWarning)}, results
+    assert results["B"][1] == {("operator B warns", RuntimeWarning)}, results
     assert not said, [str(w.message) for w in said]
+
+
+def test_the_workers_warnings_are_said_in_their_own_category_once_each():
+    """The warnings a call's operators gave on the workers come back as (message,
+    category) pairs and are said in the caller in that category (an `EmptyInputWarning`
+    stays one, a `RuntimeWarning` one), each once, in a fixed order, naming the caller's
+    line.  (Before, each was a plain UserWarning.)"""
+    from clgrid.dask.wgridding import _say_workers
+
+    said = {("b: dropped", clgrid.errors.EmptyInputWarning), ("a: fell back", RuntimeWarning),
+            ("a: fell back", RuntimeWarning)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _say_workers(frozenset(said))
+    assert [(str(w.message), w.category) for w in caught] == [("a: fell back", RuntimeWarning),
+                                                             ("b: dropped", clgrid.errors.EmptyInputWarning)]
+    assert {w.filename for w in caught} == {__file__}
 
 
 def test_two_gridding_tasks_on_one_worker_leave_the_empty_grid_warning_to_the_caller(queue, kernels, rng,

@@ -144,9 +144,10 @@ def _room(place, shape: tuple, dtype):
 
 
 def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1) -> tuple:
-    """The operator's image of ``vis`` in ``facets`` facets and the messages of the
-    warnings its call gave (a frozenset, for the client to say; none where the image is
-    zero: a part without data is no news, the caller warns for the set).  Where
+    """The operator's image of ``vis`` in ``facets`` facets and the warnings its call gave
+    (a frozenset of (message, category) pairs, for the client to say as they were said;
+    none where the image is zero: a part without data is no news, the caller warns for
+    the set).  Where
     ``place`` gives room (`_room`), the image is written straight there and its facets
     are `clgrid.dask.exchange.Shared` s over that file (a few bytes each through Dask);
     else views of a new image.  The warnings are those said through
@@ -160,7 +161,7 @@ def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1) -> tuple:
     gathered = []
     with lock, gathering(gathered):
         image = operator.vis2dirty(vis, wgt) if room is None else operator.vis2dirty(vis, wgt, out=room)
-    said = frozenset(message for message, _ in gathered)
+    said = frozenset(gathered)                  # (message, category) pairs
     said = said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
     parts = _facets(image, facets)
     if path is not None:

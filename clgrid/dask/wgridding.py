@@ -322,8 +322,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     bad, nonzero = counts if counts is not None else (np.count_nonzero(~np.isfinite(image)), np.any(image))
     check_finite_result(bad, f"the {image.dtype} image (the sum of the parts)",
                         precision, double="complex128 visibilities")     # each part was finite
-    for message in sorted(said):
-        warnings.warn(message, stacklevel=caller_level())
+    _say_workers(said)
     if not nonzero:
         warnings.warn("clgrid.dask: the image is zero: no chunk has an unmasked, non-zero visibility with "
                       "non-zero weight", stacklevel=caller_level())
@@ -332,6 +331,14 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
             dirty[...] = image
         return dirty
     return image
+
+
+def _say_workers(said) -> None:
+    """Say in the caller the warnings the workers' operators gave in a call ((message,
+    category) pairs, `clgrid.dask.tasks._imaged`), each once, in a fixed order, in the
+    category each was said in, naming the caller's line."""
+    for message, category in sorted(said, key=lambda pair: (pair[0], pair[1].__module__, pair[1].__qualname__)):
+        warnings.warn(message, category, stacklevel=caller_level())
 
 
 def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, epsilon,
