@@ -1804,6 +1804,28 @@ def test_directions_that_balance_at_other_planes_each_take_their_own_slabs(clien
     assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, wgt=wgt, device=device_name, **shape)) <= 1e-12
 
 
+def test_slabs_cut_per_direction_on_workers_with_a_device_list(client, rng, device_name):
+    """The slabs of the two directions apart and each worker's operators over a list of
+    two devices (``device=[d, d]``, as a worker holding several GPUs): each slab task's
+    `WGridder(planes={direction: ...}, device=[...])` cuts each direction's planes between
+    its devices (refused before: every slab task failed), and the image and visibilities
+    equal one process's (double)."""
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, masked=0.1)
+    points = dict(freq=WIDE_FREQS, epsilon=1e-9, do_wgridding=True, pixsize_x=IMAGE["pixsize_x"],
+                  pixsize_y=IMAGE["pixsize_y"])
+    tuning = {"split_sample_weight": 0.02, "split_sample_weight_dirty2vis": 50.0}
+    split = dict(split="planes", slabs=3, slab_samples=vis.size, device=[device_name, device_name], tuning=tuning)
+    image = cd.vis2dirty(uvw=blocks(uvw), vis=blocks(vis), wgt=blocks(wgt), mask=blocks(mask), npix_x=IMAGE["npix_x"],
+                         npix_y=IMAGE["npix_y"], **points, **split)
+    dirty = rng.normal(size=image.shape)
+    predicted = cd.dirty2vis(dirty=dirty, uvw=blocks(uvw), wgt=blocks(wgt), mask=blocks(mask), **points,
+                             **split).compute()
+    common = dict(points, uvw=uvw, wgt=wgt, mask=mask, device=device_name)
+    assert relative_error(image, clgrid.vis2dirty(vis=vis, npix_x=IMAGE["npix_x"], npix_y=IMAGE["npix_y"],
+                                                  **common)) <= 1e-12
+    assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, **common)) <= 1e-12
+
+
 class _WhereTasksRan:
     """A scheduler plugin that records, for the tasks whose key starts with one of
     ``prefixes``, the workers they were restricted to (a preference) and where they ran."""

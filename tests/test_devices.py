@@ -808,12 +808,34 @@ def test_bad_planes_per_direction_are_refused_by_name(rng, planes, match):
         clgrid.WGridder(uvw, freq, device=DEVICE, geometry=g, planes=planes, **kw)
 
 
-def test_planes_per_direction_with_a_device_list_is_refused(rng):
-    uvw, freq, _, _, _ = wide_field(rng, 200, precision="single")
-    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", **IMAGE)
+@pytest.mark.parametrize("split", ["planes", "rows"])
+def test_planes_per_direction_on_a_device_list_give_the_one_devices(rng, monkeypatch, split):
+    """``planes`` per direction with a device list (a `clgrid.dask` slab task's operator on a
+    worker that holds several devices): each direction's planes cut between the devices
+    (split by planes) or taken by each (by rows), the image and visibilities those of one
+    device with the same planes (rounding, in double); a direction with no planes gives
+    zeros, every entry written (results poisoned)."""
+    from clgrid.imaging import wgridding as imaging_wgridding
+
+    poison_results(monkeypatch, imaging_wgridding)
+    uvw, freq, vis, wgt, mask = wide_field(rng, 900, precision="double", masked=0.1)
+    kw = dict(epsilon=1e-9, do_wgridding=True, mask=mask, precision="double", **IMAGE)
     g = clgrid.WGridder(uvw, freq, device=DEVICE, **kw).geometry
-    with pytest.raises(ValueError, match="one device"):
-        clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], geometry=g, planes={"vis2dirty": (0, 2)}, **kw)
+    a, b = g.num_planes // 3, 2 * g.num_planes // 3
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"]))
+    for planes in ({"vis2dirty": (0, b), "dirty2vis": (a, g.num_planes)}, {"vis2dirty": (a, a), "dirty2vis": (0, b)},
+                   {"vis2dirty": (0, b), "dirty2vis": (b, b)}):
+        one = clgrid.WGridder(uvw, freq, device=DEVICE, geometry=g, planes=planes, **kw)
+        two = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], geometry=g, planes=planes, split=split, **kw)
+        assert two.planes == one.planes and len(two.engines) == 2
+        for direction, (lo, hi) in planes.items():
+            taken = sorted(p for e in two.engines for p in e.direction_planes[direction])
+            assert taken == sorted(list(range(lo, hi)) * (2 if split == "rows" else 1)), (direction, taken)
+        for got, want in ((two.vis2dirty(vis, wgt), one.vis2dirty(vis, wgt)),
+                          (two.dirty2vis(dirty, wgt), one.dirty2vis(dirty, wgt))):
+            assert np.all(np.isfinite(got))
+            assert (not np.any(got) and not np.any(want)) or relative_error(got, want) <= 1e-12
+        assert np.any(one.dirty2vis(dirty, wgt)) or np.any(one.vis2dirty(vis, wgt))
 
 
 def test_direction_slabs_are_each_directions_slab_bounds_paired(rng):

@@ -138,11 +138,13 @@ def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | Non
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def direction_slabs(counts, geometry: ImageGeometry, slabs: int, weights: dict, planes: range | None = None,
+def direction_slabs(counts, geometry: ImageGeometry, slabs: int, weights: dict, planes: range | dict | None = None,
                     active=None) -> list:
     """Each direction's ``slabs`` slabs (`slab_bounds` with its own sample weight:
     ``weights`` maps "vis2dirty" and "dirty2vis" to the tuning table's
-    ``split_sample_weight`` and ``split_sample_weight_dirty2vis``), paired slab by slab.
+    ``split_sample_weight`` and ``split_sample_weight_dirty2vis``), paired slab by slab,
+    of ``planes`` (None: all; a range: both directions'; {direction: range}: each
+    direction's own, as an operator over per-direction planes has them).
     Where the two directions balance at other planes, the i-th part holds the samples of
     both its slabs and each call spreads or interpolates its own direction's.
 
@@ -152,7 +154,8 @@ def direction_slabs(counts, geometry: ImageGeometry, slabs: int, weights: dict, 
     lowest to the highest that the part's two slabs cover (empty slabs left out; planes
     between them, if any, are held and left to the other parts in both directions), and
     ``calls`` = {direction: (lo, hi)}, each direction's slab (lo == hi: none)."""
-    bounds = {d: slab_bounds(counts, geometry, slabs, planes, weights[d], active) for d in DIRECTIONS}
+    within = planes if isinstance(planes, dict) else dict.fromkeys(DIRECTIONS, planes)
+    bounds = {d: slab_bounds(counts, geometry, slabs, within[d], weights[d], active) for d in DIRECTIONS}
     out = []
     for pair in zip(*(bounds[d] for d in DIRECTIONS)):
         taken = [(lo, hi) for lo, hi in pair if lo < hi]

@@ -110,10 +110,12 @@ class WGridder:
     that fall on them, so over a partition of the planes the images add up to the whole
     image, and the visibilities to the whole visibilities; points whose taps all fall
     outside add nothing.  ``planes`` = {"vis2dirty": (lo, hi), "dirty2vis": (lo, hi)}
-    (one device) gives each direction its own planes (lo == hi: none): the operator
-    holds the samples with a tap on either, and each call takes only its own direction's
-    planes (operators over two partitions, one per direction, whose directions balance
-    at other planes: `clgrid.imaging.split.direction_slabs`).  Any number of samples: more than one part's 32-bit counts
+    gives each direction its own planes (lo == hi: none): the operator holds the samples
+    with a tap on either, and each call takes only its own direction's planes (operators
+    over two partitions, one per direction, whose directions balance at other planes:
+    `clgrid.imaging.split.direction_slabs`; a `clgrid.dask` slab task's); a device list
+    cuts each direction's planes between its devices (split by rows: each device takes
+    them all).  Any number of samples: more than one part's 32-bit counts
     (2^31 - 1) go through in parts of rows onto one grid (a row of more channels is refused).
     ``deterministic``: the same image bits from run to run, for a
     price: the points planned on the host and spread by rows (no atomics).  A device
@@ -195,9 +197,6 @@ class WGridder:
             check_geometry(geometry, fields, w_range)
         self.geometry = geometry
         self.planes, calls = plane_ranges(planes, geometry)
-        if calls is not None and devices is not None:
-            raise ValueError("planes given per direction needs one device: a device list chooses each device's "
-                             "planes itself (split='planes')")
         # checked here, before facets: a faceted operator does not prefetch, but junk is refused
         prefetch = _checked_prefetch(prefetch, {"vis": self.shape, "wgt": self.shape})
         # an image whose grid does not fit the device (or facets= asked): facets (facets.py)
@@ -224,7 +223,7 @@ class WGridder:
             self.engines = [ImagingEngine(uvw=uvw, keep=keep, planes=self.planes, device=device, workers=workers,
                                           prefetch=prefetch, direction_planes=calls, **engine)]
         else:
-            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers, prefetch, w_range)
+            self._setup_devices(devices, split, uvw, keep, num_kept, engine, workers, prefetch, w_range, calls)
         self.engine = self.engines[0]
         if verbosity:
             g, choice = geometry, geometry.kernel
@@ -236,9 +235,11 @@ class WGridder:
                                              else ""))
 
     def _setup_devices(self, devices, split, uvw, keep, num_kept, engine, workers, prefetch=None,
-                       w_range=None):
+                       w_range=None, calls=None):
         """Share the samples out between ``devices`` (module `clgrid.imaging.split`), check
-        that each device can take its share, and build an engine on each (at once)."""
+        that each device can take its share, and build an engine on each (at once).
+        ``calls``: None, or each direction's planes (`plane_ranges`), each cut between the
+        devices (split by planes) or taken by every device (split by rows)."""
         g, queues = self.geometry, queues_for(devices)
         if split == "auto":
             split = "planes" if g.do_wgridding else "rows"
@@ -260,8 +261,8 @@ class WGridder:
             weights = {d: sample_weight(queues[0], engine["tuning"], d) for d in DIRECTIONS}
             del first
             planes = np.arange(g.num_planes)
-            for i, ((lo, hi), slabs) in enumerate(direction_slabs(counts, g, len(queues), weights, self.planes,
-                                                                  active)):
+            for i, ((lo, hi), slabs) in enumerate(direction_slabs(counts, g, len(queues), weights,
+                                                                  calls or self.planes, active)):
                 if lo < hi:        # a slab the sample finds empty may still hold samples: kept
                     kept = int(counts[touching(planes, lo, hi, g.kernel.support)].sum())     # about
                     shares.append((i, slice(None), keep, range(lo, hi), kept, plane_ranges(slabs, g)[1]))
@@ -270,9 +271,9 @@ class WGridder:
                 part = None if keep is None else keep[a:b]
                 kept = (b - a) * self.nchan if part is None else int(np.count_nonzero(part))
                 if kept:
-                    shares.append((i, slice(a, b), part, self.planes, kept, None))
+                    shares.append((i, slice(a, b), part, self.planes, kept, calls))
         if not shares:                                    # nothing kept: the first device says so when called
-            shares = [(0, slice(None), keep, self.planes, 0, None)]
+            shares = [(0, slice(None), keep, self.planes, 0, calls)]
         needs = [None] * len(queues)
         for i, rows, _, _, kept, _ in shares:
             nrow = len(range(*rows.indices(self.nrow)))
@@ -418,8 +419,10 @@ class WGridder:
         on its thread and said once for the call (`clgrid.call_warnings`), from the
         caller's line (the first frame outside clgrid: the caller of `vis2dirty` /
         `dirty2vis`, or of `clgrid.vis2dirty`)."""
+        # (none where the operator's planes for ``direction`` are none: the first, whose
+        # call then writes zeros)
         taking = [k for k, e in enumerate(self.engines)
-                  if self.split != "planes" or len(e.direction_planes[direction])]
+                  if self.split != "planes" or len(e.direction_planes[direction])] or [0]
         said = [[] for _ in self.engines]
 
         def gathered(i, after):
