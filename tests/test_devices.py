@@ -868,6 +868,10 @@ def test_dask_slab_weights_fall_back_to_the_device_lists():
     assert weight(DEVICE, {"split_sample_weight": 2.5, "dask_split_sample_weight": 0.5}, over="dask") == 0.5
     assert weight(DEVICE, {"dask_split_sample_weight_dirty2vis": 0.25}, "dirty2vis", over="dask") == 0.25
     assert weight(DEVICE, {"dask_split_sample_weight": 0.5}, "vis2dirty") == table["vis2dirty"]
+    # 0 in ``tuning`` means what the table's 0 means: the device list's (``tuning``'s, else the table's)
+    assert weight(DEVICE, {"dask_split_sample_weight": 0.0}, over="dask") == table["vis2dirty"]
+    assert weight(DEVICE, {"dask_split_sample_weight_dirty2vis": 0.0, "split_sample_weight_dirty2vis": 3.0},
+                  "dirty2vis", over="dask") == 3.0
     with pytest.raises(TuningTableError, match="dask_split_sample_weight"):
         weight(DEVICE, {"dask_split_sample_weight": "heavy"}, over="dask")
     with pytest.raises(ValueError, match="over one of"):

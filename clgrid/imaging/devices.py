@@ -153,7 +153,8 @@ def sample_weight(device=None, tuning=None, direction: str = "vis2dirty", over: 
     tasks of `clgrid.dask`'s planes split: ``dask_split_sample_weight`` or
     ``dask_split_sample_weight_dirty2vis``, where 0 takes the device list's), which
     ``tuning`` (a dict or a tuple of items) may set (`clgrid.imaging.split.slab_bounds`);
-    over "dask", a device list's key in ``tuning`` serves where the Dask key is not given."""
+    over "dask", a device list's key in ``tuning`` serves where the Dask key is not given
+    or is 0 there too."""
     if (over, direction) not in _WEIGHT_KEYS:
         raise ValueError(f"direction must be one of ('vis2dirty', 'dirty2vis') and over one of ('devices', "
                          f"'dask'), got {direction!r}, {over!r}")
@@ -163,8 +164,8 @@ def sample_weight(device=None, tuning=None, direction: str = "vis2dirty", over: 
     given = dict(tuning or {})
     own, lists = _WEIGHT_KEYS[(over, direction)], _WEIGHT_KEYS[("devices", direction)]
     params = resolve_tuning("wgridding", {k: given[k] for k in (own, lists) if k in given}, device_facts(device))
-    for key in (own, lists):          # ``tuning``'s first (checked above), then the table's
-        if key in given:
+    for key in (own, lists):          # ``tuning``'s first (checked above; a Dask key's 0: on), then the table's
+        if key in given and (key == lists or params[key]):
             return float(params[key])
     return float(params[own] or params[lists])
 
