@@ -344,3 +344,34 @@ def test_every_output_is_refused_where_it_shares_memory_with_an_input(queue, rng
     values = np.zeros((1, N, N), complex)
     with pytest.raises(ValueError, match="out shares memory with vis"):
         gridder.grid(tracked, values.reshape(-1)[:len(tracked)].reshape(-1, 1), out=values)
+
+
+def test_a_device_out_over_a_device_input_is_refused(queue, rng, stack):
+    """A device ``out`` whose bytes overlap a device input's in one buffer (a view of it,
+    or a sub-buffer of the same parent) is refused by name before any work; one beside it
+    in the same buffer, and any host input, pass (`check_apart`'s device rule)."""
+    from clgrid.operators.checks import check_apart
+
+    tracked = tracks(rng).reshape(-1, 3)
+    n = len(tracked)
+    gridder = clgrid.Gridder(N, CELL, stack, device=queue, precision="double")
+    size = N * N
+    pool = cla.zeros(queue, size + 2 * n, np.complex128)
+    out = pool[:size].reshape(1, N, N)
+    item = np.dtype(np.complex128).itemsize
+
+    def view(start):                                                    # (n, 1) from element ``start`` of the pool
+        return cla.Array(queue, (n, 1), np.complex128, data=pool.base_data, offset=start * item)
+
+    with pytest.raises(ValueError, match="out may share memory with vis"):
+        gridder.grid(tracked, view(size - n // 2), out=out)
+    assert gridder.last_report is None                                 # nothing ran
+    check_apart(out, "out", {"vis": view(size), "weights": np.ones(n)})    # beside it: taken
+    align = queue.device.mem_base_addr_align // 8                      # (bits) bytes a sub-buffer starts at
+    whole = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64 * align)
+    first = cla.Array(queue, (4 * align,), np.uint8, data=whole.get_sub_region(0, 4 * align))
+    second = cla.Array(queue, (4 * align,), np.uint8, data=whole.get_sub_region(2 * align, 4 * align))
+    third = cla.Array(queue, (4 * align,), np.uint8, data=whole.get_sub_region(4 * align, 4 * align))
+    with pytest.raises(ValueError, match="out may share memory with grid"):
+        check_apart(first, "out", {"grid": second})
+    check_apart(first, "out", {"grid": third, "flags": np.zeros(3)})

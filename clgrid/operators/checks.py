@@ -91,6 +91,28 @@ SHARING_WORK = 1 << 16
 _TOO_HARD = getattr(np, "exceptions", np).TooHardError          # (numpy.exceptions from numpy 1.25 on)
 
 
+def _device_bytes(a: cla.Array) -> tuple:
+    """(the root buffer's address, first byte, byte after the last) of a device array's
+    elements: its offset within its buffer, and that buffer's within its parent where it
+    is a sub-buffer."""
+    buffer, start = a.base_data, int(a.offset)
+    try:
+        parent = buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+        if parent is not None:
+            start += int(buffer.get_info(cl.mem_info.OFFSET))
+            buffer = parent
+    except (cl.Error, AttributeError):
+        pass
+    low = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0) + a.dtype.itemsize
+    return getattr(buffer, "int_ptr", id(buffer)), start + low, start + high
+
+
+def _device_overlap(a: cla.Array, b: cla.Array) -> bool:
+    (root_a, lo_a, hi_a), (root_b, lo_b, hi_b) = _device_bytes(a), _device_bytes(b)
+    return root_a == root_b and lo_a < hi_b and lo_b < hi_a
+
+
 def check_apart(out, name: str, inputs: dict) -> None:
     """Refuse an output ``out`` (a numpy array the call writes: ``out=``, ``vis=``,
     ``dirty=``) that shares memory with one of ``inputs`` (argument name -> the array as
@@ -106,7 +128,19 @@ def check_apart(out, name: str, inputs: dict) -> None:
     the others as ``wgt``) share bounds, not memory, and are right.  Arrays whose bounds
     do not overlap cost nothing; for views of one block numpy solves a small integer
     problem in the arrays' dimensions and strides, not their sizes.  Where it would
-    take more than `SHARING_WORK` steps the arrays are refused as possibly sharing."""
+    take more than `SHARING_WORK` steps the arrays are refused as possibly sharing.
+
+    A device ``out`` (`pyopencl.array.Array`) is refused where a device input lies in the
+    same buffer (or sub-buffers of one) with overlapping bytes, from each array's first
+    to its last element: views interleaved within one buffer are refused as possibly
+    sharing."""
+    if isinstance(out, cla.Array):
+        for other, given in inputs.items():
+            if isinstance(given, cla.Array) and given.size and out.size and _device_overlap(out, given):
+                raise ValueError(f"{name} may share memory with {other} (the same device buffer, overlapping "
+                                 f"bytes): an output must not overlap an input of the same call; pass a copy of "
+                                 f"{other}, or another {name}")
+        return
     if not isinstance(out, np.ndarray):
         return
     for other, given in inputs.items():

@@ -143,9 +143,9 @@ class Degridder(GridOperation):
         ``grid`` may be a numpy array or a device array on this operator's context.
         Returns complex visibilities of shape (..., npol), or (..., nchan, npol) with
         freqs, in the grid's precision; ``flags`` broadcast to that shape.  ``out``: a
-        numpy or device array of that shape to write into (a numpy one refused where it
-        shares memory with an input: streamed, its rows are written while later rows'
-        positions and flags are still to be read).  With ``return_report=True``
+        numpy or device array of that shape to write into (refused where it shares memory
+        with an input, a device one where it overlaps a device input's bytes: streamed,
+        its rows are written while later rows' positions and flags are still to be read).  With ``return_report=True``
         returns ``(vis, report)``; the report is also kept in ``last_report``.
         """
         started = time.perf_counter()

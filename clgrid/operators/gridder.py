@@ -173,8 +173,8 @@ class Gridder(GridOperation):
         broadcasting.  ``vis`` and ``weights`` may be `pyopencl.array.Array` on this
         operator's context.  ``out``: a numpy array or device array of the grid's shape
         and dtype to write into (a device ``out`` stays on the device: no copy back; a
-        numpy one that shares memory with an input is refused, as every output is,
-        `clgrid.operators.checks.check_apart`);
+        numpy one that shares memory with an input, or a device one that overlaps a device
+        input's bytes, is refused, as every output is, `clgrid.operators.checks.check_apart`);
         ``accumulate=True`` adds to what ``out`` holds.  With ``return_report=True``
         returns ``(grid, report)``; the report is also kept in ``last_report``.  Host
         data larger than the device (`samples_per_chunk`) streams through it in chunks
