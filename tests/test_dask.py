@@ -1874,3 +1874,47 @@ def test_chunk_tasks_prefer_the_worker_that_holds_the_persisted_vis_block(client
     single = clgrid.vis2dirty(uvw=uvw, vis=vis, **{k: v for k, v in common.items()
                                                    if k not in ("uvw", "split", "slab_samples")})
     assert all(relative_error(image, single) <= 1e-5 for image in images)
+
+
+def test_slab_tasks_without_planes_in_a_direction_sit_its_calls_out(monkeypatch, rng, device_name):
+    """Many slabs and weights far apart: some slabs have no planes in one direction.  Their
+    tasks (and their chunks' values for them) are left out of that direction's calls, and
+    the image and visibilities still equal `clgrid.vis2dirty` / `dirty2vis` to rounding.
+    Dask's synchronous scheduler in this process, so that each task can be counted."""
+    from clgrid.dask import planes_split, tasks as dask_tasks
+
+    monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: None)
+    ran = {"image_slab": [], "vis_slab": [], "chunk_values": []}
+
+    def counted(name):
+        real = getattr(dask_tasks, name)
+
+        def task(*args):
+            ran[name].append(args)
+            return real(*args)
+        task.__name__ = name
+        return task
+
+    for name in ran:
+        monkeypatch.setattr(dask_tasks, name, counted(name))
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, masked=0.1)
+    tuning = {"split_sample_weight": 1e-3, "split_sample_weight_dirty2vis": 1e3}
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-9,
+                  do_wgridding=True, split="planes", slabs=16, slab_samples=vis.size, tuning=tuning, **IMAGE)
+    with dask.config.set(scheduler="sync"):
+        cd.clear_cache()
+        image = cd.vis2dirty(vis=blocks(vis), **common)
+        layout = next(reversed(planes_split._layouts.values()))
+        dirty = rng.normal(size=image.shape)
+        shape = {k: v for k, v in common.items() if k not in ("npix_x", "npix_y")}
+        predicted = cd.dirty2vis(dirty=dirty, **shape).compute()
+    takes = {d: [t.index for t in layout.tasks if t.takes(d)] for d in ("vis2dirty", "dirty2vis")}
+    assert len(takes["vis2dirty"]) < len(layout.tasks) or len(takes["dirty2vis"]) < len(layout.tasks), takes
+    assert sorted(args[2].index for args in ran["image_slab"]) == sorted(takes["vis2dirty"])
+    assert sorted(args[3].index for args in ran["vis_slab"]) == sorted(takes["dirty2vis"])
+    for args in ran["chunk_values"]:                          # (chunk, vis, wgt, taken, threads, targets, wanted)
+        assert [s for s, w in enumerate(args[6]) if w] == takes["vis2dirty"]
+    single = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-9, do_wgridding=True, device=device_name)
+    assert relative_error(image, clgrid.vis2dirty(vis=vis, **single, **IMAGE)) <= 1e-12
+    assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, pixsize_x=IMAGE["pixsize_x"],
+                                                      pixsize_y=IMAGE["pixsize_y"], **single)) <= 1e-12

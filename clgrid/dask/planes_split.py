@@ -173,16 +173,17 @@ def _slab_state(layout: SlabLayout, pieces, keep: int, workers, vis_pieces=None,
     return selections, points
 
 
-def _value_targets(slab_layout: SlabLayout, shared) -> list | None:
+def _value_targets(slab_layout: SlabLayout, shared, imaged: list) -> list | None:
     """Per chunk, per slab: where in shared memory the chunk's values for that slab go
     (its imaging task's file, at the chunk's place after the group's earlier chunks, and
-    how many), None for a slab task without samples; None without ``shared``."""
+    how many), None for a slab task not ``imaged`` (by task: it has samples and vis2dirty
+    planes); None without ``shared``."""
     if shared is None:
         return None
     sizes, count = slab_layout.sizes, len(slab_layout.bounds)
     targets = [[None] * count for _ in sizes]
     for t, slab in enumerate(slab_layout.tasks):
-        if not _busy(slab_layout, slab):
+        if not imaged[t]:
             continue
         offset = 0
         for i in range(*slab.chunks):
@@ -207,7 +208,11 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
                                      homes)
     count = len(slab_layout.bounds)
     threads = max(1, options["nthreads"])
-    targets = _value_targets(slab_layout, shared) or [None] * len(pieces)
+    # the tasks with samples and vis2dirty planes (where the directions' slabs differ, a
+    # slab's vis2dirty slab may be empty: its task and its values are left out)
+    imaged = [points[t] is not None and slab.takes("vis2dirty") for t, slab in enumerate(slab_layout.tasks)]
+    wanted = tuple(any(imaged[t] for t, slab in enumerate(slab_layout.tasks) if slab.index == s) for s in range(count))
+    targets = _value_targets(slab_layout, shared, imaged) or [None] * len(pieces)
     values = []
     # each chunk's values task where its vis block is, where that is known (persisted):
     # left to the scheduler, one could run on another worker while the block's own is busy
@@ -216,15 +221,15 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
                                                          homes or [None] * len(pieces)):
         with prefer_address(home):
             values.append(dask.delayed(worker_tasks.chunk_values, pure=False, nout=count)(chunk, v, w, taken,
-                                                                                          threads, target))
+                                                                                          threads, target, wanted))
     if shared is None:
         # each slab's values picked where the chunk's task ran (no worker annotation: Dask
         # runs a getitem where its input is), so only that slab's values travel
         values = [[chunk[s] for s in range(count)] for chunk in values]
     outputs = []
-    alone = sum(p is not None for p in points) == 1          # (one imaging task: its image into the box)
+    alone = sum(imaged) == 1                 # (one imaging task: its image into the box)
     for t, slab in enumerate(slab_layout.tasks):
-        if points[t] is None:
+        if not imaged[t]:
             continue
         with prefer_worker(t, workers):
             # with shared memory each chunk's task returns a few bytes per slab (`Shared`):
@@ -251,7 +256,7 @@ def slab_vis(slab_layout: SlabLayout, layout: ChunkLayout, pieces, dirty, wgt_pi
     whole = isinstance(image, exchange.Published)      # the shares written into shared memory
     count = len(slab_layout.bounds)
     shares = {}                                         # (slab, chunk) -> (that chunk's share, its pick)
-    busy = [(t, slab) for t, slab in enumerate(slab_layout.tasks) if points[t] is not None]
+    busy = [(t, slab) for t, slab in enumerate(slab_layout.tasks) if points[t] is not None and slab.takes("dirty2vis")]
     predictions = []
     for t, slab in busy:
         place = exchange.place(shared, f"s{t}") if whole else None

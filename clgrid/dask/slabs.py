@@ -94,6 +94,12 @@ class Slab:
     chunks: tuple
     calls: tuple = ()
 
+    def takes(self, direction: str) -> bool:
+        """Whether the task's calls in ``direction`` have planes (a slab task whose own
+        slab in that direction is empty is left out of that direction's calls)."""
+        lo, hi = dict(self.calls)[direction] if self.calls else self.planes
+        return lo < hi
+
     def operator_planes(self):
         """The slab operator's ``planes`` (`clgrid.WGridder`'s): (lo, hi), or one per direction."""
         return dict(self.calls) if self.calls else self.planes

@@ -26,6 +26,7 @@ from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, s
 from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 from ..imaging.devices import sample_weight
+from ..imaging.engine import NOT_FINITE_VIS
 from ..imaging.geometry import DIRECTIONS
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
@@ -229,7 +230,7 @@ def chunk_selection(chunk, uvw, freq, mask, geometry, bounds, near=None, threads
         return [None if takes_whole(len(flat), kept, every) else flat for flat in taken]
 
 
-def chunk_values(chunk, vis, wgt, taken, threads: int, targets=None) -> tuple:
+def chunk_values(chunk, vis, wgt, taken, threads: int, targets=None, wanted=None) -> tuple:
     """A chunk's weighted values for each slab, at its kept selection (on ``threads``
     host threads).  With weights, non-finite values or weights are refused here, where
     the chunk is known; without, the values are only copied or picked, and the slab's
@@ -237,10 +238,14 @@ def chunk_values(chunk, vis, wgt, taken, threads: int, targets=None) -> tuple:
     chunks that hold them): no pass over them here.  With ``targets`` (per slab: None,
     or (file, element offset, count) in shared memory), a slab's values are written
     there (its task's file, at this chunk's place in it) and their
-    `clgrid.dask.exchange.Shared` returned instead."""
+    `clgrid.dask.exchange.Shared` returned instead.  ``wanted`` (per slab; None: all):
+    the slabs imaged in this call, None for the others."""
     with naming(chunk):
         out, check = [], wgt is not None
         for s, flat in enumerate(taken):
+            if wanted is not None and not wanted[s]:
+                out.append(None)
+                continue
             target = None if targets is None else targets[s]
             if target is None:
                 out.append(values_at(vis, wgt, flat, threads, check=check))
@@ -297,11 +302,11 @@ def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, 
         try:
             parts, said = _imaged(operator, lock, joined[:, None], None, place, facets)
         except ValueError as error:
-            if str(error).startswith("vis has NaN") and hasattr(error, "add_note"):
+            if str(error).startswith(NOT_FINITE_VIS) and hasattr(error, "add_note"):
                 for chunk, v in zip(chunks, values):
                     bad = not_finite(np.asarray(exchange.read(v)))
-                    if bad:
-                        error.add_note(f"{chunk.describe()}: {bad} of its values for this slab")
+                    if bad:          # (a chunk taken whole: some may be samples this slab drops)
+                        error.add_note(f"{chunk.describe()}: {bad} non-finite among its values for this slab")
             raise
         return parts + (said,)
 
@@ -399,14 +404,19 @@ def chunk_assemble(chunk, taken, wgt, mask, dtype, threads: int, picks: tuple, *
     """A chunk's visibilities: each slab's share added at its samples in slab order, then
     weighted (on ``threads`` host threads).  ``shares``: one argument per slab, in slab
     order (as arguments, not in a list: `slab_points` says why): None where the slab
-    takes nothing from the chunk, else the chunk's share (an array, or
+    takes nothing from the chunk or predicts nothing in this call (no dirty2vis planes),
+    else the chunk's share (an array, or
     `clgrid.dask.exchange.Shared`), or, where ``picks`` (per slab) holds a number, the
     slab task's whole `vis_slab` output (a tuple of `Shared`, a few bytes each), of which
     entry ``picks[s]`` is the chunk's: no task in between to pick it
     (`clgrid.dask.planes_split.slab_vis`)."""
     shares = [share if pick is None else share[pick] for share, pick in zip(shares, picks)]
-    with naming(chunk), exchange.reading(shares) as arrays:
-        arrays = [np.zeros(0, dtype) if share is None else share for share in arrays]
+    # a slab without a share here (it takes nothing from the chunk, or has no dirty2vis
+    # planes) is left out, its selection with it
+    taken = [flat for flat, share in zip(taken, shares) if share is not None]
+    with naming(chunk), exchange.reading([share for share in shares if share is not None]) as arrays:
+        if not arrays:
+            arrays, taken = [np.zeros(0, dtype)], [np.zeros(0, np.int64)]
         return assemble(chunk_shape(chunk), taken, arrays, wgt, mask, dtype, threads)
 
 

@@ -21,11 +21,14 @@ slab (the same single operator either way), ``"rows"`` otherwise.  With either, 
 is accurate to ``epsilon`` (relative L2) and agrees with a single-process call to about
 ``epsilon`` (with ``"planes"`` the geometry is that call's, so they agree to rounding).
 ``deterministic=True`` gives the same bits from run to run (`WGridder`'s
-``deterministic``), and whatever the cluster: what each slab task images and the order
-of every sum are fixed by the chunks, the slabs and ``slab_samples`` alone, and without
-``slabs`` the slabs (where the sum is cut) are not one per worker but one per chunk of
-the data, none thinner than the kernel's W planes (`clgrid.dask.planes_split`);
-``"auto"`` then chooses the split from the chunks alone.
+``deterministic``), and whatever the number of workers: what each slab task images and
+the order of every sum are fixed by the chunks, the slabs, ``slab_samples`` and the
+slabs' sample weights alone, and without ``slabs`` the slabs (where the sum is cut) are
+not one per worker but one per chunk of the data, none thinner than the kernel's W
+planes (`clgrid.dask.planes_split`); ``"auto"`` then chooses the split from the chunks
+alone.  The weights are the tuning table's for the workers' device (a worker's, asked
+once per set of points) or ``tuning=``'s: pass them in ``tuning`` for the same bits on
+clusters of different devices.
 
 A call that can make no progress (workers paused for memory, restarted or gone) ends
 with `clgrid.errors.ClusterStalledError` after ``stall_timeout`` seconds

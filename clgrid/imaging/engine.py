@@ -52,7 +52,7 @@ from .regions import plane_regions
 from . import stream
 from .stream import KEY_LIMIT, StreamedPoints, max_slab_planes, row_parts, slab_geometry
 
-__all__ = ["ImagingEngine", "SPREADS", "check_grid", "check_samples"]
+__all__ = ["ImagingEngine", "SPREADS", "NOT_FINITE_VIS", "check_grid", "check_samples"]
 
 SPREADS = IMAGING     # [wgridding] spread -> the spreading and interpolating strategies
 # samples of one part of rows: a part's plan counts its samples in 32 bits (plan_positions.cl,
@@ -83,6 +83,9 @@ def _route_tuning(tuning, facts) -> tuple:
     return wparams, spread, interp
 
 
+# how a call's refusal of non-finite visibilities begins (its count follows): callers
+# that hold the values in parts look for them there (`clgrid.dask.tasks.image_slab`)
+NOT_FINITE_VIS = "vis has NaN or infinite entries where not masked"
 # a part whose kept samples are fewer than this share of its rows' samples gets its values
 # picked by the host (in plan order) rather than all its rows' samples each call
 SPARSE_SHARE = 0.5
@@ -559,7 +562,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def _check_gathered(self, bad_vis, bad_wgt) -> None:
         if bad_vis:
-            raise ValueError(f"vis has NaN or infinite entries where not masked ({bad_vis})")
+            raise ValueError(f"{NOT_FINITE_VIS} ({bad_vis})")
         if bad_wgt:
             raise ValueError(f"wgt has NaN or infinite entries where not masked ({bad_wgt})")
 

@@ -325,7 +325,8 @@ class WGridder:
     def vis2dirty(self, vis, wgt=None, progress=None, out=None) -> np.ndarray:
         """The dirty image (npix_x, npix_y) of ``vis`` (nrow, nchan), in ducc0's normalisation.
         ``progress(n)``, if given, is called after each w-plane with n = 1 (a progress bar's
-        ``update``); there are ``len(planes)`` of them (split by rows: as the device furthest on
+        ``update``); there are as many as the call's w-planes (``planes``, or with planes
+        given per direction, this direction's; split by rows: as the device furthest on
         gets through them).
 
         ``out``: None (a new array), or a writeable (npix_x, npix_y) array of the image's
