@@ -1419,13 +1419,14 @@ def test_the_workers_warnings_are_said_in_their_own_category_once_each():
     category) pairs and are said in the caller in that category (an `EmptyInputWarning`
     stays one, a `RuntimeWarning` one), each once, in a fixed order, naming the caller's
     line.  (Before, each was a plain UserWarning.)"""
+    from clgrid.dask.tasks import warnings_union
     from clgrid.dask.wgridding import _say_workers
 
-    said = {("b: dropped", clgrid.errors.EmptyInputWarning), ("a: fell back", RuntimeWarning),
-            ("a: fell back", RuntimeWarning)}
+    first = frozenset({("b: dropped", clgrid.errors.EmptyInputWarning), ("a: fell back", RuntimeWarning)})
+    second = frozenset({("a: fell back", RuntimeWarning)})              # the same warning from another task
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _say_workers(frozenset(said))
+        _say_workers(warnings_union(first, (None, second)))             # (a set, and a task's whole output)
     assert [(str(w.message), w.category) for w in caught] == [("a: fell back", RuntimeWarning),
                                                              ("b: dropped", clgrid.errors.EmptyInputWarning)]
     assert {w.filename for w in caught} == {__file__}
