@@ -1919,3 +1919,35 @@ def test_slab_tasks_without_planes_in_a_direction_sit_its_calls_out(monkeypatch,
     assert relative_error(image, clgrid.vis2dirty(vis=vis, **single, **IMAGE)) <= 1e-12
     assert relative_error(predicted, clgrid.dirty2vis(dirty=dirty, pixsize_x=IMAGE["pixsize_x"],
                                                       pixsize_y=IMAGE["pixsize_y"], **single)) <= 1e-12
+
+
+def test_default_slab_samples_take_what_a_gpu_worker_holds(monkeypatch, rng, device_name):
+    """Without ``slab_samples`` a slab's task takes as many samples as the largest chunk
+    holds, or, where a worker's device is a GPU, as its memory holds beside the grid
+    (`clgrid.dask.tasks.slab_capacity`) if more: then one task per slab, no slab's FFTs
+    repeated per group; with ``deterministic`` the chunks alone fix it.  The image is one
+    process's either way.  (Dask's synchronous scheduler here, with the capacity a GPU
+    would report stood in.)"""
+    from clgrid.dask import planes_split, tasks as dask_tasks
+
+    monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: None)
+    assert dask_tasks.slab_capacity(dict(device=device_name, precision="double"), None) is None    # a CPU device
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, masked=0.1)
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-9,
+                  do_wgridding=True, split="planes", slabs=3, **IMAGE)
+    single = clgrid.vis2dirty(uvw=uvw, freq=WIDE_FREQS, vis=vis, wgt=wgt, mask=mask, epsilon=1e-9, do_wgridding=True,
+                              device=device_name, **IMAGE)
+
+    def tasks_of(capacity, **more):
+        monkeypatch.setattr(dask_tasks, "slab_capacity", lambda options, geometry: capacity)
+        cd.clear_cache()
+        with dask.config.set(scheduler="sync"):
+            image = cd.vis2dirty(vis=blocks(vis), **common, **more)
+        assert relative_error(image, single) <= 1e-12
+        return next(reversed(planes_split._layouts.values())).tasks
+
+    by_chunks = tasks_of(None)
+    assert len(by_chunks) > 3                                           # a slab's chunks in groups
+    assert [t.chunks for t in tasks_of(10 ** 9)] == [(0, 6)] * 3         # a GPU's room: one task per slab
+    assert [t.chunks for t in tasks_of(10 ** 9, deterministic=True)] == [t.chunks for t in by_chunks]
+    assert [t.chunks for t in tasks_of(10, slab_samples=800)] == [t.chunks for t in by_chunks]

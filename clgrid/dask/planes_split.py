@@ -100,12 +100,14 @@ def _data_slabs(geometry, chunks: int) -> int:
     return max(1, min(chunks, geometry.num_planes // geometry.kernel.support))
 
 
-def first_pass(token, pieces, options: dict, count, cap: int, keep: int, stall_timeout=None) -> SlabLayout:
+def first_pass(token, pieces, options: dict, count, cap: int | None, keep: int, stall_timeout=None) -> SlabLayout:
     """The planes split's first pass for these points (``pieces``: `chunk_pieces`; kept on
     the client per ``token`` where ``keep``):
     the geometry of them all, the slabs' planes (``count`` of them; None: `_data_slabs`),
-    the imaging tasks and each chunk's samples per slab; computed now (the imaging tasks
-    depend on it), watched (`clgrid.dask.watch`)."""
+    the imaging tasks (at most ``cap`` samples each; None: as many as the largest chunk
+    holds, or as a worker's GPU holds where more: `clgrid.dask.tasks.slab_capacity`) and
+    each chunk's samples per slab; computed now (the imaging tasks depend on it), watched
+    (`clgrid.dask.watch`)."""
     key = (id(chunking.client()), token)
     with _lock:
         found = _layouts.get(key)
@@ -114,15 +116,20 @@ def first_pass(token, pieces, options: dict, count, cap: int, keep: int, stall_t
             return found
     reduced = task_of(geometry_of)([task_of(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
     threads = max(1, options["nthreads"])
-    geometry, weights, *counts = compute(reduced, task_of(worker_tasks.split_weight)(options),
-                                         *[task_of(worker_tasks.chunk_counts)(*piece, reduced, threads)
-                                           for piece in pieces], stall_timeout=stall_timeout)
+    # (with no cap given, how many samples a worker's GPU holds: the cap where more than a chunk)
+    room = [task_of(worker_tasks.slab_capacity)(options, reduced)] if cap is None else []
+    geometry, weights, *found = compute(reduced, task_of(worker_tasks.split_weight)(options), *room,
+                                        *[task_of(worker_tasks.chunk_counts)(*piece, reduced, threads)
+                                          for piece in pieces], stall_timeout=stall_timeout)
+    capacity, counts = (found[0], found[1:]) if room else (None, found)
     # each direction's slabs; a slab's tasks hold the samples of both and each call takes
     # its own direction's planes (as a device list's devices do)
     slabs = direction_slabs(counts, geometry, _data_slabs(geometry, len(pieces)) if count is None else count, weights)
     bounds = [held for held, _ in slabs]
     calls = [() if len(set(each.values())) == 1 else tuple(each.items()) for _, each in slabs]
     totals = [int(np.prod(worker_tasks.chunk_shape(piece[0]))) for piece in pieces]
+    if cap is None:               # (a GPU worker's room, where more than a chunk)
+        cap = max(max(totals), capacity or 0)
     tasks = [Slab(s, planes, group, calls[s])
              for s, (planes, groups) in enumerate(zip(bounds, chunk_groups(counts, geometry, bounds, cap, totals)))
              for group in groups]

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyopencl as cl
 
 from . import exchange
 from .chunks import naming
@@ -25,13 +26,14 @@ from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, s
                     values_at)
 from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite, parallel_copy
-from ..imaging.devices import sample_weight
+from ..device.runtime import get_queue
+from ..imaging.devices import sample_weight, share_bytes
 from ..imaging.engine import NOT_FINITE_VIS
 from ..imaging.geometry import DIRECTIONS
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
 
-__all__ = ["SlabPoints", "cached_wgridders", "forget_operators", "image_chunk", "vis_chunk", "chunk_extent",
+__all__ = ["SlabPoints", "cached_wgridders", "forget_operators", "image_chunk", "vis_chunk", "chunk_extent", "slab_capacity",
            "chunk_counts", "split_weight", "chunk_selection", "chunk_values", "chunk_parts", "slab_points", "image_slab",
            "vis_slab", "chunk_assemble", "add_images", "sum_facet", "warnings_union", "chunk_shape", "zeros_image",
            "complex_dtype"]
@@ -41,6 +43,7 @@ _counts = {"made": 0, "reused": 0}
 _lock = threading.Lock()
 # a slab's operator takes its samples' u, v, w in wavelengths: one channel at c (a scale of 1)
 UNIT_FREQ = np.array([SPEED_OF_LIGHT])
+TASK_MEMORY_SHARE = 0.5       # of a GPU worker's device memory a slab task's samples and grid may take
 
 
 @dataclass
@@ -208,6 +211,23 @@ def split_weight(options) -> dict:
     device = options["device"]
     device = list(device) if isinstance(device, tuple) else device
     return {d: sample_weight(device, options["tuning"], d, over="dask") for d in DIRECTIONS}
+
+
+def slab_capacity(options, geometry) -> int | None:
+    """How many samples one slab task may take on this worker's device (the first, where
+    it holds several): what `clgrid.imaging.devices.share_bytes` counts a sample at, in
+    `TASK_MEMORY_SHARE` of the device's global memory beside the padded grid; None where
+    the device is not a GPU (a CPU device's memory is the host's, which the workers and
+    their chunks share)."""
+    device = options["device"]
+    device = (device[0] if device else None) if isinstance(device, (list, tuple)) else device
+    found = get_queue(device).device
+    if not found.type & cl.device_type.GPU:
+        return None
+    many = 1 << 20
+    total, grid = share_bytes(many, many, geometry, options["precision"])
+    room = int(found.global_mem_size * TASK_MEMORY_SHARE) - grid
+    return max(0, room) * many // max(1, total - grid)
 
 
 def chunk_counts(chunk, uvw, freq, mask, geometry, threads: int = 1):

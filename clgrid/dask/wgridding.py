@@ -195,11 +195,13 @@ def _keep(keep_operators) -> int:
     return int(keep_operators)
 
 
-def _slab_samples(slab_samples, layout: ChunkLayout) -> int:
-    """The most samples a planes task takes: ``slab_samples``, or as many as the largest
-    chunk holds."""
+def _slab_samples(slab_samples, layout: ChunkLayout, deterministic: bool = False) -> int | None:
+    """The most samples a planes task takes: ``slab_samples``; None (the default) where
+    the first pass is to choose it from the workers' device
+    (`clgrid.dask.planes_split.first_pass`), and with ``deterministic`` (fixed by the data
+    alone) as many as the largest chunk holds."""
     if slab_samples is None:
-        return max(layout.rows) * max(layout.channels)
+        return max(layout.rows) * max(layout.channels) if deterministic else None
     if isinstance(slab_samples, bool) or int(slab_samples) != slab_samples or slab_samples < 1:
         raise ValueError(f"slab_samples must be a positive integer or None (as many as the largest chunk "
                          f"holds), got {slab_samples!r}")
@@ -257,9 +259,10 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     rows, and among vis, wgt, mask (or ``freq``) along channels; without any, one chunk.
     ``split`` ("auto", "planes", "rows") and ``slabs`` (None: one per worker) choose how
     the work is cut (module docstring): by slabs of w-planes, each taking its samples
-    from every chunk, or by chunks; ``slab_samples`` (None: as many as the largest chunk
-    holds) is the most samples one imaging task of a slab takes, its chunks cut into
-    groups, one task each, where it has more.  ``vis``'s dtype sets the precision.  ``device`` is a
+    from every chunk, or by chunks; ``slab_samples`` is the most samples one imaging task
+    of a slab takes, its chunks cut into groups, one task each, where it has more (None:
+    as many as the largest chunk holds, or, on GPU workers and without ``deterministic``,
+    as many as half the worker's GPU memory holds beside the grid, if more).  ``vis``'s dtype sets the precision.  ``device`` is a
     name each worker resolves (None: its ``$CLGRID_DEVICE``, else its first GPU, else
     PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how many
     operators each worker keeps for later calls; ``deterministic``: the same bits from
@@ -291,7 +294,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     keep = _keep(keep_operators)
     workers = workers_to_prefer(True)
     split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
-    cap = _slab_samples(slab_samples, layout)
+    cap = _slab_samples(slab_samples, layout, deterministic)
     facets = facet_count(workers, options)
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
@@ -399,7 +402,7 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
     keep = _keep(keep_operators)
     workers = workers_to_prefer(True)
     split, count = _split(split, slabs, do_wgridding, layout, workers, deterministic)
-    cap = _slab_samples(slab_samples, layout)
+    cap = _slab_samples(slab_samples, layout, deterministic)
     if split == "rows":
         token = _points_token(layout, layout.pieces(uvw, channels=False), layout.pieces(mask), freq, options)
     else:
