@@ -12,12 +12,13 @@ slab's tasks hold the samples of both of its slabs and each call takes its own
 direction's planes, so the two directions share one set of operators.  The FFTs and per-pixel work
 are the planes', once per slab (or group, below): n workers share them.  Samples crowd
 at small |w|, so a low slab may take most of the data: an imaging task takes at most
-``slab_samples`` (default: as many as the largest chunk holds).  Where a slab's samples
+``slab_samples`` (default: as many as the largest chunk holds, or on GPU workers as the
+worker's GPU holds where more: `clgrid.dask.tasks.slab_capacity`).  Where a slab's samples
 from all chunks are more, its chunks are cut into contiguous groups within that
 (`clgrid.dask.slabs.chunk_groups`, counted exactly from each chunk's histogram of first
 planes), one task per slab and group; a chunk's samples are never cut.  Each group
 repeats its slab's FFTs and per-pixel work: raise ``slab_samples`` where the workers'
-memory allows (GPU workers: above the data's size).
+memory allows (on GPU workers the default does).
 
 What the client keeps, per set of points (the call's token of the uvw and mask blocks'
 Dask keys, ``freq``, the keywords and the chunks, `clgrid.dask.wgridding`'s): the first
