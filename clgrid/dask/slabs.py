@@ -45,7 +45,8 @@ smallest largest cost.
 Memory.  Samples crowd at small |w|, so the low slabs take most of the data (3.3-3.9 M
 of 4 M samples in the benchmark): one task per slab would hold them all.  So no
 imaging task takes more than a cap (``slab_samples``: by default the largest chunk's
-samples): `slab_sizes` counts, from each chunk's histogram of first planes and by
+samples, or on GPU workers what the worker's GPU holds where more,
+`clgrid.dask.tasks.slab_capacity`): `slab_sizes` counts, from each chunk's histogram of first planes and by
 `select`'s own rule (`_touching`), exactly how many samples the chunk gives each slab,
 and `chunk_groups` cuts each slab's chunks into contiguous groups within the cap
 (greedy, in chunk order), one task each over the slab's planes.  A chunk's selection is

@@ -204,7 +204,7 @@ def _slab_samples(slab_samples, layout: ChunkLayout, deterministic: bool = False
         return max(layout.rows) * max(layout.channels) if deterministic else None
     if isinstance(slab_samples, bool) or int(slab_samples) != slab_samples or slab_samples < 1:
         raise ValueError(f"slab_samples must be a positive integer or None (as many as the largest chunk "
-                         f"holds), got {slab_samples!r}")
+                         f"holds, or on GPU workers as the worker's GPU holds where more), got {slab_samples!r}")
     return int(slab_samples)
 
 
