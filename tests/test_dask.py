@@ -1951,3 +1951,39 @@ def test_default_slab_samples_take_what_a_gpu_worker_holds(monkeypatch, rng, dev
     assert [t.chunks for t in tasks_of(10 ** 9)] == [(0, 6)] * 3         # a GPU's room: one task per slab
     assert [t.chunks for t in tasks_of(10 ** 9, deterministic=True)] == [t.chunks for t in by_chunks]
     assert [t.chunks for t in tasks_of(10, slab_samples=800)] == [t.chunks for t in by_chunks]
+
+
+def test_slab_capacity_on_a_gpu_is_what_half_its_memory_holds_beside_the_grid(monkeypatch):
+    """`clgrid.dask.tasks.slab_capacity` on a GPU (a stand-in device: its type and memory
+    are all it reads): the most samples whose `share_bytes` fit `TASK_MEMORY_SHARE` of the
+    device's memory, one more do not; a device list asks its first device; fewer in double
+    precision; none where the grid alone takes that share.  (The Dask test above stands in
+    for the whole function; this is its arithmetic.)"""
+    import types
+
+    import pyopencl as cl
+
+    from clgrid.dask import tasks as dask_tasks
+    from clgrid.imaging.devices import share_bytes
+    from clgrid.imaging.geometry import choose_geometry
+
+    memory, asked = 3 * 2 ** 30 + 12345, []
+
+    def queue_of(spec):
+        asked.append(spec)
+        return types.SimpleNamespace(device=types.SimpleNamespace(type=cl.device_type.GPU, global_mem_size=memory))
+
+    monkeypatch.setattr(dask_tasks, "get_queue", queue_of)
+    cell = np.radians(2.0 / 3600)
+    share = int(memory * dask_tasks.TASK_MEMORY_SHARE)
+    caps = {}
+    for precision in ("single", "double"):
+        g = choose_geometry(2048, 2048, cell, cell, 1e-5, True, (0.0, 3000.0), 10 ** 7, precision=precision)
+        cap = dask_tasks.slab_capacity(dict(device=("gpu #1", "gpu #0"), precision=precision), g)
+        assert asked[-1] == "gpu #1"
+        assert share_bytes(cap, cap, g, precision)[0] <= share < share_bytes(cap + 1, cap + 1, g, precision)[0]
+        caps[precision] = cap
+    assert 0 < caps["double"] < caps["single"]
+    memory = 2 * share_bytes(0, 0, g, "double")[1] - 1           # the grid is more than the share
+    assert dask_tasks.slab_capacity(dict(device=None, precision="double"), g) == 0
+    assert asked[-1] is None
