@@ -1939,7 +1939,7 @@ def test_default_slab_samples_take_what_a_gpu_worker_holds(monkeypatch, rng, dev
                               device=device_name, **IMAGE)
 
     def tasks_of(capacity, **more):
-        monkeypatch.setattr(dask_tasks, "slab_capacity", lambda options, geometry: capacity)
+        monkeypatch.setattr(dask_tasks, "slab_capacity", lambda options, geometry, tasks: capacity)
         cd.clear_cache()
         with dask.config.set(scheduler="sync"):
             image = cd.vis2dirty(vis=blocks(vis), **common, **more)
@@ -1955,17 +1955,17 @@ def test_default_slab_samples_take_what_a_gpu_worker_holds(monkeypatch, rng, dev
 
 def test_slab_capacity_on_a_gpu_is_what_half_its_memory_holds_beside_the_grid(monkeypatch):
     """`clgrid.dask.tasks.slab_capacity` on a GPU (a stand-in device: its type and memory
-    are all it reads): the most samples whose `share_bytes` fit `TASK_MEMORY_SHARE` of the
-    device's memory, one more do not; a device list asks its first device; fewer in double
-    precision; none where the grid alone takes that share.  (The Dask test above stands in
-    for the whole function; this is its arithmetic.)"""
+    are all it reads): the most samples whose engine's peak device memory
+    (`engine_device_bytes`) fits `TASK_MEMORY_SHARE` of the device's memory, shared among
+    the worker's slab tasks, one more do not; a device list asks its first device; fewer
+    in double precision, and with more tasks; none where the grid alone takes the share."""
     import types
 
     import pyopencl as cl
 
     from clgrid.dask import tasks as dask_tasks
-    from clgrid.imaging.devices import share_bytes
     from clgrid.imaging.geometry import choose_geometry
+    from clgrid.imaging.memory import engine_device_bytes
 
     memory, asked = 3 * 2 ** 30 + 12345, []
 
@@ -1975,15 +1975,52 @@ def test_slab_capacity_on_a_gpu_is_what_half_its_memory_holds_beside_the_grid(mo
 
     monkeypatch.setattr(dask_tasks, "get_queue", queue_of)
     cell = np.radians(2.0 / 3600)
-    share = int(memory * dask_tasks.TASK_MEMORY_SHARE)
     caps = {}
     for precision in ("single", "double"):
         g = choose_geometry(2048, 2048, cell, cell, 1e-5, True, (0.0, 3000.0), 10 ** 7, precision=precision)
-        cap = dask_tasks.slab_capacity(dict(device=("gpu #1", "gpu #0"), precision=precision), g)
-        assert asked[-1] == "gpu #1"
-        assert share_bytes(cap, cap, g, precision)[0] <= share < share_bytes(cap + 1, cap + 1, g, precision)[0]
-        caps[precision] = cap
-    assert 0 < caps["double"] < caps["single"]
-    memory = 2 * share_bytes(0, 0, g, "double")[1] - 1           # the grid is more than the share
+        for tasks in (1, 3):
+            share = memory * dask_tasks.TASK_MEMORY_SHARE / tasks
+            cap = dask_tasks.slab_capacity(dict(device=("gpu #1", "gpu #0"), precision=precision), g, tasks)
+            assert asked[-1] == "gpu #1"
+            assert engine_device_bytes(g, precision, cap) <= share < engine_device_bytes(g, precision, cap + 1)
+            caps[precision, tasks] = cap
+    assert 0 < caps["double", 1] < caps["single", 1] and 0 < caps["single", 3] < caps["single", 1]
+    memory = engine_device_bytes(g, "double", 0)                  # the grid alone is more than the share
     assert dask_tasks.slab_capacity(dict(device=None, precision="double"), g) == 0
     assert asked[-1] is None
+
+
+def test_a_worker_drops_kept_operators_that_leave_no_room_for_the_next(monkeypatch, rng, device_name):
+    """A worker's kept slab operators and the next one's peak device memory must fit its
+    device's share (`clgrid.dask.tasks._make_room`): the least recently used are dropped
+    until they do (each engine weighs its own need against the whole memory), and the
+    call's image is still one process's.  (The device's memory stood in, in this
+    process, with Dask's synchronous scheduler.)"""
+    import types
+
+    from clgrid.dask import tasks as dask_tasks
+    from clgrid.imaging.stream import DEVICE_SHARE
+
+    monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: None)
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, masked=0.1)
+    common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-9,
+                  do_wgridding=True, split="planes", slabs=3, slab_samples=vis.size, **IMAGE)
+    cd.clear_cache()
+    dask_tasks.forget_operators()
+    with dask.config.set(scheduler="sync"):
+        cd.vis2dirty(vis=blocks(vis), **common)
+    held = [dask_tasks._held_bytes(op) for op, _ in dask_tasks._operators.values()]
+    assert len(held) == 3 and all(held)
+    real = dask_tasks.get_queue
+    memory = (sum(held) - min(held) + max(held)) / DEVICE_SHARE                # room for two of them, not three
+    monkeypatch.setattr(dask_tasks, "get_queue", lambda spec: types.SimpleNamespace(
+        device=types.SimpleNamespace(type=real(spec).device.type, global_mem_size=memory)))
+    other = mask.copy()                                               # new points: three new operators
+    other[::7, 0] = 0
+    single = clgrid.vis2dirty(uvw=uvw, freq=WIDE_FREQS, vis=vis, wgt=wgt, mask=other, epsilon=1e-9, do_wgridding=True,
+                              device=device_name, **IMAGE)
+    with dask.config.set(scheduler="sync"):
+        image = cd.vis2dirty(vis=blocks(vis), **dict(common, mask=blocks(other)))
+    assert relative_error(image, single) <= 1e-12
+    kept = [dask_tasks._held_bytes(op) for op, _ in dask_tasks._operators.values()]
+    assert sum(kept) <= memory * DEVICE_SHARE and len(kept) < 6

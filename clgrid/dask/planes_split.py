@@ -101,14 +101,15 @@ def _data_slabs(geometry, chunks: int) -> int:
     return max(1, min(chunks, geometry.num_planes // geometry.kernel.support))
 
 
-def first_pass(token, pieces, options: dict, count, cap: int | None, keep: int, stall_timeout=None) -> SlabLayout:
+def first_pass(token, pieces, options: dict, count, cap: int | None, keep: int, stall_timeout=None,
+               workers: int = 1) -> SlabLayout:
     """The planes split's first pass for these points (``pieces``: `chunk_pieces`; kept on
     the client per ``token`` where ``keep``):
     the geometry of them all, the slabs' planes (``count`` of them; None: `_data_slabs`),
     the imaging tasks (at most ``cap`` samples each; None: as many as the largest chunk
-    holds, or as a worker's GPU holds where more: `clgrid.dask.tasks.slab_capacity`) and
-    each chunk's samples per slab; computed now (the imaging tasks depend on it), watched
-    (`clgrid.dask.watch`)."""
+    holds, or as a worker's GPU holds where more, for its share of the slabs over
+    ``workers`` workers: `clgrid.dask.tasks.slab_capacity`) and each chunk's samples per
+    slab; computed now (the imaging tasks depend on it), watched (`clgrid.dask.watch`)."""
     key = (id(chunking.client()), token)
     with _lock:
         found = _layouts.get(key)
@@ -118,7 +119,8 @@ def first_pass(token, pieces, options: dict, count, cap: int | None, keep: int, 
     reduced = task_of(geometry_of)([task_of(worker_tasks.chunk_extent)(*piece) for piece in pieces], options)
     threads = max(1, options["nthreads"])
     # (with no cap given, how many samples a worker's GPU holds: the cap where more than a chunk)
-    room = [task_of(worker_tasks.slab_capacity)(options, reduced)] if cap is None else []
+    each = -(-(count or 1) // max(1, workers))             # (slab tasks a worker runs, at least)
+    room = [task_of(worker_tasks.slab_capacity)(options, reduced, each)] if cap is None else []
     geometry, weights, *found = compute(reduced, task_of(worker_tasks.split_weight)(options), *room,
                                         *[task_of(worker_tasks.chunk_counts)(*piece, reduced, threads)
                                           for piece in pieces], stall_timeout=stall_timeout)

@@ -27,9 +27,11 @@ from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, s
 from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 from ..device.runtime import get_queue
-from ..imaging.devices import sample_weight, share_bytes
+from ..imaging.devices import sample_weight
 from ..imaging.engine import NOT_FINITE_VIS
 from ..imaging.geometry import DIRECTIONS
+from ..imaging.memory import engine_device_bytes
+from ..imaging.stream import DEVICE_SHARE
 from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
 
@@ -81,6 +83,8 @@ def _operator(key, points, options: dict, keep: int, geometry=None, planes=None)
             _counts["reused"] += 1
             return found
     uvw, freq, mask = points()
+    if geometry is not None and keep > 0:
+        _make_room(engine_device_bytes(geometry, options["precision"], len(uvw) * np.size(freq)), options["device"])
     kwargs = dict(options, tuning=None if options["tuning"] is None else dict(options["tuning"]))
     if isinstance(kwargs["device"], tuple):
         kwargs["device"] = list(kwargs["device"])
@@ -93,6 +97,29 @@ def _operator(key, points, options: dict, keep: int, geometry=None, planes=None)
         while len(_operators) > keep:
             _operators.popitem(last=False)
     return made
+
+
+def _first_device(device):
+    """The device (a name, or None) a worker's ``device`` option opens first."""
+    return (device[0] if device else None) if isinstance(device, (list, tuple)) else device
+
+
+def _make_room(need: int, device) -> None:
+    """Drop the least recently used kept operators while they and one more of ``need``
+    bytes (its engine's peak, `clgrid.imaging.memory.engine_device_bytes`) would not fit
+    the device's share of memory that an engine may take (`clgrid.imaging.stream.DEVICE_SHARE`):
+    each engine weighs its own need against the whole memory, not what the worker's other
+    operators hold.  (An operator a running task still holds frees its memory when that
+    task ends.)"""
+    limit = get_queue(_first_device(device)).device.global_mem_size * DEVICE_SHARE
+    with _lock:
+        while _operators and sum(_held_bytes(op) for op, _ in _operators.values()) + need > limit:
+            _operators.popitem(last=False)
+
+
+def _held_bytes(operator) -> int:
+    """The device memory a kept operator's engines hold (their peak, as they say it)."""
+    return sum(engine.device_bytes() for engine in operator.engines)
 
 
 def _chunk_operator(token, chunk, uvw, freq, mask, options: dict, keep: int) -> tuple:
@@ -213,21 +240,31 @@ def split_weight(options) -> dict:
     return {d: sample_weight(device, options["tuning"], d, over="dask") for d in DIRECTIONS}
 
 
-def slab_capacity(options, geometry) -> int | None:
+def slab_capacity(options, geometry, tasks: int = 1) -> int | None:
     """How many samples one slab task may take on this worker's device (the first, where
-    it holds several): what `clgrid.imaging.devices.share_bytes` counts a sample at, in
-    `TASK_MEMORY_SHARE` of the device's global memory beside the padded grid; None where
-    the device is not a GPU (a CPU device's memory is the host's, which the workers and
-    their chunks share)."""
-    device = options["device"]
-    device = (device[0] if device else None) if isinstance(device, (list, tuple)) else device
-    found = get_queue(device).device
+    it holds several): the most whose engine's peak device memory
+    (`clgrid.imaging.memory.engine_device_bytes`, its grid with it) fits
+    `TASK_MEMORY_SHARE` of the device's global memory shared among the ``tasks`` slab
+    tasks the worker runs in a call (at least one; older kept operators make room,
+    `_make_room`); None where the device is not a GPU (a CPU device's memory is the
+    host's, which the workers and their chunks share)."""
+    found = get_queue(_first_device(options["device"])).device
     if not found.type & cl.device_type.GPU:
         return None
-    many = 1 << 20
-    total, grid = share_bytes(many, many, geometry, options["precision"])
-    room = int(found.global_mem_size * TASK_MEMORY_SHARE) - grid
-    return max(0, room) * many // max(1, total - grid)
+    room = found.global_mem_size * TASK_MEMORY_SHARE / max(1, int(tasks))
+
+    def fits(n: int) -> bool:
+        return engine_device_bytes(geometry, options["precision"], n) <= room
+
+    if not fits(0):
+        return 0
+    low, high = 0, 1
+    while fits(high):                 # (the model grows with the samples: bisect between powers of two)
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 def chunk_counts(chunk, uvw, freq, mask, geometry, threads: int = 1):

@@ -262,7 +262,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     from every chunk, or by chunks; ``slab_samples`` is the most samples one imaging task
     of a slab takes, its chunks cut into groups, one task each, where it has more (None:
     as many as the largest chunk holds, or, on GPU workers and without ``deterministic``,
-    as many as half the worker's GPU memory holds beside the grid, if more).  ``vis``'s dtype sets the precision.  ``device`` is a
+    as many as half the worker's GPU memory holds, shared among its slab tasks, if more:
+    `clgrid.dask.tasks.slab_capacity`).  ``vis``'s dtype sets the precision.  ``device`` is a
     name each worker resolves (None: its ``$CLGRID_DEVICE``, else its first GPU, else
     PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how many
     operators each worker keeps for later calls; ``deterministic``: the same bits from
@@ -315,7 +316,8 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
                 outputs = rows_images(token, layout, uvw, freq, vis, wgt, mask, options, keep, workers, facets,
                                       shared, box)
             else:
-                slab_layout = first_pass(token, pieces, options, count, cap, keep, stall_timeout)
+                slab_layout = first_pass(token, pieces, options, count, cap, keep, stall_timeout,
+                                         len(workers or [None]))
                 outputs = slab_images(slab_layout, pieces, layout.pieces(vis), layout.pieces(wgt), options, keep,
                                       workers, facets, shared, box, chunking.holders(layout, vis))
         except BaseException:
@@ -424,7 +426,8 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
             result = layout.assemble(rows_vis(token, layout, image, uvw, freq, wgt, mask, options, keep, workers,
                                               dtype, shared), channel_axis=1)
         else:
-            slab_layout = first_pass(token, chunks, options, count, cap, keep, stall_timeout)
+            slab_layout = first_pass(token, chunks, options, count, cap, keep, stall_timeout,
+                                     len(workers or [None]))
             result = slab_vis(slab_layout, layout, chunks, image, layout.pieces(wgt), options, keep, workers, dtype,
                               shared)
     if vis is not None:
