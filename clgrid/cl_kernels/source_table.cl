@@ -84,17 +84,7 @@ inline int4 source_footprint(SOURCE_PARAMS planned_vis p, int i)
 }
 {% endif %}
 
-inline real_t source_plane_weight(SOURCE_PARAMS planned_vis p, int i, int plane)
-{
-    return 1;
-}
-
-inline complex_t source_conj(complex_t c, int conjugate)
-{
-    if (conjugate)
-        c.y = -c.y;
-    return c;
-}
+{% include "source_stack_common.cl" %}
 {% if table_layout == "compact" %}
 
 /* KernelStack.compact: the D2 symmetry folds tap (j, k) onto |offset + tap * OS| of the

@@ -24,17 +24,7 @@ inline int4 source_footprint(SOURCE_PARAMS planned_vis p, int i)
     return (int4)(p.grid_u - s, p.grid_v - s, 2 * s + 1, s);
 }
 
-inline real_t source_plane_weight(SOURCE_PARAMS planned_vis p, int i, int plane)
-{
-    return 1;
-}
-
-inline complex_t source_conj(complex_t c, int conjugate)
-{
-    if (conjugate)
-        c.y = -c.y;
-    return c;
-}
+{% include "source_stack_common.cl" %}
 
 /* Per point: the taps are the visibility's position. */
 #define POINT_SETUP
