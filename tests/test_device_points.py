@@ -45,7 +45,7 @@ def test_fused_planning_arranges_the_points_of_the_two_step_planning(rng, spread
     uvw, freq, _, _, _ = wide_field(rng, 2500)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=wgrid, device=DEVICE, tuning={"spread": spread},
                          center_x=0.01, flip_v=True, precision="double" if double else "single", **IMAGE)
-    g, q, layout = op.geometry, op.queue, op.engine.layout
+    g, q, layout = op.geometry, op.queue, op.engine.plane_order
     boundary_points(rng, uvw, g, freq)
     keep = rng.uniform(size=(uvw.shape[0], freq.size)) > 0.2
     signs, scale = (1.0, -1.0, 1.0), freq / SPEED_OF_LIGHT

@@ -43,7 +43,7 @@ def test_a_key_space_past_the_limit_is_arranged_in_slabs_and_agrees_with_ducc0(r
     args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=eps, do_wgridding=True, center_x=0.01, device=DEVICE,
                 **IMAGE, **options)
     whole = clgrid.WGridder(**args)
-    keys_per_plane = whole.engine.layout.keys_per_plane
+    keys_per_plane = whole.engine.plane_order.keys_per_plane
     support, planes = whole.geometry.kernel.support, whole.geometry.num_planes
     assert whole.engine._max_planes is None and len({p.geometry for p in whole.plans}) == 1
     # a limit the whole stack passes, which a slab of 3 planes (and W - 1 either side) keeps below
@@ -75,7 +75,7 @@ def test_streamed_slabs_keep_below_the_key_limit_too(rng, monkeypatch):
     uvw, freq, vis, wgt, mask = wide_field(rng, 3000, np.linspace(1.0e8, 1.6e8, 4), w=W_MAX, masked=0.1)
     args = dict(uvw=uvw, freq=freq, mask=mask, epsilon=1e-7, do_wgridding=True, device=DEVICE, **IMAGE)
     whole = clgrid.WGridder(**args)
-    keys_per_plane, support = whole.engine.layout.keys_per_plane, whole.geometry.kernel.support
+    keys_per_plane, support = whole.engine.plane_order.keys_per_plane, whole.geometry.kernel.support
     monkeypatch.setattr(engine_module, "KEY_LIMIT", keys_per_plane * (2 * support + 4))
     real = engine_module.device_facts
     # a device smaller than the kept engine's buffers (2 MiB on PoCL, whose "rows" spread keeps

@@ -55,7 +55,7 @@ def test_device_planning_is_bit_identical_to_host(rng, spread, double, wgrid):
     assert np.any(host["packed"][:, 3] < 0) == wgrid        # points moved to -uvw with w-gridding only
 
     # arranged by key: the same runs on the device as on the host, the same points in each
-    layout = op.engine.layout
+    layout = op.engine.plane_order
     device = stacking.arrange(plan, layout)
     ordered = stacking.arrange(plan, layout, stable=True)
     num_keys = g.num_planes * layout.keys_per_plane + 1

@@ -275,7 +275,7 @@ def test_bins_work_groups_listed_on_the_device_are_the_pieces_of_each_plane(rng)
     op = clgrid.WGridder(uvw, freq, epsilon=1e-5, do_wgridding=True, device=DEVICE,
                          tuning={"spread": "bins", "bins_subproblem": 16, "bin_u": 16, "bin_v": 16}, **IMAGE)
     e = op.engine
-    points, k, layout = e._parts[0].points, e.spreader.kernels, e.layout
+    points, k, layout = e._parts[0].points, e.spreader.kernels, e.plane_order
     n = points.num_vis
     first = np.empty((n, 4), np.int32)
     cl.enqueue_copy(op.queue, first, points.first)

@@ -204,7 +204,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         # with them, each point's value and phase in plan order (value_types.cl)
         self._float_values = float_taps
         self._value_bytes = 8 if float_taps else np.dtype(self.complex).itemsize
-        self.layout = self.spreader.layout()
+        self.plane_order = self.spreader.plane_order()
         # where each w-plane holds taps: the host FFT's passes run there only (regions.py)
         self.regions = None
         if g.do_wgridding and self.fft_mode in ("host", "mapped"):     # (device uvw: read back for it)
@@ -214,7 +214,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         self._grid_bytes = g.nu * g.nv * np.dtype(self.complex).itemsize
         self._part_samples = min(wparams["part_samples"] or self._samples_per_part(), SAMPLE_LIMIT)
         self._check_fits()
-        self._max_planes = max_slab_planes(g, self.layout.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
+        self._max_planes = max_slab_planes(g, self.plane_order.keys_per_plane, KEY_LIMIT) if g.do_wgridding else None
         self.streamed, self._stream = None, None
         limit = facts.global_memory * stream.DEVICE_SHARE
         if self.device_bytes() > limit:
@@ -308,7 +308,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             # rows' samples kept: the values go by position, picked by the host (index)
             plan, points, index = plan_arranged(
                 queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs, fold=g.do_wgridding,
-                double=self.precision == "double", layout=self.layout, staging=staging,
+                double=self.precision == "double", layout=self.plane_order, staging=staging,
                 planes=range(planes.start - base, planes.stop - base), sparse_share=SPARSE_SHARE)
             points = spreader.add_tables(points, g).wait_ready()     # the set-up's one wait
             plan.keep_arranged(spreader.arrangement_key(), points)

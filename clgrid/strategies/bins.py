@@ -67,7 +67,7 @@ class BinsGridding(StackedStrategy):
         return dict(params, keys_per_plane=layout.keys_per_plane, wg=tuning["bins_work_group"],
                     subproblem=tuning["bins_subproblem"], batch=tuning["bins_batch"])
 
-    def layout(self) -> PlaneOrder:
+    def plane_order(self) -> PlaneOrder:
         return PlaneOrder("bins", self.nu, self.nv, self.tuning["bin_u"], self.tuning["bin_v"])
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
@@ -81,7 +81,7 @@ class BinsGridding(StackedStrategy):
         ``extra["jobs"][p]`` (host) is where plane p's begin, the last entry where they end,
         once `PointPlan.wait_ready` (the copy back is not waited for here; the table is
         sized for the most pieces the points can make)."""
-        k, bins = self.kernels, self.layout().keys_per_plane
+        k, bins = self.kernels, self.plane_order().keys_per_plane
         num_planes = points.plane_start.size - 1       # the plan's stack (a slab's, where it has one)
         n = num_planes * bins
         if n >= 2 ** 31 - 1:

@@ -27,7 +27,7 @@ class _FpgaStacked(StackedStrategy):
     stable = True          # the host order of an FPGA pipeline: the same every run
     arranges_by_layout = False     # its runs are made on the host (arrange)
 
-    def layout(self) -> PlaneOrder:
+    def plane_order(self) -> PlaneOrder:
         return PlaneOrder("bins", self.nu, self.nv, self.tuning["tile"], self.tuning["tile"])
 
     def arrangement_key(self) -> tuple:
@@ -49,7 +49,7 @@ class _FpgaStacked(StackedStrategy):
         ``extra["run_start"][g]`` (host) where first plane g's runs begin."""
         self.stable = True
         points = super().arrange(plan, npol)
-        layout = self.layout()
+        layout = self.plane_order()
         num_planes = points.plane_start.size - 1       # the plan's stack (a slab's, where it has one)
         starts = np.empty(num_planes * layout.keys_per_plane + 1, np.int32)
         cl.enqueue_copy(self.queue, starts, points.starts)

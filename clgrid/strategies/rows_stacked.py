@@ -38,7 +38,7 @@ class _StackedRows(StackedStrategy):
     def work_group_shape(tuning: dict) -> tuple:
         return (tuning["rows_work_group"],)
 
-    def layout(self) -> PlaneOrder:
+    def plane_order(self) -> PlaneOrder:
         return PlaneOrder("rows", self.nu, self.nv)
 
     @classmethod

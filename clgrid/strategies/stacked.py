@@ -30,7 +30,7 @@ def launch_size(count: int, group: int) -> int:
 
 class StackedStrategy(Strategy):
     """Base of the w-stacking strategies: a grid of ``grid_size = (nu, nv)`` cells (periodic,
-    indexed ``[u][v]``), a `StackedKernel` source, and plans arranged by `layout` (cached in the
+    indexed ``[u][v]``), a `StackedKernel` source, and plans arranged by `plane_order` (cached in the
     plan; strategies of the same layout share one arrangement)."""
 
     atomics = False
@@ -69,7 +69,7 @@ class StackedStrategy(Strategy):
     def template_params(self, npol: int) -> dict:
         return self.program_parameters(self.tuning, self.precision, npol, self.grid_size, self.kernels)
 
-    def layout(self) -> PlaneOrder:
+    def plane_order(self) -> PlaneOrder:
         """The order of the points within a plane this strategy wants."""
         return PlaneOrder("bins", self.nu, self.nv, 32, 32)
 
@@ -77,9 +77,9 @@ class StackedStrategy(Strategy):
         return (type(self).__name__, self.precision, repr(sorted(self.tuning.items())), self.stable)
 
     def arrange(self, plan, npol: int = 1) -> PointPlan:
-        """``plan`` in `layout`'s order (by first plane, then place); with ``stable`` the same
+        """``plan`` in `plane_order`'s order (by first plane, then place); with ``stable`` the same
         order every run (a stable sort on the host)."""
-        return arrange(plan, self.layout(), stable=self.stable)
+        return arrange(plan, self.plane_order(), stable=self.stable)
 
     def add_tables(self, points: PointPlan, geometry) -> PointPlan:
         """What the strategy's kernels read beside the points arranged in `layout`'s order for
