@@ -108,19 +108,18 @@ def test_one_call_functions_take_a_list_and_deterministic_lists_repeat_their_bit
 
 @pytest.mark.parametrize("sparse", [0.0, 1.1, 0.5])
 def test_devices_shares_go_into_one_output_in_order(rng, monkeypatch, sparse):
-    """Three queues, slabs of planes, every share's values picked by the host (``sparse``
-    1.1), none (0.0) or as the split falls (0.5): the visibilities (written by the first
+    """Three queues, slabs of planes, every share's values picked by the host (tuning
+    ``sparse_share`` 1.1), none (0.0) or as the split falls (0.5): the visibilities (written by the first
     device, added by the others in order into one poisoned output, the puts on threads)
     equal one device's to 1e-6, masked ones exactly zero, and deterministic
     operators repeat their bits."""
     from clgrid.imaging import engine as imaging_engine, wgridding as imaging_wgridding
 
-    monkeypatch.setattr(imaging_engine, "SPARSE_SHARE", sparse)
     poison_results(monkeypatch, imaging_engine, imaging_wgridding)
     uvw, freq, vis, wgt, mask = wide_field(rng, 1500, precision="single", masked=0.1)
     kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
     one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
-    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", **kw)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, split="planes", tuning={"sparse_share": sparse}, **kw)
     assert len(op.engines) == 3
     picked = [any(p.index is not None for p in e._parts) for e in op.engines]
     assert all(picked) if sparse > 1 else not any(picked) if sparse == 0 else True
@@ -876,3 +875,25 @@ def test_dask_slab_weights_fall_back_to_the_device_lists():
         weight(DEVICE, {"dask_split_sample_weight": "heavy"}, over="dask")
     with pytest.raises(ValueError, match="over one of"):
         weight(DEVICE, None, over="threads")
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_sparse_share_chooses_who_picks_a_parts_values_not_the_result(rng, share):
+    """`[wgridding] sparse_share` (tuning): a device's share of the planes that keeps fewer
+    than that share of its rows' samples has its values picked by the host each call (0:
+    never, every sample goes up; 1: wherever it keeps fewer than all), and the image and
+    visibilities are one device's either way (the prefetch of a one-call list follows the
+    same choice)."""
+    uvw, freq, vis, wgt, mask = wide_field(rng, 1200, precision="single", masked=0.1)
+    kw = dict(epsilon=1e-5, do_wgridding=True, mask=mask, precision="single", **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=DEVICE, **kw)
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE] * 3, tuning={"sparse_share": share}, **kw)
+    picked = [part.index is not None for e in op.engines for part in e._parts]
+    assert all(e.sparse_share == share for e in op.engines)
+    assert picked == [share == 1.0] * len(picked)          # (every share keeps fewer than all: masked, sliced by planes)
+    dirty = rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32)
+    assert relative_error(op.vis2dirty(vis, wgt), one.vis2dirty(vis, wgt)) <= 1e-6
+    assert relative_error(op.dirty2vis(dirty, wgt), one.dirty2vis(dirty, wgt)) <= 1e-6
+    called = clgrid.vis2dirty(uvw=uvw, freq=freq, vis=vis, wgt=wgt, device=[DEVICE] * 3, tuning={"sparse_share": share},
+                              **{k: v for k, v in kw.items() if k != "precision"})     # (single: vis's dtype says)
+    assert relative_error(called, one.vis2dirty(vis, wgt)) <= 1e-6

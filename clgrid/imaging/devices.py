@@ -23,7 +23,7 @@ from ..errors import DeviceCapabilityError
 from ..strategies.base import check_precision
 from .geometry import ImageGeometry
 
-__all__ = ["add_at", "sample_weight", "device_list", "queues_for", "check_devices", "share_bytes", "on_devices"]
+__all__ = ["add_at", "sample_weight", "sparse_share", "device_list", "queues_for", "check_devices", "share_bytes", "on_devices"]
 
 _extra: dict = {}             # (device, mention k >= 1) -> (context, queue)
 _lock = threading.Lock()
@@ -136,6 +136,16 @@ def on_devices(calls: list) -> list:
     if errors:
         raise errors[0]
     return results
+
+
+def sparse_share(device=None, tuning=None) -> float:
+    """The tuning table's ``[wgridding] sparse_share`` for ``device`` (as `sample_weight`
+    takes it), which ``tuning`` may set: below this share of its rows' samples kept, an
+    engine's part has its values picked by the host each call."""
+    if isinstance(device, (list, tuple)):
+        device = device[0] if device else None
+    given = {k: v for k, v in dict(tuning or {}).items() if k == "sparse_share"}
+    return float(resolve_tuning("wgridding", given, device_facts(select_device(device)))["sparse_share"])
 
 
 _WEIGHT_KEYS = {("devices", "vis2dirty"): "split_sample_weight",

@@ -86,8 +86,9 @@ def _route_tuning(tuning, facts) -> tuple:
 # how a call's refusal of non-finite visibilities begins (its count follows): callers
 # that hold the values in parts look for them there (`clgrid.dask.tasks.image_slab`)
 NOT_FINITE_VIS = "vis has NaN or infinite entries where not masked"
-# a part whose kept samples are fewer than this share of its rows' samples gets its values
-# picked by the host (in plan order) rather than all its rows' samples each call
+# the generic tuning table's [wgridding] sparse_share (a part whose kept samples are fewer
+# than this share of its rows' samples gets its values picked by the host), for the host's
+# own choices of the same kind (`clgrid.dask.slabs.takes_whole`)
 SPARSE_SHARE = 0.5
 
 
@@ -183,6 +184,8 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
                              f"{self.spread_mode!r}{hint}")
         # a device list's image, pinned for another device's context, copied straight across
         self.pinned_portable = bool(wparams["pinned_across_contexts"])
+        # below this share of its rows' samples kept, a part's values are picked by the host
+        self.sparse_share = float(wparams["sparse_share"])
         self.fft = HostFFT(self._workers, wparams["host_fft"])
         self.fft_mode = wparams["fft"]
         if self.fft_mode not in ("host", "mapped", "vkfft"):
@@ -309,7 +312,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             plan, points, index = plan_arranged(
                 queue, g, uvw[rows], scale, None if keep is None else keep[rows], signs, fold=g.do_wgridding,
                 double=self.precision == "double", layout=self.plane_order, staging=staging,
-                planes=range(planes.start - base, planes.stop - base), sparse_share=SPARSE_SHARE)
+                planes=range(planes.start - base, planes.stop - base), sparse_share=self.sparse_share)
             points = spreader.add_tables(points, g).wait_ready()     # the set-up's one wait
             plan.keep_arranged(spreader.arrangement_key(), points)
         else:
@@ -319,7 +322,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             # few of the rows' samples kept (a device's slab of w-planes, a sparse mask): the host
             # picks theirs, in plan order, instead of sending every sample each call
             index = None
-            if plan.num_kept < SPARSE_SHARE * nsample:
+            if plan.num_kept < self.sparse_share * nsample:
                 plan.values_by_position = True
                 index = plan.sample.get()[:plan.num_kept].astype(np.intp)     # (picks convert others every call)
             points = plan.arranged(spreader.arrangement_key(), spreader.arrange)

@@ -50,8 +50,8 @@ import numpy as np
 from ..planning.host import SPEED_OF_LIGHT
 from ..operators.checks import check_apart, check_output, precision_of
 from ..device.transfer import host_empty
-from .devices import check_devices, sample_weight, device_list, on_devices, queues_for, share_bytes
-from .engine import SPARSE_SHARE, ImagingEngine, check_samples
+from .devices import check_devices, sample_weight, sparse_share, device_list, on_devices, queues_for, share_bytes
+from .engine import ImagingEngine, check_samples
 from ..call_warnings import gathering, say_gathered
 from .facets import faceted_operator
 from .geometry import DIRECTIONS, ImageGeometry, abs_w_range, check_geometry, choose_geometry, flip_signs, \
@@ -287,9 +287,10 @@ class WGridder:
         self._one_call = threading.Lock()
         # the values sent up during the planning only to shares that will hold all their rows'
         # samples (about: the engine makes sure), not to those whose values the host picks
-        early = [None if prefetch is None or kept < SPARSE_SHARE * self.nchan * len(range(*rows.indices(self.nrow)))
+        early = [None if prefetch is None or kept < sparse_share(queues[i], engine["tuning"]) * self.nchan
+                 * len(range(*rows.indices(self.nrow)))
                  else {k: None if a is None else a[rows] for k, a in prefetch.items()}
-                 for _, rows, _, _, kept, _ in shares]
+                 for i, rows, _, _, kept, _ in shares]
         said = [[] for _ in shares]        # each engine's set-up warnings, said once from the caller's line
         self.engines = on_devices(_gathered(said, [
             partial(ImagingEngine, uvw=uvw[rows], keep=part, planes=planes, device=queues[i], workers=each, prefetch=p,
