@@ -69,3 +69,36 @@ def test_emitted_imaging_source_is_what_the_operator_builds(queue, tmp_path, rng
     assert main(args + (["--degrid"] if degrid else [])) == 0
     assert "ES_COEF" in out.read_text()
     cl.Program(queue.context, out.read_text()).build()
+
+
+@pytest.mark.parametrize("degrid", [False, True])
+def test_emitted_rows_source_in_double_keeps_float_taps_as_the_operator_does(queue, tmp_path, rng, degrid):
+    """In double precision the imaging operator's rows spread keeps its kernel values in
+    float where epsilon allows (`Strategy.keeps_float_taps`); `emit_program` with that
+    choice writes the very source the operator builds, and `clgrid emit --imaging` makes
+    the same choice (its description says ``tap_single``)."""
+    import json
+
+    from clgrid.sources.accuracy import choose_kernel
+    from clgrid.tools.cli import main
+
+    nrow, freq = 300, np.array([1.4e9])
+    uvw = rng.normal(scale=200.0, size=(nrow, 3))
+    op = clgrid.WGridder(uvw, freq, 64, 64, 2e-4, 2e-4, 1e-4, do_wgridding=True, device=queue,
+                         precision="double", tuning={"spread": "rows"})
+    strategy = op.engine.interpolator if degrid else op.engine.spreader
+    assert strategy.tap_single                                   # (1e-4 in double: float values allowed)
+    assert type(strategy).keeps_float_taps(op.geometry.kernel, "double", 3, 1e-4)
+    source, _ = emit_program(type(strategy), device_facts(queue.device), "double", 1, strategy.grid_size,
+                             strategy.kernels, tmp_path / "p.cl", strategy.tuning, float_taps=True)
+    assert source.read_text() == strategy._source(1)[0]
+    choice = choose_kernel(1e-12, "double", 3)
+    assert not type(strategy).keeps_float_taps(choice, "double", 3, 1e-12)    # too fine for float values
+    out = tmp_path / "cmd.cl"
+    args = ["emit", "--imaging", "--method", "rows", "--precision", "double", "--grid-size", "64",
+            "--epsilon", "1e-4", "--w-planes", "9", "--device", f"{queue.device.platform.name} {queue.device.name}",
+            "-o", str(out)]
+    assert main(args + (["--degrid"] if degrid else [])) == 0
+    described = json.loads(out.with_suffix(".json").read_text())
+    assert described["parameters"]["tap_single"] is True and described["parameters"]["value_single"] is True
+    cl.Program(queue.context, out.read_text()).build()

@@ -101,8 +101,10 @@ def offline_target(name: str, platform: str = INTEL_FPGA_PLATFORM) -> DeviceFact
 
 
 def emit_program(strategy, facts: DeviceFacts, precision: str, npol: int, grid_size: int, kernels,
-                 output, tuning: dict | None = None) -> tuple[Path, Path]:
-    """Write the source of ``strategy`` (a strategy class) for the device ``facts`` describe.
+                 output, tuning: dict | None = None, float_taps: bool = False) -> tuple[Path, Path]:
+    """Write the source of ``strategy`` (a strategy class) for the device ``facts`` describe
+    (with ``float_taps``, its per-point kernel values kept in float, as an imaging operator
+    keeps them where `Strategy.keeps_float_taps` says so).
 
     ``output`` is the ``.cl`` file; its description (`program_description` plus the
     target, the precision, every tuning value and the ``aoc`` command line) goes
@@ -110,7 +112,8 @@ def emit_program(strategy, facts: DeviceFacts, precision: str, npol: int, grid_s
     Returns both paths.
     """
     resolved = resolve_tuning(strategy.name, tuning, facts, npol=npol, precision=precision)
-    parameters = strategy.program_parameters(resolved, precision, npol, grid_size, kernels)
+    parameters = dict(strategy.program_parameters(resolved, precision, npol, grid_size, kernels),
+                      **strategy.float_taps_parameters(float_taps))
     source = render(strategy.template, **parameters)
     output = Path(output)
     binary = output.with_suffix(".aocx")

@@ -36,7 +36,6 @@ from ..device.transfer import download, host_empty, shared_staging, upload
 from ..device.tuning import resolve_tuning, schema
 from ..planning.fused import plan_arranged
 from ..planning.plan import as_host, plan_stacked
-from ..sources.accuracy import float_taps_allowed
 from .memory import HOST_PART_SAMPLES, engine_device_bytes, return_freed_memory
 from ..sources.analytic import StackedKernel
 from ..strategies import IMAGING
@@ -198,12 +197,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         self.interpolator = interp_cls(self.queue, (g.nu, g.nv), source, self.precision, interp_tuning or None)
         # the rows spread keeps every point's kernel values: in double precision, in float
         # where epsilon allows (in single they are float already)
-        float_taps = self.spread_mode == "rows" and self.precision == "double" and \
-            float_taps_allowed(g.kernel, self.precision, 3 if g.do_wgridding else 2, self.epsilon)
+        float_taps = spread_cls.keeps_float_taps(g.kernel, self.precision, 3 if g.do_wgridding else 2, self.epsilon)
         for strategy in (self.spreader, self.interpolator):
             strategy.stable = deterministic
-            if self.spread_mode == "rows":
-                strategy.tap_single = float_taps
+            if float_taps:
+                strategy.tap_single = True
         # with them, each point's value and phase in plan order (value_types.cl)
         self._float_values = float_taps
         self._value_bytes = 8 if float_taps else np.dtype(self.complex).itemsize

@@ -226,6 +226,19 @@ class Strategy:
                     grid_size=grid_size, deterministic=False, source=kernels.device_source(cls.interpolation),
                     table_layout=cls.kernel_layout, **kernels.template_parameters())
 
+    @classmethod
+    def keeps_float_taps(cls, choice, precision: str, ndim: int, epsilon: float | None) -> bool:
+        """Whether an imaging operator of ``precision`` asked for ``epsilon`` keeps this
+        strategy's per-point kernel values in float (``choice``: its `KernelChoice`;
+        ``ndim`` 3 with w): a strategy that keeps none says no."""
+        return False
+
+    @classmethod
+    def float_taps_parameters(cls, single: bool) -> dict:
+        """The template variables that say its kept kernel values are float (``single``),
+        for `program_parameters`' program as the imaging engine builds it (none here)."""
+        return {}
+
     def kernel_arguments(self, plan: DevicePlan) -> tuple:
         """What the kernel reads its weights from, as its source's ``SOURCE_ARGS`` declare it
         (`clgrid.sources.base.KernelSource.kernel_arguments`)."""

@@ -22,6 +22,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from ..planning.stacking import PlaneOrder, PointPlan
+from ..sources.accuracy import float_taps_allowed
 from .stacked import StackedStrategy, launch_size
 
 __all__ = ["StackedRowsGridding", "StackedRowsDegridding"]
@@ -43,12 +44,21 @@ class _StackedRows(StackedStrategy):
 
     @classmethod
     def program_parameters(cls, tuning: dict, precision: str, npol: int, grid_size, kernels) -> dict:
-        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels), tap_single=False,
-                    value_single=False)
+        return dict(super().program_parameters(tuning, precision, npol, grid_size, kernels),
+                    **cls.float_taps_parameters(False))
+
+    @classmethod
+    def keeps_float_taps(cls, choice, precision: str, ndim: int, epsilon: float | None) -> bool:
+        """In double precision where `clgrid.sources.accuracy.float_taps_allowed` allows it
+        at ``epsilon`` (in single they are float already)."""
+        return precision == "double" and float_taps_allowed(choice, precision, ndim, epsilon)
+
+    @classmethod
+    def float_taps_parameters(cls, single: bool) -> dict:
+        return {"tap_single": bool(single), "value_single": bool(single)}
 
     def template_params(self, npol: int) -> dict:
-        single = bool(self.tap_single)
-        return dict(super().template_params(npol), tap_single=single, value_single=single)
+        return dict(super().template_params(npol), **self.float_taps_parameters(self.tap_single))
 
     def settle(self, points: PointPlan) -> PointPlan:
         """Every point's kernel values (``extra["taps"]``: W along u, W along v), with w the

@@ -312,13 +312,16 @@ def cmd_emit(args) -> int:
     try:
         facts = (offline_target(args.target, args.platform) if args.target
                  else device_facts(select_device(args.device)))
-        grid_size = args.grid_size
+        grid_size, float_taps = args.grid_size, False
         if args.imaging:
             if args.epsilon is None:
                 raise ValueError("--imaging needs --epsilon (the accuracy the imaging operator's kernel reaches)")
-            choice = choose_kernel(args.epsilon, args.precision, 3 if args.w_planes else 2)
+            ndim = 3 if args.w_planes else 2
+            choice = choose_kernel(args.epsilon, args.precision, ndim)
             stack = StackedKernel(choice.support, choice.beta, max(args.w_planes, 1), bool(args.w_planes))
             grid_size = (args.grid_size, args.grid_size)
+            # (kernel values kept in float where the operator keeps them so at this epsilon)
+            float_taps = methods[args.method].keeps_float_taps(choice, args.precision, ndim, args.epsilon)
         elif args.epsilon is not None:
             stack = KernelStack.analytic(args.epsilon, args.precision)
         elif args.max_support is None:
@@ -329,7 +332,7 @@ def cmd_emit(args) -> int:
             stack = KernelStack.from_arrays([np.zeros((q, q))], [args.max_support], args.oversample, 0.0)
         source, description = emit_program(methods[args.method], facts, args.precision, args.npol,
                                            grid_size, stack, args.output,
-                                           _tuning_overrides(args.tuning))
+                                           _tuning_overrides(args.tuning), float_taps)
     except Exception as exc:
         print(f"clgrid emit: {exc}", file=sys.stderr)
         return 2
