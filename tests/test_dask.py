@@ -379,12 +379,16 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
         return {f for f in os.listdir(delivery.SHARED_MEMORY) if f.startswith(f"clgrid-x-{os.getpid()}-")}
 
     uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    # single precision, the slabs' images summed against one engine's planes: about 1e-6
+    # apart, at times a little more (1.03e-6 for seed 2901240634, on PoCL and Intel alike,
+    # at the session's start too); the transport's own faults would be whole facets
+    REORDERED = 2e-6
     common = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
                   do_wgridding=True, **IMAGE)
     image = cd.vis2dirty(vis=blocks(vis), **common)
     expected = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
                                 do_wgridding=True, **IMAGE)
-    assert relative_error(image, expected) <= 1e-6
+    assert relative_error(image, expected) <= REORDERED
     if os.path.isdir(delivery.SHARED_MEMORY):
         made = ours()
         assert made                                                       # values and partial images
@@ -393,8 +397,8 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
         assert ours() == made
         assert relative_error(again, clgrid.vis2dirty(vis=other.astype(np.complex64), uvw=uvw, freq=WIDE_FREQS,
                                                       wgt=wgt, mask=mask, epsilon=1e-4, do_wgridding=True,
-                                                      **IMAGE)) <= 1e-6
-        assert relative_error(image, expected) <= 1e-6                    # the first image is the caller's
+                                                      **IMAGE)) <= REORDERED
+        assert relative_error(image, expected) <= REORDERED                    # the first image is the caller's
         # each result is the mapping of a kept box of the client's: none is free while the
         # caller holds both; dropping one frees its box, which the next call takes (its
         # image, not the one still held, written there)
@@ -408,11 +412,11 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
         assert len(free()) == 1 and set(free()) <= held
         third = cd.vis2dirty(vis=blocks(2 * vis), **common)
         assert not free() and set(delivery._made) == held
-        assert relative_error(third, 2 * expected) <= 1e-6 and relative_error(image, expected) <= 1e-6
+        assert relative_error(third, 2 * expected) <= REORDERED and relative_error(image, expected) <= REORDERED
         client.run(cd.clear_cache)
         cd.clear_cache()
         assert not ours() and not any(os.path.exists(path) for path in held)
-        assert relative_error(image, expected) <= 1e-6 and relative_error(third, 2 * expected) <= 1e-6
+        assert relative_error(image, expected) <= REORDERED and relative_error(third, 2 * expected) <= REORDERED
         del third
         gc.collect()
         assert not free()                    # (its file removed: not given back)
