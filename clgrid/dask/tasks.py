@@ -27,7 +27,7 @@ from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, s
 from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 from ..device.runtime import get_queue
-from ..imaging.devices import sample_weight
+from ..imaging.devices import first_device, sample_weight
 from ..imaging.engine import NOT_FINITE_VIS
 from ..imaging.geometry import DIRECTIONS
 from ..imaging.memory import engine_device_bytes
@@ -99,11 +99,6 @@ def _operator(key, points, options: dict, keep: int, geometry=None, planes=None)
     return made
 
 
-def _first_device(device):
-    """The device (a name, or None) a worker's ``device`` option opens first."""
-    return (device[0] if device else None) if isinstance(device, (list, tuple)) else device
-
-
 def _make_room(need: int, device) -> None:
     """Drop the least recently used kept operators while they and one more of ``need``
     bytes (its engine's peak, `clgrid.imaging.memory.engine_device_bytes`) would not fit
@@ -111,7 +106,7 @@ def _make_room(need: int, device) -> None:
     each engine weighs its own need against the whole memory, not what the worker's other
     operators hold.  (An operator a running task still holds frees its memory when that
     task ends.)"""
-    limit = get_queue(_first_device(device)).device.global_mem_size * DEVICE_SHARE
+    limit = get_queue(first_device(device)).device.global_mem_size * DEVICE_SHARE
     with _lock:
         while _operators and sum(_held_bytes(op) for op, _ in _operators.values()) + need > limit:
             _operators.popitem(last=False)
@@ -235,9 +230,7 @@ def split_weight(options) -> dict:
     """The planes split's sample weight in each direction for this worker's device,
     {direction: weight} (`clgrid.imaging.devices.sample_weight` over "dask": the tuning
     table's, or the call's ``tuning``)."""
-    device = options["device"]
-    device = list(device) if isinstance(device, tuple) else device
-    return {d: sample_weight(device, options["tuning"], d, over="dask") for d in DIRECTIONS}
+    return {d: sample_weight(options["device"], options["tuning"], d, over="dask") for d in DIRECTIONS}
 
 
 def slab_capacity(options, geometry, tasks: int = 1) -> int | None:
@@ -248,7 +241,7 @@ def slab_capacity(options, geometry, tasks: int = 1) -> int | None:
     tasks the worker runs in a call (at least one; older kept operators make room,
     `_make_room`); None where the device is not a GPU (a CPU device's memory is the
     host's, which the workers and their chunks share)."""
-    found = get_queue(_first_device(options["device"])).device
+    found = get_queue(first_device(options["device"])).device
     if not found.type & cl.device_type.GPU:
         return None
     room = found.global_mem_size * TASK_MEMORY_SHARE / max(1, int(tasks))

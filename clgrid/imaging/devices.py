@@ -23,7 +23,7 @@ from ..errors import DeviceCapabilityError
 from ..strategies.base import check_precision
 from .geometry import ImageGeometry
 
-__all__ = ["add_at", "sample_weight", "sparse_share", "device_list", "queues_for", "check_devices", "share_bytes", "on_devices"]
+__all__ = ["add_at", "first_device", "sample_weight", "sparse_share", "device_list", "queues_for", "check_devices", "share_bytes", "on_devices"]
 
 _extra: dict = {}             # (device, mention k >= 1) -> (context, queue)
 _lock = threading.Lock()
@@ -138,14 +138,20 @@ def on_devices(calls: list) -> list:
     return results
 
 
+def first_device(device):
+    """The device a ``device=`` option (a name, Device, Context, CommandQueue or None, or a
+    list or tuple of them) opens first: a list's first entry (None for an empty one)."""
+    if isinstance(device, (list, tuple)):
+        return device[0] if device else None
+    return device
+
+
 def sparse_share(device=None, tuning=None) -> float:
     """The tuning table's ``[wgridding] sparse_share`` for ``device`` (as `sample_weight`
     takes it), which ``tuning`` may set: below this share of its rows' samples kept, an
     engine's part has its values picked by the host each call."""
-    if isinstance(device, (list, tuple)):
-        device = device[0] if device else None
     given = {k: v for k, v in dict(tuning or {}).items() if k == "sparse_share"}
-    return float(resolve_tuning("wgridding", given, device_facts(select_device(device)))["sparse_share"])
+    return float(resolve_tuning("wgridding", given, device_facts(select_device(first_device(device))))["sparse_share"])
 
 
 _WEIGHT_KEYS = {("devices", "vis2dirty"): "split_sample_weight",
@@ -168,9 +174,7 @@ def sample_weight(device=None, tuning=None, direction: str = "vis2dirty", over: 
     if (over, direction) not in _WEIGHT_KEYS:
         raise ValueError(f"direction must be one of ('vis2dirty', 'dirty2vis') and over one of ('devices', "
                          f"'dask'), got {direction!r}, {over!r}")
-    if isinstance(device, (list, tuple)):
-        device = device[0] if device else None
-    device = select_device(device)
+    device = select_device(first_device(device))
     given = dict(tuning or {})
     own, lists = _WEIGHT_KEYS[(over, direction)], _WEIGHT_KEYS[("devices", direction)]
     params = resolve_tuning("wgridding", {k: given[k] for k in (own, lists) if k in given}, device_facts(device))
