@@ -257,7 +257,8 @@ def test_host_passes_count_non_finite_entries_without_a_mask(rng, dtype):
 def test_picks_from_an_unaligned_array_are_its_entries(rng, dtype):
     """`host_threads.pick` (by bytes: np.take copies an unaligned source whole first) gives
     the entries at the indices of an array at an odd address, as Dask deserializes blocks,
-    into a poisoned out or a new array; `clgrid.dask.slabs.values_at` likewise, weighted."""
+    into a poisoned out or a new array, on one thread or several; `clgrid.dask.slabs.values_at`
+    likewise, weighted."""
     from clgrid.device import host_threads
     from clgrid.dask.slabs import values_at
 
@@ -270,6 +271,8 @@ def test_picks_from_an_unaligned_array_are_its_entries(rng, dtype):
     out = np.full(index.size, np.nan, dtype)
     assert host_threads.pick(a, index, out) is out and np.array_equal(out, np.asarray(a)[index])
     assert np.array_equal(host_threads.pick(a.reshape(-1, 1), index), np.asarray(a)[index])
+    out[...] = np.nan                                   # in slices on the pool's threads: the same
+    assert host_threads.pick(a, index, out, parts=3) is out and np.array_equal(out, np.asarray(a)[index])
     if np.iscomplexobj(a):
         w = raw[1:1 + 4 * n].view(np.float32).copy()
         w[...] = rng.uniform(0.5, 2.0, n)

@@ -115,13 +115,15 @@ def count_not_finite(a: np.ndarray, parts: int) -> int:
     return sum(counts)
 
 
-def pick(a: np.ndarray, index: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def pick(a: np.ndarray, index: np.ndarray, out: np.ndarray | None = None, parts: int = 1) -> np.ndarray:
     """``a``'s flat entries at ``index`` (valid indices, numpy's index type), into ``out``
-    (None: a new array), on the calling thread, copied as bytes: `np.take` copies an
-    unaligned ``a`` (a block that Dask deserialized at an odd offset) whole before every
-    pick, and buffers ``out`` unless its indices are clipped."""
+    (None: a new array), in ``parts`` slices of ``index`` on the pool's threads (1: on the
+    calling thread), copied as bytes: `np.take` copies an unaligned ``a`` (a block that
+    Dask deserialized at an odd offset) whole before every pick, and buffers ``out``
+    unless its indices are clipped."""
     flat = a.reshape(-1)
     out = np.empty(len(index), flat.dtype) if out is None else out
     raw = np.dtype((np.void, flat.dtype.itemsize))
-    np.take(flat.view(raw), index, out=out.reshape(-1).view(raw), mode="clip")
+    source, target = flat.view(raw), out.reshape(-1).view(raw)
+    in_slices(parts, len(index), lambda r: np.take(source, index[r], out=target[r], mode="clip"))
     return out
