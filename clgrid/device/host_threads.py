@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices", "in_background", "parallel_copy", "add_counting", "not_finite", "count_not_finite", "pick"]
+__all__ = ["in_slices", "in_background", "parallel_copy", "add_counting", "not_finite", "count_not_finite", "pick",
+           "let_others_run"]
 
 _pool = None
 _background = None
@@ -59,6 +61,14 @@ def in_background(fn, *args):
         if _background is None:
             _background = ThreadPoolExecutor(4, thread_name_prefix="clgrid-background")
     return _background.submit(fn, *args)
+
+
+def let_others_run() -> None:
+    """Hand the GIL to a thread waiting for it, if any (a moment's sleep).  For loops that
+    only enqueue device work and would otherwise hold the GIL for the interpreter's whole
+    switch interval (5 ms) at a time: another thread's staged copy needs it for every
+    slice it hands out and takes back (a device list's other devices)."""
+    time.sleep(0)
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray, parts: int) -> None:
