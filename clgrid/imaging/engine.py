@@ -383,11 +383,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:
-        its rows, or only its kept samples (in plan order) where it picks them (on one
-        thread, by bytes: `clgrid.device.host_threads.pick`)."""
+        its rows, or only its kept samples (in plan order) where it picks them (on the
+        engine's host threads, by bytes: `clgrid.device.host_threads.pick`)."""
         mine = given[part.rows]
         if part.index is not None:
-            mine = pick(mine, part.index)
+            mine = pick(mine, part.index, parts=self._workers)
         return np.asarray(mine, dtype)
 
     def _upload_held(self, part, vis, wgt, on=None) -> None:
