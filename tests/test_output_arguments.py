@@ -164,9 +164,10 @@ def test_wgridding_outputs_of_another_shape_refused_and_fitting_ones_written(rng
     assert relative_error(out, ducc0.dirty2vis(epsilon=1e-12, **d2v)) < 1e-9
 
 
-def _small_wgridder(rng, device_name, devices):
+def _small_wgridder(rng, device_name, devices, tuning=None):
     """(uvw, freq, a `WGridder` of 300 rows × 2 channels into 32², epsilon 1e-9, with w)
-    on one device, a list of the device twice, or two facets (``devices``)."""
+    on one device, a list of the device twice, or two facets (``devices``), with
+    ``tuning``'s overrides of the table."""
     from clgrid.imaging.wgridding import WGridder
 
     uvw, freq, _, _, _ = wide_field(rng, 300, (1.0e8,), uv=800.0, w=100.0, weights=None)
@@ -174,7 +175,7 @@ def _small_wgridder(rng, device_name, devices):
     kw = dict(device=[device_name, device_name]) if devices == "list" else dict(device=device_name)
     if devices == "facets":
         kw["facets"] = (2, 1)
-    return uvw, freq, WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, **kw)
+    return uvw, freq, WGridder(uvw, freq, 32, 32, 2e-3, 2e-3, 1e-9, True, tuning=tuning, **kw)
 
 
 @pytest.mark.parametrize("devices", ["one", "list", "facets"])
@@ -232,36 +233,47 @@ def test_wgridder_dirty2vis_writes_its_out(rng, device_name, devices, monkeypatc
     assert np.all(wrong == 7)
 
 
+@pytest.mark.parametrize("fft", ["host", "mapped"])
 @pytest.mark.parametrize("devices", ["one", "list", "facets"])
-def test_wgridder_vis2dirty_writes_its_out(rng, device_name, devices, monkeypatch):
+def test_wgridder_vis2dirty_writes_its_out(rng, device_name, devices, fft, monkeypatch):
     """`WGridder.vis2dirty(out=)`: a poisoned C-contiguous out handed to the engines (one
     device, a device list: the first device's image, or the sum, is written there, not
-    into an array copied there after; facets through a copy), a strided or big-endian
-    one through a copy; each the array returned, equal to the call without ``out`` and
-    within epsilon of ducc0 at 1e-12; a wrong dtype or one sharing memory with ``vis``
-    refused naming ``out``, before it is written."""
+    into an array copied there after, on the host FFT's path as on a device FFT's;
+    facets through a copy), a strided or big-endian one through a copy; each the array
+    returned, equal to the call without ``out`` and within epsilon of ducc0 at 1e-12; a
+    wrong dtype or one sharing memory with ``vis`` refused naming ``out``, before it is
+    written.  (The host FFT's image made afresh and copied into ``out``, as before
+    pocl-worker-40, is an image's copy more per call: a Dask task's image into the
+    client's box.)"""
     from clgrid.imaging import engine as engine_module
 
-    given = []
-    real = engine_module.ImagingEngine.vis2dirty
+    given, copies = [], []
+    real, real_copy = engine_module.ImagingEngine.vis2dirty, engine_module.parallel_copy
 
     def spy(self, vis, wgt=None, progress=None, out=None, after=None):
         given.append(out)
         return real(self, vis, wgt, progress, out=out, after=after)
 
+    def copying(dst, src, *args, **kwargs):                         # the engine's host copies
+        copies.append(dst)
+        return real_copy(dst, src, *args, **kwargs)
+
     monkeypatch.setattr(engine_module.ImagingEngine, "vis2dirty", spy)
+    monkeypatch.setattr(engine_module, "parallel_copy", copying)
     ducc0 = optional("ducc0.wgridder", "compare")
-    uvw, freq, op = _small_wgridder(rng, device_name, devices)
+    uvw, freq, op = _small_wgridder(rng, device_name, devices, {"fft": fft})
+    assert all(e.fft_mode == fft for e in op.engines)
     vis = rng.normal(size=(300, 2)) + 1j * rng.normal(size=(300, 2))
     fresh = op.vis2dirty(vis)
     assert relative_error(fresh, ducc0.vis2dirty(uvw=uvw, freq=freq, vis=vis, npix_x=32, npix_y=32, pixsize_x=2e-3,
                                                  pixsize_y=2e-3, epsilon=1e-12, do_wgridding=True)) < 1e-9
     for out in (np.full((32, 32), np.nan), np.full((32, 32), np.nan).T, np.full((32, 32), np.nan, ">f8")):
-        given.clear()
+        given.clear(), copies.clear()
         assert op.vis2dirty(vis, out=out) is out
         assert relative_error(out, fresh) < 1e-14
         direct = out.flags.c_contiguous and out.dtype.isnative and devices != "facets"
         assert given and all((g is not None and np.shares_memory(g, out)) == direct for g in given)
+        assert not any(np.shares_memory(c, out) for c in copies)
     for wrong, error, match in ((np.full((32, 32), 7, np.float32), TypeError, r"out must be a float64 array"),
                                 (np.full((32, 31), 7.0), ValueError, r"out must be a float64 array of shape \(32, 32\)")):
         with pytest.raises(error, match=match):

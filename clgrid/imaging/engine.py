@@ -528,7 +528,9 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             self._call_planes = self.direction_planes["vis2dirty"]
             if out is None:
                 return self._vis2dirty(vis, wgt, progress)
-            direct = self.device_fft is not None and self._stream is None
+            # written straight into ``out``: a device FFT's image comes down there (added
+            # there with ``after``), the host FFT's correction writes there (without ``after``)
+            direct = self._stream is None and (self.device_fft is not None or after is None)
             image = self._vis2dirty(vis, wgt, progress, (out, after) if direct else None)
             if image is out:
                 return out
@@ -557,7 +559,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             return np.zeros((g.npix_x, g.npix_y), self.real)
         if self.device_fft is not None:
             return self._vis2dirty_device(progress, into)
-        return self._vis2dirty_host(progress)
+        return self._vis2dirty_host(progress, None if into is None else into[0])
 
     def _planes_skipped(self, progress) -> None:
         """``progress`` told of the call's planes where the call images nothing (a device

@@ -64,8 +64,10 @@ class PlanePasses:
         self._image_out = cl.Buffer(ctx, mf.READ_WRITE, npix_bytes)
         self._npix_bytes = npix_bytes
 
-    def _vis2dirty_host(self, progress):
-        """Spread every plane on the device, transform it and accumulate on the host."""
+    def _vis2dirty_host(self, progress, out=None):
+        """Spread every plane on the device, transform it and accumulate on the host; the
+        corrected image written into ``out`` (a C-contiguous array of the image's shape
+        and dtype) where given, else into a new array; returned."""
         g = self.geometry
         image = np.zeros((g.npix_x, g.npix_y), np.float64)
         phase, step = self.pixels.plane_phases()
@@ -96,7 +98,8 @@ class PlanePasses:
             self.pixels.advance_tilt(tilt)
             if progress is not None and plane in self._call_planes:
                 progress(1)
-        out = np.empty((g.npix_x, g.npix_y), self.real)
+        if out is None:
+            out = np.empty((g.npix_x, g.npix_y), self.real)
         not_finite = []
 
         def corrected(r):
