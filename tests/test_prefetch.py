@@ -104,6 +104,28 @@ def test_one_call_and_device_lists_prefetch(rng, staged):
         assert relative_error(predicted, truth) <= 1e-5
 
 
+def test_a_device_lists_picking_shares_take_their_values_at_the_end_of_their_set_up(rng, staged):
+    """A device list's shares whose values the host picks (every share here: ``sparse_share``
+    1 by tuning) pick and send the prefetched values at the end of their set-up; the
+    first call sends nothing and gives the image of the same list without prefetch to the
+    bit (deterministic); other values later are sent by the call."""
+    uvw, freq, vis, wgt, _ = wide_field(rng, 900, (1.0e8, 1.2e8), w=500.0, precision="single")
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", deterministic=True, tuning={"sparse_share": 1.0},
+              **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="planes", **kw)
+    staged.clear()
+    op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="planes", prefetch={"vis": vis, "wgt": wgt}, **kw)
+    assert len(op.engines) == 2 and all(e._parts[0].index is not None for e in op.engines)     # both pick
+    assert staged == [True, True]                           # picked and sent by the set-up
+    staged.clear()
+    np.testing.assert_array_equal(op.vis2dirty(vis, wgt), one.vis2dirty(vis, wgt))
+    assert staged == [True, True]                           # the list without prefetch's call only
+    staged.clear()
+    other = (rng.normal(size=vis.shape) + 1j * rng.normal(size=vis.shape)).astype(np.complex64)
+    np.testing.assert_array_equal(op.vis2dirty(other, wgt), one.vis2dirty(other, wgt))
+    assert staged == [True] * 4
+
+
 def test_prefetched_arrays_are_held_until_taken(rng, staged):
     """An array given only as ``prefetch`` (dropped by the caller) stays the operator's until
     the first call: another array made afterwards cannot take its address and pass for it

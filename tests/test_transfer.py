@@ -30,6 +30,35 @@ def test_staging_round_trips_every_byte(rng, queue, nbytes):
     np.testing.assert_array_equal(back, host)
 
 
+def test_a_large_upload_goes_through_a_pinned_block_of_its_size_from_its_second_time(rng, queue, monkeypatch):
+    """An upload of more than two pieces goes through the pieces the first time its size
+    is asked for, then through one pinned block of its size from the context's pool
+    (`Staging._upload_whole`: each thread's slice sent across as soon as it is copied),
+    given back after; every byte arrives, into a poisoned buffer, each time.  Above
+    `WHOLE_BYTES`, always the pieces."""
+    staging = Staging(queue, piece=4096)
+    nbytes = 7 * 4096 + 1001
+    whole = []
+    real = Staging._upload_whole
+    monkeypatch.setattr(Staging, "_upload_whole", lambda self, src, buffer, block: (whole.append(src.size),
+                                                                                    real(self, src, buffer, block)))
+    pool = transfer._pool_for(queue)
+    pool.asked.discard(nbytes)
+    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, nbytes)
+    for time in range(3):
+        host = rng.integers(0, 256, nbytes, dtype=np.uint8)
+        cl.enqueue_fill_buffer(queue, buffer, np.uint8(7), 0, nbytes).wait()
+        staging.upload(host, buffer)
+        direct = np.empty_like(host)
+        cl.enqueue_copy(queue, direct, buffer).wait()
+        np.testing.assert_array_equal(direct, host)
+        assert whole == [nbytes] * time                        # the pieces first, then the block
+        assert len(pool.free.get(nbytes, [])) == (time > 0)    # given back each time, reused
+    monkeypatch.setattr(transfer, "WHOLE_BYTES", nbytes - 1)
+    staging.upload(host, buffer)
+    assert whole == [nbytes] * 2
+
+
 @pytest.mark.parametrize("portable", [False, True])
 def test_pinned_memory_goes_straight_across_where_the_platform_allows(rng, queue, monkeypatch, portable):
     """`upload_pinned` and `download` copy a pinned block straight across (no staging
@@ -257,7 +286,8 @@ def test_host_passes_count_non_finite_entries_without_a_mask(rng, dtype):
 def test_picks_from_an_unaligned_array_are_its_entries(rng, dtype):
     """`host_threads.pick` (by bytes: np.take copies an unaligned source whole first) gives
     the entries at the indices of an array at an odd address, as Dask deserializes blocks,
-    into a poisoned out or a new array; `clgrid.dask.slabs.values_at` likewise, weighted."""
+    into a poisoned out or a new array, on one thread or several; `clgrid.dask.slabs.values_at`
+    likewise, weighted."""
     from clgrid.device import host_threads
     from clgrid.dask.slabs import values_at
 
@@ -270,6 +300,8 @@ def test_picks_from_an_unaligned_array_are_its_entries(rng, dtype):
     out = np.full(index.size, np.nan, dtype)
     assert host_threads.pick(a, index, out) is out and np.array_equal(out, np.asarray(a)[index])
     assert np.array_equal(host_threads.pick(a.reshape(-1, 1), index), np.asarray(a)[index])
+    out[...] = np.nan                                   # in slices on the pool's threads: the same
+    assert host_threads.pick(a, index, out, parts=3) is out and np.array_equal(out, np.asarray(a)[index])
     if np.iscomplexobj(a):
         w = raw[1:1 + 4 * n].view(np.float32).copy()
         w[...] = rng.uniform(0.5, 2.0, n)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["in_slices", "in_background", "parallel_copy", "add_counting", "not_finite", "count_not_finite", "pick"]
+__all__ = ["in_slices", "in_background", "parallel_copy", "add_counting", "not_finite", "count_not_finite", "pick",
+           "let_others_run"]
 
 _pool = None
 _background = None
@@ -59,6 +61,14 @@ def in_background(fn, *args):
         if _background is None:
             _background = ThreadPoolExecutor(4, thread_name_prefix="clgrid-background")
     return _background.submit(fn, *args)
+
+
+def let_others_run() -> None:
+    """Hand the GIL to a thread waiting for it, if any (a moment's sleep).  For loops that
+    only enqueue device work and would otherwise hold the GIL for the interpreter's whole
+    switch interval (5 ms) at a time: another thread's staged copy needs it for every
+    slice it hands out and takes back (a device list's other devices)."""
+    time.sleep(0)
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray, parts: int) -> None:
@@ -115,13 +125,15 @@ def count_not_finite(a: np.ndarray, parts: int) -> int:
     return sum(counts)
 
 
-def pick(a: np.ndarray, index: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def pick(a: np.ndarray, index: np.ndarray, out: np.ndarray | None = None, parts: int = 1) -> np.ndarray:
     """``a``'s flat entries at ``index`` (valid indices, numpy's index type), into ``out``
-    (None: a new array), on the calling thread, copied as bytes: `np.take` copies an
-    unaligned ``a`` (a block that Dask deserialized at an odd offset) whole before every
-    pick, and buffers ``out`` unless its indices are clipped."""
+    (None: a new array), in ``parts`` slices of ``index`` on the pool's threads (1: on the
+    calling thread), copied as bytes: `np.take` copies an unaligned ``a`` (a block that
+    Dask deserialized at an odd offset) whole before every pick, and buffers ``out``
+    unless its indices are clipped."""
     flat = a.reshape(-1)
     out = np.empty(len(index), flat.dtype) if out is None else out
     raw = np.dtype((np.void, flat.dtype.itemsize))
-    np.take(flat.view(raw), index, out=out.reshape(-1).view(raw), mode="clip")
+    source, target = flat.view(raw), out.reshape(-1).view(raw)
+    in_slices(parts, len(index), lambda r: np.take(source, index[r], out=target[r], mode="clip"))
     return out

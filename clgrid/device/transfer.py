@@ -30,7 +30,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from .host_blocks import LentBlock
-from .host_threads import parallel_copy
+from .host_threads import in_slices, parallel_copy
 
 __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "upload_pinned", "download",
            "host_empty"]
@@ -43,6 +43,9 @@ POOL_BYTES = 4 * 2 ** 30
 # Pieces of 64 MiB: each piece costs a thread dispatch, so smaller pieces lose more than the
 # overlap gains (16 against 64 MiB pieces on an H100: docs/benchmarks/whole-calls.md).
 PIECE_BYTES = 64 * 2 ** 20
+# Uploads of up to this many bytes may go through one pinned block of their own size
+# (`Staging.upload`): a quarter of what the pools keep, so that the block comes back to them.
+WHOLE_BYTES = POOL_BYTES // 4
 _pool_lock = threading.Lock()
 # the pools' free lists and their sum (POOL_BYTES); reentrant: a block's release runs when
 # it is collected, which may happen on a thread inside a pool's own take
@@ -78,8 +81,16 @@ class Staging:
         return device.type == cl.device_type.GPU and not device.host_unified_memory
 
     def upload(self, host: np.ndarray, buffer: cl.Buffer) -> None:
-        """Copy the C-contiguous ``host`` into the start of ``buffer``; returns when done."""
+        """Copy the C-contiguous ``host`` into the start of ``buffer``; returns when done.
+        An array of more than two pieces, up to `WHOLE_BYTES`, whose size was asked for
+        before, goes through one pinned block of its size from the context's pool instead
+        (`_upload_whole`)."""
         src = _bytes(np.ascontiguousarray(host))
+        if 2 * self.piece < src.size <= WHOLE_BYTES:
+            block = _pool_for(self.queue).take(self.queue, src.size)
+            if block is not None:
+                self._upload_whole(src, buffer, block)
+                return
         with self._lock:
             pending = [None, None]
             for i, start in enumerate(range(0, src.size, self.piece)):
@@ -93,6 +104,25 @@ class Staging:
             for event in pending:
                 if event is not None:
                     event.wait()
+
+    def _upload_whole(self, src: np.ndarray, buffer: cl.Buffer, block) -> None:
+        """``src`` (bytes) into ``buffer`` through ``block`` = (pinned buffer, its mapped bytes)
+        of ``src``'s size, then given back to the pool: each host thread copies its slice
+        into the block and sends that slice across at once.  The pieces' loop takes the GIL
+        back for every slice of every piece, and waits for it while another device's thread
+        holds it; here each thread takes it a few times in all."""
+        pinned, mapped = block
+        events = []
+
+        def send(r):
+            np.copyto(mapped[r], src[r])
+            events.append(cl.enqueue_copy(self.queue, buffer, mapped[r], dst_offset=r.start, is_blocking=False))
+
+        try:
+            in_slices(min(16, os.cpu_count() or 1), src.size, send)
+        finally:
+            cl.wait_for_events(events)          # (the block is read until then)
+            _pool_for(self.queue).release(pinned, mapped)
 
     def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None, portable: bool = False) -> None:
         """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done.
@@ -180,6 +210,12 @@ def _free_total() -> int:
 _pools: dict = {}
 
 
+def _pool_for(queue: cl.CommandQueue) -> _PinnedPool:
+    """The pinned pool of ``queue``'s context."""
+    with _pool_lock:
+        return _pools.setdefault(queue.context.int_ptr, _PinnedPool())
+
+
 def _pinned_for(host: np.ndarray, queue: cl.CommandQueue, portable: bool) -> bool:
     """Whether ``host`` lies in a pinned block that ``queue`` may copy straight to or from:
     one of its context's, or any with ``portable``."""
@@ -206,8 +242,7 @@ def host_empty(shape, dtype, staging: Staging | None) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if staging is None or nbytes == 0:
         return np.empty(shape, dtype)
-    with _pool_lock:
-        pool = _pools.setdefault(staging.queue.context.int_ptr, _PinnedPool())
+    pool = _pool_for(staging.queue)
     taken = pool.take(staging.queue, nbytes)
     if taken is None:
         return np.empty(shape, dtype)

@@ -139,12 +139,14 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         keeps its kernel values in float (`clgrid.sources.accuracy.float_taps_allowed`).
     prefetch : None, or {"vis": ..., "wgt": ... or None}, the first `vis2dirty` call's
         values, sent up while the points are planned (`clgrid.imaging.prefetch`).
+    prefetch_whole : False where the engine is expected to pick its values (a device
+        list's sparse share): ``prefetch`` is then picked and sent at the set-up's end.
     """
 
     def __init__(self, uvw, scale, keep, signs, geometry: ImageGeometry, planes: range, precision: str,
                  divide_by_n: bool, device=None, tuning: dict | None = None, workers: int = 1,
                  deterministic: bool = False, epsilon: float | None = None, prefetch=None,
-                 direction_planes: dict | None = None):
+                 direction_planes: dict | None = None, prefetch_whole: bool = True):
         self.geometry = geometry
         self.epsilon = epsilon
         self.planes = planes
@@ -160,10 +162,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         self._lock = threading.Lock()
         self._workers = workers
         self.pixels = PixelModel(geometry, planes, divide_by_n, workers)
-        self._setup_device(device, tuning, uvw, scale, keep, signs, deterministic, prefetch)
+        self._setup_device(device, tuning, uvw, scale, keep, signs, deterministic, prefetch, prefetch_whole)
 
     # -- set-up -------------------------------------------------------------------------
-    def _setup_device(self, device, tuning, uvw, scale, keep, signs, deterministic, prefetch=None):
+    def _setup_device(self, device, tuning, uvw, scale, keep, signs, deterministic, prefetch=None,
+                      prefetch_whole: bool = True):
         self.queue = get_queue(device)
         facts = self.facts = device_facts(self.queue.device)
         check_precision(self.precision, facts, atomics=True)
@@ -228,7 +231,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             slabs = [self.planes] if self._max_planes is None else \
                 [range(lo, min(lo + self._max_planes, self.planes.stop))
                  for lo in range(self.planes.start, self.planes.stop, self._max_planes)]
-            self._prefetch_start(prefetch)          # (the values up while the points are planned)
+            self._prefetch_start(prefetch, prefetch_whole)     # (the values up while the points are planned)
             self._parts = [self._make_part(rows, uvw, scale, keep, signs, deterministic, planes)
                            for planes in slabs for rows in row_parts(self.nrow, self.nchan, self._part_samples)]
             held = max(part.held for part in self._parts)
@@ -236,6 +239,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         else:
             self._parts, held, early, self._prefetched = [], max(1, self._part_samples // max(self.nchan, 1)) * \
                 self.nchan, None, None
+            self._prefetch_later = None
         # the caller's values and weights go through one part at a time (gather_vis, scatter_vis)
         if early is not None:
             self._vis_held, self._wgt_held = early
@@ -244,6 +248,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             self._wgt_held = cl.Buffer(ctx, mf.READ_ONLY, max(held, 1) * np.dtype(self.real).itemsize)
         self._setup_data(build_program(ctx, render("values_stacked.cl", double=self.precision == "double",
                                                    value_single=self._float_values)))
+        self._prefetch_picks()
         self.device_fft = None
         if self.fft_mode == "mapped":
             self.device_fft = MappedHostFFT(self.queue, g.nu, g.nv, self.complex, g.npix_x, self.fft, g.npix_y)
@@ -383,11 +388,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
 
     def _held_values(self, part, given, dtype) -> np.ndarray:
         """The caller's ``given`` (nrow, nchan) of ``part``'s samples, as the device holds them:
-        its rows, or only its kept samples (in plan order) where it picks them (on one
-        thread, by bytes: `clgrid.device.host_threads.pick`)."""
+        its rows, or only its kept samples (in plan order) where it picks them (on the
+        engine's host threads, by bytes: `clgrid.device.host_threads.pick`)."""
         mine = given[part.rows]
         if part.index is not None:
-            mine = pick(mine, part.index)
+            mine = pick(mine, part.index, parts=self._workers)
         return np.asarray(mine, dtype)
 
     def _upload_held(self, part, vis, wgt, on=None) -> None:

@@ -5,6 +5,7 @@ data set (several devices, Dask slabs) share one."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -133,6 +134,7 @@ def _good_size(n: float) -> int:
     return m
 
 
+@functools.lru_cache(maxsize=4096)
 def _next_fast_len(n: int) -> int:
     """The smallest m >= n whose prime factors are all 2, 3, 5, 7 or 11: what
     ``scipy.fft.next_fast_len(n)`` returns for complex transforms, without importing

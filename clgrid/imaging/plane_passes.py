@@ -17,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..device.codegen import build_program, launch, render
-from ..device.host_threads import in_slices
+from ..device.host_threads import in_slices, let_others_run
 from ..device.runtime import fill_zeros
 from ..device.transfer import download, host_empty, shared_staging, upload, upload_pinned
 from ..operators.checks import check_finite_result
@@ -126,6 +126,7 @@ class PlanePasses:
                 self.device_fft.backward(self._grid, **self._region_of(plane))
                 launch(self._accumulate, q, (g.npix_y, g.npix_x), self._grid, self._image_acc, *self._pixel_args,
                        *self._plane_args(plane))
+                let_others_run()            # (the loop only enqueues: another device's copies go on)
             if progress is not None and plane in self._call_planes:
                 q.finish()
                 progress(1)
@@ -174,6 +175,7 @@ class PlanePasses:
                        *self._plane_args(plane))
                 self.device_fft.forward(self._grid, **self._region_of(plane))
                 self._launch_interp(plane)
+                let_others_run()
 
     def _dirty2vis_host(self, dirty):
         """Each plane made on the host, transformed there and sent to the device."""

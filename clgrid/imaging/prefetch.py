@@ -6,14 +6,18 @@ waits.  Given the call's values and weights when it is made (``prefetch``), the 
 sends them up on a queue of its own (`transfer_queue`) during the planning, into the
 buffers the call gathers them from.  Only where the engine holds every sample of its rows
 in one part: whether a share's values go by position (picked by the host,
-`ImagingEngine._make_part`) is known only after the planning, and then the call sends
-them as usual.  (``dirty2vis``'s image, sent up the same way, gained nothing measurable:
-docs/benchmarks/dask.md.)
+`ImagingEngine._make_part`) is known only after the planning.  A device list's share
+expected to pick its values (``whole=False``) sends nothing during the planning; where it
+does pick them, in one part, it picks and sends them at the end of its set-up
+(`_prefetch_picks`), while the list's other devices still plan theirs, instead of at the
+start of the call.  (``dirty2vis``'s image, sent up the same way, gained nothing
+measurable: docs/benchmarks/dask.md.)
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from types import SimpleNamespace
 
 import numpy as np
@@ -55,13 +59,17 @@ class PrefetchedValues:
     """`ImagingEngine`'s values of its first `vis2dirty` sent up during its set-up (the module
     docstring): ``prefetch`` = {"vis": (nrow, nchan), "wgt": the same or None}."""
 
-    def _prefetch_start(self, prefetch) -> None:
+    def _prefetch_start(self, prefetch, whole: bool = True) -> None:
         """Start sending ``prefetch`` up into buffers of every sample, where the engine is one
-        part with staging (a discrete device); else nothing."""
-        self._prefetched = None
+        part with staging (a discrete device); else nothing.  ``whole`` False: nothing now,
+        the values kept for `_prefetch_picks`."""
+        self._prefetched, self._prefetch_later = None, None
         nsample = self.nrow * self.nchan
         if not prefetch or self.staging is None or self._stream is not None or self._max_planes is not None \
                 or nsample > self._part_samples or not nsample:
+            return
+        if not whole:
+            self._prefetch_later = dict(prefetch)
             return
         # the early buffers live beside the planning's scratch, which the engine's memory
         # model (set-up or call, the larger) does not count together: only where both fit
@@ -99,6 +107,20 @@ class PrefetchedValues:
             return early.vis, early.wgt
         self._prefetch_end()
         return None
+
+    def _prefetch_picks(self) -> None:
+        """With ``whole=False`` given to `_prefetch_start`, where the engine is one part that
+        picks its values: those of the prefetch picked and sent into the held buffers now
+        (the end of the set-up), for the first call to take as it would take values sent
+        during the planning; else nothing (the call sends them)."""
+        given, self._prefetch_later = getattr(self, "_prefetch_later", None), None
+        if given is None or len(self._parts) != 1 or self._parts[0].index is None:
+            return
+        self._upload_held(self._parts[0], given["vis"], given.get("wgt"))
+        done = Future()
+        done.set_result(None)
+        self._prefetched = SimpleNamespace(key=values_key(given), given=given, vis=self._vis_held,
+                                           wgt=self._wgt_held, done=done)
 
     def _prefetch_taken(self, **given) -> bool:
         """Whether this call's inputs (name -> array) are the prefetched ones (then they are

@@ -130,6 +130,7 @@ def slab_bounds(counts, geometry: ImageGeometry, slabs: int, planes: range | Non
     # the smallest largest sum that `slabs` ranges reach, by bisection; ``high`` always
     # reaches it (the total, raised past the rounding of `fill`'s running sums)
     low, high = float(work.max()), float(work.sum()) * (1.0 + 1e-9)
+    work = work.tolist()                 # (Python floats: the same sums, `fill` 5x faster than on numpy's)
     for _ in range(64):
         middle = 0.5 * (low + high)
         low, high = (low, middle) if len(fill(work, middle)) <= slabs else (middle, high)

@@ -286,16 +286,17 @@ class WGridder:
         # orders, so two calls at once could each hold the lock the other waits for
         self._one_call = threading.Lock()
         # the values sent up during the planning only to shares that will hold all their rows'
-        # samples (about: the engine makes sure), not to those whose values the host picks
-        early = [None if prefetch is None or kept < sparse_share(queues[i], engine["tuning"]) * self.nchan
-                 * len(range(*rows.indices(self.nrow)))
-                 else {k: None if a is None else a[rows] for k, a in prefetch.items()}
+        # samples (about: the engine makes sure); those whose values the host picks pick
+        # and send them at the end of their set-up, while the others still plan
+        whole = [kept >= sparse_share(queues[i], engine["tuning"]) * self.nchan * len(range(*rows.indices(self.nrow)))
                  for i, rows, _, _, kept, _ in shares]
+        early = [None if prefetch is None else {k: None if a is None else a[rows] for k, a in prefetch.items()}
+                 for _, rows, *_ in shares]
         said = [[] for _ in shares]        # each engine's set-up warnings, said once from the caller's line
         self.engines = on_devices(_gathered(said, [
             partial(ImagingEngine, uvw=uvw[rows], keep=part, planes=planes, device=queues[i], workers=each, prefetch=p,
-                    direction_planes=calls, **engine)
-            for (i, rows, part, planes, _, calls), p in zip(shares, early)]))
+                    prefetch_whole=w, direction_planes=calls, **engine)
+            for (i, rows, part, planes, _, calls), p, w in zip(shares, early, whole)]))
         say_gathered(said, stacklevel=None)
 
     @property
