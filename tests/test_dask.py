@@ -740,6 +740,129 @@ def test_an_image_is_checked_as_it_is_published(rng, tmp_path):
                 pass
 
 
+def test_a_task_sent_while_the_image_is_copied_waits_for_it(rng, tmp_path):
+    """`clgrid.dask.exchange.publishing`: the image's readers are sent before the client
+    copies it (the copy overlaps their way to the workers).  A reader that comes during
+    the copy (here, during the whole block) waits and reads the new image, never the file's
+    earlier one nor a cleared stamp's refusal; a NaN image refused as the block ends, or a
+    block that raises, leaves the file unstamped and its waiting readers refuse."""
+    import threading
+
+    from clgrid.dask import exchange
+
+    prefix = str(tmp_path / "calls")                # any file system: the mapping and the lock are the same
+    shape = (300, 257)
+    old, new = (rng.normal(size=shape).astype(np.float32) for _ in range(2))
+    exchange.publish(prefix, "d", old)
+
+    def reader(published, out: list) -> None:
+        try:
+            with exchange.taken(published) as image:
+                out.append(image.copy())
+        except RuntimeError as error:
+            out.append(error)
+
+    try:
+        got = []
+        with exchange.publishing(prefix, "d", new, 4, refuse="no") as published:
+            thread = threading.Thread(target=reader, args=(published, got), daemon=True)
+            thread.start()
+            thread.join(0.5)
+            assert thread.is_alive() and not got    # (waiting for the copy, not refused)
+        thread.join(60)
+        assert len(got) == 1 and isinstance(got[0], np.ndarray) and np.array_equal(got[0], new)
+        bad = new.copy()
+        bad[7, 11] = np.nan
+        for body_raises in (False, True):
+            got = []
+            with pytest.raises((ValueError, KeyError), match="a NaN" if not body_raises else "the graph"):
+                with exchange.publishing(prefix, "d", new if body_raises else bad, 4, refuse="a NaN") as published:
+                    thread = threading.Thread(target=reader, args=(published, got), daemon=True)
+                    thread.start()
+                    thread.join(0.2)
+                    if body_raises:
+                        raise KeyError("the graph could not be built")
+            thread.join(60)
+            assert len(got) == 1 and isinstance(got[0], RuntimeError) and "replaced by a later" in str(got[0])
+            with open(exchange.place(prefix, "d"), "rb") as f:
+                assert f.read(exchange.STAMP) == bytes(exchange.STAMP)
+    finally:
+        exchange.release()
+        exchange.remove(prefix)
+
+
+def test_a_graph_submitted_while_the_clients_batching_waits_goes_at_once(client):
+    """A distributed client sends its messages in batches, one every 10 ms at most, so a
+    call's graph could wait for the interval after the message before it (the previous
+    call's futures released).  `clgrid.dask.chunks.started` and `clgrid.dask.watch.compute`
+    send theirs at once (`send_now`): here the batching is made to wait an hour, and their
+    tasks still run (without it, `started`'s never would, and `compute` would end stalled)."""
+    import operator
+    import time
+
+    from clgrid.dask import chunks, watch
+
+    comm = client.scheduler_comm
+    ready = concurrent.futures.Future()
+
+    def hold() -> None:                       # (on the client's event loop, as the batching runs)
+        comm.next_deadline = time.time() + 3600
+        ready.set_result(True)
+
+    def release() -> None:
+        comm.next_deadline = None
+        comm.waker.set()
+
+    client.loop.add_callback(hold)
+    assert ready.result(10)
+    try:
+        (persisted,) = chunks.started([dask.delayed(operator.add)(1, 2)])
+        assert distributed.futures_of(persisted)[0].result(timeout=20) == 3
+        client.loop.add_callback(hold)
+        assert watch.compute(dask.delayed(operator.mul)(2, 3), stall_timeout=10) == (6,)
+    finally:
+        client.loop.add_callback(release)
+
+
+def _recycle_small(small: bool) -> bool:
+    """In a worker: every assembled chunk over a recycled buffer (`small`), or as before."""
+    from clgrid.dask import recycled
+
+    recycled.RECYCLED_BYTES = 1 if small else 4 << 20
+    recycled.forget_recycled()
+    return small
+
+
+def test_recycled_predictions_held_by_the_caller_are_never_written_again(client, rng):
+    """A reused dirty2vis assembles each chunk over a buffer that an earlier call's chunk,
+    dropped, gave back (`clgrid.dask.recycled`): a result the caller still holds keeps its
+    values through later calls on other images, the buffers come back once results are
+    dropped and later calls take them, and a chunk over a recycled buffer has the bits of
+    one over a fresh one."""
+    from clgrid.dask import recycled
+
+    uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
+    points = dict(uvw=blocks(uvw), freq=WIDE_FREQS, wgt=blocks(wgt), mask=blocks(mask), epsilon=1e-4,
+                  do_wgridding=True, split="planes", pixsize_x=IMAGE["pixsize_x"], pixsize_y=IMAGE["pixsize_y"])
+    first, second = (rng.normal(size=(IMAGE["npix_x"], IMAGE["npix_y"])).astype(np.float32) for _ in range(2))
+    client.run(_recycle_small, True)
+    try:
+        held = cd.dirty2vis(dirty=first, **points).persist()
+        distributed.wait(held)
+        expected = held.compute()
+        fresh = cd.dirty2vis(dirty=second, **points).compute()
+        for _ in range(3):
+            later = cd.dirty2vis(dirty=second, **points).persist()
+            distributed.wait(later)
+            np.testing.assert_array_equal(later.compute().view(np.uint64), fresh.view(np.uint64))
+            del later
+            np.testing.assert_array_equal(held.compute().view(np.uint64), expected.view(np.uint64))
+        counts = client.run(recycled.recycled_counts)
+        assert sum(c["reused"] for c in counts.values()) > 0, counts
+    finally:
+        client.run(_recycle_small, False)
+
+
 def test_stamped_shares_are_read_back_and_refused_once_another_call_wrote_them(rng, tmp_path):
     """`clgrid.dask.exchange`: a slab's prediction written once for its chunks behind a
     stamp of its write reads back exactly, piece by piece; while another write of the

@@ -440,3 +440,70 @@ def test_threads_and_whole_chunks_give_the_same_selection_parts_and_points(rng, 
         loud[17, :2] = True
         with pytest.raises(ValueError, match=r"where not masked \(\d+ samples\)"):
             dask_slabs.plane_counts(bad, freq, loud, geometry, threads=3)
+
+
+def test_recycled_arrays_come_back_when_dropped_and_never_while_held(monkeypatch):
+    """`clgrid.dask.recycled`: an array dropped (every view of it) gives its buffer back,
+    and the next array of its size is made over it; one still held, or seen through a
+    view, never is; at most ``KEPT_FREE`` free buffers a size; small arrays and
+    `forget_recycled` as said."""
+    from clgrid.dask import recycled
+
+    monkeypatch.setattr(recycled, "RECYCLED_BYTES", 1024)
+    recycled.forget_recycled()
+    try:
+        small = recycled.recycled_empty(10, np.complex64)
+        assert not isinstance(small.base, recycled.LentBlock) and recycled.recycled_counts()["made"] == 0
+        a = recycled.recycled_empty((200, 3), np.complex64)
+        a[...] = np.nan
+        address = a.ctypes.data
+        view = a[5:]
+        del a
+        assert recycled.free_buffers() == {}                     # (the view holds it)
+        held = recycled.recycled_empty((200, 3), np.complex64)
+        assert held.ctypes.data != address
+        del view
+        assert recycled.free_buffers() == {4800: 1}
+        again = recycled.recycled_empty((600,), np.complex64)     # any shape of that size
+        assert again.ctypes.data == address and again.shape == (600,) and again.flags.c_contiguous
+        assert not np.shares_memory(again, held)
+        assert recycled.recycled_counts() == {"made": 2, "reused": 1}
+        many = [recycled.recycled_empty(4800, np.uint8) for _ in range(recycled.KEPT_FREE + 2)]
+        del many, again, held
+        assert recycled.free_buffers() == {4800: recycled.KEPT_FREE}
+        kept = recycled.recycled_empty(4800, np.uint8)
+        recycled.forget_recycled()
+        del kept
+        assert recycled.free_buffers() == {} and recycled.recycled_counts() == {"made": 0, "reused": 0}
+    finally:
+        recycled.forget_recycled()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_predictions_assembled_over_a_recycled_buffer_write_every_sample(rng, monkeypatch, threads):
+    """`assemble`'s output over a recycled buffer (an earlier chunk's, here all NaN): each
+    of its samples written, whether the first slab takes the chunk whole (copied), takes
+    only picks (zeros first), or no slab gives anything; the buffer is the earlier one."""
+    from clgrid.dask import recycled
+
+    monkeypatch.setattr(recycled, "RECYCLED_BYTES", 1024)
+    recycled.forget_recycled()
+    shape, dtype = (2000, 4), np.complex64
+    n = shape[0] * shape[1]
+    picks = np.sort(rng.choice(n, n // 50, replace=False)).astype(np.intp)
+    whole = (rng.normal(size=n) + 1j * rng.normal(size=n)).astype(dtype)
+    share = (rng.normal(size=len(picks)) + 1j * rng.normal(size=len(picks))).astype(dtype)
+    try:
+        for taken, shares in (([None, picks], [whole, share]), ([picks], [share]), ([np.zeros(0, np.intp)],
+                                                                                   [np.zeros(0, dtype)])):
+            poisoned = recycled.recycled_empty(shape, dtype)
+            poisoned[...] = np.nan
+            address = poisoned.ctypes.data
+            del poisoned
+            out = dask_slabs.assemble(shape, taken, shares, None, None, dtype, threads)
+            assert out.ctypes.data == address
+            expected = _assembled_simply(n, taken, shares, None, None, dtype)
+            np.testing.assert_array_equal(out.reshape(-1).view(np.uint64), expected.view(np.uint64))
+            del out
+    finally:
+        recycled.forget_recycled()

@@ -27,7 +27,7 @@ try:
 except ImportError as error:     # pragma: no cover - exercised only without the extra
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
-__all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "started", "shared", "forget_shared", "task_of", "tree_sum",
+__all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "started", "send_now", "shared", "forget_shared", "task_of", "tree_sum",
            "naming", "workers_to_prefer", "prefer_worker", "prefer_address", "holders", "check_device"]
 
 KEPT_SCATTERED = 8          # scattered objects kept for later calls (kernel stacks)
@@ -247,7 +247,32 @@ def started(tasks: list) -> list:
     current = client()
     if current is None or not tasks:
         return list(tasks)
-    return list(current.persist(list(tasks), optimize_graph=False))
+    futures = list(current.persist(list(tasks), optimize_graph=False))
+    send_now(current)
+    return futures
+
+
+def send_now(current) -> None:
+    """What the client ``current`` has just submitted (a graph) sent to the scheduler now.
+
+    A distributed client batches its messages to the scheduler (``BatchedSend``: one
+    batch every 10 ms at most), so a graph submitted within 10 ms of another message
+    waits for the rest of that interval: in a major cycle, a call right after another
+    (whose futures were released as it returned) lost up to 10 ms before its first task
+    started (docs/benchmarks/dask.md).  Here, on the client's event loop after the
+    submission's own callback, a batch held back for its interval goes at once.  This
+    reads the batching's attributes (``buffer``, ``next_deadline``, ``waker``); a client
+    without them is left as it is."""
+    comm, loop = getattr(current, "scheduler_comm", None), getattr(current, "loop", None)
+    if comm is None or loop is None or not all(hasattr(comm, a) for a in ("buffer", "next_deadline", "waker")):
+        return
+
+    def now() -> None:
+        if comm.buffer and comm.next_deadline is not None:
+            comm.next_deadline = None         # (the batching's wait for its interval ends)
+            comm.waker.set()
+
+    loop.add_callback(now)
 
 
 def shared(name: str, value, keep: bool = False):

@@ -31,8 +31,9 @@ shared) unless the client and every worker share the host (the same boot of the 
 machine, asked once per set of workers).
 
 `dirty2vis` returns a lazy array, computed after the call: its image is written once
-by the client (`publish`, whose threads also count its NaN and inf pixels as they copy
-them, a bad image refused before it is stamped) and each slab's prediction for its
+by the client (`publishing`: while the call's tasks are sent, under a lock that they
+wait for; its threads also count its NaN and inf pixels as they copy them, a bad image
+refused before it is stamped) and each slab's prediction for its
 chunks by the slab's task (straight into `stamped_room`, then `stamped_shares`), both
 behind a stamp that the readers check before and after reading, and where reading fails
 (`taken`, `reading`), so a prediction computed after a later call on the same points
@@ -67,7 +68,7 @@ except ImportError:                  # (not POSIX: no shared memory either, `pre
 
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 
-__all__ = ["Shared", "Published", "publish", "taken", "prefix", "using", "forget", "release", "region_of", "place",
+__all__ = ["Shared", "Published", "publish", "publishing", "taken", "prefix", "using", "forget", "release", "region_of", "place",
            "write_into", "room_of", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove",
            "at_exit", "host_identity", "copy_threads"]
 
@@ -351,24 +352,73 @@ def publish(call_prefix: str | None, name: str, array: np.ndarray, threads: int 
     entries are counted by the threads that copy it, each its own share, right after
     copying it (`_copy_counting`), and where there is any, ValueError(``refuse``) is
     raised and the file left without a stamp: nothing is published, and the tasks of an
-    earlier array in the file, not yet computed, refuse (`taken`) as once it is replaced."""
+    earlier array in the file, not yet computed, refuse (`taken`) as once it is replaced.
+    `publishing` with nothing done in its block."""
+    with publishing(call_prefix, name, array, threads, refuse) as published:
+        pass
+    return published
+
+
+@contextlib.contextmanager
+def publishing(call_prefix: str | None, name: str, array: np.ndarray, threads: int = 1,
+               refuse: str | None = None):
+    """On the client: ``with publishing(call_prefix, name, array, threads, refuse) as
+    published``: `publish`, its copy made as the block ends, so that the tasks reading
+    ``published`` can be built and sent to the cluster meanwhile (the copy overlaps their
+    way through the scheduler to the workers: docs/benchmarks/dask.md).
+
+    On entering, the file is made and its stamp cleared, and the client holds an
+    exclusive lock (``flock``) on it until the array is there, which `taken` waits for:
+    a task that comes before the copy is done waits, then reads the array, never what
+    the file held before.  As the block ends, the array is copied (and counted, with
+    ``refuse``) and stamped; where it has a NaN or infinite entry, ValueError(``refuse``)
+    is raised and the file left without a stamp, so the tasks already sent refuse
+    (`taken`), as do those of an earlier array in the file.  A block that raises leaves
+    the file without a stamp too.  ``published`` is None without a prefix, or where the
+    file cannot be made or locked (then nothing is copied: the caller sends ``array``
+    another way)."""
     path = place(call_prefix, name)
-    if path is None:
-        return None
     array = np.ascontiguousarray(array)
+    room = fd = None
+    if path is not None and fcntl is not None:
+        try:
+            room = _region(path, 0, STAMP + array.nbytes, True)
+            fd = os.open(path, os.O_RDWR)
+            fcntl.flock(fd, fcntl.LOCK_EX)   # (released when fd is closed)
+        except (OSError, ValueError):
+            room = None
+            if fd is not None:
+                os.close(fd)
+    if room is None:
+        yield None
+        return
     try:
-        room = _region(path, 0, STAMP + array.nbytes, True)
-    except (OSError, ValueError):
-        return None
-    stamp = uuid.uuid4().bytes
-    room[:STAMP] = 0
-    out = room[STAMP:].view(array.dtype).reshape(array.shape)
-    if refuse is None:
-        _copy(out, array, threads)
-    elif _copy_counting(out, array, threads):
-        raise ValueError(refuse)
-    room[:STAMP] = np.frombuffer(stamp, np.uint8)
-    return Published(path, stamp, tuple(array.shape), array.dtype.str)
+        stamp = uuid.uuid4().bytes
+        room[:STAMP] = 0
+        yield Published(path, stamp, tuple(array.shape), array.dtype.str)
+        out = room[STAMP:].view(array.dtype).reshape(array.shape)
+        if refuse is None:
+            _copy(out, array, threads)
+        elif _copy_counting(out, array, threads):
+            raise ValueError(refuse)
+        room[:STAMP] = np.frombuffer(stamp, np.uint8)
+    finally:
+        os.close(fd)
+
+
+def _wait_published(path: str) -> None:
+    """Until the client's `publishing` of ``path`` is over (a shared ``flock``, taken and
+    dropped at once); nothing where the file is gone."""
+    if fcntl is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    finally:
+        os.close(fd)
 
 
 def _copy_counting(out: np.ndarray, array: np.ndarray, threads: int, block: int | None = None) -> int:
@@ -394,8 +444,10 @@ def _copy_counting(out: np.ndarray, array: np.ndarray, threads: int, block: int 
 
 @contextlib.contextmanager
 def taken(published):
-    """In a task: the published array (over the kept mapping), its stamp checked before
-    and after the block, and where the block fails too: a block that failed while a
+    """In a task: the published array (over the kept mapping), once the client's copy of
+    it is done (`publishing`: a task sent while the client copies waits for it), its
+    stamp checked before and after the block, and where the block fails too: a block
+    that failed while a
     later call replaced the array (a prediction of this image whose engine found the
     later image's NaN: `publish` clears the stamp before it writes, so a reader that saw
     any of the later array finds the stamp changed) refuses as a block that ended would
@@ -406,6 +458,7 @@ def taken(published):
         return
     dtype = np.dtype(published.dtype)
     nbytes = int(np.prod(published.shape)) * dtype.itemsize
+    _wait_published(published.path)
     try:
         room = _region(published.path, 0, STAMP + nbytes, False)
     except FileNotFoundError:

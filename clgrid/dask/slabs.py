@@ -70,6 +70,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device.host_threads import in_slices, not_finite, pick
+from .recycled import recycled_empty
 from ..operators.checks import check_finite_result
 from ..imaging.engine import SPARSE_SHARE
 from ..imaging.geometry import ImageGeometry, abs_w_range, choose_geometry
@@ -405,8 +406,9 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
     are a slice of it), in blocks of ``block`` samples (None: ``ASSEMBLE_BLOCK`` bytes
     of them; 0: the whole range at once), each finished (written, its shares added,
     weighted, counted) before the next.  The same operations on each sample in the same
-    order whatever the threads and blocks, so the same bits; the output's fresh pages
-    are first touched in parallel.
+    order whatever the threads and blocks, so the same bits.  The output is a recycled
+    buffer where one of its size is free (`clgrid.dask.recycled`: an earlier call's
+    chunk, dropped), its pages already there; fresh pages are first touched in parallel.
 
     The shares are finite: each slab's operator refuses a prediction with an inf or NaN
     (`clgrid.imaging.engine.ImagingEngine.dirty2vis`).  So what is counted, and refused,
@@ -415,7 +417,7 @@ def assemble(shape: tuple, taken: list, shares: list, wgt, mask, dtype, threads:
     stays so under further sums), and a share copied whole is not passed over again;
     with weights, or where a share is added to every sample, every value at the end."""
     n = shape[0] * shape[1]
-    out = np.empty(n, dtype)
+    out = recycled_empty(n, dtype)
     real = out.real.dtype
     kept = None if wgt is None else _kept(mask)
     weights = None if wgt is None else np.asarray(wgt).reshape(-1)

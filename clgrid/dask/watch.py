@@ -28,7 +28,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 from ..errors import ClusterStalledError
-from .chunks import client as current_client
+from .chunks import client as current_client, send_now
 
 __all__ = ["compute", "STALL_TIMEOUT", "POLL_SECONDS"]
 
@@ -61,6 +61,7 @@ def compute(*collections, stall_timeout=None) -> tuple:
     from distributed import KilledWorker
 
     futures = client.compute(list(collections))
+    send_now(client)
     watch = _Watch(client, seconds)
     try:
         done = _all_done(futures)

@@ -90,6 +90,7 @@ from .chunks import ChunkLayout, check_device, chunk_sizes, workers_to_prefer
 from .delivery import COPY_THREADS, discard, forget_boxes
 from .images import facet_count, result_box, summed
 from .planes_split import chunk_pieces, first_pass, forget_layouts, slab_images, slab_vis
+from .recycled import forget_recycled
 from .rows_split import rows_images, rows_vis
 from .tasks import forget_operators
 from ..call_warnings import caller_level
@@ -113,13 +114,15 @@ NOT_FINITE_IMAGE = "dirty has NaN or infinite entries"
 
 
 def clear_wgridders() -> int:
-    """Drop this process's kept operators (`clgrid.dask.tasks`), and on the client the
-    records (and so the persisted selections and points) of earlier calls' data
-    (`clgrid.dask.clear_cache` does too); returns how many operators were dropped."""
+    """Drop this process's kept operators (`clgrid.dask.tasks`) and free recycled arrays
+    (`clgrid.dask.recycled`), and on the client the records (and so the persisted
+    selections and points) of earlier calls' data (`clgrid.dask.clear_cache` does too);
+    returns how many operators were dropped."""
     forget_layouts()
     exchange.forget()
     exchange.release()
     forget_boxes()
+    forget_recycled()
     return forget_operators()
 
 
@@ -411,25 +414,28 @@ def dirty2vis(*, uvw, freq, dirty, wgt=None, mask=None, pixsize_x, pixsize_y, ep
         chunks = chunk_pieces(layout, uvw, freq, mask)
         token = _points_token(layout, [p[1] for p in chunks], [p[3] for p in chunks], freq, options, count, cap)
     # workers on this host, operators kept: the image goes through a kept file in shared
-    # memory, written once (`clgrid.dask.exchange.publish`), not scattered to each worker
+    # memory, written once (`clgrid.dask.exchange.publishing`), not scattered to each worker
     kept = exchange.prefix(chunking.client(), workers, f"{token}-dirty2vis") if workers and keep > 0 else None
     # (its files are read behind stamps: a task of a failed call still writing one is refused, not read)
     with exchange.using(kept) as shared:
-        # the image checked as it is written there (one pass over it, not two; a NaN one
-        # refused before it is stamped), else checked here
-        image = exchange.publish(shared, "d", dirty, COPY_THREADS, refuse=NOT_FINITE_IMAGE)
-        if image is None:
-            if count_not_finite(dirty, exchange.copy_threads(dirty.nbytes, COPY_THREADS)):
-                raise ValueError(NOT_FINITE_IMAGE)
-            image = dirty
-        if split == "rows":
-            result = layout.assemble(rows_vis(token, layout, image, uvw, freq, wgt, mask, options, keep, workers,
-                                              dtype, shared), channel_axis=1)
-        else:
-            slab_layout = first_pass(token, chunks, options, count, cap, keep, stall_timeout,
-                                     len(workers or [None]))
-            result = slab_vis(slab_layout, layout, chunks, image, layout.pieces(wgt), options, keep, workers, dtype,
-                              shared)
+        # (the first pass, computed in a first call, before the image's file is locked)
+        slab_layout = None if split == "rows" else first_pass(token, chunks, options, count, cap, keep,
+                                                              stall_timeout, len(workers or [None]))
+        # the image copied there as the block ends, while its tasks go to the workers
+        # (they wait for it), and checked as it is copied (one pass over it, not two; a
+        # NaN one refused before it is stamped, the call's tasks then refusing too);
+        # without shared memory, checked here first
+        with exchange.publishing(shared, "d", dirty, COPY_THREADS, refuse=NOT_FINITE_IMAGE) as image:
+            if image is None:
+                if count_not_finite(dirty, exchange.copy_threads(dirty.nbytes, COPY_THREADS)):
+                    raise ValueError(NOT_FINITE_IMAGE)
+                image = dirty
+            if split == "rows":
+                result = layout.assemble(rows_vis(token, layout, image, uvw, freq, wgt, mask, options, keep,
+                                                  workers, dtype, shared), channel_axis=1)
+            else:
+                result = slab_vis(slab_layout, layout, chunks, image, layout.pieces(wgt), options, keep, workers,
+                                  dtype, shared)
     if vis is not None:
         vis[...] = compute(result, stall_timeout=stall_timeout)[0]
         return vis

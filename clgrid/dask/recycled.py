@@ -1,0 +1,84 @@
+"""Large arrays that a worker's tasks return, recycled in the worker's process: each
+chunk's predictions in a reused `clgrid.dask.dirty2vis` (`clgrid.dask.slabs.assemble`).
+
+A new array of hundreds of megabytes is fresh pages (numpy takes it from the system, and
+gives it back when it is dropped): the kernel zeroes each page at its first touch, and
+the pass that fills the array pays for those faults on top of its own work.  A major
+cycle's calls make arrays of the same sizes call after call, so here an array is a
+`clgrid.device.host_blocks.LentBlock` over a kept buffer, as the client's result boxes
+(`clgrid.dask.delivery`) and the pinned blocks of one process
+(`clgrid.device.transfer.host_empty`) are: when the last view of it dies (Dask released
+its key, the caller's copy went elsewhere), its buffer goes back to a pool, and a later
+array of the same size takes it, its pages already there.  The pool keeps at most
+``KEPT_FREE`` free buffers of a size, for as many chunks of that size on one worker as
+there are while a result is held during the next call; `forget_recycled` (run by
+`clgrid.dask.clear_cache`) drops them.  Arrays below ``RECYCLED_BYTES`` are plain
+`np.empty`: small pages cost little, and a pool of them would only hold memory.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..device.host_blocks import LentBlock
+
+__all__ = ["recycled_empty", "forget_recycled", "free_buffers", "recycled_counts", "KEPT_FREE", "RECYCLED_BYTES"]
+
+KEPT_FREE = 2                # free buffers kept per size
+RECYCLED_BYTES = 4 << 20     # smaller arrays are np.empty
+_free: dict = {}             # bytes -> free buffers (uint8 arrays)
+_counts = {"made": 0, "reused": 0}           # buffers of recycled arrays since `forget_recycled`
+_generation = [0]            # `forget_recycled`s so far: a buffer of an earlier one is not taken back
+_lock = threading.Lock()
+
+
+def recycled_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array of ``shape`` and ``dtype``, as `np.empty` gives,
+    over a recycled buffer where it is at least ``RECYCLED_BYTES`` (its contents are a
+    dropped array's: write every entry)."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < RECYCLED_BYTES:
+        return np.empty(shape, dtype)
+    with _lock:
+        free = _free.get(nbytes)
+        buffer = free.pop() if free else None
+        _counts["made" if buffer is None else "reused"] += 1
+        generation = _generation[0]
+    if buffer is None:
+        buffer = np.empty(nbytes, np.uint8)
+    return np.asarray(LentBlock(buffer, shape, dtype, _give_back, buffer, generation))
+
+
+def _give_back(buffer: np.ndarray, generation: int) -> None:
+    with _lock:
+        if generation != _generation[0]:
+            return
+        free = _free.setdefault(buffer.nbytes, [])
+        if len(free) < KEPT_FREE:
+            free.append(buffer)
+
+
+def free_buffers() -> dict:
+    """How many free buffers the pool holds, by size in bytes."""
+    with _lock:
+        return {n: len(free) for n, free in _free.items() if free}
+
+
+def recycled_counts() -> dict:
+    """How many arrays of at least ``RECYCLED_BYTES`` this process made over a new
+    buffer (``made``) and over a free one (``reused``) since `forget_recycled`."""
+    with _lock:
+        return dict(_counts)
+
+
+def forget_recycled() -> None:
+    """Drop the free buffers (their memory goes back to the system) and the counts;
+    arrays still held are not taken back when they are dropped."""
+    with _lock:
+        _generation[0] += 1
+        _free.clear()
+        _counts.update(made=0, reused=0)
