@@ -282,6 +282,26 @@ def test_host_passes_count_non_finite_entries_without_a_mask(rng, dtype):
     assert np.array_equal(dst, expected, equal_nan=True)
 
 
+def test_host_slices_all_end_before_one_slices_error_is_raised():
+    """`in_slices` returns, its first exception raised, only once every slice has ended:
+    a caller's cleanup (a pinned block given back, `Staging._upload_whole`) must not run
+    while another slice still writes into what it cleans up."""
+    import time
+    from clgrid.device.host_threads import in_slices
+
+    ended = []
+
+    def work(r):
+        if r.start == 0:
+            raise RuntimeError("the first slice failed")
+        time.sleep(0.3)
+        ended.append(r.start)
+
+    with pytest.raises(RuntimeError, match="first slice"):
+        in_slices(2, 100, work)
+    assert ended == [50]
+
+
 @pytest.mark.parametrize("dtype", [np.complex64, np.float32, np.complex128])
 def test_picks_from_an_unaligned_array_are_its_entries(rng, dtype):
     """`host_threads.pick` (by bytes: np.take copies an unaligned source whole first) gives

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -50,6 +50,7 @@ def in_slices(parts: int, n: int, fn) -> None:
         return
     bounds = np.linspace(0, n, parts + 1).astype(np.int64)
     futures = [_threads().submit(fn, slice(int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    wait(futures)                   # (all of them, also after one failed: callers clean up after)
     for f in futures:
         f.result()
 
