@@ -59,6 +59,49 @@ def test_a_large_upload_goes_through_a_pinned_block_of_its_size_from_its_second_
     assert whole == [nbytes] * 2
 
 
+def test_a_failed_whole_upload_says_its_own_error_and_gives_its_block_back(rng, queue):
+    """An upload through one pinned block whose every copy fails (a buffer too small for
+    it) raises the copy's error, not one of the wait for no events, and the block goes
+    back to the pool."""
+    staging = Staging(queue, piece=4096)
+    nbytes = 7 * 4096 + 1001
+    pool = transfer._pool_for(queue)
+    pool.asked.add(nbytes)
+    block = pool.take(queue, nbytes)
+    before = len(pool.free.get(nbytes, []))
+    small = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
+    with pytest.raises(cl.Error) as raised:
+        staging._upload_whole(rng.integers(0, 256, nbytes, dtype=np.uint8), small, block)
+    assert "WaitForEvents" not in str(raised.value)
+    assert len(pool.free.get(nbytes, [])) == before + 1
+
+
+def test_a_large_upload_that_the_pools_cannot_keep_goes_through_the_pieces(rng, queue, monkeypatch):
+    """Where the pools are full (`POOL_BYTES`), a block pinned for a large upload would be
+    unpinned as it is given back, and pinned afresh by every later upload of its size
+    (tens of milliseconds each): such uploads go through the staging's pieces instead,
+    every byte arriving."""
+    staging = Staging(queue, piece=4096)
+    nbytes = 7 * 4096 + 1001
+    pool = transfer._pool_for(queue)
+    pool.asked.add(nbytes)
+    pool.free.pop(nbytes, None)
+    with transfer._free_lock:
+        pool.free_bytes = sum(k * len(v) for k, v in pool.free.items())
+    monkeypatch.setattr(transfer, "POOL_BYTES", transfer._free_total() + nbytes - 1)
+    pinned = []
+    real = cl.enqueue_map_buffer
+    monkeypatch.setattr(cl, "enqueue_map_buffer", lambda *a, **k: (pinned.append(1), real(*a, **k))[1])
+    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, nbytes)
+    for _ in range(3):
+        host = rng.integers(0, 256, nbytes, dtype=np.uint8)
+        staging.upload(host, buffer)
+        direct = np.empty_like(host)
+        cl.enqueue_copy(queue, direct, buffer).wait()
+        np.testing.assert_array_equal(direct, host)
+    assert pinned == []                                 # no block pinned for each call
+
+
 @pytest.mark.parametrize("portable", [False, True])
 def test_pinned_memory_goes_straight_across_where_the_platform_allows(rng, queue, monkeypatch, portable):
     """`upload_pinned` and `download` copy a pinned block straight across (no staging

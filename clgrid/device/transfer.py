@@ -87,7 +87,7 @@ class Staging:
         (`_upload_whole`)."""
         src = _bytes(np.ascontiguousarray(host))
         if 2 * self.piece < src.size <= WHOLE_BYTES:
-            block = _pool_for(self.queue).take(self.queue, src.size)
+            block = _pool_for(self.queue).take(self.queue, src.size, kept_only=True)
             if block is not None:
                 self._upload_whole(src, buffer, block)
                 return
@@ -121,7 +121,8 @@ class Staging:
         try:
             in_slices(min(16, os.cpu_count() or 1), src.size, send)
         finally:
-            cl.wait_for_events(events)          # (the block is read until then)
+            if events:                          # (none where every copy failed: OpenCL refuses an empty wait)
+                cl.wait_for_events(events)      # (the block is read until then)
             _pool_for(self.queue).release(pinned, mapped)
 
     def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None, portable: bool = False) -> None:
@@ -181,11 +182,16 @@ class _PinnedPool:
         self.free_bytes = 0
         self.asked: set = set()
 
-    def take(self, queue, nbytes: int):
-        """A pinned (buffer, mapped bytes) pair of ``nbytes``, or None on a size's first request."""
+    def take(self, queue, nbytes: int, kept_only: bool = False):
+        """A pinned (buffer, mapped bytes) pair of ``nbytes``, or None on a size's first request;
+        with ``kept_only``, None too where a new block would not be kept when given back
+        (the pools hold `POOL_BYTES` already): a block for one copy, pinned afresh each time,
+        costs more than it saves."""
         with _free_lock:
             if nbytes not in self.asked:
                 self.asked.add(nbytes)
+                return None
+            if kept_only and not self.free.get(nbytes) and _free_total() + nbytes > POOL_BYTES:
                 return None
             if self.free.get(nbytes):
                 self.free_bytes -= nbytes
