@@ -126,6 +126,29 @@ def test_a_device_lists_picking_shares_take_their_values_at_the_end_of_their_set
     assert staged == [True] * 4
 
 
+def test_a_picking_shares_failed_upload_in_its_set_up_is_a_warning(rng, staged, monkeypatch):
+    """Values picked and sent at the end of a share's set-up whose upload fails (pinned
+    memory ran out, say) are, as a prefetch's failed copy, not the operator's error: a
+    warning says so, the operator is made, and its first call sends the values itself
+    and gives the list's image without prefetch."""
+    uvw, freq, vis, wgt, _ = wide_field(rng, 900, (1.0e8, 1.2e8), w=500.0, precision="single")
+    kw = dict(epsilon=1e-5, do_wgridding=True, precision="single", deterministic=True, tuning={"sparse_share": 1.0},
+              **IMAGE)
+    one = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="planes", **kw)
+    real = imaging_engine.ImagingEngine._upload_held
+
+    def failing(self, part, vis, wgt, on=None):
+        if not hasattr(self, "device_fft"):              # (the set-up's: before its FFT is chosen)
+            raise RuntimeError("pinned memory ran out")
+        return real(self, part, vis, wgt, on)
+
+    monkeypatch.setattr(imaging_engine.ImagingEngine, "_upload_held", failing)
+    with pytest.warns(RuntimeWarning, match="pinned memory ran out"):
+        op = clgrid.WGridder(uvw, freq, device=[DEVICE, DEVICE], split="planes", prefetch={"vis": vis, "wgt": wgt},
+                             **kw)
+    np.testing.assert_array_equal(op.vis2dirty(vis, wgt), one.vis2dirty(vis, wgt))
+
+
 def test_prefetched_arrays_are_held_until_taken(rng, staged):
     """An array given only as ``prefetch`` (dropped by the caller) stays the operator's until
     the first call: another array made afterwards cannot take its address and pass for it

@@ -116,7 +116,12 @@ class PrefetchedValues:
         given, self._prefetch_later = getattr(self, "_prefetch_later", None), None
         if given is None or len(self._parts) != 1 or self._parts[0].index is None:
             return
-        self._upload_held(self._parts[0], given["vis"], given.get("wgt"))
+        try:
+            self._upload_held(self._parts[0], given["vis"], given.get("wgt"))
+        except Exception as failed:                 # (as a prefetch's failed copy: `_prefetch_end`)
+            warn(f"clgrid: the values picked during the set-up could not be sent ({type(failed).__name__}: "
+                 f"{failed}); a vis2dirty sends its values itself", RuntimeWarning, stacklevel=None)
+            return
         done = Future()
         done.set_result(None)
         self._prefetched = SimpleNamespace(key=values_key(given), given=given, vis=self._vis_held,
