@@ -507,3 +507,54 @@ def test_predictions_assembled_over_a_recycled_buffer_write_every_sample(rng, mo
             del out
     finally:
         recycled.forget_recycled()
+
+
+_COLLECTED_UNDER_THE_LOCK = """
+import gc
+from clgrid.dask import recycled
+
+real, under = recycled._give_back, []
+def spy(buffer, generation):
+    under.append(True)
+    real(buffer, generation)
+recycled._give_back = spy
+
+def cycle():
+    c = [recycled.recycled_empty(recycled.RECYCLED_BYTES, "u1")]
+    c.append(c)
+    return c
+
+# a recycled array in a reference cycle (an exception's traceback through the frame that
+# held it, say), old enough that only the collection of the next generation frees it,
+# which the allocations inside free_buffers' locked block set off
+gc.collect()
+gc.disable()
+keep = cycle()
+gc.collect(0)
+del keep
+gc.set_threshold(1, 1, 100000)
+gc.enable()
+recycled.free_buffers()
+gc.set_threshold(700, 10, 10)
+gc.collect()
+assert under and recycled.free_buffers() == {recycled.RECYCLED_BYTES: 1}, (under, recycled.free_buffers())
+print("ended")
+"""
+
+
+def test_a_recycled_array_collected_inside_the_pools_lock_comes_back_without_a_deadlock():
+    """A recycled array freed by the cyclic collector gives its buffer back from wherever
+    the collection ran, which may be inside the pool's own locked block (an allocation
+    there sets it off): the lock is reentrant (as `clgrid.dask.delivery`'s and the pinned
+    pools'), so the process goes on and the buffer is back."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    try:
+        done = subprocess.run([sys.executable, "-c", _COLLECTED_UNDER_THE_LOCK], capture_output=True, text=True,
+                              timeout=20, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the pool's lock, taken again by the collected array's give-back on its own thread, never ended")
+    assert done.returncode == 0 and "ended" in done.stdout, done.stderr

@@ -31,7 +31,9 @@ RECYCLED_BYTES = 4 << 20     # smaller arrays are np.empty
 _free: dict = {}             # bytes -> free buffers (uint8 arrays)
 _counts = {"made": 0, "reused": 0}           # buffers of recycled arrays since `forget_recycled`
 _generation = [0]            # `forget_recycled`s so far: a buffer of an earlier one is not taken back
-_lock = threading.Lock()
+# reentrant: an array freed by the cyclic collector gives its buffer back on the thread
+# where the collection ran, which may be inside a locked block here (an allocation there)
+_lock = threading.RLock()
 
 
 def recycled_empty(shape, dtype) -> np.ndarray:
@@ -65,7 +67,8 @@ def _give_back(buffer: np.ndarray, generation: int) -> None:
 def free_buffers() -> dict:
     """How many free buffers the pool holds, by size in bytes."""
     with _lock:
-        return {n: len(free) for n, free in _free.items() if free}
+        kept = dict(_free)              # (a give-back inside the loop may add a size)
+        return {n: len(free) for n, free in kept.items() if free}
 
 
 def recycled_counts() -> dict:
