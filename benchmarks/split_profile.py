@@ -7,6 +7,13 @@ call's start, with ``gpu`` the wait for the device's queue before its image or
 visibilities come down (a ``finish`` the library does not make: the probe's own).
 
     python3 benchmarks/split_profile.py --devices nvidia --timeline
+    python3 benchmarks/split_profile.py --devices nvidia --variant no-hand-over one-thread-picks
+
+``--variant`` runs this tree with parts of it as they were before (monkeypatched), to
+time a change against its absence on one machine: ``no-hand-over`` (the device-FFT
+plane loops keep the GIL, `clgrid.device.host_threads.let_others_run` a no-op),
+``one-thread-picks`` (a share's values picked on one thread), ``pieces`` (uploads
+through the staging's pieces only, never one pinned block).
 """
 
 from __future__ import annotations
@@ -41,6 +48,21 @@ STEPS = {imaging_engine.ImagingEngine: ["dirty2vis", "vis2dirty", "_dirty2vis_de
                              "direction_slabs", "sample_weight", "queues_for"],
          imaging_wgridding.WGridder: ["__init__", "_setup_devices"]}
 
+
+def _no_hand_over():
+    imaging_passes.let_others_run = lambda: None
+
+
+def _one_thread_picks():
+    pick = imaging_engine.pick
+    imaging_engine.pick = lambda a, index, out=None, parts=1: pick(a, index, out)
+
+
+def _pieces():
+    transfer.WHOLE_BYTES = 0
+
+
+VARIANTS = {"no-hand-over": _no_hand_over, "one-thread-picks": _one_thread_picks, "pieces": _pieces}
 
 TIMELINE: list = []      # (thread, step, start, end) of every wrapped call, when asked
 
@@ -91,7 +113,12 @@ def main(argv=None) -> int:
     p.add_argument("--set", default="large", choices=tuple(SETS))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeline", action="store_true", help="the last call's steps on each thread, in time")
+    p.add_argument("--variant", nargs="*", default=[], choices=tuple(VARIANTS),
+                   help="parts of the tree as they were before (the module docstring)")
     a = p.parse_args(argv)
+    for name in a.variant:
+        VARIANTS[name]()
+    print(f"variant: {' + '.join(a.variant) or 'this tree'}")
     data = make_set(*SETS[a.set])
     devices = expand(a.devices)
     times = defaultdict(list)

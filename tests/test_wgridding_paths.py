@@ -307,3 +307,31 @@ def test_sparse_masks_send_only_the_kept_values(rng):
     got = sparse.dirty2vis(dirty, wgt)
     assert np.all(got[~keep] == 0)
     assert relative_error(got, dense.dirty2vis(dirty, zeroed)) < 1e-8
+
+
+def test_a_ducc0_pool_smaller_than_asked_is_said_once(monkeypatch):
+    """`clgrid.imaging.fft.check_ducc0_pool`: where ducc0's thread pool holds fewer threads
+    than the host FFT is asked for (Dask's nanny sets OMP_NUM_THREADS=1 in its workers), a
+    RuntimeWarning naming DUCC0_NUM_THREADS, once per process; none where it holds
+    enough, or where more are asked than the machine has."""
+    import warnings
+
+    from clgrid.imaging import fft as imaging_fft
+    from conftest import optional
+
+    misc = optional("ducc0.misc", "test")
+    monkeypatch.setattr(misc, "thread_pool_size", lambda: 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    for workers, said in ((1, False), (2, True), (3, False)):
+        monkeypatch.setattr(imaging_fft, "_pool_checked", workers == 3)      # (the third: said already)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            imaging_fft.check_ducc0_pool(workers)
+        assert [str(w.message).count("DUCC0_NUM_THREADS") > 0 for w in caught] == ([True] if said else [])
+        assert all(w.category is RuntimeWarning for w in caught)
+    monkeypatch.setattr(imaging_fft, "_pool_checked", False)
+    monkeypatch.setattr(misc, "thread_pool_size", lambda: 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        imaging_fft.check_ducc0_pool(64)                 # (more than the machine's 4: as many as it has)
+    assert caught == []

@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from ..call_warnings import warn
+
 __all__ = ["HostFFT", "MappedHostFFT", "DeviceFFT", "crop", "embed", "clear_outside", "host_fft_library", "pass_order"]
 
 
@@ -92,6 +94,31 @@ def host_fft_library(choice: str) -> str:
         return "scipy"
 
 
+_pool_checked = False
+
+
+def check_ducc0_pool(workers: int) -> None:
+    """Once per process: a warning where ducc0's thread pool holds fewer threads than
+    ``workers`` (at most the machine's), so that its FFTs run on fewer threads than asked.
+    ducc0 sizes the pool when first used, from ``$DUCC0_NUM_THREADS``, else
+    ``$OMP_NUM_THREADS``, which Dask's nanny sets to 1 in every worker (and in a
+    `LocalCluster`'s client process)."""
+    global _pool_checked
+    if _pool_checked:
+        return
+    _pool_checked = True
+    import ducc0.misc
+
+    size, wanted = ducc0.misc.thread_pool_size(), min(int(workers), os.cpu_count() or 1)
+    if size < wanted:
+        warn(f"clgrid: ducc0's thread pool holds {size} thread(s), so the host FFT runs on {size}, not the "
+             f"{wanted} asked (nthreads): ducc0 sized it from $DUCC0_NUM_THREADS "
+             f"({os.environ.get('DUCC0_NUM_THREADS')!r}) or $OMP_NUM_THREADS "
+             f"({os.environ.get('OMP_NUM_THREADS')!r}; Dask's nanny sets it to 1 in its workers). Set "
+             f"DUCC0_NUM_THREADS in the process's environment before it starts (a LocalCluster: "
+             f"env={{'DUCC0_NUM_THREADS': '{wanted}'}})", RuntimeWarning, stacklevel=None)
+
+
 class HostFFT:
     """A threaded FFT (ducc0.fft or scipy.fft) in place on a host grid, with the crop folded
     in: ``backward`` is ``sum_g G[g] exp(+2 pi i g a / N)`` (unscaled) on every column,
@@ -107,6 +134,7 @@ class HostFFT:
         if self.library == "ducc0":
             import ducc0.fft
 
+            check_ducc0_pool(self.workers)
             ducc0.fft.c2c(view, axes=(axis,), forward=forward, inorm=0, out=view, nthreads=self.workers)
             return
         import scipy.fft
