@@ -398,10 +398,13 @@ def _spread(client, array: np.ndarray, rows: int, workers: list):
 # -- CPU workers -------------------------------------------------------------------------
 
 def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
+    """`benchmarks/dask_scaling.py`'s run for the CPU workers; with ``--json``, its own JSON
+    beside it (``<name>.cpu.json``), written after each worker count, so that a run cut
+    short by a time limit keeps the counts it finished."""
     import dask_scaling
 
     with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "cpu.json")
+        path = os.path.splitext(a.json)[0] + ".cpu.json" if a.json else os.path.join(folder, "cpu.json")
         argv = ["--rows", str(rows), "--nchan", str(nchan), "--npix", str(npix), "--freq", str(BAND[0]),
                 str(BAND[1]), "--epsilon", str(a.epsilon), "--cores", str(a.cores), "--device", a.cpu_device,
                 "--workers", *map(str, a.cpu_workers), "--repeats", str(a.cpu_repeats),
