@@ -52,9 +52,14 @@ _pool_lock = threading.Lock()
 _free_lock = threading.RLock()
 
 
+def _copy_threads() -> int:
+    """Host threads of a staged copy: every core, at most 16."""
+    return min(16, os.cpu_count() or 1)
+
+
 def _parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[:] = src`` (1-D byte views of equal size) on the host threads (at most 16)."""
-    parallel_copy(dst, src, min(16, os.cpu_count() or 1))
+    """``dst[:] = src`` (1-D byte views of equal size) on `_copy_threads` host threads."""
+    parallel_copy(dst, src, _copy_threads())
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:
@@ -119,7 +124,7 @@ class Staging:
             events.append(cl.enqueue_copy(self.queue, buffer, mapped[r], dst_offset=r.start, is_blocking=False))
 
         try:
-            in_slices(min(16, os.cpu_count() or 1), src.size, send)
+            in_slices(_copy_threads(), src.size, send)
         finally:
             if events:                          # (none where every copy failed: OpenCL refuses an empty wait)
                 cl.wait_for_events(events)      # (the block is read until then)

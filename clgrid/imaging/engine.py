@@ -239,7 +239,6 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         else:
             self._parts, held, early, self._prefetched = [], max(1, self._part_samples // max(self.nchan, 1)) * \
                 self.nchan, None, None
-            self._prefetch_later = None
         # the caller's values and weights go through one part at a time (gather_vis, scatter_vis)
         if early is not None:
             self._vis_held, self._wgt_held = early
