@@ -56,7 +56,7 @@ def _give_back(buffer: np.ndarray, generation: int) -> None:
 
 def free_buffers() -> dict:
     """How many free buffers the pool holds, by size in bytes."""
-    return _free.counts()
+    return {nbytes: len(free) for nbytes, free in _free.free_blocks().items()}
 
 
 def recycled_counts() -> dict:

@@ -77,8 +77,8 @@ class FreeList:
             kept, self._free, self.free_bytes = self._free, {}, 0
             return [b for free in kept.values() for b, _ in free]
 
-    def counts(self) -> dict:
-        """How many free blocks each key has (keys with none left out)."""
+    def free_blocks(self) -> dict:
+        """The free blocks, by key (keys with none left out): a copy."""
         with self.lock:
             kept = dict(self._free)     # (a give-back in the loop, by the collector, may add a key)
-            return {key: len(free) for key, free in kept.items() if free}
+            return {key: [b for b, _ in free] for key, free in kept.items() if free}
