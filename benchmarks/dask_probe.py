@@ -154,17 +154,19 @@ def install(force_staging: bool = False) -> str:
 
     _originals.append((tasks, "_imaged", tasks._imaged))
     tasks._imaged = remember()
-    pool_take = transfer._PinnedPool.take
+    pool_take = transfer._take_pinned
 
-    def take(self, queue, n):
-        kind = "first ask" if n not in self.asked else "reused" if self.free.get(n) else "NEW PIN"
+    def take(queue, n, kept_only=False):
+        key = (queue.context.int_ptr, n)
+        kind = ("first ask" if key not in transfer._asked else "reused" if transfer._pinned.free_blocks().get(key)
+                else "NEW PIN")
         start = time.perf_counter()
-        out = pool_take(self, queue, n)
+        out = pool_take(queue, n, kept_only)
         _record("    pinned block", start, {"kind": kind, "mb": round(n / 1e6, 1)})
         return out
 
-    _originals.append((transfer._PinnedPool, "take", pool_take))
-    transfer._PinnedPool.take = take
+    _originals.append((transfer, "_take_pinned", pool_take))
+    transfer._take_pinned = take
     _wrap(wgridding, "host_empty", "   host_empty", lambda shape, dtype, staging: {
         "staged": staging is not None})
     E = engine_mod.ImagingEngine

@@ -404,7 +404,7 @@ def test_images_come_back_through_shared_memory_or_as_rows(client, rng, tmp_path
         # caller holds both; dropping one frees its box, which the next call takes (its
         # image, not the one still held, written there)
         def free() -> list:
-            return [box.path for boxes in delivery._boxes.values() for box in boxes]
+            return [box.path for boxes in delivery._boxes.free_blocks().values() for box in boxes]
 
         held = set(delivery._made)
         assert len(held) >= 2 and all(os.path.exists(path) for path in held) and not free()
@@ -452,7 +452,7 @@ def test_a_result_its_caller_dropped_gives_its_box_back_at_once_however_long_the
     monkeypatch.setattr(watch._Watch, "check", lambda self: (polls.append(None), check(self))[1])
 
     def free() -> set:
-        return {box.path for boxes in delivery._boxes.values() for box in boxes}
+        return {box.path for boxes in delivery._boxes.free_blocks().values() for box in boxes}
 
     def caller() -> set:
         image = cd.vis2dirty(vis=blocks(vis), **common)
@@ -1705,7 +1705,7 @@ def test_a_failed_call_does_not_give_its_box_to_a_later_call(client, rng):
         pytest.skip("no /dev/shm: no boxes")
 
     def free() -> list:
-        return [box.path for boxes in delivery._boxes.values() for box in boxes]
+        return [box.path for boxes in delivery._boxes.free_blocks().values() for box in boxes]
 
     uvw, _, vis, wgt, _ = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single")
     common = dict(uvw=uvw, freq=WIDE_FREQS, wgt=wgt, epsilon=1e-4, do_wgridding=True, **IMAGE)

@@ -42,8 +42,8 @@ def test_a_large_upload_goes_through_a_pinned_block_of_its_size_from_its_second_
     real = Staging._upload_whole
     monkeypatch.setattr(Staging, "_upload_whole", lambda self, src, buffer, block: (whole.append(src.size),
                                                                                     real(self, src, buffer, block)))
-    pool = transfer._pool_for(queue)
-    pool.asked.discard(nbytes)
+    key = (queue.context.int_ptr, nbytes)
+    transfer._asked.discard(key)
     buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, nbytes)
     for time in range(3):
         host = rng.integers(0, 256, nbytes, dtype=np.uint8)
@@ -53,7 +53,7 @@ def test_a_large_upload_goes_through_a_pinned_block_of_its_size_from_its_second_
         cl.enqueue_copy(queue, direct, buffer).wait()
         np.testing.assert_array_equal(direct, host)
         assert whole == [nbytes] * time                        # the pieces first, then the block
-        assert len(pool.free.get(nbytes, [])) == (time > 0)    # given back each time, reused
+        assert len(transfer._pinned.free_blocks().get(key, [])) == (time > 0)    # given back each time, reused
     monkeypatch.setattr(transfer, "WHOLE_BYTES", nbytes - 1)
     staging.upload(host, buffer)
     assert whole == [nbytes] * 2
@@ -65,15 +65,15 @@ def test_a_failed_whole_upload_says_its_own_error_and_gives_its_block_back(rng, 
     back to the pool."""
     staging = Staging(queue, piece=4096)
     nbytes = 7 * 4096 + 1001
-    pool = transfer._pool_for(queue)
-    pool.asked.add(nbytes)
-    block = pool.take(queue, nbytes)
-    before = len(pool.free.get(nbytes, []))
+    key = (queue.context.int_ptr, nbytes)
+    transfer._asked.add(key)
+    block = transfer._take_pinned(queue, nbytes)
+    before = len(transfer._pinned.free_blocks().get(key, []))
     small = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
     with pytest.raises(cl.Error) as raised:
         staging._upload_whole(rng.integers(0, 256, nbytes, dtype=np.uint8), small, block)
     assert "WaitForEvents" not in str(raised.value)
-    assert len(pool.free.get(nbytes, [])) == before + 1
+    assert len(transfer._pinned.free_blocks().get(key, [])) == before + 1
 
 
 def test_a_large_upload_that_the_pools_cannot_keep_goes_through_the_pieces(rng, queue, monkeypatch):
@@ -83,12 +83,11 @@ def test_a_large_upload_that_the_pools_cannot_keep_goes_through_the_pieces(rng, 
     every byte arriving."""
     staging = Staging(queue, piece=4096)
     nbytes = 7 * 4096 + 1001
-    pool = transfer._pool_for(queue)
-    pool.asked.add(nbytes)
-    pool.free.pop(nbytes, None)
-    with transfer._free_lock:
-        pool.free_bytes = sum(k * len(v) for k, v in pool.free.items())
-    monkeypatch.setattr(transfer, "POOL_BYTES", transfer._free_total() + nbytes - 1)
+    key = (queue.context.int_ptr, nbytes)
+    transfer._asked.add(key)
+    while transfer._pinned.take(key) is not None:
+        pass
+    monkeypatch.setattr(transfer, "POOL_BYTES", transfer._pinned.free_bytes + nbytes - 1)
     pinned = []
     real = cl.enqueue_map_buffer
     monkeypatch.setattr(cl, "enqueue_map_buffer", lambda *a, **k: (pinned.append(1), real(*a, **k))[1])
@@ -236,33 +235,39 @@ def test_freed_pinned_blocks_are_capped_for_the_whole_process(rng, queue, monkey
     once one is taken again, the other context keeps its next one.  One context alone keeps
     as many as before."""
     from clgrid.device import transfer
+    from clgrid.device.free_lists import FreeList
 
     shape = (int(rng.integers(2, 6)), 256)
     nbytes = int(np.prod(shape)) * 8
-    monkeypatch.setattr(transfer, "_pools", {})                 # this test's pools only
+    monkeypatch.setattr(transfer, "_pinned", FreeList())        # this test's pools only
+    monkeypatch.setattr(transfer, "_asked", set())
     monkeypatch.setattr(transfer, "POOL_BYTES", 2 * nbytes)
     contexts = [cl.Context([queue.device]) for _ in range(2)]
     stagings = [Staging(cl.CommandQueue(c), piece=4096) for c in contexts]
     for staging in stagings:
         host_empty(shape, np.complex64, staging)                 # the size asked once: pinned next
-    pools = [transfer._pools[c.int_ptr] for c in contexts]
+
+    def kept() -> list:
+        free = transfer._pinned.free_blocks()
+        return [nbytes * len(free.get((c.int_ptr, nbytes), [])) for c in contexts]
+
     held = [host_empty(shape, np.complex64, stagings[0]) for _ in range(2)]
     other = host_empty(shape, np.complex64, stagings[1])
     assert all(a.base is not None for a in held + [other])
     del held
     gc.collect()
-    assert [p.free_bytes for p in pools] == [2 * nbytes, 0]       # one context: two kept, as before
+    assert kept() == [2 * nbytes, 0]       # one context: two kept, as before
     del other
     gc.collect()
-    assert [p.free_bytes for p in pools] == [2 * nbytes, 0]       # the cap is full: not kept
+    assert kept() == [2 * nbytes, 0]       # the cap is full: not kept
     again = host_empty(shape, np.complex64, stagings[0])          # one taken back: room for one
     other = host_empty(shape, np.complex64, stagings[1])
     del other
     gc.collect()
-    assert [p.free_bytes for p in pools] == [nbytes, nbytes]
+    assert kept() == [nbytes, nbytes]
     del again
     gc.collect()
-    assert sum(p.free_bytes for p in pools) == 2 * nbytes
+    assert sum(kept()) == transfer._pinned.free_bytes == 2 * nbytes
 
 
 @pytest.mark.parametrize("order", ["F", "strided"])

@@ -13,7 +13,8 @@ back to returning its rows as usual.
 
 A call's box may be kept (`kept_box`): its file and the mappings on both sides are made
 once (a fresh file's pages cost more than a copy out of it), and recycled as
-`clgrid.device.transfer.host_empty` recycles pinned blocks.  The result the client
+`clgrid.device.transfer.host_empty` recycles pinned blocks (a
+`clgrid.device.free_lists.FreeList`).  The result the client
 returns is the box's mapping itself (no copy); when the caller drops that array (every
 view of it), the box goes back to a pool for a later call's tasks to write, and a call
 that finds none free (the caller still holds the earlier results) makes another.  Given
@@ -24,13 +25,13 @@ back at once.
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import exchange
+from ..device.free_lists import FreeList
 from ..device.host_blocks import LentBlock
 from ..device.host_threads import parallel_copy
 
@@ -39,10 +40,8 @@ __all__ = ["DropBox", "open_box", "kept_box", "forget_boxes", "deliver", "region
 SHARED_MEMORY = "/dev/shm"
 COPY_THREADS = 16            # host threads of the client's copies into and out of shared memory
 KEPT_BOXES = 2               # free kept boxes per shape and dtype
-_boxes: dict = {}            # on the client: (shape, dtype) -> free kept boxes
-_made: set = set()           # on the client: the paths of every kept box not yet removed
-# reentrant: a result dropped by the collector inside a locked block gives its box back there
-_lock = threading.RLock()
+_boxes = FreeList()          # on the client: (shape, dtype) -> free kept boxes
+_made: set = set()           # on the client: the paths of every kept box not yet removed (under _boxes.lock)
 
 
 @dataclass(frozen=True)
@@ -81,15 +80,13 @@ def kept_box(shape: tuple, dtype) -> DropBox | None:
     (its file and both sides' mappings made once: a fresh file's pages cost more than the
     copy out of it): a free one, else a new one; given back by `collect` (when the
     caller drops the array it returns) or `discard`.  None as `open_box`."""
-    key = (tuple(int(n) for n in shape), np.dtype(dtype).str)
-    with _lock:
-        free = _boxes.get(key)
-        if free:
-            return free.pop()
+    box = _boxes.take((tuple(int(n) for n in shape), np.dtype(dtype).str))
+    if box is not None:
+        return box
     box = open_box(shape, dtype)
     if box is None:
         return None
-    with _lock:
+    with _boxes.lock:
         _made.add(box.path)
     return DropBox(box.path, box.shape, box.dtype, kept=True)
 
@@ -97,24 +94,21 @@ def kept_box(shape: tuple, dtype) -> DropBox | None:
 def forget_boxes() -> None:
     """On the client: remove every kept box's file, free or holding a result the caller
     has (its memory stays with that array; the box is not given back)."""
-    with _lock:
+    with _boxes.lock:
         paths = list(_made)
         _made.clear()
-        _boxes.clear()
+        _boxes.forget()
     for path in paths:
         discard(DropBox(path, (), "u1"))      # (not kept: removed)
 
 
 def _give_back(box: DropBox) -> None:
-    with _lock:
-        if box.path in _made:
-            free = _boxes.setdefault((box.shape, box.dtype), [])
-            if box in free:                   # (given back twice: a failing call's handlers)
-                return
-            if len(free) < KEPT_BOXES:
-                free.append(box)
-                return
-            _made.discard(box.path)
+    """``box`` free for a later call, where it is still kept and its pool has room (given
+    back twice, by a failing call's handlers: kept once); else its file removed."""
+    with _boxes.lock:
+        if box.path in _made and _boxes.give_back((box.shape, box.dtype), box, per_key=KEPT_BOXES):
+            return
+        _made.discard(box.path)
     discard(DropBox(box.path, box.shape, box.dtype))
 
 
@@ -203,11 +197,9 @@ def retire(box: DropBox | None) -> None:
     another fails, nor one the stall watch cancels) and would write into a later call's
     result.  (Their mappings keep the memory until they end.)"""
     if box is not None and box.kept:
-        with _lock:
+        with _boxes.lock:
             _made.discard(box.path)
-            free = _boxes.get((box.shape, box.dtype), [])
-            if box in free:
-                free.remove(box)
+            _boxes.remove((box.shape, box.dtype), box)
         box = DropBox(box.path, box.shape, box.dtype)
     discard(box)
 

@@ -11,29 +11,25 @@ cycle's calls make arrays of the same sizes call after call, so here an array is
 its key, the caller's copy went elsewhere), its buffer goes back to a pool, and a later
 array of the same size takes it, its pages already there.  The pool keeps at most
 ``KEPT_FREE`` free buffers of a size, for as many chunks of that size on one worker as
-there are while a result is held during the next call; `forget_recycled` (run by
-`clgrid.dask.clear_cache`) drops them.  Arrays below ``RECYCLED_BYTES`` are plain
-`np.empty`: small pages cost little, and a pool of them would only hold memory.
+there are while a result is held during the next call (a
+`clgrid.device.free_lists.FreeList`); `forget_recycled` (run by `clgrid.dask.clear_cache`)
+drops them.  Arrays below ``RECYCLED_BYTES`` are plain `np.empty`: small pages cost
+little, and a pool of them would only hold memory.
 """
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
+from ..device.free_lists import FreeList
 from ..device.host_blocks import LentBlock
 
 __all__ = ["recycled_empty", "forget_recycled", "free_buffers", "recycled_counts", "KEPT_FREE", "RECYCLED_BYTES"]
 
 KEPT_FREE = 2                # free buffers kept per size
 RECYCLED_BYTES = 4 << 20     # smaller arrays are np.empty
-_free: dict = {}             # bytes -> free buffers (uint8 arrays)
+_free = FreeList()           # bytes -> free buffers (uint8 arrays)
 _counts = {"made": 0, "reused": 0}           # buffers of recycled arrays since `forget_recycled`
-_generation = [0]            # `forget_recycled`s so far: a buffer of an earlier one is not taken back
-# reentrant: an array freed by the cyclic collector gives its buffer back on the thread
-# where the collection ran, which may be inside a locked block here (an allocation there)
-_lock = threading.RLock()
 
 
 def recycled_empty(shape, dtype) -> np.ndarray:
@@ -45,43 +41,34 @@ def recycled_empty(shape, dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < RECYCLED_BYTES:
         return np.empty(shape, dtype)
-    with _lock:
-        free = _free.get(nbytes)
-        buffer = free.pop() if free else None
+    with _free.lock:
+        buffer = _free.take(nbytes)
         _counts["made" if buffer is None else "reused"] += 1
-        generation = _generation[0]
+        generation = _free.generation
     if buffer is None:
         buffer = np.empty(nbytes, np.uint8)
     return np.asarray(LentBlock(buffer, shape, dtype, _give_back, buffer, generation))
 
 
 def _give_back(buffer: np.ndarray, generation: int) -> None:
-    with _lock:
-        if generation != _generation[0]:
-            return
-        free = _free.setdefault(buffer.nbytes, [])
-        if len(free) < KEPT_FREE:
-            free.append(buffer)
+    _free.give_back(buffer.nbytes, buffer, generation, per_key=KEPT_FREE)
 
 
 def free_buffers() -> dict:
     """How many free buffers the pool holds, by size in bytes."""
-    with _lock:
-        kept = dict(_free)              # (a give-back inside the loop may add a size)
-        return {n: len(free) for n, free in kept.items() if free}
+    return {nbytes: len(free) for nbytes, free in _free.free_blocks().items()}
 
 
 def recycled_counts() -> dict:
     """How many arrays of at least ``RECYCLED_BYTES`` this process made over a new
     buffer (``made``) and over a free one (``reused``) since `forget_recycled`."""
-    with _lock:
+    with _free.lock:
         return dict(_counts)
 
 
 def forget_recycled() -> None:
     """Drop the free buffers (their memory goes back to the system) and the counts;
     arrays still held are not taken back when they are dropped."""
-    with _lock:
-        _generation[0] += 1
-        _free.clear()
+    with _free.lock:
+        _free.forget()
         _counts.update(made=0, reused=0)

@@ -15,7 +15,7 @@ goes back to its context's pool when the last array or view on it is dropped (as
 CuPy's pinned memory pool), so a loop that drops each call's result reuses two blocks,
 and the device writes into them at the bus's speed.  The pools keep at most
 `POOL_BYTES` of freed blocks in the whole process (blocks in use are the caller's
-arrays).  Pinning costs tens of milliseconds, so a size gets pinned blocks only from its
+arrays; one `clgrid.device.free_lists.FreeList` keyed by context and size).  Pinning costs tens of milliseconds, so a size gets pinned blocks only from its
 second request on: a one-off call keeps numpy's array.
 """
 
@@ -29,6 +29,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from .free_lists import FreeList
 from .host_blocks import LentBlock
 from .host_threads import in_slices, parallel_copy
 
@@ -46,10 +47,9 @@ PIECE_BYTES = 64 * 2 ** 20
 # Uploads of up to this many bytes may go through one pinned block of their own size
 # (`Staging.upload`): a quarter of what the pools keep, so that the block comes back to them.
 WHOLE_BYTES = POOL_BYTES // 4
-_pool_lock = threading.Lock()
-# the pools' free lists and their sum (POOL_BYTES); reentrant: a block's release runs when
-# it is collected, which may happen on a thread inside a pool's own take
-_free_lock = threading.RLock()
+_pool_lock = threading.Lock()            # (of the shared stagings)
+_pinned = FreeList()                     # freed pinned blocks, every context's: (context, bytes) -> (buffer, mapped)
+_asked: set = set()                      # the (context, bytes) asked for so far (under _pinned.lock)
 
 
 def _copy_threads() -> int:
@@ -92,7 +92,7 @@ class Staging:
         (`_upload_whole`)."""
         src = _bytes(np.ascontiguousarray(host))
         if 2 * self.piece < src.size <= WHOLE_BYTES:
-            block = _pool_for(self.queue).take(self.queue, src.size, kept_only=True)
+            block = _take_pinned(self.queue, src.size, kept_only=True)
             if block is not None:
                 self._upload_whole(src, buffer, block)
                 return
@@ -128,7 +128,7 @@ class Staging:
         finally:
             if events:                          # (none where every copy failed: OpenCL refuses an empty wait)
                 cl.wait_for_events(events)      # (the block is read until then)
-            _pool_for(self.queue).release(pinned, mapped)
+            _give_back_pinned(self.queue.context.int_ptr, pinned, mapped)
 
     def download(self, buffer: cl.Buffer, host: np.ndarray, wait_for=None, portable: bool = False) -> None:
         """Copy the start of ``buffer`` into the C-contiguous ``host``; returns when done.
@@ -172,59 +172,38 @@ class _PinnedBlock(LentBlock):
     of every array `host_empty` returns; when it dies its buffer goes back to the pool.
     ``context``: the OpenCL context it is pinned for (its buffer's)."""
 
-    def __init__(self, pool: "_PinnedPool", buffer: cl.Buffer, mapped: np.ndarray, shape, dtype):
-        super().__init__(mapped, shape, dtype, pool.release, buffer, mapped)
+    def __init__(self, buffer: cl.Buffer, mapped: np.ndarray, shape, dtype):
         self.context = buffer.context
+        super().__init__(mapped, shape, dtype, _give_back_pinned, self.context.int_ptr, buffer, mapped)
 
 
-class _PinnedPool:
-    """Freed pinned blocks of one context, by size, and the sizes asked for so far.  A freed
-    block is kept only while every context's pool together keeps at most `POOL_BYTES`
-    (a cap per process, not per context: a list of eight devices pins no more than one)."""
-
-    def __init__(self):
-        self.free: dict = {}
-        self.free_bytes = 0
-        self.asked: set = set()
-
-    def take(self, queue, nbytes: int, kept_only: bool = False):
-        """A pinned (buffer, mapped bytes) pair of ``nbytes``, or None on a size's first request;
-        with ``kept_only``, None too where a new block would not be kept when given back
-        (the pools hold `POOL_BYTES` already): a block for one copy, pinned afresh each time,
-        costs more than it saves."""
-        with _free_lock:
-            if nbytes not in self.asked:
-                self.asked.add(nbytes)
-                return None
-            if kept_only and not self.free.get(nbytes) and _free_total() + nbytes > POOL_BYTES:
-                return None
-            if self.free.get(nbytes):
-                self.free_bytes -= nbytes
-                return self.free[nbytes].pop()
-        buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
-        mapped, _ = cl.enqueue_map_buffer(queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0, (nbytes,),
-                                          np.uint8)
-        return buffer, mapped
-
-    def release(self, buffer, mapped) -> None:
-        with _free_lock:
-            if _free_total() + mapped.size <= POOL_BYTES:
-                self.free.setdefault(mapped.size, []).append((buffer, mapped))
-                self.free_bytes += mapped.size
+def _take_pinned(queue, nbytes: int, kept_only: bool = False):
+    """A pinned (buffer, mapped bytes) pair of ``nbytes`` on ``queue``'s context, a freed one
+    where there is one; None on a size's first request in that context; with
+    ``kept_only``, None too where a new block would not be kept when given back (the
+    pools hold `POOL_BYTES` already): a block for one copy, pinned afresh each time,
+    costs more than it saves."""
+    key = (queue.context.int_ptr, nbytes)
+    with _pinned.lock:
+        if key not in _asked:
+            _asked.add(key)
+            return None
+        block = _pinned.take(key)
+        if block is None and kept_only and _pinned.free_bytes + nbytes > POOL_BYTES:
+            return None
+    if block is not None:
+        return block
+    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+    mapped, _ = cl.enqueue_map_buffer(queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0, (nbytes,),
+                                      np.uint8)
+    return buffer, mapped
 
 
-def _free_total() -> int:
-    """Bytes of freed pinned blocks every context's pool keeps (under ``_free_lock``)."""
-    return sum(pool.free_bytes for pool in list(_pools.values()))
-
-
-_pools: dict = {}
-
-
-def _pool_for(queue: cl.CommandQueue) -> _PinnedPool:
-    """The pinned pool of ``queue``'s context."""
-    with _pool_lock:
-        return _pools.setdefault(queue.context.int_ptr, _PinnedPool())
+def _give_back_pinned(context: int, buffer: cl.Buffer, mapped: np.ndarray) -> None:
+    """A freed pinned block kept for its context (``context``: its ``int_ptr``) while every
+    context's together keep at most `POOL_BYTES` (a cap per process, not per context: a
+    list of eight devices pins no more than one); else unpinned as it is dropped."""
+    _pinned.give_back((context, mapped.size), (buffer, mapped), nbytes=mapped.size, bytes_at_most=POOL_BYTES)
 
 
 def _pinned_for(host: np.ndarray, queue: cl.CommandQueue, portable: bool) -> bool:
@@ -253,11 +232,10 @@ def host_empty(shape, dtype, staging: Staging | None) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if staging is None or nbytes == 0:
         return np.empty(shape, dtype)
-    pool = _pool_for(staging.queue)
-    taken = pool.take(staging.queue, nbytes)
+    taken = _take_pinned(staging.queue, nbytes)
     if taken is None:
         return np.empty(shape, dtype)
-    return np.asarray(_PinnedBlock(pool, *taken, shape, dtype))
+    return np.asarray(_PinnedBlock(*taken, shape, dtype))
 
 
 _shared: dict = {}

@@ -274,10 +274,10 @@ class WGridder:
                     shares.append((i, slice(a, b), part, self.planes, kept, calls))
         if not shares:                                    # nothing kept: the first device says so when called
             shares = [(0, slice(None), keep, self.planes, 0, calls)]
+        samples = [len(range(*rows.indices(self.nrow))) * self.nchan for _, rows, *_ in shares]   # its rows, all channels
         needs = [None] * len(queues)
-        for i, rows, _, _, kept, _ in shares:
-            nrow = len(range(*rows.indices(self.nrow)))
-            needs[i] = share_bytes(nrow * self.nchan, kept, g, engine["precision"])
+        for (i, _, _, _, kept, _), n in zip(shares, samples):
+            needs[i] = share_bytes(n, kept, g, engine["precision"])
         check_devices(queues, engine["precision"], needs)
         each = max(1, workers // len(shares))
         self._rows = [rows for _, rows, *_ in shares]
@@ -288,8 +288,8 @@ class WGridder:
         # the values sent up during the planning only to shares that will hold all their rows'
         # samples (about: the engine makes sure); those whose values the host picks pick
         # and send them at the end of their set-up, while the others still plan
-        whole = [kept >= sparse_share(queues[i], engine["tuning"]) * self.nchan * len(range(*rows.indices(self.nrow)))
-                 for i, rows, _, _, kept, _ in shares]
+        whole = [kept >= sparse_share(queues[i], engine["tuning"]) * n
+                 for (i, _, _, _, kept, _), n in zip(shares, samples)]
         early = [None if prefetch is None else {k: None if a is None else a[rows] for k, a in prefetch.items()}
                  for _, rows, *_ in shares]
         said = [[] for _ in shares]        # each engine's set-up warnings, said once from the caller's line
