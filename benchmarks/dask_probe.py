@@ -120,7 +120,7 @@ def install(force_staging: bool = False) -> str:
         _facts["vis_addr"] = np.asarray(vis).__array_interface__["data"][0]
         return _facts["vis_addr"]
 
-    _wrap(tasks, "values_at", "  values_at", lambda vis, wgt, flat, threads=1, out=None: {
+    _wrap(tasks, "values_at", "  values_at", lambda vis, wgt, flat, threads=1, out=None, check=True: {
         "n": int(np.size(vis) if flat is None else len(flat)), "selection": flat is not None,
         "into_shm": out is not None, "vis_addr": vis_block(vis),
         "vis_mb": round(np.asarray(vis).nbytes / 1e6, 1)}, faults=True)
