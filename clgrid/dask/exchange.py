@@ -69,7 +69,7 @@ except ImportError:                  # (not POSIX: no shared memory either, `pre
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "publishing", "taken", "prefix", "using", "forget", "release", "region_of", "place",
-           "write_into", "room_of", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove",
+           "write_into", "room_of", "mark", "marked", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove",
            "at_exit", "host_identity", "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
@@ -105,6 +105,7 @@ class Shared:
     dtype: str
     shape: tuple | None = None
     stamp: bytes | None = None       # where the writer stamped the file (`stamped_shares`)
+    absorbed: int = 0                # an image part that holds the next ones' sum too: how many
 
 
 def host_identity() -> tuple:
@@ -306,6 +307,21 @@ def read(shared) -> np.ndarray:
         return np.empty(shared.shape or (0,), dtype)
     room = _region(shared.path, shared.offset * dtype.itemsize, shared.count * dtype.itemsize, False)
     return room.view(dtype).reshape(shared.shape or (shared.count,))
+
+
+def mark(path: str, call: bytes) -> None:
+    """Write ``call`` (`STAMP` bytes) into the small file ``path``: an array another task
+    of the call waits for is written whole (`marked`)."""
+    _region(path, 0, STAMP, True)[:] = np.frombuffer(call, np.uint8)
+
+
+def marked(path: str, call: bytes) -> bool:
+    """Whether ``path`` holds ``call`` (`mark`): False where it holds another call's mark,
+    or is not there."""
+    try:
+        return bytes(_region(path, 0, STAMP, False, make=False)) == call
+    except (OSError, ValueError):
+        return False
 
 
 def readable(parts: list) -> np.ndarray | None:
