@@ -2215,7 +2215,7 @@ def test_an_imaging_task_adds_the_next_ones_image_where_it_is_written_in_time(rn
             mine = exchange.read(exchange.Shared(own, 0, first_alone.size, "<f4", shape))
             if not marked:
                 assert all(p.path == own and p.absorbed == 0 for p in parts)
-                np.testing.assert_array_equal(mine, first_alone)
+                assert relative_error(mine, first_alone) <= 1e-6        # (a GPU's atomics: not the same bits)
                 assert np.isnan(boxed).all()
                 continue
             assert all(p.absorbed == 1 for p in parts)
