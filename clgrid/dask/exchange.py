@@ -66,6 +66,7 @@ try:
 except ImportError:                  # (not POSIX: no shared memory either, `prefix` is None)
     fcntl = None
 
+from ..device import registered
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "publishing", "taken", "prefix", "using", "forget", "release", "region_of", "place",
@@ -76,6 +77,7 @@ SHARED_MEMORY = "/dev/shm"
 KEPT_PREFIXES = 8            # sets of points whose files the client keeps
 KEPT_MAPS = 256              # mappings each process keeps
 THREADED_BYTES = 4 << 20     # passes over fewer bytes run on one thread
+REGISTERED_BYTES = 64 << 20  # mappings this large are registered with the devices (`clgrid.device.registered`)
 _hosts: dict = {}            # on the client: (client id, worker addresses) -> all on this host
 _prefixes: OrderedDict = OrderedDict()     # on the client: kept prefix -> its `_Kept`
 _maps: OrderedDict = OrderedDict()         # in any process: (path, offset, bytes, writable) -> (array, inode)
@@ -204,6 +206,8 @@ def region_of(path: str, offset_bytes: int, nbytes: int) -> np.ndarray:
 def release() -> None:
     """Drop this process's kept mappings."""
     with _lock:
+        for array, _ in _maps.values():
+            registered.forget(array)
         _maps.clear()
 
 
@@ -225,7 +229,7 @@ def _region(path: str, offset_bytes: int, nbytes: int, writable: bool, make: boo
             _maps.move_to_end(key)
             return kept[0]
         for other in [k for k, (_, ino) in _maps.items() if _gone(k[0], ino)]:
-            del _maps[other]
+            registered.forget(_maps.pop(other)[0])
     granularity = mmap.ALLOCATIONGRANULARITY
     start = offset_bytes - offset_bytes % granularity
     fd = os.open(path, (os.O_RDWR | (os.O_CREAT if make else 0)) if writable else os.O_RDONLY, 0o600)
@@ -238,10 +242,15 @@ def _region(path: str, offset_bytes: int, nbytes: int, writable: bool, make: boo
     finally:
         os.close(fd)
     array = np.frombuffer(m, np.uint8, nbytes, offset_bytes - start)
+    if writable and nbytes >= REGISTERED_BYTES:      # (a device may copy to and from it at the bus's speed)
+        registered.register(array)
     with _lock:
+        replaced = _maps.get(key)
         _maps[key] = (array, (stat.st_dev, stat.st_ino))
+        if replaced is not None:
+            registered.forget(replaced[0])
         while len(_maps) > KEPT_MAPS:
-            _maps.popitem(last=False)
+            registered.forget(_maps.popitem(last=False)[1][0])
     return array
 
 
@@ -305,8 +314,12 @@ def read(shared) -> np.ndarray:
     dtype = np.dtype(shared.dtype)
     if shared.count == 0:
         return np.empty(shared.shape or (0,), dtype)
-    room = _region(shared.path, shared.offset * dtype.itemsize, shared.count * dtype.itemsize, False)
-    return room.view(dtype).reshape(shared.shape or (shared.count,))
+    nbytes = shared.count * dtype.itemsize
+    # a large region mapped writable (registered with the devices: `clgrid.device.registered`), seen read-only
+    room = _region(shared.path, shared.offset * dtype.itemsize, nbytes, nbytes >= REGISTERED_BYTES, make=False)
+    out = room.view(dtype).reshape(shared.shape or (shared.count,))
+    out.flags.writeable = False
+    return out
 
 
 def mark(path: str, call: bytes) -> None:
@@ -475,13 +488,15 @@ def taken(published):
     dtype = np.dtype(published.dtype)
     nbytes = int(np.prod(published.shape)) * dtype.itemsize
     _wait_published(published.path)
-    try:
-        room = _region(published.path, 0, STAMP + nbytes, False)
+    try:                     # (large: mapped writable, registered with the devices, and seen read-only)
+        room = _region(published.path, 0, STAMP + nbytes, nbytes >= REGISTERED_BYTES, make=False)
     except FileNotFoundError:
         room = None
     _check_stamp(room, published)
+    array = room[STAMP:].view(dtype).reshape(published.shape)
+    array.flags.writeable = False
     try:
-        yield room[STAMP:].view(dtype).reshape(published.shape)
+        yield array
     except Exception as error:
         _refused_after(error, lambda: _check_stamp(room, published))
         raise

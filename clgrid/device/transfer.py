@@ -32,6 +32,7 @@ import pyopencl.array as cla
 from .free_lists import FreeList
 from .host_blocks import LentBlock
 from .host_threads import in_slices, parallel_copy
+from .registered import copy_down, copy_up
 
 __all__ = ["Staging", "shared_staging", "device_layout", "to_device_array", "upload", "upload_pinned", "download",
            "host_empty"]
@@ -89,8 +90,11 @@ class Staging:
         """Copy the C-contiguous ``host`` into the start of ``buffer``; returns when done.
         An array of more than two pieces, up to `WHOLE_BYTES`, whose size was asked for
         before, goes through one pinned block of its size from the context's pool instead
-        (`_upload_whole`)."""
+        (`_upload_whole`).  From a registered mapping (`clgrid.device.registered`) through
+        a buffer over it."""
         src = _bytes(np.ascontiguousarray(host))
+        if copy_up(self.queue, src, buffer):     # (a registered mapping's: `clgrid.device.registered`)
+            return
         if 2 * self.piece < src.size <= WHOLE_BYTES:
             block = _take_pinned(self.queue, src.size, kept_only=True)
             if block is not None:
@@ -137,11 +141,14 @@ class Staging:
         memory serves every context: the tuning table's ``pinned_across_contexts``);
         another context's block (a device list's output) otherwise goes through the
         staging's pieces, as pageable memory would: it need not be pinned for this
-        context."""
+        context.  Into a registered mapping (`clgrid.device.registered`: shared memory
+        another process reads) through a buffer over it, at the pinned speed too."""
         if _pinned_for(host, self.queue, portable):
             cl.enqueue_copy(self.queue, host, buffer, wait_for=wait_for).wait()
             return
         dst = _bytes(host)
+        if copy_down(self.queue, buffer, dst, wait_for):     # (a registered mapping's)
+            return
         self._pieces_down(buffer, dst.size, self.piece,
                           lambda at, piece: _parallel_copy(dst[at:at + piece.size], piece), wait_for)
 

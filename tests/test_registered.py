@@ -1,0 +1,103 @@
+"""`clgrid.device.registered`: host memory kept mapped by its owner (a file in shared
+memory), copied to and from a device through a buffer over it (``USE_HOST_PTR``)."""
+
+import mmap
+import os
+import uuid
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from clgrid.device import registered, transfer
+from clgrid.device.transfer import Staging
+
+
+@pytest.fixture
+def shm_region():
+    """A 3 MiB file in /dev/shm mapped writable (as `clgrid.dask.exchange` keeps its
+    files), as bytes; removed after."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine: the regions registered are shared-memory files")
+    path = f"/dev/shm/clgrid-test-registered-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    nbytes = 3 << 20
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+        mapping = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+    yield np.frombuffer(mapping, np.uint8)
+    os.remove(path)
+
+
+def test_a_registered_region_is_copied_through_a_buffer_over_it_from_its_second_copy(rng, shm_region, queue):
+    """First copy in a context: not through the region (False, nothing done); from the
+    second on, up and down through it: a range at an odd offset goes up into a poisoned
+    device buffer whole and comes down into a poisoned range of the region, the bytes
+    around it untouched; a host change between copies goes up (the map and unmap keep the
+    two in step); forgotten, the region is not used again."""
+    q = queue
+    region = shm_region
+    region[:] = rng.integers(0, 256, region.size, dtype=np.uint8)
+    n, at = 1 << 20, 4099
+    device = cl.Buffer(q.context, cl.mem_flags.READ_WRITE, n)
+    registered.register(region)
+    try:
+        assert registered.registered_count() >= 1
+        assert not registered.copy_up(q, region[at:at + n], device)           # (the first ask: no buffer yet)
+        for round in range(2):
+            cl.enqueue_fill_buffer(q, device, np.uint8(0xAB), 0, n).wait()
+            region[at:at + n] = rng.integers(0, 256, n, dtype=np.uint8)       # (changed between copies)
+            assert registered.copy_up(q, region[at:at + n], device)
+            back = np.empty(n, np.uint8)
+            cl.enqueue_copy(q, back, device).wait()
+            np.testing.assert_array_equal(back, region[at:at + n])
+        want = rng.integers(0, 256, n, dtype=np.uint8)
+        cl.enqueue_copy(q, device, want).wait()
+        before, after = region[:at].copy(), region[at + n:].copy()
+        region[at:at + n] = 0x5A
+        assert registered.copy_down(q, device, region[at:at + n])
+        np.testing.assert_array_equal(region[at:at + n], want)
+        np.testing.assert_array_equal(region[:at], before)
+        np.testing.assert_array_equal(region[at + n:], after)
+        outside = np.zeros(n, np.uint8)
+        assert not registered.copy_up(q, outside, device) and not registered.copy_down(q, device, outside)
+    finally:
+        registered.forget(region)
+    assert not registered.copy_up(q, region[at:at + n], device)
+
+
+def test_staging_copies_a_registered_region_through_it(rng, shm_region, queue, monkeypatch):
+    """`Staging.upload` and `download` (staging forced on the device under test) take a
+    registered region's way from its second copy: the values arrive whole (poisoned
+    device buffer, poisoned host range) and the pinned pieces are not used."""
+    q = queue
+    monkeypatch.setattr(Staging, "worth_it", staticmethod(lambda device: True))
+    staging = Staging(q, piece=64 << 10)
+    region = shm_region
+    n = 2 << 20
+    host = region[8:8 + n].view(np.float32)
+    device = cl.Buffer(q.context, cl.mem_flags.READ_WRITE, n)
+    registered.register(region)
+    through = []
+    real_up, real_down = registered.copy_up, registered.copy_down
+    monkeypatch.setattr(transfer, "copy_up", lambda *a: through.append("up") or real_up(*a))
+    monkeypatch.setattr(transfer, "copy_down", lambda *a: through.append("down") or real_down(*a))
+    try:
+        for round in range(2):
+            host[:] = rng.normal(size=host.size).astype(np.float32)
+            cl.enqueue_fill_buffer(q, device, np.float32(np.nan), 0, n).wait()
+            staging.upload(host, device)
+            back = np.empty_like(host)
+            cl.enqueue_copy(q, back, device).wait()
+            np.testing.assert_array_equal(back, host)
+            want = rng.normal(size=host.size).astype(np.float32)
+            cl.enqueue_copy(q, device, want).wait()
+            host[:] = np.nan
+            staging.download(device, host)
+            np.testing.assert_array_equal(host, want)
+        assert through == ["up", "down"] * 2
+        assert registered._placed(host, q.context) is not None          # (its buffer made, on the second copy)
+    finally:
+        registered.forget(region)
