@@ -101,3 +101,27 @@ def test_staging_copies_a_registered_region_through_it(rng, shm_region, queue, m
         assert registered._placed(host, q.context) is not None          # (its buffer made, on the second copy)
     finally:
         registered.forget(region)
+
+
+def test_regions_beyond_the_devices_share_go_through_the_staging(rng, shm_region, queue, monkeypatch):
+    """Buffers over regions hold at most `DEVICE_SHARE` of the device's memory: a region
+    that would pass it gets none (its copies return False, for the staging's pieces),
+    and one forgotten gives its share back."""
+    monkeypatch.setattr(registered, "DEVICE_SHARE", (shm_region.nbytes + 1) / queue.device.global_mem_size)
+    half = shm_region.nbytes // 2
+    first, second = shm_region[:half], shm_region[half:]
+    device = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 1024)
+    for region in (first, second):
+        registered.register(region)
+    try:
+        for _ in range(2):
+            registered.copy_up(queue, first[:1024], device)
+        assert registered.copy_up(queue, first[:1024], device)
+        monkeypatch.setattr(registered, "DEVICE_SHARE", (half + 1) / queue.device.global_mem_size)
+        for _ in range(3):
+            assert not registered.copy_up(queue, second[:1024], device)      # (no room beside the first)
+        registered.forget(first)
+        assert registered.copy_up(queue, second[:1024], device)              # (its first ask was counted)
+    finally:
+        registered.forget(first)
+        registered.forget(second)

@@ -19,8 +19,9 @@ the range for reading (the bytes come down into the mapping).
 A region is `register` ed by whoever keeps the mapping (and `forget` ed when it drops
 it).  A context's buffer over it is made on the region's second copy in that context
 (making one pins the memory and copies it once: about 10 ms for 268 MB on an H100), and
-kept until the region is forgotten; on devices that share the host's memory the staging
-is not used and neither is this.
+kept until the region is forgotten, while the buffers in a context hold at most
+`DEVICE_SHARE` of its device's memory (the driver keeps a device copy of each); on
+devices that share the host's memory the staging is not used and neither is this.
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ import pyopencl as cl
 
 __all__ = ["register", "forget", "registered_count", "copy_up", "copy_down"]
 
+# Of a device's global memory the buffers over registered regions may hold (the driver
+# keeps a device copy of each): beyond it, regions are copied through the staging.
+DEVICE_SHARE = 0.125
 _lock = threading.Lock()
 # base address -> _Region
 _regions: dict = {}
+_held: dict = {}             # context int_ptr -> bytes of the buffers made over regions in it
 
 
 class _Region:
@@ -61,13 +66,26 @@ class _Region:
                 return None
             if found < 0:
                 return None
+            room = min(d.global_mem_size for d in context.devices) * DEVICE_SHARE
+            with _lock:
+                if _held.get(key, 0) + self.nbytes > room:
+                    return None
+                _held[key] = _held.get(key, 0) + self.nbytes
             try:
                 made = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=self.array)
             except cl.Error:
                 self.buffers[key] = -1
+                self.release(key)
                 return None
             self.buffers[key] = made
             return made
+
+    def release(self, key=None) -> None:
+        """Its buffers' bytes no longer counted (one context's, or all)."""
+        with _lock:
+            for k, found in list(self.buffers.items()):
+                if (key is None and not isinstance(found, int)) or k == key:
+                    _held[k] = max(0, _held.get(k, 0) - self.nbytes)
 
 
 def register(array: np.ndarray) -> None:
@@ -82,7 +100,9 @@ def forget(array: np.ndarray) -> None:
     """``array`` (as given to `register`) no longer registered: its buffers are released
     (a copy under way keeps its own until it ends)."""
     with _lock:
-        _regions.pop(np.asarray(array).__array_interface__["data"][0], None)
+        region = _regions.pop(np.asarray(array).__array_interface__["data"][0], None)
+    if region is not None:
+        region.release()
 
 
 def registered_count() -> int:
