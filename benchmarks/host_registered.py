@@ -1,0 +1,70 @@
+"""Can a device copy to and from a file mapped from /dev/shm (what clgrid.dask's tasks
+share) as fast as from a pinned block?  268 MB (an 8192^2 float32 image) up and down:
+from a pinned block (ALLOC_HOST_PTR, mapped), a numpy array, the shm mapping itself
+(pageable), and through a buffer made over the mapping with CL_MEM_USE_HOST_PTR (its
+map and unmap keep host and device in step: `clgrid.device.registered`).  Medians of 5
+after a warm-up; the first NVIDIA platform's first device.
+
+    python benchmarks/host_registered.py          # ~10 s on an H100
+
+Results: docs/results/hostptr_probe_h100x2_s41.txt, docs/benchmarks/dask.md.
+"""
+import mmap, os, time
+import numpy as np
+import pyopencl as cl
+
+
+def main():
+    N = 8192 * 8192 * 4
+    dev = [d for p in cl.get_platforms() for d in p.get_devices() if "NVIDIA" in p.name][0]
+    ctx = cl.Context([dev]); q = cl.CommandQueue(ctx)
+    mf = cl.mem_flags
+    devbuf = cl.Buffer(ctx, mf.READ_WRITE, N)
+    path = "/dev/shm/hostptr-probe"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600); os.posix_fallocate(fd, 0, N)
+    m = mmap.mmap(fd, N, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)); os.close(fd)
+    shm = np.frombuffer(m, np.uint8, N); shm[:] = 1
+    plain = np.ones(N, np.uint8)
+    pinned_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.ALLOC_HOST_PTR, N)
+    pinned, _ = cl.enqueue_map_buffer(q, pinned_buf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (N,), np.uint8)
+    pinned[:] = 1
+
+    def rate(label, f, reps=5):
+        f(); q.finish()
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter(); f(); q.finish(); ts.append(time.perf_counter() - t)
+        t = sorted(ts)[len(ts) // 2]
+        print(f"{label:55s} {t*1e3:7.2f} ms  {N/t/1e9:6.1f} GB/s", flush=True)
+
+    rate("up from pinned (ALLOC_HOST_PTR mapped)", lambda: cl.enqueue_copy(q, devbuf, pinned))
+    rate("down to pinned", lambda: cl.enqueue_copy(q, pinned, devbuf))
+    rate("up from plain numpy (pageable)", lambda: cl.enqueue_copy(q, devbuf, plain))
+    rate("down to plain numpy", lambda: cl.enqueue_copy(q, plain, devbuf))
+    rate("up from shm (pageable)", lambda: cl.enqueue_copy(q, devbuf, shm))
+    rate("down to shm (pageable)", lambda: cl.enqueue_copy(q, shm, devbuf))
+    t = time.perf_counter()
+    uh = cl.Buffer(ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=shm); q.finish()
+    print(f"USE_HOST_PTR over shm: made in {1e3*(time.perf_counter()-t):.1f} ms", flush=True)
+    rate("up: copy USE_HOST_PTR(shm) buffer -> device buffer", lambda: cl.enqueue_copy(q, devbuf, uh))
+    rate("down: copy device buffer -> USE_HOST_PTR(shm) buffer", lambda: cl.enqueue_copy(q, uh, devbuf))
+    # coherence: change the host memory, copy up, read the device back
+    shm[:16] = 7
+    cl.enqueue_copy(q, devbuf, uh); back = np.empty(16, np.uint8); cl.enqueue_copy(q, back, devbuf); q.finish()
+    print("host change seen by a copy up without map/unmap:", bool((back == 7).all()), back[:4])
+    def mapped_write():
+        a, _ = cl.enqueue_map_buffer(q, uh, cl.map_flags.WRITE_INVALIDATE_REGION, 0, (N,), np.uint8); a.base.release(q)
+    rate("map+unmap USE_HOST_PTR(shm) for write", mapped_write)
+    cl.enqueue_copy(q, uh, devbuf); q.finish()
+    a, _ = cl.enqueue_map_buffer(q, uh, cl.map_flags.READ, 0, (N,), np.uint8)
+    print("map READ returns the host pointer itself:", a.__array_interface__["data"][0] == shm.__array_interface__["data"][0])
+    t = time.perf_counter(); a.base.release(q); q.finish(); print(f"unmap {1e3*(time.perf_counter()-t):.2f} ms")
+    def down_map():
+        cl.enqueue_copy(q, uh, devbuf)
+        b, _ = cl.enqueue_map_buffer(q, uh, cl.map_flags.READ, 0, (N,), np.uint8); b.base.release(q)
+    rate("down into USE_HOST_PTR(shm) + map READ (data in shm)", down_map)
+    os.remove(path)
+
+
+if __name__ == "__main__":
+    main()
