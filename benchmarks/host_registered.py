@@ -3,7 +3,11 @@ share) as fast as from a pinned block?  268 MB (an 8192^2 float32 image) up and 
 from a pinned block (ALLOC_HOST_PTR, mapped), a numpy array, the shm mapping itself
 (pageable), and through a buffer made over the mapping with CL_MEM_USE_HOST_PTR (its
 map and unmap keep host and device in step: `clgrid.device.registered`).  Medians of 5
-after a warm-up; the first NVIDIA platform's first device.
+after a warm-up; the first NVIDIA platform's first device ($PROBE_PLATFORM: another
+platform whose name holds it).  Then the ways the OpenCL spec itself names for a
+USE_HOST_PTR buffer's host bytes (clEnqueueWriteBuffer / ReadBuffer with ptr = host_ptr
++ offset), plain copies from the mapping once it is registered, and whether each way up
+carries host bytes written outside a map (a stale device copy against new host bytes).
 
     python benchmarks/host_registered.py          # ~10 s on an H100
 
@@ -16,7 +20,7 @@ import pyopencl as cl
 
 def main():
     N = 8192 * 8192 * 4
-    dev = [d for p in cl.get_platforms() for d in p.get_devices() if "NVIDIA" in p.name][0]
+    dev = [d for p in cl.get_platforms() for d in p.get_devices() if os.environ.get("PROBE_PLATFORM", "NVIDIA") in p.name][0]
     ctx = cl.Context([dev]); q = cl.CommandQueue(ctx)
     mf = cl.mem_flags
     devbuf = cl.Buffer(ctx, mf.READ_WRITE, N)
@@ -63,6 +67,24 @@ def main():
         cl.enqueue_copy(q, uh, devbuf)
         b, _ = cl.enqueue_map_buffer(q, uh, cl.map_flags.READ, 0, (N,), np.uint8); b.base.release(q)
     rate("down into USE_HOST_PTR(shm) + map READ (data in shm)", down_map)
+    # the ways the OpenCL spec names for a USE_HOST_PTR buffer's host bytes (its notes to
+    # clEnqueueWriteBuffer / ReadBuffer with ptr = host_ptr + offset): no map flag promises
+    # that bytes written into host_ptr outside a map survive a WRITE_INVALIDATE_REGION map
+    # (docs: review-41)
+    rate("up: WriteBuffer(USE_HOST_PTR, host_ptr) + copy", lambda: (cl.enqueue_copy(q, uh, shm),
+                                                                    cl.enqueue_copy(q, devbuf, uh)))
+    rate("down: copy + ReadBuffer(USE_HOST_PTR, host_ptr)", lambda: (cl.enqueue_copy(q, uh, devbuf),
+                                                                     cl.enqueue_copy(q, shm, uh)))
+    rate("up from shm, registered (plain WriteBuffer)", lambda: cl.enqueue_copy(q, devbuf, shm))
+    rate("down to shm, registered (plain ReadBuffer)", lambda: cl.enqueue_copy(q, shm, devbuf))
+    # coherence of each way up: the device's copy is stale (9), the host's bytes new (7)
+    for label, up in (("map WRITE_INVALIDATE_REGION + unmap", mapped_write),
+                      ("WriteBuffer(host_ptr)", lambda: cl.enqueue_copy(q, uh, shm))):
+        cl.enqueue_fill_buffer(q, uh, np.uint8(9), 0, N); q.finish()
+        shm[:] = 7
+        up(); cl.enqueue_copy(q, devbuf, uh); back = np.empty(N, np.uint8); cl.enqueue_copy(q, back, devbuf)
+        q.finish()
+        print(f"host bytes up through {label}: device {np.unique(back)[:4]}, host {np.unique(shm)[:4]}", flush=True)
     os.remove(path)
 
 

@@ -2233,3 +2233,43 @@ def test_an_imaging_task_adds_the_next_ones_image_where_it_is_written_in_time(rn
         for path in (ready, own, theirs):
             if os.path.exists(path):
                 os.remove(path)
+
+
+def test_a_first_imaging_task_without_data_says_nothing_though_it_adds_the_next_ones_image(rng):
+    """`clgrid.dask.tasks._imaged` with an `ImageHandOff` whose first task's values are all
+    zero (its operator warns: its image is zero) and the second's are not: the first adds
+    the second's image (the sum is not zero) but, as any task whose own image is zero,
+    returns none of its warnings (a part without data is no news; the client warns for the
+    whole image): else the client said 'the image is zero' of an image that is not."""
+    import threading
+    import uuid
+
+    from clgrid.dask import delivery, exchange, tasks
+
+    if not os.path.isdir(exchange.SHARED_MEMORY):
+        pytest.skip("no /dev/shm on this machine: the hand-off goes through shared memory")
+    uvw, freq, vis, _, _ = wide_field(rng, 200, precision="single")
+    half = len(uvw) // 2
+    kw = dict(epsilon=1e-4, do_wgridding=True, precision="single", **IMAGE)
+    first_op = clgrid.WGridder(uvw[:half], freq, **kw)
+    second_op = clgrid.WGridder(uvw[half:], freq, **kw)
+    second_alone = second_op.vis2dirty(vis[half:])
+    prefix = f"{exchange.SHARED_MEMORY}/clgrid-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    box = delivery.kept_box(second_alone.shape, np.float32)
+    assert box is not None
+    call = uuid.uuid4().bytes
+    ready, own, theirs = exchange.place(prefix, "r1"), exchange.place(prefix, "i0"), exchange.place(prefix, "i1")
+    try:
+        tasks._imaged(second_op, threading.Lock(), vis[half:], None, theirs, 2, tasks.ImageHandOff(ready, call))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")             # (the operator's own, said through call_warnings)
+            parts, said = tasks._imaged(first_op, threading.Lock(), np.zeros_like(vis[:half]), None, own, 2,
+                                        tasks.ImageHandOff(ready, call, theirs, box))
+        assert all(p.absorbed == 1 for p in parts)
+        np.testing.assert_array_equal(delivery.region(box, 0, second_alone.shape), second_alone)
+        assert said == frozenset(), said
+    finally:
+        delivery.discard(box)
+        for path in (ready, own, theirs):
+            if os.path.exists(path):
+                os.remove(path)

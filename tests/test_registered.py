@@ -125,3 +125,33 @@ def test_regions_beyond_the_devices_share_go_through_the_staging(rng, shm_region
     finally:
         registered.forget(first)
         registered.forget(second)
+
+
+def test_a_region_forgotten_while_a_copy_looks_for_its_buffer_gives_its_share_back(rng, shm_region, queue,
+                                                                                   monkeypatch):
+    """`forget` between a copy's look-up of the region and its buffer's making (another
+    thread drops the mapping: `clgrid.dask.exchange` replaced or left its file): the copy
+    makes no buffer over a forgotten region (it goes through the staging), and the
+    context's count of the buffers' bytes (`_held`, against `DEVICE_SHARE`) is what it was
+    (before, the buffer was made and counted after its region's share was given back, and
+    the count never came down: the share shrank with every such region)."""
+    q = queue
+    key = q.context.int_ptr
+    region = shm_region
+    device = cl.Buffer(q.context, cl.mem_flags.READ_WRITE, 1024)
+    registered.register(region)
+    held = registered._held.get(key, 0)
+    try:
+        assert not registered.copy_up(q, region[:1024], device)          # (the first ask)
+        real = registered._Region.buffer
+
+        def forgotten_first(self, context):
+            registered.forget(region)
+            return real(self, context)
+
+        monkeypatch.setattr(registered._Region, "buffer", forgotten_first)
+        region[:1024] = rng.integers(0, 256, 1024, dtype=np.uint8)
+        assert not registered.copy_up(q, region[:1024], device)
+    finally:
+        registered.forget(region)
+    assert registered._held.get(key, 0) == held

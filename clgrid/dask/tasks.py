@@ -27,6 +27,7 @@ from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, s
                     values_at)
 from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite, parallel_copy
+from ..errors import EmptyInputWarning
 from ..device.runtime import get_queue
 from ..imaging.devices import first_device, sample_weight
 from ..imaging.engine import NOT_FINITE_VIS
@@ -244,7 +245,11 @@ def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1, hand_off: Ima
     elif hand_off is not None and not hand_off.first and path is not None:
         exchange.mark(hand_off.ready, hand_off.call)
     said = frozenset(gathered)                  # (message, category) pairs
-    said = said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
+    if absorbed:                                # (the image holds the next task's too: this task's own was
+        # zero where its engine said so, and a part without data is no news)
+        said = frozenset() if any(issubclass(c, EmptyInputWarning) for _, c in said) else said
+    else:
+        said = said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
     parts = _facets(image, facets)
     if path is not None:
         columns, start, shared = image.shape[1], 0, []

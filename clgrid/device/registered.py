@@ -52,12 +52,15 @@ class _Region:
         self.nbytes = array.nbytes
         self.buffers: dict = {}              # context int_ptr -> cl.Buffer, or the count of asks so far
         self.lock = threading.Lock()
+        self.forgotten = False               # (`release`d: no buffer is made over it any more)
 
     def buffer(self, context):
         """This context's buffer over the region; None on its first ask, or where the
         context refuses one (then never asked again)."""
         key = context.int_ptr
         with self.lock:
+            if self.forgotten:               # (looked up as it was forgotten: its share is given back)
+                return None
             found = self.buffers.get(key, 0)
             if not isinstance(found, int):
                 return found
@@ -75,17 +78,24 @@ class _Region:
                 made = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=self.array)
             except cl.Error:
                 self.buffers[key] = -1
-                self.release(key)
+                self._uncount(key)
                 return None
             self.buffers[key] = made
             return made
 
-    def release(self, key=None) -> None:
-        """Its buffers' bytes no longer counted (one context's, or all)."""
-        with _lock:
+    def release(self) -> None:
+        """Forgotten: its buffers' bytes no longer counted, and no buffer made after (under
+        its lock: a buffer being made is counted first, then given back)."""
+        with self.lock:
+            self.forgotten = True
             for k, found in list(self.buffers.items()):
-                if (key is None and not isinstance(found, int)) or k == key:
-                    _held[k] = max(0, _held.get(k, 0) - self.nbytes)
+                if not isinstance(found, int):
+                    self._uncount(k)
+
+    def _uncount(self, key) -> None:
+        """One buffer's bytes no longer counted in context ``key`` (the caller holds the lock)."""
+        with _lock:
+            _held[key] = max(0, _held.get(key, 0) - self.nbytes)
 
 
 def register(array: np.ndarray) -> None:
