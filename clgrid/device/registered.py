@@ -16,6 +16,15 @@ nothing comes down) and unmaps it (the host's bytes go up), then copies that ran
 the destination on the device; a download copies into the buffer on the device and maps
 the range for reading (the bytes come down into the mapping).
 
+The spec promises the host pointer the latest bits of a range only after it is mapped,
+and a map for writing that invalidates the range lifts even that: that the bytes another
+process wrote into the mapping outside any map go up at the unmap is what NVIDIA's,
+PoCL's and Intel's CPU runtimes do (tests/test_registered.py changes the bytes between
+copies, on each device it runs on), not what the spec says.  Its own way,
+``clEnqueueWriteBuffer`` / ``ReadBuffer`` with the buffer's own host memory as the
+pointer, is timed beside this one by benchmarks/host_registered.py, to be chosen where it
+is as fast.
+
 A region is `register` ed by whoever keeps the mapping (and `forget` ed when it drops
 it).  A context's buffer over it is made on the region's second copy in that context
 (making one pins the memory and copies it once: about 10 ms for 268 MB on an H100), and
