@@ -235,15 +235,16 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference, single=N
             out[variant] = {"median_s": seconds, "times_s": times, "breakdown": timed[(len(timed) - 1) // 2][1],
                             "error_vs_single": float(np.linalg.norm(image - reference) / np.linalg.norm(reference))}
         if single is not None:           # (this host's speed drifts between runs: the pair side by side)
-            from timing import interleaved
+            from timing import interleaved, paired_ratio
 
             def reused():                # (the "reused" variant's call, kept operators)
                 return cd.vis2dirty(uvw=uvw, vis=vis, nthreads=threads, keep_operators=keep, split=a.split,
                                     slab_samples=a.slab_samples, **common)
 
-            medians, times, _ = interleaved({"one_process": single, "dask": reused}, a.repeats)
+            medians, times, _ = interleaved({"one_process": single, "dask": reused}, a.repeats, alternate=True)
             out["interleaved"] = {"one_process_s": medians["one_process"], "dask_s": medians["dask"],
-                                  "times_s": times, "speedup_vs_one_process": medians["one_process"] / medians["dask"]}
+                                  "times_s": times, "speedup_vs_one_process": medians["one_process"] / medians["dask"],
+                                  "paired": paired_ratio(times["one_process"], times["dask"])}
         client.run(cd.clear_cache)
     return out
 
@@ -340,7 +341,9 @@ def main(argv=None):
               f"call {row['call']['median_s']:.3f} s, reused {row['reused']['median_s']:.3f} s "
               f"(load {row['load_s']:.2f} s)" + (
                   f"; interleaved: one process {row['interleaved']['one_process_s']:.3f} s, Dask "
-                  f"{row['interleaved']['dask_s']:.3f} s ({row['interleaved']['speedup_vs_one_process']:.2f}x)"
+                  f"{row['interleaved']['dask_s']:.3f} s ({row['interleaved']['speedup_vs_one_process']:.2f}x; "
+                  f"round by round {row['interleaved']['paired']['median']:.3f}x, 90% interval "
+                  f"{row['interleaved']['paired']['interval'][0]:.3f}-{row['interleaved']['paired']['interval'][1]:.3f}x)"
                   if "interleaved" in row else ""), flush=True)
     first = res["dask"][0]
     base = {v: first[v]["median_s"] * first["workers"] for v in ("call", "reused")}
