@@ -62,6 +62,8 @@ class _Region:
         self.buffers: dict = {}              # context int_ptr -> cl.Buffer, or the count of asks so far
         self.lock = threading.Lock()
         self.forgotten = False               # (`release`d: no buffer is made over it any more)
+        self.copying = threading.Lock()      # one copy at a time: the spec leaves maps of one buffer's
+        # ranges from several threads at once undefined
 
     def buffer(self, context):
         """This context's buffer over the region; None on its first ask, or where the
@@ -131,7 +133,8 @@ def registered_count() -> int:
 
 
 def _placed(host: np.ndarray, context):
-    """(``host``'s region's buffer in ``context``, ``host``'s byte offset in it), or None
+    """(``host``'s region's buffer in ``context``, ``host``'s byte offset in it, the region's
+    copy lock), or None
     where ``host`` lies in no registered region or the region has no buffer there yet."""
     if not host.flags.c_contiguous or host.nbytes == 0:
         return None
@@ -141,7 +144,7 @@ def _placed(host: np.ndarray, context):
     for region in regions:
         if region.start <= at and at + host.nbytes <= region.start + region.nbytes:
             buffer = region.buffer(context)
-            return None if buffer is None else (buffer, at - region.start)
+            return None if buffer is None else (buffer, at - region.start, region.copying)
     return None
 
 
@@ -152,11 +155,12 @@ def copy_up(queue: cl.CommandQueue, host: np.ndarray, buffer: cl.Buffer) -> bool
     placed = _placed(host, queue.context)
     if placed is None:
         return False
-    over, offset = placed
-    mapped, _ = cl.enqueue_map_buffer(queue, over, cl.map_flags.WRITE_INVALIDATE_REGION, offset, (host.nbytes,),
-                                      np.uint8)
-    mapped.base.release(queue)               # (the host's bytes go up)
-    cl.enqueue_copy(queue, buffer, over, byte_count=host.nbytes, src_offset=offset).wait()
+    over, offset, copying = placed
+    with copying:
+        mapped, _ = cl.enqueue_map_buffer(queue, over, cl.map_flags.WRITE_INVALIDATE_REGION, offset,
+                                          (host.nbytes,), np.uint8)
+        mapped.base.release(queue)           # (the host's bytes go up)
+        cl.enqueue_copy(queue, buffer, over, byte_count=host.nbytes, src_offset=offset).wait()
     return True
 
 
@@ -166,9 +170,10 @@ def copy_down(queue: cl.CommandQueue, buffer: cl.Buffer, host: np.ndarray, wait_
     placed = _placed(host, queue.context)
     if placed is None:
         return False
-    over, offset = placed
-    cl.enqueue_copy(queue, over, buffer, byte_count=host.nbytes, dst_offset=offset, wait_for=wait_for)
-    mapped, _ = cl.enqueue_map_buffer(queue, over, cl.map_flags.READ, offset, (host.nbytes,), np.uint8)
-    mapped.base.release(queue)
-    queue.finish()
+    over, offset, copying = placed
+    with copying:
+        cl.enqueue_copy(queue, over, buffer, byte_count=host.nbytes, dst_offset=offset, wait_for=wait_for)
+        mapped, _ = cl.enqueue_map_buffer(queue, over, cl.map_flags.READ, offset, (host.nbytes,), np.uint8)
+        mapped.base.release(queue)
+        queue.finish()
     return True
