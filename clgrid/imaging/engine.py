@@ -540,14 +540,15 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             direct = self._stream is None and (self.device_fft is not None or after is None)
             asked = []
 
-            def after_once(ended):
-                asked.append(after(ended))
+            def after_once(ended):             # (the device's pass asks while its planes run)
+                if not asked:
+                    asked.append(after(ended))
                 return asked[0]
 
             image = self._vis2dirty(vis, wgt, progress, (out, after_once if after else None) if direct else None)
-            if image is out or (asked and asked[0] is not None and image is asked[0][1]):
+            taken = None if after is None else after_once(lambda: True)
+            if image is out or (taken is not None and image is taken[1]):
                 return image
-            taken = None if after is None else asked[0] if asked else after_once(lambda: True)
             if taken is None:                  # the host's or the stream's image, or nothing kept
                 parallel_copy(out, image, self._workers)
                 return out
