@@ -2200,16 +2200,17 @@ def test_an_imaging_task_adds_the_next_ones_image_where_it_is_written_in_time(rn
     box = delivery.kept_box(shape, np.float32)
     assert box is not None
     call = uuid.uuid4().bytes
-    ready, own, theirs = exchange.place(prefix, "r1"), exchange.place(prefix, "i0"), exchange.place(prefix, "i1")
-    first = tasks.ImageHandOff(ready, call, theirs, box if into_box else None)
-    second = tasks.ImageHandOff(ready, call)
+    own, theirs = exchange.place(prefix, "i0"), exchange.place(prefix, "i1")
+    ready = f"{theirs}-stamp"                 # (the stamp `mark` writes)
+    first = tasks.ImageHandOff(call, theirs, box if into_box else None)
+    second = tasks.ImageHandOff(call)
     try:
         for marked in (False, True):
             boxed = delivery.region(box, 0, shape)
             boxed[...] = np.nan
             if marked:
                 parts, _ = tasks._imaged(second_op, threading.Lock(), vis[half:], None, theirs, 2, second)
-                assert exchange.marked(ready, call) and not exchange.marked(ready, uuid.uuid4().bytes)
+                assert exchange.marked(theirs, call) and not exchange.marked(theirs, uuid.uuid4().bytes)
                 assert all(p.path == theirs and p.absorbed == 0 for p in parts)
             parts, _ = tasks._imaged(first_op, threading.Lock(), vis[:half], None, own, 2, first)
             mine = exchange.read(exchange.Shared(own, 0, first_alone.size, "<f4", shape))
@@ -2258,13 +2259,14 @@ def test_a_first_imaging_task_without_data_says_nothing_though_it_adds_the_next_
     box = delivery.kept_box(second_alone.shape, np.float32)
     assert box is not None
     call = uuid.uuid4().bytes
-    ready, own, theirs = exchange.place(prefix, "r1"), exchange.place(prefix, "i0"), exchange.place(prefix, "i1")
+    own, theirs = exchange.place(prefix, "i0"), exchange.place(prefix, "i1")
+    ready = f"{theirs}-stamp"                 # (the stamp `mark` writes)
     try:
-        tasks._imaged(second_op, threading.Lock(), vis[half:], None, theirs, 2, tasks.ImageHandOff(ready, call))
+        tasks._imaged(second_op, threading.Lock(), vis[half:], None, theirs, 2, tasks.ImageHandOff(call))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")             # (the operator's own, said through call_warnings)
             parts, said = tasks._imaged(first_op, threading.Lock(), np.zeros_like(vis[:half]), None, own, 2,
-                                        tasks.ImageHandOff(ready, call, theirs, box))
+                                        tasks.ImageHandOff(call, theirs, box))
         assert all(p.absorbed == 1 for p in parts)
         np.testing.assert_array_equal(delivery.region(box, 0, second_alone.shape), second_alone)
         assert said == frozenset(), said

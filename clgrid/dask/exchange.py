@@ -323,16 +323,17 @@ def read(shared) -> np.ndarray:
 
 
 def mark(path: str, call: bytes) -> None:
-    """Write ``call`` (`STAMP` bytes) into the small file ``path``: an array another task
-    of the call waits for is written whole (`marked`)."""
-    _region(path, 0, STAMP, True)[:] = np.frombuffer(call, np.uint8)
+    """Stamp the file ``path`` with ``call`` (`STAMP` bytes, in its stamp file as
+    `stamped_room`'s): the array in it, which another task of the call looks for, is
+    written whole (`marked`)."""
+    _stamp_room(path, True)[:] = np.frombuffer(call, np.uint8)
 
 
 def marked(path: str, call: bytes) -> bool:
-    """Whether ``path`` holds ``call`` (`mark`): False where it holds another call's mark,
-    or is not there."""
+    """Whether the file ``path`` is stamped with ``call`` (`mark`): False where it holds
+    another call's stamp, or has none."""
     try:
-        return bytes(_region(path, 0, STAMP, False, make=False)) == call
+        return bytes(_stamp_room(path, False)) == call
     except (OSError, ValueError):
         return False
 

@@ -213,10 +213,10 @@ def _hand_offs(imaged: list, shared, box, options: dict) -> dict:
     if shared is None or box is None or options.get("deterministic") or len(tasks) < 2:
         return {}
     first, second = tasks[:2]
-    ready, call = exchange.place(shared, f"r{second}"), uuid.uuid4().bytes
-    return {first: worker_tasks.ImageHandOff(ready, call, exchange.place(shared, f"i{second}"),
+    call = uuid.uuid4().bytes
+    return {first: worker_tasks.ImageHandOff(call, image_place(shared, box, second, False),
                                              box if len(tasks) == 2 else None),
-            second: worker_tasks.ImageHandOff(ready, call)}
+            second: worker_tasks.ImageHandOff(call)}
 
 
 def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options: dict, keep: int, workers,

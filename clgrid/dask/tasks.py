@@ -76,15 +76,14 @@ class SlabPoints:
 @dataclass(frozen=True)
 class ImageHandOff:
     """Two imaging tasks of a `vis2dirty` call summed on a device (`image_slab`): the
-    second writes its image and then ``call`` into the small file ``ready``
+    second writes its image into its file and then stamps the file with ``call``
     (`clgrid.dask.exchange.mark`); the first, given the second's ``image`` file, adds that
-    image on its device where the mark is there before its own planes have run
+    image on its device where the stamp is there before its own planes have run
     (`ImagingEngine.vis2dirty`'s ``after``), the sum written into the client's ``box``
     where the call has no other imaging task (the facet sums then only count it), else
     into its own file; where the mark comes too late it writes its own image, as any
     task."""
 
-    ready: str
     call: bytes
     image: str | None = None         # the first task's: the second's image file
     box: DropBox | None = None       # the first task's, where the two are all: where the sum goes
@@ -95,7 +94,7 @@ class ImageHandOff:
 
     def addend(self, own: np.ndarray, ended):
         """For the first task's engine (``after``; ``own``: the array its image goes to):
-        (the second's image, where the sum goes) once the mark is there, or None once
+        (the second's image, where the sum goes) once it is stamped, or None once
         ``ended()`` (the planes have run) is true first."""
         target = own if self.box is None else region(self.box, 0, own.shape)
         if target is None:
@@ -103,7 +102,7 @@ class ImageHandOff:
         shared = exchange.Shared(self.image, 0, own.size, own.dtype.str, tuple(own.shape))
         while True:
             done = ended()
-            if exchange.marked(self.ready, self.call):
+            if exchange.marked(self.image, self.call):
                 return exchange.read(shared), target
             if done:
                 return None
@@ -243,7 +242,7 @@ def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1, hand_off: Ima
     if added and added[-1] is not None:          # (the sum: in the box, or in this task's file)
         path, absorbed = (path if hand_off.box is None else hand_off.box.path), 1
     elif hand_off is not None and not hand_off.first and path is not None:
-        exchange.mark(hand_off.ready, hand_off.call)
+        exchange.mark(path, hand_off.call)
     said = frozenset(gathered)                  # (message, category) pairs
     if absorbed:                                # (the image holds the next task's too: this task's own was
         # zero where its engine said so, and a part without data is no news)
