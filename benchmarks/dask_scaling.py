@@ -241,7 +241,8 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference, single=N
                 return cd.vis2dirty(uvw=uvw, vis=vis, nthreads=threads, keep_operators=keep, split=a.split,
                                     slab_samples=a.slab_samples, **common)
 
-            medians, times, _ = interleaved({"one_process": single, "dask": reused}, a.repeats, alternate=True)
+            medians, times, _ = interleaved({"one_process": single, "dask": reused},
+                                                a.interleave_rounds or a.repeats, alternate=True)
             out["interleaved"] = {"one_process_s": medians["one_process"], "dask_s": medians["dask"],
                                   "times_s": times, "speedup_vs_one_process": medians["one_process"] / medians["dask"],
                                   "paired": paired_ratio(times["one_process"], times["dask"])}
@@ -274,6 +275,8 @@ def main(argv=None):
     p.add_argument("--interleave", action="store_true",
                    help="keep the one-process operator and time its reused call again beside each cluster's, "
                         "interleaved (the pair's ratio does not see the host's drift between runs)")
+    p.add_argument("--interleave-rounds", type=int, default=None,
+                   help="rounds of the interleaved pair (default: --repeats)")
     p.add_argument("--no-ducc0", action="store_true")
     p.add_argument("--quick", action="store_true", help="a small run (rows 20000, 2 channels, 256^2, 1-2 workers)")
     p.add_argument("--json", default=None)

@@ -408,7 +408,8 @@ def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
         argv = ["--rows", str(rows), "--nchan", str(nchan), "--npix", str(npix), "--freq", str(BAND[0]),
                 str(BAND[1]), "--epsilon", str(a.epsilon), "--cores", str(a.cores), "--device", a.cpu_device,
                 "--workers", *map(str, a.cpu_workers), "--repeats", str(a.cpu_repeats),
-                "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path, "--interleave"]
+                "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path, "--interleave",
+                "--interleave-rounds", str(a.cpu_rounds or a.cpu_repeats)]
         if a.no_ducc0:
             argv.append("--no-ducc0")
         dask_scaling.main(argv)
@@ -450,6 +451,8 @@ def main(argv=None):
     p.add_argument("--cpu-workers", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores the CPU workers share")
     p.add_argument("--cpu-repeats", type=int, default=2)
+    p.add_argument("--cpu-rounds", type=int, default=None,
+                   help="rounds of the interleaved one-process / Dask pair (default: --cpu-repeats)")
     p.add_argument("--cpu-set", default="small", choices=tuple(SETS))
     p.add_argument("--quick", action="store_true", help="the quick set only, few repeats, CPU workers 1 and 2")
     p.add_argument("--budget", type=float, default=540.0,
