@@ -305,6 +305,33 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     assert abs(lhs - rhs) <= allowed < 0.01 * abs(lhs)
 
 
+def test_every_call_sees_every_worker_whenever_the_client_refreshes_its_cached_identity(client, monkeypatch):
+    """The workers a call prefers, and those the watch sees, are asked of the scheduler
+    each time.  (`distributed.Client.scheduler_info` fetches into the client's cached
+    identity and returns that, which the client's own refresh, every
+    ``scheduler-info-interval``, with no workers in it, may overwrite in between: a call
+    then saw no workers, so its image was scattered instead of published into shared
+    memory, at random, about once in the suite's history: the adjoint test above.)  A
+    second client refreshing every millisecond, 500 questions of each: before, about
+    one in seven came back without workers here."""
+    from clgrid.dask import watch
+
+    expected = sorted(client.nthreads())
+    assert len(expected) == 2
+    with dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}):
+        eager = distributed.Client(client.scheduler.address, set_as_default=False)
+    try:
+        monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: eager)
+        seen = [clgrid.dask.chunks.workers_to_prefer(True) for _ in range(500)]
+        assert seen.count(expected) == len(seen), f"{len(seen) - seen.count(expected)} of {len(seen)} saw other workers"
+        watching = watch._Watch(eager, 60)
+        for _ in range(500):
+            watching.check()
+        assert sorted(watching.seen) == expected and not watching.left, (watching.seen, watching.left)
+    finally:
+        eager.close()
+
+
 @pytest.mark.parametrize("split,tasks", [("rows", 6), ("planes", 2)])
 def test_wgridders_are_kept_for_later_calls(client, rng, split, tasks):
     """A major cycle: the second call on the same data finds each task's operator on the
