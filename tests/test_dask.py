@@ -1499,7 +1499,7 @@ def test_a_reused_call_on_two_workers_moves_only_small_objects_through_dask(clie
     first = cd.vis2dirty(vis=dvis, npix_x=256, npix_y=256, **common)          # points selected and kept
     model = first / np.abs(first).max()
     distributed.wait(cd.dirty2vis(dirty=model, **common).persist())
-    workers = set(client.scheduler_info(n_workers=-1)["workers"])
+    workers = set(client.nthreads())
     for what in ("vis2dirty", "dirty2vis"):
         before = {w: {k: len(v) for k, v in logs.items()} for w, logs in client.run(_transfer_logs).items()}
         if what == "vis2dirty":
@@ -1708,7 +1708,7 @@ def test_a_cluster_with_a_worker_on_another_host_sums_the_first_image_there(clie
     from clgrid.dask import exchange
 
     monkeypatch.setattr(exchange, "prefix", lambda *args, **kwargs: None)     # (not every worker here)
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(client.nthreads())
     uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     expected = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
                                 do_wgridding=True, **IMAGE)
@@ -2010,7 +2010,7 @@ def test_chunk_tasks_prefer_the_worker_that_holds_the_persisted_vis_block(client
 
     rows = 4000
     uvw, freq, vis, _, _ = wide_field(rng, rows, WIDE_FREQS, precision="single", weights=None)
-    w0, w1 = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    w0, w1 = sorted(client.nthreads())
     dvis = client.persist(da.from_array(vis, chunks=(rows // 2, freq.size)), workers=[w0])
     duvw = client.persist(da.from_array(uvw, chunks=(rows // 2, 3)), workers=[w1])
     distributed.wait([dvis, duvw])
