@@ -525,8 +525,7 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         they run and no longer); ``addend`` then goes up and is added there, and the sum
         comes down.  Otherwise it is called after the image is made (``ended()`` True) and
         the sum made on the host.  How a device list sums its devices' images in a fixed
-        order (each waits for the next one's image in ``out``: ``(out, out)``), and how a
-        `clgrid.dask` slab task adds another task's image where it is ready in time."""
+        order (each waits for the next one's image in ``out``: ``(out, out)``)."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape, complex_ok=True)
         wgt = self._checked_wgt(wgt)

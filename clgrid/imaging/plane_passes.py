@@ -136,10 +136,10 @@ class PlanePasses:
         image, after = (host_empty((g.npix_x, g.npix_y), self.real, self.staging), None) if into is None else into
         sent = None
         if after is not None:
-            # the image to add (the devices' after this one, or another slab task's) goes up
-            # on the transfer queue while this device's planes run, and the finish adds it:
-            # one image comes down, the sum.  The planes issued first: OpenCL may hold
-            # enqueued commands until a flush, and they must run during the wait
+            # the image to add (the devices' after this one) goes up on the transfer queue
+            # while this device's planes run, and the finish adds it: one image comes down,
+            # the sum.  The planes issued first: OpenCL may hold enqueued commands until a
+            # flush, and they must run during the wait
             planes_done = cl.enqueue_marker(q)
             q.flush()
             taken = after(lambda: planes_done.command_execution_status == cl.command_execution_status.COMPLETE)
