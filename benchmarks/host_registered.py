@@ -86,6 +86,36 @@ def main():
         q.finish()
         print(f"host bytes up through {label}: device {np.unique(back)[:4]}, host {np.unique(shm)[:4]}", flush=True)
     os.remove(path)
+    # a buffer over a second mapping that no command ever uses (a registration only): do
+    # plain copies from and to the mapping go at the pinned rate, and does the buffer take
+    # device memory (CuPy's cudaMemGetInfo where CuPy is there)?
+    def free():
+        try:
+            import cupy
+            return cupy.cuda.runtime.memGetInfo()[0]
+        except Exception:
+            return None
+    path2 = "/dev/shm/hostptr-probe-2"
+    fd = os.open(path2, os.O_RDWR | os.O_CREAT, 0o600); os.posix_fallocate(fd, 0, N)
+    m2 = mmap.mmap(fd, N, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)); os.close(fd)
+    shm2 = np.frombuffer(m2, np.uint8, N); shm2[:] = 3
+    rate("up from a second shm mapping (pageable)", lambda: cl.enqueue_copy(q, devbuf, shm2))
+    before = free(); t = time.perf_counter()
+    token = cl.Buffer(ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=shm2); q.finish()
+    made = time.perf_counter() - t; after = free()
+    print(f"unused USE_HOST_PTR buffer over it made in {1e3*made:.1f} ms; device memory free "
+          f"{before} -> {after} bytes", flush=True)
+    rate("up from it, registered by an unused buffer", lambda: cl.enqueue_copy(q, devbuf, shm2))
+    rate("down to it, registered by an unused buffer", lambda: cl.enqueue_copy(q, shm2, devbuf))
+    half = N // 2
+    rate("up from its second half (offset range), registered", lambda: cl.enqueue_copy(q, devbuf, shm2[half:]))
+    shm2[:] = 5; cl.enqueue_copy(q, devbuf, shm2); back = np.empty(16, np.uint8)
+    cl.enqueue_copy(q, back, devbuf, src_offset=N - 16); q.finish()
+    print("host bytes up by a plain copy while registered:", np.unique(back), "device memory free", free(), flush=True)
+    t = time.perf_counter(); token.release(); q.finish()
+    print(f"released in {1e3*(time.perf_counter()-t):.1f} ms; device memory free {free()}", flush=True)
+    rate("up from it after the release", lambda: cl.enqueue_copy(q, devbuf, shm2))
+    os.remove(path2)
 
 
 if __name__ == "__main__":

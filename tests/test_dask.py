@@ -1309,7 +1309,7 @@ def test_planes_split_capped_images_each_slab_in_groups_of_chunks(monkeypatch, r
     def counted(function):
         def task(*args):                      # (points, geometry, slab, ..., place, chunks, *values) or (image, ...)
             slab = args[2] if function.__name__ == "image_slab" else args[3]
-            sizes = [len(v) for v in args[9:]] if function.__name__ == "image_slab" else args[1].lengths
+            sizes = [len(v) for v in args[8:]] if function.__name__ == "image_slab" else args[1].lengths
             seen.append((slab.index, slab.chunks, sizes))
             return function(*args)
         task.__name__ = function.__name__
@@ -2186,119 +2186,36 @@ def test_a_worker_drops_kept_operators_that_leave_no_room_for_the_next(monkeypat
     assert sum(kept) <= memory * DEVICE_SHARE and len(kept) < 6
 
 
-def test_parts_a_hand_off_summed_stand_for_the_next_ones():
-    """`sum_facet`'s parts: one that holds the next task's image too (``absorbed``, an
-    `ImageHandOff`'s sum) stands in its place."""
+@pytest.mark.parametrize("fft", ["mapped", "host"])
+def test_an_imaging_task_writes_its_image_into_its_own_file_in_facets_over_it(rng, fft):
+    """`clgrid.dask.tasks._imaged` with a shared-memory file as its place, in this process:
+    the image (coming down from the device there with the device FFT path, "mapped";
+    written there by the host FFT's correction) fills the whole (poisoned) file, and the
+    facets are `Shared` regions of it, in order, that read as the image's rows.  Single
+    precision against the operator's own image."""
+    import threading
+    import uuid
+
     from clgrid.dask import exchange, tasks
 
-    def part(name, absorbed=0):
-        return exchange.Shared(name, 0, 1, "<f4", (1, 1), absorbed=absorbed)
-
-    parts = [part("a", 1), part("b"), part("c"), part("d", 1), part("e")]
-    assert [p.path for p in tasks._standing(parts)] == ["a", "c", "d"]
-    assert len(tasks._standing([np.ones(2), part("x"), part("y", 1)])) == 3        # (arrays stand for themselves)
-
-
-@pytest.mark.parametrize("fft", ["mapped", "host"])
-@pytest.mark.parametrize("into_box", [True, False])
-def test_an_imaging_task_adds_the_next_ones_image_where_it_is_written_in_time(rng, fft, into_box):
-    """`clgrid.dask.tasks._imaged` with an `ImageHandOff`, in this process, files in
-    /dev/shm: the second task writes its image into its file and marks it; the first,
-    called after that, adds it (on the device with the device FFT path, "mapped"; on the
-    host with the host FFT) and writes the sum into the client's box (the call's only two
-    imaging tasks) or its own file (more), its facets saying so (``absorbed``); called
-    with no mark, or another call's, it writes its own image into its own file and leaves
-    the (poisoned) box alone.  Single precision against each operator's own image."""
-    import threading
-    import uuid
-
-    from clgrid.dask import delivery, exchange, tasks
-
     if not os.path.isdir(exchange.SHARED_MEMORY):
-        pytest.skip("no /dev/shm on this machine: the hand-off goes through shared memory")
+        pytest.skip("no /dev/shm on this machine: the image's file is in shared memory")
     uvw, freq, vis, _, _ = wide_field(rng, 300, precision="single")
-    half = len(uvw) // 2
-    kw = dict(epsilon=1e-4, do_wgridding=True, precision="single", tuning={"fft": fft}, **IMAGE)
-    first_op = clgrid.WGridder(uvw[:half], freq, **kw)
-    second_op = clgrid.WGridder(uvw[half:], freq, **kw)
-    first_alone, second_alone = first_op.vis2dirty(vis[:half]), second_op.vis2dirty(vis[half:])
-    shape = first_alone.shape
-    prefix = f"{exchange.SHARED_MEMORY}/clgrid-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    box = delivery.kept_box(shape, np.float32)
-    assert box is not None
-    call = uuid.uuid4().bytes
-    own, theirs = exchange.place(prefix, "i0"), exchange.place(prefix, "i1")
-    ready = f"{theirs}-stamp"                 # (the stamp `mark` writes)
-    first = tasks.ImageHandOff(call, theirs, box if into_box else None)
-    second = tasks.ImageHandOff(call)
+    operator = clgrid.WGridder(uvw, freq, epsilon=1e-4, do_wgridding=True, precision="single",
+                               tuning={"fft": fft}, **IMAGE)
+    alone = operator.vis2dirty(vis)
+    own = exchange.place(f"{exchange.SHARED_MEMORY}/clgrid-test-{os.getpid()}-{uuid.uuid4().hex[:8]}", "i0")
     try:
-        for marked in (False, True):
-            boxed = delivery.region(box, 0, shape)
-            boxed[...] = np.nan
-            if marked:
-                parts, _ = tasks._imaged(second_op, threading.Lock(), vis[half:], None, theirs, 2, second)
-                assert exchange.marked(theirs, call) and not exchange.marked(theirs, uuid.uuid4().bytes)
-                assert all(p.path == theirs and p.absorbed == 0 for p in parts)
-            parts, _ = tasks._imaged(first_op, threading.Lock(), vis[:half], None, own, 2, first)
-            mine = exchange.read(exchange.Shared(own, 0, first_alone.size, "<f4", shape))
-            if not marked:
-                assert all(p.path == own and p.absorbed == 0 for p in parts)
-                assert relative_error(mine, first_alone) <= 1e-6        # (a GPU's atomics: not the same bits)
-                assert np.isnan(boxed).all()
-                continue
-            assert all(p.absorbed == 1 for p in parts)
-            expected = first_alone.astype(np.float64) + second_alone
-            got = boxed if into_box else mine
-            assert all(p.path == (box.path if into_box else own) for p in parts)
-            assert relative_error(got, expected) <= 1e-6
-            if into_box:
-                summed = tasks.sum_facet(box, 0, 1, 0, parts, tuple(exchange.Shared(theirs, 0, 1, "<f4", (1, 1))
-                                                                    for _ in parts))
-                assert summed[0] is None and summed[1] == 0 and summed[2]       # (only counted, in the box)
-                np.testing.assert_array_equal(boxed, got)
+        exchange.room_of(own, alone.shape, np.float32)[...] = np.nan
+        parts, _ = tasks._imaged(operator, threading.Lock(), vis, None, own, 3)
+        mine = exchange.read(exchange.Shared(own, 0, alone.size, "<f4", alone.shape))
+        assert relative_error(mine, alone) <= 1e-6        # (a GPU's atomics: not the same bits)
+        assert len(parts) == 3 and all(isinstance(p, exchange.Shared) and p.path == own for p in parts)
+        rows = np.cumsum([0] + [p.shape[0] for p in parts])
+        assert rows[-1] == alone.shape[0]
+        for part, start in zip(parts, rows):
+            assert part.offset == start * alone.shape[1]
+            np.testing.assert_array_equal(exchange.read(part), mine[start:start + part.shape[0]])
     finally:
-        delivery.discard(box)
-        for path in (ready, own, theirs):
-            if os.path.exists(path):
-                os.remove(path)
-
-
-def test_a_first_imaging_task_without_data_says_nothing_though_it_adds_the_next_ones_image(rng):
-    """`clgrid.dask.tasks._imaged` with an `ImageHandOff` whose first task's values are all
-    zero (its operator warns: its image is zero) and the second's are not: the first adds
-    the second's image (the sum is not zero) but, as any task whose own image is zero,
-    returns none of its warnings (a part without data is no news; the client warns for the
-    whole image): else the client said 'the image is zero' of an image that is not."""
-    import threading
-    import uuid
-
-    from clgrid.dask import delivery, exchange, tasks
-
-    if not os.path.isdir(exchange.SHARED_MEMORY):
-        pytest.skip("no /dev/shm on this machine: the hand-off goes through shared memory")
-    uvw, freq, vis, _, _ = wide_field(rng, 200, precision="single")
-    half = len(uvw) // 2
-    kw = dict(epsilon=1e-4, do_wgridding=True, precision="single", **IMAGE)
-    first_op = clgrid.WGridder(uvw[:half], freq, **kw)
-    second_op = clgrid.WGridder(uvw[half:], freq, **kw)
-    second_alone = second_op.vis2dirty(vis[half:])
-    prefix = f"{exchange.SHARED_MEMORY}/clgrid-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    box = delivery.kept_box(second_alone.shape, np.float32)
-    assert box is not None
-    call = uuid.uuid4().bytes
-    own, theirs = exchange.place(prefix, "i0"), exchange.place(prefix, "i1")
-    ready = f"{theirs}-stamp"                 # (the stamp `mark` writes)
-    try:
-        tasks._imaged(second_op, threading.Lock(), vis[half:], None, theirs, 2, tasks.ImageHandOff(call))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")             # (the operator's own, said through call_warnings)
-            parts, said = tasks._imaged(first_op, threading.Lock(), np.zeros_like(vis[:half]), None, own, 2,
-                                        tasks.ImageHandOff(call, theirs, box))
-        assert all(p.absorbed == 1 for p in parts)
-        np.testing.assert_array_equal(delivery.region(box, 0, second_alone.shape), second_alone)
-        assert said == frozenset(), said
-    finally:
-        delivery.discard(box)
-        for path in (ready, own, theirs):
-            if os.path.exists(path):
-                os.remove(path)
+        if os.path.exists(own):
+            os.remove(own)

@@ -1,5 +1,6 @@
 """`clgrid.device.registered`: host memory kept mapped by its owner (a file in shared
-memory), copied to and from a device through a buffer over it (``USE_HOST_PTR``)."""
+memory), registered with a context by a buffer over it (``USE_HOST_PTR``) and copied to and
+from a device straight."""
 
 import mmap
 import os
@@ -31,12 +32,12 @@ def shm_region():
     os.remove(path)
 
 
-def test_a_registered_region_is_copied_through_a_buffer_over_it_from_its_second_copy(rng, shm_region, queue):
-    """First copy in a context: not through the region (False, nothing done); from the
-    second on, up and down through it: a range at an odd offset goes up into a poisoned
-    device buffer whole and comes down into a poisoned range of the region, the bytes
-    around it untouched; a host change between copies goes up (the map and unmap keep the
-    two in step); forgotten, the region is not used again."""
+def test_a_registered_region_is_copied_straight_from_its_second_copy(rng, shm_region, queue):
+    """First copy in a context: not the region's way (False, nothing done); from the
+    second on (a buffer over the region made), up and down: a range at an odd offset goes
+    up into a poisoned device buffer whole and comes down into a poisoned range of the
+    region, the bytes around it untouched; a host change between copies goes up;
+    forgotten, the region is not used again."""
     q = queue
     region = shm_region
     region[:] = rng.integers(0, 256, region.size, dtype=np.uint8)
@@ -68,7 +69,7 @@ def test_a_registered_region_is_copied_through_a_buffer_over_it_from_its_second_
     assert not registered.copy_up(q, region[at:at + n], device)
 
 
-def test_staging_copies_a_registered_region_through_it(rng, shm_region, queue, monkeypatch):
+def test_staging_copies_a_registered_region_its_way(rng, shm_region, queue, monkeypatch):
     """`Staging.upload` and `download` (staging forced on the device under test) take a
     registered region's way from its second copy: the values arrive whole (poisoned
     device buffer, poisoned host range) and the pinned pieces are not used."""
@@ -98,7 +99,7 @@ def test_staging_copies_a_registered_region_through_it(rng, shm_region, queue, m
             staging.download(device, host)
             np.testing.assert_array_equal(host, want)
         assert through == ["up", "down"] * 2
-        assert registered._placed(host, q.context) is not None          # (its buffer made, on the second copy)
+        assert registered._pinning(host, q.context) is not None         # (its buffer made, on the second copy)
     finally:
         registered.forget(region)
 

@@ -70,7 +70,7 @@ from ..device import registered
 from ..device.host_threads import in_slices, not_finite, parallel_copy
 
 __all__ = ["Shared", "Published", "publish", "publishing", "taken", "prefix", "using", "forget", "release", "region_of", "place",
-           "write_into", "room_of", "mark", "marked", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove",
+           "write_into", "room_of", "stamped_room", "stamped_shares", "reading", "read", "readable", "remove",
            "at_exit", "host_identity", "copy_threads"]
 
 SHARED_MEMORY = "/dev/shm"
@@ -107,7 +107,6 @@ class Shared:
     dtype: str
     shape: tuple | None = None
     stamp: bytes | None = None       # where the writer stamped the file (`stamped_shares`)
-    absorbed: int = 0                # an image part that holds the next ones' sum too: how many
 
 
 def host_identity() -> tuple:
@@ -320,22 +319,6 @@ def read(shared) -> np.ndarray:
     out = room.view(dtype).reshape(shared.shape or (shared.count,))
     out.flags.writeable = False
     return out
-
-
-def mark(path: str, call: bytes) -> None:
-    """Stamp the file ``path`` with ``call`` (`STAMP` bytes, in its stamp file as
-    `stamped_room`'s): the array in it, which another task of the call looks for, is
-    written whole (`marked`)."""
-    _stamp_room(path, True)[:] = np.frombuffer(call, np.uint8)
-
-
-def marked(path: str, call: bytes) -> bool:
-    """Whether the file ``path`` is stamped with ``call`` (`mark`): False where it holds
-    another call's stamp, or has none."""
-    try:
-        return bytes(_stamp_room(path, False)) == call
-    except (OSError, ValueError):
-        return False
 
 
 def readable(parts: list) -> np.ndarray | None:

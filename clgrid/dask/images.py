@@ -22,12 +22,7 @@ writes its image into the box itself where its worker can read it (shared memory
 worker), and its sum only counts.  Never more in place than that: Dask runs a task again
 after its worker died, and a sum that had added into the box would add again, a first
 image written there again would undo the sums; reading parts and writing the box, a task
-run twice writes the same.  In `vis2dirty` the first two imaging tasks may also hand
-their images over on the first's device (`clgrid.dask.tasks.ImageHandOff`, where the
-second's is written before the first's planes have run, and the call is not
-``deterministic``): the sum goes into the box where they are the call's only two (its
-facets say so, ``absorbed``, and the sums only count it), else into the first's file.
-The client returns the box's mapping itself
+run twice writes the same.  The client returns the box's mapping itself
 (`clgrid.dask.delivery.collect`), so a reused call copies no image on the host but the
 sum's.  Where every image goes to shared memory, each task's result is a few bytes
 (`Shared` facets), and the sums and the warnings take it whole: no node per facet on

@@ -202,23 +202,6 @@ def _value_targets(slab_layout: SlabLayout, shared, imaged: list) -> list | None
     return targets
 
 
-def _hand_offs(imaged: list, shared, box, options: dict) -> dict:
-    """By task: the first two imaging tasks' `clgrid.dask.tasks.ImageHandOff` s (the first
-    adds the second's image on its device where it is written before the first's planes
-    have run, as a device list's devices do; into the client's ``box`` where they are the
-    only two), where every image goes through this host's shared memory (``shared``,
-    ``box``) and the call need not be ``deterministic`` (whether the two are added there
-    or in the facet sums depends on when they end); else none."""
-    tasks = [t for t, i in enumerate(imaged) if i]
-    if shared is None or box is None or options.get("deterministic") or len(tasks) < 2:
-        return {}
-    first, second = tasks[:2]
-    call = uuid.uuid4().bytes
-    return {first: worker_tasks.ImageHandOff(call, image_place(shared, box, second, False),
-                                             box if len(tasks) == 2 else None),
-            second: worker_tasks.ImageHandOff(call)}
-
-
 def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options: dict, keep: int, workers,
                 facets: int, shared=None, box=None, homes=None) -> list:
     """`vis2dirty`'s imaging tasks, one per slab task of ``slab_layout`` with samples (in
@@ -255,7 +238,6 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
         values = [[chunk[s] for s in range(count)] for chunk in values]
     outputs = []
     alone = sum(imaged) == 1                 # (one imaging task: its image into the box)
-    hand_offs = _hand_offs(imaged, shared, box, options)
     for t, slab in enumerate(slab_layout.tasks):
         if not imaged[t]:
             continue
@@ -265,8 +247,7 @@ def slab_images(slab_layout: SlabLayout, pieces, vis_pieces, wgt_pieces, options
             # fewer on the way, `image_slab`)
             task = dask.delayed(worker_tasks.image_slab, pure=False, nout=facets + 1)(
                 points[t], slab_layout.geometry, slab, options, keep, facets,
-                image_place(shared, box, t, alone, workers), hand_offs.get(t),
-                tuple(p[0] for p in pieces[slice(*slab.chunks)]),
+                image_place(shared, box, t, alone, workers), tuple(p[0] for p in pieces[slice(*slab.chunks)]),
                 *[chunk if shared is not None else chunk[slab.index] for chunk in values[slice(*slab.chunks)]])
             outputs.append(outputs_of(task, facets, shared, workers))
     return outputs

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ from .slabs import (Slab, assemble, extent, parts_at, plane_counts, points_of, s
                     values_at)
 from ..call_warnings import gathering
 from ..device.host_threads import in_slices, not_finite, parallel_copy
-from ..errors import EmptyInputWarning
 from ..device.runtime import get_queue
 from ..imaging.devices import first_device, sample_weight
 from ..imaging.engine import NOT_FINITE_VIS
@@ -38,7 +36,7 @@ from ..imaging.wgridding import WGridder
 from ..planning.host import SPEED_OF_LIGHT
 
 __all__ = ["SlabPoints", "cached_wgridders", "forget_operators", "image_chunk", "vis_chunk", "chunk_extent", "slab_capacity",
-           "chunk_counts", "split_weight", "ImageHandOff", "chunk_selection", "chunk_values", "chunk_parts", "slab_points", "image_slab",
+           "chunk_counts", "split_weight", "chunk_selection", "chunk_values", "chunk_parts", "slab_points", "image_slab",
            "vis_slab", "chunk_assemble", "add_images", "sum_facet", "warnings_union", "chunk_shape", "zeros_image",
            "complex_dtype"]
 
@@ -48,7 +46,6 @@ _lock = threading.Lock()
 # a slab's operator takes its samples' u, v, w in wavelengths: one channel at c (a scale of 1)
 UNIT_FREQ = np.array([SPEED_OF_LIGHT])
 TASK_MEMORY_SHARE = 0.5       # of a GPU worker's device memory a slab task's samples and grid may take
-HAND_OFF_POLL = 0.0005        # seconds between a first task's looks for the second's image (`ImageHandOff`)
 
 
 @dataclass
@@ -71,42 +68,6 @@ class SlabPoints:
         return object.__sizeof__(self) + sum(p.__sizeof__() for p in self.parts)
 
 
-
-
-@dataclass(frozen=True)
-class ImageHandOff:
-    """Two imaging tasks of a `vis2dirty` call summed on a device (`image_slab`): the
-    second writes its image into its file and then stamps the file with ``call``
-    (`clgrid.dask.exchange.mark`); the first, given the second's ``image`` file, adds that
-    image on its device where the stamp is there before its own planes have run
-    (`ImagingEngine.vis2dirty`'s ``after``), the sum written into the client's ``box``
-    where the call has no other imaging task (the facet sums then only count it), else
-    into its own file; where the mark comes too late it writes its own image, as any
-    task."""
-
-    call: bytes
-    image: str | None = None         # the first task's: the second's image file
-    box: DropBox | None = None       # the first task's, where the two are all: where the sum goes
-
-    @property
-    def first(self) -> bool:
-        return self.image is not None
-
-    def addend(self, own: np.ndarray, ended):
-        """For the first task's engine (``after``; ``own``: the array its image goes to):
-        (the second's image, where the sum goes) once it is stamped, or None once
-        ``ended()`` (the planes have run) is true first."""
-        target = own if self.box is None else region(self.box, 0, own.shape)
-        if target is None:
-            return None
-        shared = exchange.Shared(self.image, 0, own.size, own.dtype.str, tuple(own.shape))
-        while True:
-            done = ended()
-            if exchange.marked(self.image, self.call):
-                return exchange.read(shared), target
-            if done:
-                return None
-            time.sleep(HAND_OFF_POLL)
 
 
 def _operator(key, points, options: dict, keep: int, geometry=None, planes=None) -> tuple:
@@ -208,7 +169,7 @@ def _room(place, shape: tuple, dtype):
     return (None, None) if room is None else (place, room)
 
 
-def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1, hand_off: ImageHandOff | None = None) -> tuple:
+def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1) -> tuple:
     """The operator's image of ``vis`` in ``facets`` facets and the warnings its call gave
     (a frozenset of (message, category) pairs, for the client to say as they were said;
     none where the image is zero: a part without data is no news, the caller warns for
@@ -218,43 +179,22 @@ def _imaged(operator, lock, vis, wgt, place=None, facets: int = 1, hand_off: Ima
     else views of a new image.  The warnings are those said through
     `clgrid.call_warnings.warn` on this thread, gathered there, not through the
     process's warning state: the tasks a worker runs at once on its threads each keep
-    their own.  ``hand_off`` (`ImageHandOff`): the second task of a pair marks its image
-    written; the first adds the second's image on its device where it can, the sum in the
-    client's box (its facets then say they hold the second's too: ``absorbed``)."""
+    their own."""
     path, room = None, None
     if place is not None:
         path, room = _room(place, (operator.npix_x, operator.npix_y),
                            np.float64 if operator.precision == "double" else np.float32)
-    adds = (hand_off is not None and hand_off.first and room is not None and operator.split is None
-            and operator.faceted is None)
-    gathered, added = [], []
-
-    def addend(ended):
-        added.append(hand_off.addend(room, ended))
-        return added[-1]
-
+    gathered = []
     with lock, gathering(gathered):
-        if adds:                                 # (one engine: a single device, no facets)
-            image = operator.engines[0].vis2dirty(np.asarray(vis), wgt, out=room, after=addend)
-        else:
-            image = operator.vis2dirty(vis, wgt) if room is None else operator.vis2dirty(vis, wgt, out=room)
-    absorbed = 0
-    if added and added[-1] is not None:          # (the sum: in the box, or in this task's file)
-        path, absorbed = (path if hand_off.box is None else hand_off.box.path), 1
-    elif hand_off is not None and not hand_off.first and path is not None:
-        exchange.mark(path, hand_off.call)
+        image = operator.vis2dirty(vis, wgt) if room is None else operator.vis2dirty(vis, wgt, out=room)
     said = frozenset(gathered)                  # (message, category) pairs
-    if absorbed:                                # (the image holds the next task's too: this task's own was
-        # zero where its engine said so, and a part without data is no news)
-        said = frozenset() if any(issubclass(c, EmptyInputWarning) for _, c in said) else said
-    else:
-        said = said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
+    said = said if not said or np.any(image) else frozenset()      # (a pass over the image only to drop some)
     parts = _facets(image, facets)
     if path is not None:
         columns, start, shared = image.shape[1], 0, []
         for part in parts:
             shared.append(exchange.Shared(path, start * columns, int(part.size), image.dtype.str,
-                                          tuple(int(n) for n in part.shape), absorbed=absorbed))
+                                          tuple(int(n) for n in part.shape)))
             start += part.shape[0]
         parts = tuple(shared)
     return parts, said
@@ -393,7 +333,7 @@ def _slab_operator(points: SlabPoints, geometry, slab: Slab, options, keep):
                      geometry, slab.operator_planes())
 
 
-def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, place, hand_off, chunks, *values):
+def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, place, chunks, *values):
     """One task of the planes split: the image of the taps on one slab's planes, from its
     samples of its group of chunks (``chunks``, their `Chunk` s; values: one array, or
     `clgrid.dask.exchange.Shared`, per chunk, as arguments: `slab_points` says why; or a
@@ -401,8 +341,7 @@ def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, 
     and its warnings.  With a ``place`` (`clgrid.dask.images.image_place`: the client's
     box, or a file in shared memory), the image is written straight there and its facets
     are `Shared` s.  Values the operator refuses as not finite are looked for, then only,
-    in each chunk's, and the error names the chunks that hold them.  ``hand_off``: None,
-    or this task's part in a pair summed on a device (`ImageHandOff`)."""
+    in each chunk's, and the error names the chunks that hold them."""
     with naming(slab):
         operator, lock = _slab_operator(points, geometry, slab, options, keep)
         threads = max(1, options["nthreads"])
@@ -411,7 +350,7 @@ def image_slab(points: SlabPoints, geometry, slab: Slab, options, keep, facets, 
         if joined is None:
             joined = _joined([exchange.read(v) for v in values], threads)
         try:
-            parts, said = _imaged(operator, lock, joined[:, None], None, place, facets, hand_off)
+            parts, said = _imaged(operator, lock, joined[:, None], None, place, facets)
         except ValueError as error:
             if str(error).startswith(NOT_FINITE_VIS) and hasattr(error, "add_note"):
                 for chunk, v in zip(chunks, values):
@@ -434,7 +373,7 @@ def sum_facet(box, start: int, threads: int, facet: int, *parts) -> tuple:
     is only counted); nothing is ever added into the box in place, so a sum run again
     writes the same.  (Each thread takes one range of rows whole: in cache-sized blocks
     the threads' many small calls queue for the GIL.)"""
-    parts = _standing(p[facet] if isinstance(p, tuple) else p for p in parts)
+    parts = [p[facet] if isinstance(p, tuple) else p for p in parts]
     arrays = [exchange.read(p) for p in parts]
     out = region(box, start, arrays[0].shape)
     if out is not None and any(isinstance(p, exchange.Shared) and p.path == box.path for p in parts):
@@ -460,20 +399,6 @@ def sum_facet(box, start: int, threads: int, facet: int, *parts) -> tuple:
 
     in_slices(exchange.copy_threads(target.nbytes * len(arrays), threads), target.shape[0], rows)
     return None if out is not None else target, bad[0], nonzero[0]
-
-
-def _standing(parts) -> list:
-    """The parts to add: a part that holds the next ones' sum too (``absorbed``: an
-    imaging task added the next task's image on its device, `ImageHandOff`) in their
-    place."""
-    out, skip = [], 0
-    for part in parts:
-        if skip:
-            skip -= 1
-            continue
-        out.append(part)
-        skip = getattr(part, "absorbed", 0)
-    return out
 
 
 def _counted(a: np.ndarray) -> tuple:

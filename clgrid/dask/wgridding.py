@@ -271,10 +271,7 @@ def vis2dirty(*, uvw, freq, vis, wgt=None, mask=None, npix_x, npix_y, pixsize_x,
     PoCL); ``nthreads`` the host threads of each task.  ``keep_operators``: how many
     operators each worker keeps for later calls; ``deterministic``: the same bits from
     run to run and whatever the cluster (module docstring).  The partial images are summed
-    pairwise by slab or chunk number, whatever order the tasks finish in (without
-    ``deterministic``, the first two slab tasks' images are added on the first's device
-    instead where the second's is ready before the first's planes have run, as a device
-    list's are: `clgrid.dask.tasks.ImageHandOff`).  A failing
+    pairwise by slab or chunk number, whatever order the tasks finish in.  A failing
     task's exception is raised here with a note naming its chunk (``clgrid.dask: chunk 3,
     rows 680:1020, channels 2:4``) or slab; a call that can make no progress for
     ``stall_timeout`` seconds (None: 120; workers paused for memory or gone) raises

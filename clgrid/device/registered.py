@@ -1,36 +1,28 @@
 """Host memory that a device copies to and from at the bus's speed though numpy did not
 allocate it pinned: a kept mapping (a file in shared memory that several processes
-read and write, `clgrid.dask.exchange`), registered with each context that copies it
-through a buffer over it (``CL_MEM_USE_HOST_PTR``).
+read and write, `clgrid.dask.exchange`), registered with each context that copies it by
+a buffer made over it with ``CL_MEM_USE_HOST_PTR`` that no command ever uses.
 
 `clgrid.device.transfer`'s pinned blocks serve arrays the library allocates.  A Dask
 worker's values, images and the client's box live in files in ``/dev/shm`` instead,
 written by other processes, and each copy to or from a GPU went through the staging's
-pinned pieces and a host copy: on an H100 a 268 MB image came down in 13-18 ms against 5
-ms into a pinned block (docs/benchmarks/dask.md, "Two H100s, ninth session").  A buffer
-made over the mapping with ``USE_HOST_PTR`` keeps the device's copy and the host's in
-step only when it is mapped and unmapped (OpenCL's rule); NVIDIA's driver pins the host
-memory when it makes the buffer, so those maps and unmaps cross the bus at the pinned
-speed.  So an upload from a registered region maps its range for writing (invalidated:
-nothing comes down) and unmaps it (the host's bytes go up), then copies that range into
-the destination on the device; a download copies into the buffer on the device and maps
-the range for reading (the bytes come down into the mapping).
-
-The spec promises the host pointer the latest bits of a range only after it is mapped,
-and a map for writing that invalidates the range lifts even that: that the bytes another
-process wrote into the mapping outside any map go up at the unmap is what NVIDIA's,
-PoCL's and Intel's CPU runtimes do (tests/test_registered.py changes the bytes between
-copies, on each device it runs on), not what the spec says.  Its own way,
-``clEnqueueWriteBuffer`` / ``ReadBuffer`` with the buffer's own host memory as the
-pointer, is timed beside this one by benchmarks/host_registered.py, to be chosen where it
-is as fast.
+pinned pieces and a host copy.  NVIDIA's driver pins the host memory under a
+``USE_HOST_PTR`` buffer when it makes the buffer, and unpins it when the buffer is
+released; while it lives, plain copies between that memory and any device buffer cross
+the bus at the pinned speed (docs/benchmarks/dask.md, "Two H100s, tenth session").  So a
+registered range is copied with the plain ``clEnqueueWriteBuffer`` / ``ReadBuffer`` from
+and to the host array itself, which is correct on any runtime; the buffer over the region
+is only what makes the driver pin it.  Since no command uses that buffer, the spec's rules
+for keeping a ``USE_HOST_PTR`` buffer's host and device copies in step (maps and unmaps)
+never come into play.
 
 A region is `register` ed by whoever keeps the mapping (and `forget` ed when it drops
 it).  A context's buffer over it is made on the region's second copy in that context
-(making one pins the memory and copies it once: about 10 ms for 268 MB on an H100), and
-kept until the region is forgotten, while the buffers in a context hold at most
-`DEVICE_SHARE` of its device's memory (the driver keeps a device copy of each); on
-devices that share the host's memory the staging is not used and neither is this.
+(making one pins the memory, which costs about as much as a copy of it), and kept until the region is
+forgotten, while the regions registered with a context hold at most `DEVICE_SHARE` of its
+device's memory in bytes (each pins host memory, and a runtime may keep a device copy of
+each buffer); on devices that share the host's memory the staging is not used and neither
+is this.
 """
 
 from __future__ import annotations
@@ -42,8 +34,9 @@ import pyopencl as cl
 
 __all__ = ["register", "forget", "registered_count", "copy_up", "copy_down"]
 
-# Of a device's global memory the buffers over registered regions may hold (the driver
-# keeps a device copy of each): beyond it, regions are copied through the staging.
+# Of a device's global memory, in bytes, the regions registered with one of its contexts
+# may hold (each pins host memory; a runtime may keep a device copy of each buffer):
+# beyond it, regions are copied through the staging.
 DEVICE_SHARE = 0.125
 _lock = threading.Lock()
 # base address -> _Region
@@ -62,8 +55,6 @@ class _Region:
         self.buffers: dict = {}              # context int_ptr -> cl.Buffer, or the count of asks so far
         self.lock = threading.Lock()
         self.forgotten = False               # (`release`d: no buffer is made over it any more)
-        self.copying = threading.Lock()      # one copy at a time: the spec leaves maps of one buffer's
-        # ranges from several threads at once undefined
 
     def buffer(self, context):
         """This context's buffer over the region; None on its first ask, or where the
@@ -132,10 +123,11 @@ def registered_count() -> int:
         return len(_regions)
 
 
-def _placed(host: np.ndarray, context):
-    """(``host``'s region's buffer in ``context``, ``host``'s byte offset in it, the region's
-    copy lock), or None
-    where ``host`` lies in no registered region or the region has no buffer there yet."""
+def _pinning(host: np.ndarray, context):
+    """The buffer over ``host``'s registered region in ``context`` (what keeps it pinned:
+    a copy holds it until it ends, so that a `forget` meanwhile unpins nothing under it),
+    or None where ``host`` lies in no registered region or the region has no buffer there
+    yet (this ask counted: the second makes it)."""
     if not host.flags.c_contiguous or host.nbytes == 0:
         return None
     at = host.__array_interface__["data"][0]
@@ -143,37 +135,28 @@ def _placed(host: np.ndarray, context):
         regions = list(_regions.values())
     for region in regions:
         if region.start <= at and at + host.nbytes <= region.start + region.nbytes:
-            buffer = region.buffer(context)
-            return None if buffer is None else (buffer, at - region.start, region.copying)
+            return region.buffer(context)
     return None
 
 
 def copy_up(queue: cl.CommandQueue, host: np.ndarray, buffer: cl.Buffer) -> bool:
-    """``host`` copied into the start of ``buffer`` through its registered region's buffer,
+    """``host`` copied into the start of ``buffer`` straight from its registered region,
     done on return: True; False (nothing done) where it lies in no registered region with
-    a buffer in ``queue``'s context."""
-    placed = _placed(host, queue.context)
-    if placed is None:
+    a buffer over it in ``queue``'s context."""
+    pinning = _pinning(host, queue.context)
+    if pinning is None:
         return False
-    over, offset, copying = placed
-    with copying:
-        mapped, _ = cl.enqueue_map_buffer(queue, over, cl.map_flags.WRITE_INVALIDATE_REGION, offset,
-                                          (host.nbytes,), np.uint8)
-        mapped.base.release(queue)           # (the host's bytes go up)
-        cl.enqueue_copy(queue, buffer, over, byte_count=host.nbytes, src_offset=offset).wait()
+    cl.enqueue_copy(queue, buffer, host).wait()
+    del pinning                              # (held until the copy ended)
     return True
 
 
 def copy_down(queue: cl.CommandQueue, buffer: cl.Buffer, host: np.ndarray, wait_for=None) -> bool:
-    """The start of ``buffer`` copied into ``host`` through its registered region's buffer,
-    done on return: True; False (nothing done) as for `copy_up`."""
-    placed = _placed(host, queue.context)
-    if placed is None:
+    """The start of ``buffer`` copied straight into ``host`` (in a registered region), done
+    on return: True; False (nothing done) as for `copy_up`."""
+    pinning = _pinning(host, queue.context)
+    if pinning is None:
         return False
-    over, offset, copying = placed
-    with copying:
-        cl.enqueue_copy(queue, over, buffer, byte_count=host.nbytes, dst_offset=offset, wait_for=wait_for)
-        mapped, _ = cl.enqueue_map_buffer(queue, over, cl.map_flags.READ, offset, (host.nbytes,), np.uint8)
-        mapped.base.release(queue)
-        queue.finish()
+    cl.enqueue_copy(queue, host, buffer, wait_for=wait_for).wait()
+    del pinning                              # (held until the copy ended)
     return True

@@ -90,8 +90,8 @@ class Staging:
         """Copy the C-contiguous ``host`` into the start of ``buffer``; returns when done.
         An array of more than two pieces, up to `WHOLE_BYTES`, whose size was asked for
         before, goes through one pinned block of its size from the context's pool instead
-        (`_upload_whole`).  From a registered mapping (`clgrid.device.registered`) through
-        a buffer over it."""
+        (`_upload_whole`).  From a registered mapping (`clgrid.device.registered`) straight,
+        at the pinned speed where the runtime pins registered memory."""
         src = _bytes(np.ascontiguousarray(host))
         if copy_up(self.queue, src, buffer):     # (a registered mapping's: `clgrid.device.registered`)
             return
@@ -142,7 +142,8 @@ class Staging:
         another context's block (a device list's output) otherwise goes through the
         staging's pieces, as pageable memory would: it need not be pinned for this
         context.  Into a registered mapping (`clgrid.device.registered`: shared memory
-        another process reads) through a buffer over it, at the pinned speed too."""
+        another process reads) straight, at the pinned speed too where the runtime pins
+        registered memory."""
         if _pinned_for(host, self.queue, portable):
             cl.enqueue_copy(self.queue, host, buffer, wait_for=wait_for).wait()
             return

@@ -515,18 +515,11 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
         ``update``); there are ``len(planes)`` of them.
 
         ``out``: a C-contiguous (npix_x, npix_y) array of the image's dtype to write the
-        image into (None: a new one), returned.  ``after``: None, or a function
-        ``after(ended)`` that returns another image to add to this engine's, as a pair
-        (``addend``, ``target``: the sum is written into ``target``, which is returned in
-        place of ``out``; both of the image's shape and dtype, ``target`` C-contiguous and
-        ``addend`` may be it), or None (nothing to add: the image is written into ``out``).
-        With a device FFT it is called once the planes are sent to the device, and
-        ``ended()`` says whether they have run (a caller that waits for an image as long as
-        they run and no longer); ``addend`` then goes up and is added there, and the sum
-        comes down.  Otherwise it is called after the image is made (``ended()`` True) and
-        the sum made on the host.  How a device list sums its devices' images in a fixed
-        order (each waits for the next one's image in ``out``: ``(out, out)``), and how a
-        `clgrid.dask` slab task adds another task's image where it is ready in time."""
+        image into (None: a new one), returned.  ``after``: None, or a function that
+        returns once another device's image is in ``out``; then this engine's image is
+        added to it (after ``after()`` returned: with a device FFT the image in ``out`` is
+        sent up and added on the device, and the sum comes down; else added on the host)
+        instead of written: how a device list sums its devices' images in a fixed order."""
         vis = np.asarray(vis)
         self._check_values("vis", vis, self.shape, complex_ok=True)
         wgt = self._checked_wgt(wgt)
@@ -534,29 +527,18 @@ class ImagingEngine(StreamedPoints, PlanePasses, PrefetchedValues):
             self._call_planes = self.direction_planes["vis2dirty"]
             if out is None:
                 return self._vis2dirty(vis, wgt, progress)
-            # written straight into ``out``: a device FFT's image comes down there (or the
-            # sum into ``after``'s target), the host FFT's correction writes there (without
-            # ``after``)
+            # written straight into ``out``: a device FFT's image comes down there (added
+            # there with ``after``), the host FFT's correction writes there (without ``after``)
             direct = self._stream is None and (self.device_fft is not None or after is None)
-            asked = []
-
-            def after_once(ended):             # (the device's pass asks while its planes run)
-                if not asked:
-                    asked.append(after(ended))
-                return asked[0]
-
-            image = self._vis2dirty(vis, wgt, progress, (out, after_once if after else None) if direct else None)
-            taken = None if after is None else after_once(lambda: True)
-            if image is out or (taken is not None and image is taken[1]):
-                return image
-            if taken is None:                  # the host's or the stream's image, or nothing kept
+            image = self._vis2dirty(vis, wgt, progress, (out, after) if direct else None)
+            if image is out:
+                return out
+            if after is None:                  # the host's or the stream's image, or nothing kept
                 parallel_copy(out, image, self._workers)
                 return out
-            addend, target = taken
-            if addend is not target:
-                parallel_copy(target, addend, self._workers)
-            self._check_image(add_at(target.reshape(-1), image.reshape(-1), None, self._workers))
-            return target
+            after()
+            self._check_image(add_at(out.reshape(-1), image.reshape(-1), None, self._workers))
+            return out
 
     def _vis2dirty(self, vis, wgt, progress, into=None):
         g = self.geometry

@@ -117,8 +117,8 @@ class PlanePasses:
 
     def _vis2dirty_device(self, progress, into=None):
         """Spread, transform and crop every plane on the device; one image comes back (into
-        ``into`` = (out, after) where given: written, or with what ``after(ended)``
-        returns added, as `ImagingEngine.vis2dirty`'s ``out`` and ``after``)."""
+        ``into`` = (out, after) where given: written, or with ``after`` added once
+        ``after()`` returned, as `ImagingEngine.vis2dirty`'s ``out`` and ``after``)."""
         g, q = self.geometry, self.queue
         fill_zeros(q, self._image_acc, self._npix_bytes, self.real)
         fill_zeros(q, self._tally, 12, np.int32)
@@ -136,18 +136,14 @@ class PlanePasses:
         image, after = (host_empty((g.npix_x, g.npix_y), self.real, self.staging), None) if into is None else into
         sent = None
         if after is not None:
-            # the image to add (the devices' after this one, or another slab task's) goes up
-            # on the transfer queue while this device's planes run, and the finish adds it:
-            # one image comes down, the sum.  The planes issued first: OpenCL may hold
-            # enqueued commands until a flush, and they must run during the wait
-            planes_done = cl.enqueue_marker(q)
+            # the image of the devices after this one (in ``image`` once ``after()`` returns)
+            # goes up on the transfer queue while this device's planes run, and the finish
+            # adds it: one image comes down, the sum.  The planes issued first: OpenCL may
+            # hold enqueued commands until a flush, and they must run during the wait
             q.flush()
-            taken = after(lambda: planes_done.command_execution_status == cl.command_execution_status.COMPLETE)
-            if taken is not None:
-                addend, image = taken
-                transfers = transfer_queue(q)
-                sent = upload_pinned(transfers, addend, self._image_out, shared_staging(transfers),
-                                     self.pinned_portable)
+            after()
+            transfers = transfer_queue(q)
+            sent = upload_pinned(transfers, image, self._image_out, shared_staging(transfers), self.pinned_portable)
         launch(self._finish, q, (g.npix_y, g.npix_x), self._image_acc, self._image_out, *self._pixel_args,
                np.int32(g.npix_x), np.int32(g.npix_y), self._tally, np.int32(sent is not None),
                wait_for=None if sent is None else [sent])

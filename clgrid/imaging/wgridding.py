@@ -365,8 +365,7 @@ class WGridder:
 
         def share(k, after):
             e, r = self.engines[k], self._rows[k]
-            e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image,
-                        after=None if after is None else partial(_next_in_out, after, image))
+            e.vis2dirty(vis[r], None if wgt is None else wgt[r], reports[k], out=image, after=after)
 
         self._on_each_device(share, +1, "vis2dirty")
         return image
@@ -446,13 +445,6 @@ def _gathered(sinks: list, calls: list) -> list:
         with gathering(sink):
             return call()
     return [partial(gathering_into, sink, call) for sink, call in zip(sinks, calls)]
-
-
-def _next_in_out(after, image, ended):
-    """`ImagingEngine.vis2dirty`'s ``after`` for a device list's share: the next device's
-    image, in ``image`` once ``after()`` (`_in_order`'s) returns, added there."""
-    after()
-    return image, image
 
 
 class _ShareAbandoned(Exception):
