@@ -100,7 +100,7 @@ def exchange_costs(client, megabytes: int, repeats: int) -> dict:
 
     from clgrid.dask import exchange
 
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(client.nthreads())
     n = megabytes * 2 ** 20 // 8
     kept = exchange.prefix(client, workers, uuid.uuid4().hex)
     if kept is None:
@@ -165,7 +165,7 @@ def one_size(client, n: int, npix: int, data: dict, a) -> dict:
     out["breakdown"] = runs[(len(runs) - 1) // 2][1]
     out["error_vs_one_process"] = float(np.linalg.norm(first - reference) / np.linalg.norm(reference))
 
-    worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    worker = sorted(client.nthreads())[0]
 
     def on_worker(fn, *args):
         return client.compute(dask.delayed(fn, pure=False)(*args), workers=[worker]).result()

@@ -362,7 +362,7 @@ def dask_part(label: str, assignment: list, data: dict, a) -> dict:
     with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                              dashboard_address=None, memory_limit=0) as cluster, \
             Client(cluster) as client:
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(client.nthreads())
         short = {w: w.rsplit(":", 1)[-1] for w in workers}
         for address, devs in zip(workers, assignment):
             client.run(_set_device, ", ".join(devs), workers=[address])

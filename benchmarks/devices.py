@@ -275,7 +275,7 @@ def dask_part(name: str, data: dict, devices: list, baseline: dict, reference: d
         with dask.config.set(trim), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                                  dashboard_address=None, memory_limit=0) as cluster, \
                 Client(cluster) as client:
-            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            workers = sorted(client.nthreads())
             elsewhere = {w: p for w, p in client.run(_clgrid_path).items() if p != _clgrid_path()}
             if elsewhere:
                 raise SystemExit(f"the workers imported another clgrid: {elsewhere}")

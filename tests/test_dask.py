@@ -305,6 +305,33 @@ def test_vis2dirty_and_dirty2vis_equal_single_process_and_are_adjoint(client, rn
     assert abs(lhs - rhs) <= allowed < 0.01 * abs(lhs)
 
 
+def test_every_call_sees_every_worker_whenever_the_client_refreshes_its_cached_identity(client, monkeypatch):
+    """The workers a call prefers, and those the watch sees, are asked of the scheduler
+    each time.  (`distributed.Client.scheduler_info` fetches into the client's cached
+    identity and returns that, which the client's own refresh, every
+    ``scheduler-info-interval``, with no workers in it, may overwrite in between: a call
+    then saw no workers, so its image was scattered instead of published into shared
+    memory, at random, about once in the suite's history: the adjoint test above.)  A
+    second client refreshing every millisecond, 500 questions of each: before, about
+    one in seven came back without workers here."""
+    from clgrid.dask import watch
+
+    expected = sorted(client.nthreads())
+    assert len(expected) == 2
+    with dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}):
+        eager = distributed.Client(client.scheduler.address, set_as_default=False)
+    try:
+        monkeypatch.setattr(clgrid.dask.chunks, "client", lambda: eager)
+        seen = [clgrid.dask.chunks.workers_to_prefer(True) for _ in range(500)]
+        assert seen.count(expected) == len(seen), f"{len(seen) - seen.count(expected)} of {len(seen)} saw other workers"
+        watching = watch._Watch(eager, 60)
+        for _ in range(500):
+            watching.check()
+        assert sorted(watching.seen) == expected and not watching.left, (watching.seen, watching.left)
+    finally:
+        eager.close()
+
+
 @pytest.mark.parametrize("split,tasks", [("rows", 6), ("planes", 2)])
 def test_wgridders_are_kept_for_later_calls(client, rng, split, tasks):
     """A major cycle: the second call on the same data finds each task's operator on the
@@ -1472,7 +1499,7 @@ def test_a_reused_call_on_two_workers_moves_only_small_objects_through_dask(clie
     first = cd.vis2dirty(vis=dvis, npix_x=256, npix_y=256, **common)          # points selected and kept
     model = first / np.abs(first).max()
     distributed.wait(cd.dirty2vis(dirty=model, **common).persist())
-    workers = set(client.scheduler_info(n_workers=-1)["workers"])
+    workers = set(client.nthreads())
     for what in ("vis2dirty", "dirty2vis"):
         before = {w: {k: len(v) for k, v in logs.items()} for w, logs in client.run(_transfer_logs).items()}
         if what == "vis2dirty":
@@ -1681,7 +1708,7 @@ def test_a_cluster_with_a_worker_on_another_host_sums_the_first_image_there(clie
     from clgrid.dask import exchange
 
     monkeypatch.setattr(exchange, "prefix", lambda *args, **kwargs: None)     # (not every worker here)
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(client.nthreads())
     uvw, _, vis, wgt, mask = wide_field(rng, WIDE_ROWS, WIDE_FREQS, precision="single", masked=0.1)
     expected = clgrid.vis2dirty(vis=vis, uvw=uvw, freq=WIDE_FREQS, wgt=wgt, mask=mask, epsilon=1e-4,
                                 do_wgridding=True, **IMAGE)
@@ -1983,7 +2010,7 @@ def test_chunk_tasks_prefer_the_worker_that_holds_the_persisted_vis_block(client
 
     rows = 4000
     uvw, freq, vis, _, _ = wide_field(rng, rows, WIDE_FREQS, precision="single", weights=None)
-    w0, w1 = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    w0, w1 = sorted(client.nthreads())
     dvis = client.persist(da.from_array(vis, chunks=(rows // 2, freq.size)), workers=[w0])
     duvw = client.persist(da.from_array(uvw, chunks=(rows // 2, 3)), workers=[w1])
     distributed.wait([dvis, duvw])

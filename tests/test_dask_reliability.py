@@ -159,13 +159,17 @@ def test_the_only_worker_lost_mid_call_is_recovered(rng, process_cluster):
 # -- the watch itself, without a cluster --------------------------------------------------
 
 class FakeClient:
-    """scheduler_info and processing answers, one per poll."""
+    """The scheduler's identity and processing answers, one per poll."""
 
     def __init__(self, polls):
         self.polls = iter(polls)
         self.now = ({}, {})         # before the call: no workers yet
+        self.scheduler = self       # (the scheduler's identity, asked through `sync`: chunks.worker_identities)
 
-    def scheduler_info(self, n_workers=-1):
+    def sync(self, function, *args, **kwargs):
+        return function(*args, **kwargs)
+
+    def identity(self):
         return {"workers": self.now[0]}
 
     def poll(self):

@@ -52,7 +52,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 from .chunks import Chunk, ChunkLayout, check_device, chunk_sizes, forget_shared, naming, prefer_worker, shared, \
-    tree_sum, workers_to_prefer
+    tree_sum, worker_identities, workers_to_prefer
 from . import watch
 from .watch import compute
 from .tasks import cached_wgridders
@@ -174,7 +174,7 @@ def assign_devices(client, device: str = "gpu") -> dict:
     where a host has more workers than devices (they share).  A restarted worker starts
     from its environment again: call it again after restarts, or set ``CLGRID_DEVICE`` in
     each worker's environment instead (docs/user-guide/dask.md)."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = worker_identities(client)
     hosts: dict = {}
     for address in sorted(workers):
         hosts.setdefault(workers[address]["host"], []).append(address)

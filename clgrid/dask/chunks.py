@@ -28,7 +28,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid's Dask support needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 __all__ = ["Chunk", "ChunkLayout", "chunk_sizes", "client", "started", "send_now", "shared", "forget_shared", "task_of", "tree_sum",
-           "naming", "workers_to_prefer", "prefer_worker", "prefer_address", "holders", "check_device"]
+           "naming", "worker_identities", "workers_to_prefer", "prefer_worker", "prefer_address", "holders", "check_device"]
 
 KEPT_SCATTERED = 8          # scattered objects kept for later calls (kernel stacks)
 _scattered: dict = {}       # on the client: (client id, name) -> Future
@@ -310,6 +310,16 @@ def task_of(function):
     return dask.delayed(function, pure=False)
 
 
+def worker_identities(current) -> dict:
+    """``{address: identity}`` (host, status, memory_limit, metrics, ...) of every worker
+    of the distributed Client ``current``'s cluster, asked of the scheduler now.  Not
+    ``Client.scheduler_info``, which returns the client's cached identity: the client's
+    own periodic refresh of it, which leaves the workers out, may land between that
+    call's fetch and its return, and the call then sees no workers
+    (docs/design/architecture.md, "Asking for the workers")."""
+    return current.sync(current.scheduler.identity)["workers"]
+
+
 def workers_to_prefer(enabled: bool) -> list | None:
     """The worker addresses, sorted, for `prefer_worker` (asked once per call, not per
     chunk: each question is a round trip to the scheduler); None when not ``enabled`` or
@@ -317,7 +327,7 @@ def workers_to_prefer(enabled: bool) -> list | None:
     current = client() if enabled else None
     if current is None:
         return None
-    return sorted(current.scheduler_info(n_workers=-1)["workers"]) or None
+    return sorted(worker_identities(current)) or None
 
 
 def prefer_worker(index: int, workers: list | None):

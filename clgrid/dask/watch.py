@@ -28,7 +28,7 @@ except ImportError as error:     # pragma: no cover - exercised only without the
     raise ImportError("clgrid.dask needs dask and distributed: pip install 'clgrid[dask]'") from error
 
 from ..errors import ClusterStalledError
-from .chunks import client as current_client, send_now
+from .chunks import client as current_client, send_now, worker_identities
 
 __all__ = ["compute", "STALL_TIMEOUT", "POLL_SECONDS"]
 
@@ -109,11 +109,11 @@ class _Watch:
     def __init__(self, client, seconds: float):
         self.client, self.seconds = client, seconds
         self.healthy = time.monotonic()
-        self.seen: set = set(client.scheduler_info(n_workers=-1)["workers"])
+        self.seen: set = set(worker_identities(client))
         self.left: set = set()
 
     def check(self) -> None:
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        workers = worker_identities(self.client)
         processing = self.client.processing()
         self.left |= self.seen - set(workers)
         self.seen |= set(workers)
