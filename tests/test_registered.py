@@ -187,3 +187,35 @@ def test_a_read_only_registered_region_is_copied_through_the_staging(rng, shm_re
         assert registered._held.get(key, 0) == held
     finally:
         registered.forget(region)
+
+
+def test_a_region_keeps_the_bytes_written_after_its_buffer_was_made_when_it_is_forgotten(rng, shm_region, queue):
+    """The buffer over a region is made once and never used, so the runtime's own copy of it
+    (where it keeps one: NVIDIA's driver copies the memory when it makes the buffer) is as
+    stale as the region's bytes are new.  Nothing of it may come back: bytes written into
+    the region after the buffer was made (another process's image, a copy down into it)
+    are still there once the region is forgotten and its buffer released.  (A runtime
+    that wrote its copy back at the release would undo them: on the CPUs the memory is
+    the buffer's own, so this guards the GPUs, run there with CLGRID_TEST_DEVICE.)"""
+    import gc
+
+    q = queue
+    region = shm_region
+    device = cl.Buffer(q.context, cl.mem_flags.READ_WRITE, 1 << 20)
+    registered.register(region)
+    try:
+        for _ in range(2):
+            registered.copy_up(q, region[:1 << 20], device)
+        assert registered._pinning(region[:1 << 20], q.context) is not None        # (made)
+        want = rng.integers(0, 256, region.size, dtype=np.uint8)
+        region[:] = want
+        down = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+        cl.enqueue_copy(q, device, down).wait()
+        assert registered.copy_down(q, device, region[4096:4096 + (1 << 20)])
+        want[4096:4096 + (1 << 20)] = down
+        q.finish()
+    finally:
+        registered.forget(region)
+    gc.collect()
+    q.finish()
+    np.testing.assert_array_equal(region, want)
