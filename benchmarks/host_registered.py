@@ -116,6 +116,56 @@ def main():
     print(f"released in {1e3*(time.perf_counter()-t):.1f} ms; device memory free {free()}", flush=True)
     rate("up from it after the release", lambda: cl.enqueue_copy(q, devbuf, shm2))
     os.remove(path2)
+    more_registrations(dev, N, rate, q, devbuf)
+
+
+def more_registrations(dev, N, rate, q, devbuf):
+    """Two questions `clgrid.device.registered` leaves open (review-42): (1) can a mapping
+    without PROT_WRITE (what clgrid.dask.exchange's readers could map, were they not
+    mapped writable for this) be registered by a READ_ONLY USE_HOST_PTR buffer, and are
+    plain uploads from it then pinned-fast?  (pyopencl refuses a READ_WRITE buffer over
+    read-only memory.)  (2) a device list in one process has a context per device, each
+    with its own buffer over the same region: is the second made, and are copies pinned-
+    fast in both (a second context on the same device, and on a second device if there
+    is one)?"""
+    mf = cl.mem_flags
+    path = "/dev/shm/hostptr-probe-3"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600); os.posix_fallocate(fd, 0, N); os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    ro = mmap.mmap(fd, N, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+    os.close(fd)
+    shm3 = np.frombuffer(ro, np.uint8, N)
+    rate("up from a read-only shm mapping (pageable)", lambda: cl.enqueue_copy(q, devbuf, shm3))
+    try:
+        token = cl.Buffer(q.context, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=shm3); q.finish()
+        print("READ_ONLY USE_HOST_PTR buffer over the read-only mapping: made", flush=True)
+        rate("up from it, registered READ_ONLY", lambda: cl.enqueue_copy(q, devbuf, shm3))
+        del token
+    except Exception as error:
+        print(f"READ_ONLY USE_HOST_PTR buffer over the read-only mapping refused: {error!r}", flush=True)
+    os.remove(path)
+    path = "/dev/shm/hostptr-probe-4"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600); os.posix_fallocate(fd, 0, N)
+    m4 = mmap.mmap(fd, N, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)); os.close(fd)
+    shm4 = np.frombuffer(m4, np.uint8, N); shm4[:] = 4
+    others = [d for d in dev.platform.get_devices() if d != dev][:1]
+    tokens = [cl.Buffer(q.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=shm4)]
+    for label, device in [("a second context, same device", dev)] + [("a second device's context", d) for d in others]:
+        ctx2 = cl.Context([device]); q2 = cl.CommandQueue(ctx2); dev2 = cl.Buffer(ctx2, mf.READ_WRITE, N)
+        try:
+            tokens.append(cl.Buffer(ctx2, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=shm4)); q2.finish()
+            print(f"{label}: a second buffer over the registered mapping made", flush=True)
+        except Exception as error:
+            print(f"{label}: a second buffer over the registered mapping refused: {error!r}", flush=True)
+        for name, queue, target in (("first context", q, devbuf), (label, q2, dev2)):
+            def up(queue=queue, target=target):
+                cl.enqueue_copy(queue, target, shm4); queue.finish()
+            def down(queue=queue, target=target):
+                cl.enqueue_copy(queue, shm4, target); queue.finish()
+            rate(f"up, both registered: {name}", up)
+            rate(f"down, both registered: {name}", down)
+        tokens[1:] = []
+    os.remove(path)
 
 
 if __name__ == "__main__":

@@ -865,7 +865,7 @@ def test_dask_slab_weights_fall_back_to_the_device_lists():
     weight = imaging_devices.sample_weight
     table = {d: weight(DEVICE, None, d) for d in ("vis2dirty", "dirty2vis")}
     facts = imaging_devices.device_facts(imaging_devices.select_device(DEVICE))
-    own = resolve_tuning("wgridding", None, facts)["dask_split_sample_weight"]    # generic 0, an H100's 2.0
+    own = resolve_tuning("wgridding", None, facts)["dask_split_sample_weight"]    # generic 0, an H100's 1.5
     assert weight(DEVICE, None, "vis2dirty", over="dask") == (own or table["vis2dirty"])     # 0: the list's
     assert weight(DEVICE, {"split_sample_weight": 2.5}, "vis2dirty", over="dask") == 2.5
     assert weight(DEVICE, {"split_sample_weight": 2.5, "dask_split_sample_weight": 0.5}, over="dask") == 0.5

@@ -156,3 +156,66 @@ def test_a_region_forgotten_while_a_copy_looks_for_its_buffer_gives_its_share_ba
     finally:
         registered.forget(region)
     assert registered._held.get(key, 0) == held
+
+
+def test_a_read_only_registered_region_is_copied_through_the_staging(rng, shm_region, queue, monkeypatch):
+    """A region registered read-only (a mapping without ``PROT_WRITE``, or an array whose
+    ``writeable`` flag is off), which the runtime's binding refuses as a read-write buffer's
+    host memory: its copies go through the staging (False, never an exception, on every
+    ask), the values arrive whole, and the context's count of the buffers' bytes (`_held`)
+    is what it was (before, the second copy raised pyopencl's ValueError, and every later
+    one again, its bytes counted each time and never given back)."""
+    q = queue
+    key = q.context.int_ptr
+    monkeypatch.setattr(Staging, "worth_it", staticmethod(lambda device: True))
+    staging = Staging(q, piece=64 << 10)
+    region = shm_region.view()
+    region.flags.writeable = False
+    n = 1 << 20
+    device = cl.Buffer(q.context, cl.mem_flags.READ_WRITE, n)
+    held = registered._held.get(key, 0)
+    registered.register(region)
+    try:
+        for _ in range(3):
+            shm_region[:n] = rng.integers(0, 256, n, dtype=np.uint8)
+            assert not registered.copy_up(q, region[:n], device)
+            cl.enqueue_fill_buffer(q, device, np.uint8(0xAB), 0, n).wait()
+            staging.upload(region[:n], device)
+            back = np.empty(n, np.uint8)
+            cl.enqueue_copy(q, back, device).wait()
+            np.testing.assert_array_equal(back, shm_region[:n])
+        assert registered._held.get(key, 0) == held
+    finally:
+        registered.forget(region)
+
+
+def test_a_region_keeps_the_bytes_written_after_its_buffer_was_made_when_it_is_forgotten(rng, shm_region, queue):
+    """The buffer over a region is made once and never used, so the runtime's own copy of it
+    (where it keeps one: NVIDIA's driver copies the memory when it makes the buffer) is as
+    stale as the region's bytes are new.  Nothing of it may come back: bytes written into
+    the region after the buffer was made (another process's image, a copy down into it)
+    are still there once the region is forgotten and its buffer released.  (A runtime
+    that wrote its copy back at the release would undo them: on the CPUs the memory is
+    the buffer's own, so this guards the GPUs, run there with CLGRID_TEST_DEVICE.)"""
+    import gc
+
+    q = queue
+    region = shm_region
+    device = cl.Buffer(q.context, cl.mem_flags.READ_WRITE, 1 << 20)
+    registered.register(region)
+    try:
+        for _ in range(2):
+            registered.copy_up(q, region[:1 << 20], device)
+        assert registered._pinning(region[:1 << 20], q.context) is not None        # (made)
+        want = rng.integers(0, 256, region.size, dtype=np.uint8)
+        region[:] = want
+        down = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+        cl.enqueue_copy(q, device, down).wait()
+        assert registered.copy_down(q, device, region[4096:4096 + (1 << 20)])
+        want[4096:4096 + (1 << 20)] = down
+        q.finish()
+    finally:
+        registered.forget(region)
+    gc.collect()
+    q.finish()
+    np.testing.assert_array_equal(region, want)

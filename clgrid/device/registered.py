@@ -78,10 +78,13 @@ class _Region:
                 _held[key] = _held.get(key, 0) + self.nbytes
             try:
                 made = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=self.array)
-            except cl.Error:
+            except (cl.Error, ValueError):   # (refused by the runtime, or read-only memory by pyopencl)
                 self.buffers[key] = -1
                 self._uncount(key)
                 return None
+            except BaseException:
+                self._uncount(key)
+                raise
             self.buffers[key] = made
             return made
 
@@ -102,7 +105,9 @@ class _Region:
 
 def register(array: np.ndarray) -> None:
     """Let devices copy to and from ``array`` (C-contiguous memory the caller keeps mapped
-    until it calls `forget`) through buffers over it (module docstring)."""
+    until it calls `forget`) at the pinned speed, by buffers over it (module docstring).
+    Only writable memory gets one (the buffer is read-write): a read-only ``array`` is
+    copied through the staging, as an unregistered one."""
     region = _Region(np.asarray(array).reshape(-1).view(np.uint8))
     with _lock:
         _regions[region.start] = region
