@@ -30,6 +30,25 @@ def test_staging_round_trips_every_byte(rng, queue, nbytes):
     np.testing.assert_array_equal(back, host)
 
 
+def test_a_download_into_an_array_it_cannot_write_in_place_is_refused(rng, queue):
+    """`Staging.download` into a strided view or a read-only array raises, naming the
+    argument, and leaves the array as it was (before, a strided view was copied into a
+    temporary that took the values, and they were lost without a word)."""
+    staging = Staging(queue, piece=4096)
+    want = rng.normal(size=64).astype(np.float32)
+    buffer = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=want)
+    strided = np.full(128, np.nan, np.float32)[::2]
+    frozen = np.full(64, np.nan, np.float32)
+    frozen.flags.writeable = False
+    for host in (strided, frozen):
+        with pytest.raises(ValueError, match="host must be a writable C-contiguous"):
+            staging.download(buffer, host)
+        assert np.isnan(host).all()
+    into = np.full(64, np.nan, np.float32)
+    staging.download(buffer, into)
+    np.testing.assert_array_equal(into, want)
+
+
 def test_a_large_upload_goes_through_a_pinned_block_of_its_size_from_its_second_time(rng, queue, monkeypatch):
     """An upload of more than two pieces goes through the pieces the first time its size
     is asked for, then through one pinned block of its size from the context's pool

@@ -144,6 +144,10 @@ class Staging:
         context.  Into a registered mapping (`clgrid.device.registered`: shared memory
         another process reads) straight, at the pinned speed too where the runtime pins
         registered memory."""
+        if not (isinstance(host, np.ndarray) and host.flags.c_contiguous and host.flags.writeable):
+            raise ValueError("Staging.download: host must be a writable C-contiguous numpy array (a copy "
+                             f"would take the values and be lost), got {type(host).__name__}"
+                             + (f" with strides {host.strides}" if isinstance(host, np.ndarray) else ""))
         if _pinned_for(host, self.queue, portable):
             cl.enqueue_copy(self.queue, host, buffer, wait_for=wait_for).wait()
             return
