@@ -242,7 +242,8 @@ def scale(n: int, a, data: dict, common: dict, chunks: dict, reference, single=N
                                     slab_samples=a.slab_samples, **common)
 
             medians, times, _ = interleaved({"one_process": single, "dask": reused},
-                                                a.interleave_rounds or a.repeats, alternate=True)
+                                                a.repeats if a.interleave_rounds is None else a.interleave_rounds,
+                                                alternate=True)
             out["interleaved"] = {"one_process_s": medians["one_process"], "dask_s": medians["dask"],
                                   "times_s": times, "speedup_vs_one_process": medians["one_process"] / medians["dask"],
                                   "paired": paired_ratio(times["one_process"], times["dask"])}
@@ -281,6 +282,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="a small run (rows 20000, 2 channels, 256^2, 1-2 workers)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    if a.interleave_rounds is not None and a.interleave_rounds < 1:
+        p.error(f"--interleave-rounds must be at least 1, got {a.interleave_rounds}")
     if a.quick:
         a.rows, a.nchan, a.npix, a.repeats = 20_000, 2, 256, 1
         a.workers = [w for w in a.workers if w <= 2] or [1]

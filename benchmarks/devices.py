@@ -409,7 +409,7 @@ def cpu_part(rows: int, nchan: int, npix: int, a) -> dict:
                 str(BAND[1]), "--epsilon", str(a.epsilon), "--cores", str(a.cores), "--device", a.cpu_device,
                 "--workers", *map(str, a.cpu_workers), "--repeats", str(a.cpu_repeats),
                 "--slab-samples", str(rows * nchan), "--dask-profile", a.dask_profile, "--json", path, "--interleave",
-                "--interleave-rounds", str(a.cpu_rounds or a.cpu_repeats)]
+                "--interleave-rounds", str(a.cpu_repeats if a.cpu_rounds is None else a.cpu_rounds)]
         if a.no_ducc0:
             argv.append("--no-ducc0")
         dask_scaling.main(argv)
@@ -459,6 +459,8 @@ def main(argv=None):
                    help="seconds: a set or part that would start after this is skipped (and said so)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    if a.cpu_rounds is not None and a.cpu_rounds < 1:
+        p.error(f"--cpu-rounds must be at least 1, got {a.cpu_rounds}")
     if a.quick:
         a.sets, a.cpu_set, a.repeats, a.call_repeats, a.dask_repeats, a.cpu_repeats = ["quick"], "quick", 2, 1, 2, 1
         a.cpu_workers = [w for w in a.cpu_workers if w <= 2]
