@@ -735,6 +735,34 @@ def test_without_room_in_shared_memory_everything_goes_through_dask(client, rng)
     assert relative_error(predicted, clgrid.dirty2vis(dirty=image, **single)) <= 1e-6
 
 
+def test_large_regions_are_read_through_registered_read_only_views(rng, tmp_path, monkeypatch):
+    """`exchange.read` and `exchange.taken`: a region of `REGISTERED_BYTES` or more is
+    mapped writable, so that it is registered with the devices, and seen read-only; a
+    smaller one is mapped read-only and not registered.  The values are the writer's."""
+    from clgrid.device import registered
+    from clgrid.dask import exchange
+
+    monkeypatch.setattr(exchange, "REGISTERED_BYTES", 4096)
+    exchange.release()
+    try:
+        for n, large in ((100, False), (5000, True)):
+            values = rng.normal(size=n).astype(np.float32)
+            shared = exchange.write_into(str(tmp_path / f"v{n}"), 3, values.shape, values.dtype,
+                                         lambda out, v=values: out.__setitem__(..., v))
+            published = exchange.publish(str(tmp_path / f"calls{n}"), "d", values)
+            got = exchange.read(shared)
+            with exchange.taken(published) as image:
+                for array in (got, image):
+                    np.testing.assert_array_equal(array, values)
+                    assert not array.flags.writeable
+                    with pytest.raises(ValueError):
+                        array[0] = 0
+                    at = array.__array_interface__["data"][0]
+                    assert any(r.start <= at < r.start + r.nbytes for r in registered._regions.values()) == large
+    finally:
+        exchange.release()
+
+
 def test_an_image_is_checked_as_it_is_published(rng, tmp_path):
     """`clgrid.dask.exchange.publish` with ``refuse``: the image copied block by block on
     threads (block edges anywhere, C- or Fortran-ordered, float or complex) is the

@@ -313,12 +313,18 @@ def read(shared) -> np.ndarray:
     dtype = np.dtype(shared.dtype)
     if shared.count == 0:
         return np.empty(shared.shape or (0,), dtype)
-    nbytes = shared.count * dtype.itemsize
-    # a large region mapped writable (registered with the devices: `clgrid.device.registered`), seen read-only
-    room = _region(shared.path, shared.offset * dtype.itemsize, nbytes, nbytes >= REGISTERED_BYTES, make=False)
-    out = room.view(dtype).reshape(shared.shape or (shared.count,))
-    out.flags.writeable = False
-    return out
+    room = _read_region(shared.path, shared.offset * dtype.itemsize, shared.count * dtype.itemsize)
+    return room.view(dtype).reshape(shared.shape or (shared.count,))
+
+
+def _read_region(path: str, offset_bytes: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` at ``offset_bytes`` of the existing file ``path`` as a read-only uint8
+    view of a kept mapping; one of `REGISTERED_BYTES` or more is mapped writable, so that
+    it is registered with the devices (`clgrid.device.registered`: a read-only mapping is
+    not pinned by NVIDIA's driver)."""
+    view = _region(path, offset_bytes, nbytes, nbytes >= REGISTERED_BYTES, make=False)[:]
+    view.flags.writeable = False
+    return view
 
 
 def readable(parts: list) -> np.ndarray | None:
@@ -472,15 +478,13 @@ def taken(published):
     dtype = np.dtype(published.dtype)
     nbytes = int(np.prod(published.shape)) * dtype.itemsize
     _wait_published(published.path)
-    try:                     # (large: mapped writable, registered with the devices, and seen read-only)
-        room = _region(published.path, 0, STAMP + nbytes, nbytes >= REGISTERED_BYTES, make=False)
+    try:
+        room = _read_region(published.path, 0, STAMP + nbytes)
     except FileNotFoundError:
         room = None
     _check_stamp(room, published)
-    array = room[STAMP:].view(dtype).reshape(published.shape)
-    array.flags.writeable = False
     try:
-        yield array
+        yield room[STAMP:].view(dtype).reshape(published.shape)
     except Exception as error:
         _refused_after(error, lambda: _check_stamp(room, published))
         raise
